@@ -1,0 +1,1 @@
+//! Diagnostics IPC wire protocol (placeholder: filled by the ipc work).

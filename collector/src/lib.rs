@@ -1,0 +1,13 @@
+//! The collector: everything that talks to a .NET runtime.
+//!
+//! - [`ipc`]: the diagnostics IPC wire protocol (pure encode/decode, no I/O).
+//! - [`nettrace`]: the streaming NetTrace parser and event decoders.
+//! - [`discovery`]: finding runtimes' default diagnostic sockets (connect mode).
+//! - [`listen`]: the reverse server runtimes dial with `DOTNET_DiagnosticPorts` (listen mode).
+//! - [`client`]: one command per connection, on either transport.
+
+pub mod client;
+pub mod discovery;
+pub mod ipc;
+pub mod listen;
+pub mod nettrace;

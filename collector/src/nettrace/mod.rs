@@ -1,0 +1,1 @@
+//! NetTrace streaming parser (placeholder: filled by the nettrace work).

@@ -1,0 +1,1 @@
+//! Profile and artifact egress: pprof, OTLP Profiles, Pyroscope push, folded, speedscope, SVG.

@@ -1,0 +1,1 @@
+//! The system of record: the canonical profile model and its columnar time series on disk.

@@ -1,0 +1,1 @@
+//! The agent's HTTP surface: dotnet-monitor-compatible API, profile queries, metrics and the web UI.
