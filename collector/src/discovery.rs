@@ -1,1 +1,396 @@
-//! discovery (in progress)
+//! Connect-mode discovery: where a runtime's default diagnostic socket is.
+//!
+//! A .NET runtime listens on `{TMPDIR or /tmp}/dotnet-diagnostic-{pid}-{key}-socket`, where `pid` is
+//! its pid *inside its own pid namespace* and `key` is its start time in clock ticks since boot
+//! (field 22 of `/proc/PID/stat`). To reach a runtime in a container we look through
+//! `/proc/PID/root`, which needs the same user or CAP_SYS_PTRACE.
+//!
+//! Where several sockets match a pid (a stale file left by an earlier process that had the same
+//! pid), the one whose key equals the process's start time wins, then the newest by mtime.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// The longest path a Unix socket address holds (`sun_path`, including the NUL).
+const SUN_PATH_MAX: usize = 108;
+
+/// Why a process's diagnostic socket could not be found.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DiscoveryError {
+    #[error("no process with pid {pid} (is it still running?)")]
+    NoSuchProcess { pid: u32 },
+    #[error(
+        "no diagnostic socket for pid {pid} under {dir}: is it a .NET ≥5 process with diagnostics \
+         enabled (DOTNET_EnableDiagnostics not 0), and can this user see its /tmp?"
+    )]
+    NoSocket { pid: u32, dir: PathBuf },
+    #[error(
+        "cannot look into {path} for pid {pid}: {source}; run clrscope as the target's user or \
+         as root (CAP_SYS_PTRACE), and for containers share the pid namespace (`hostPID`/`pid: host`)"
+    )]
+    Access {
+        pid: u32,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot list {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// How a process's default diagnostic socket is reached from here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessLocation {
+    /// The pid as this tool sees it.
+    pub pid: u32,
+    /// The pid inside the process's own pid namespace: the number in its socket name and the one
+    /// ProcessInfo returns.
+    pub namespace_pid: u32,
+    /// The directory its runtime creates its socket in, as seen from here.
+    pub socket_dir: PathBuf,
+    /// Field 22 of `/proc/PID/stat`: the runtime's disambiguation key on Linux.
+    pub start_time: Option<u64>,
+}
+
+/// A diagnostic socket found for a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiagnosticSocket {
+    pub pid: u32,
+    pub namespace_pid: u32,
+    pub path: PathBuf,
+}
+
+impl DiagnosticSocket {
+    /// Socket paths longer than `sun_path` cannot be connected to; say so up front.
+    pub fn path_too_long(&self) -> bool {
+        self.path.as_os_str().len() >= SUN_PATH_MAX
+    }
+}
+
+/// Reads how to reach `pid`'s socket from `/proc`.
+pub fn locate(proc_root: &Path, pid: u32) -> Result<ProcessLocation, DiscoveryError> {
+    let proc_dir = proc_root.join(pid.to_string());
+    let status = match fs::read_to_string(proc_dir.join("status")) {
+        Ok(status) => status,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(DiscoveryError::NoSuchProcess { pid })
+        }
+        Err(source) => {
+            return Err(DiscoveryError::Access {
+                pid,
+                path: proc_dir.join("status"),
+                source,
+            })
+        }
+    };
+    let ns_pids = parse_nspid(&status).unwrap_or_else(|| vec![pid]);
+    let namespace_pid = ns_pids.last().copied().unwrap_or(pid);
+    let in_other_namespace = ns_pids.len() > 1;
+
+    // The target's own TMPDIR decides where its runtime put the socket. When its environment is
+    // unreadable (another user), fall back to ours, as the official client does.
+    let tmp_dir = fs::read(proc_dir.join("environ"))
+        .ok()
+        .and_then(|environ| environ_var(&environ, b"TMPDIR"))
+        .filter(|dir| !dir.as_os_str().is_empty())
+        .unwrap_or_else(own_tmp_dir);
+    let socket_dir = if in_other_namespace {
+        let relative = tmp_dir.strip_prefix("/").unwrap_or(&tmp_dir);
+        proc_dir.join("root").join(relative)
+    } else {
+        tmp_dir
+    };
+    let start_time = fs::read_to_string(proc_dir.join("stat"))
+        .ok()
+        .and_then(|stat| parse_start_time(&stat));
+    Ok(ProcessLocation {
+        pid,
+        namespace_pid,
+        socket_dir,
+        start_time,
+    })
+}
+
+/// Finds the diagnostic socket of one process.
+pub fn find_socket(pid: u32) -> Result<DiagnosticSocket, DiscoveryError> {
+    find_socket_in(Path::new("/proc"), pid)
+}
+
+/// [`find_socket`] with another procfs root (for tests).
+pub fn find_socket_in(proc_root: &Path, pid: u32) -> Result<DiagnosticSocket, DiscoveryError> {
+    let location = locate(proc_root, pid)?;
+    let entries = list_sockets(&location.socket_dir).map_err(|source| match source.kind() {
+        io::ErrorKind::PermissionDenied => DiscoveryError::Access {
+            pid,
+            path: location.socket_dir.clone(),
+            source,
+        },
+        _ => DiscoveryError::NoSocket {
+            pid,
+            dir: location.socket_dir.clone(),
+        },
+    })?;
+    pick_socket(&location, &entries).ok_or(DiscoveryError::NoSocket {
+        pid,
+        dir: location.socket_dir,
+    })
+}
+
+/// Every process under `proc_root` that has a diagnostic socket, with problems reported per process.
+///
+/// Each socket directory is listed once, however many processes share it.
+pub fn scan(proc_root: &Path) -> Result<Vec<DiagnosticSocket>, DiscoveryError> {
+    let pids = list_pids(proc_root)?;
+    let mut listings: HashMap<PathBuf, Vec<SocketEntry>> = HashMap::new();
+    let mut found = Vec::new();
+    for pid in pids {
+        // Processes that vanish or hide mid-scan are simply not .NET processes we can reach.
+        let Ok(location) = locate(proc_root, pid) else {
+            continue;
+        };
+        let entries = listings
+            .entry(location.socket_dir.clone())
+            .or_insert_with(|| list_sockets(&location.socket_dir).unwrap_or_default());
+        if let Some(socket) = pick_socket(&location, entries) {
+            found.push(socket);
+        }
+    }
+    found.sort_by_key(|socket| socket.pid);
+    Ok(found)
+}
+
+/// A `dotnet-diagnostic-{pid}-{key}-socket` file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SocketEntry {
+    pid: u32,
+    key: u64,
+    path: PathBuf,
+    modified: Option<SystemTime>,
+}
+
+fn list_sockets(dir: &Path) -> io::Result<Vec<SocketEntry>> {
+    let mut entries = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let Some((pid, key)) = parse_socket_name(&entry.file_name()) else {
+            continue;
+        };
+        let modified = entry.metadata().and_then(|m| m.modified()).ok();
+        entries.push(SocketEntry {
+            pid,
+            key,
+            path: entry.path(),
+            modified,
+        });
+    }
+    Ok(entries)
+}
+
+fn pick_socket(location: &ProcessLocation, entries: &[SocketEntry]) -> Option<DiagnosticSocket> {
+    entries
+        .iter()
+        .filter(|entry| entry.pid == location.namespace_pid)
+        .max_by_key(|entry| (Some(entry.key) == location.start_time, entry.modified))
+        .map(|entry| DiagnosticSocket {
+            pid: location.pid,
+            namespace_pid: location.namespace_pid,
+            path: entry.path.clone(),
+        })
+}
+
+fn list_pids(proc_root: &Path) -> Result<Vec<u32>, DiscoveryError> {
+    let read = fs::read_dir(proc_root).map_err(|source| DiscoveryError::Io {
+        path: proc_root.to_path_buf(),
+        source,
+    })?;
+    let mut pids: Vec<u32> = read
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    Ok(pids)
+}
+
+fn own_tmp_dir() -> PathBuf {
+    std::env::var_os("TMPDIR")
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+}
+
+/// Parses `dotnet-diagnostic-{pid}-{key}-socket` into `(pid, key)`.
+fn parse_socket_name(name: &OsStr) -> Option<(u32, u64)> {
+    let name = name.to_str()?;
+    let rest = name
+        .strip_prefix("dotnet-diagnostic-")?
+        .strip_suffix("-socket")?;
+    let (pid, key) = rest.split_once('-')?;
+    let all_digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !all_digits(pid) || !all_digits(key) {
+        return None;
+    }
+    Some((pid.parse().ok()?, key.parse().ok()?))
+}
+
+/// The `NSpid:` line of `/proc/PID/status`: the pid in each nested namespace, outermost first.
+fn parse_nspid(status: &str) -> Option<Vec<u32>> {
+    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
+    let pids: Option<Vec<u32>> = line.split_whitespace().map(|p| p.parse().ok()).collect();
+    pids.filter(|p| !p.is_empty())
+}
+
+/// Field 22 (`starttime`) of `/proc/PID/stat`, read after the last `)` since `comm` may hold spaces.
+fn parse_start_time(stat: &str) -> Option<u64> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    // Fields after `comm` start at field 3 (state); starttime is field 22.
+    after_comm.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// One variable of a NUL-separated `/proc/PID/environ`.
+fn environ_var(environ: &[u8], name: &[u8]) -> Option<PathBuf> {
+    environ.split(|&b| b == 0).find_map(|entry| {
+        let value = entry.strip_prefix(name)?.strip_prefix(b"=")?;
+        Some(PathBuf::from(OsStr::from_bytes(value)))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn socket_names() {
+        let parse = |s: &str| parse_socket_name(OsStr::new(s));
+        assert_eq!(
+            parse("dotnet-diagnostic-4242-123456-socket"),
+            Some((4242, 123456))
+        );
+        assert_eq!(parse("dotnet-diagnostic-4242--socket"), None);
+        assert_eq!(parse("dotnet-diagnostic-42a-1-socket"), None);
+        assert_eq!(parse("dotnet-diagnostic-dsrouter-42-1-socket"), None);
+        assert_eq!(parse("dotnet-diagnostic-1-2-3-socket"), None);
+        assert_eq!(parse("dotnet-diagnostic-99999999999-1-socket"), None);
+        assert_eq!(parse("clr-debug-pipe-42-1-in"), None);
+    }
+
+    #[test]
+    fn nspid_lines() {
+        assert_eq!(
+            parse_nspid("Name:\tdotnet\nNSpid:\t81234\t1\n"),
+            Some(vec![81234, 1])
+        );
+        assert_eq!(parse_nspid("NSpid:\t77\n"), Some(vec![77]));
+        assert_eq!(parse_nspid("Name:\tx\n"), None);
+        assert_eq!(parse_nspid("NSpid:\t\n"), None);
+        assert_eq!(parse_nspid("NSpid:\tabc\n"), None);
+    }
+
+    #[test]
+    fn start_time_skips_names_with_spaces_and_parens() {
+        let stat = "4242 (my (odd) app) S 1 4242 4242 0 -1 4194560 1 0 0 0 5 2 0 0 20 0 7 0 987654 1 2";
+        assert_eq!(parse_start_time(stat), Some(987654));
+        assert_eq!(parse_start_time("4242 (short) S 1 2"), None);
+        assert_eq!(parse_start_time("no paren"), None);
+    }
+
+    #[test]
+    fn environ_lookup() {
+        let environ = b"PATH=/bin\0TMPDIR=/var/tmp/x\0TMPDIRX=no\0";
+        assert_eq!(
+            environ_var(environ, b"TMPDIR"),
+            Some(PathBuf::from("/var/tmp/x"))
+        );
+        assert_eq!(environ_var(environ, b"HOME"), None);
+    }
+
+    /// Builds a fake procfs entry for one process.
+    fn fake_proc(root: &Path, pid: u32, nspid: &str, tmpdir: Option<&Path>, start: u64) {
+        let dir = root.join(pid.to_string());
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("status"), format!("Name:\tdotnet\nNSpid:\t{nspid}\n")).unwrap();
+        let environ = tmpdir
+            .map(|t| format!("A=b\0TMPDIR={}\0", t.display()))
+            .unwrap_or_default();
+        fs::write(dir.join("environ"), environ).unwrap();
+        let fields: Vec<String> = (3..=21).map(|i| i.to_string()).collect();
+        fs::write(
+            dir.join("stat"),
+            format!("{pid} (dotnet) {} {start} 0 0", fields.join(" ")),
+        )
+        .unwrap();
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "clrscope-discovery-{name}-{}",
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn prefers_socket_matching_start_time_over_newer_stale_one() {
+        let base = temp_dir("start-time");
+        let proc_root = base.join("proc");
+        let tmp = base.join("tmp");
+        fs::create_dir_all(&tmp).unwrap();
+        fake_proc(&proc_root, 500, "500", Some(&tmp), 1111);
+        let _right = UnixListener::bind(tmp.join("dotnet-diagnostic-500-1111-socket")).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let _stale = UnixListener::bind(tmp.join("dotnet-diagnostic-500-999-socket")).unwrap();
+        let _other = UnixListener::bind(tmp.join("dotnet-diagnostic-501-1-socket")).unwrap();
+
+        let found = find_socket_in(&proc_root, 500).unwrap();
+        assert_eq!(found.path, tmp.join("dotnet-diagnostic-500-1111-socket"));
+        assert_eq!(found.namespace_pid, 500);
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn container_process_is_found_through_its_root_with_its_namespace_pid() {
+        let base = temp_dir("container");
+        let proc_root = base.join("proc");
+        fake_proc(&proc_root, 7000, "7000\t1", Some(Path::new("/scratch")), 5);
+        let inside = proc_root.join("7000/root/scratch");
+        fs::create_dir_all(&inside).unwrap();
+        let _sock = UnixListener::bind(inside.join("dotnet-diagnostic-1-5-socket")).unwrap();
+
+        let found = find_socket_in(&proc_root, 7000).unwrap();
+        assert_eq!(found.pid, 7000);
+        assert_eq!(found.namespace_pid, 1);
+        assert_eq!(found.path, inside.join("dotnet-diagnostic-1-5-socket"));
+
+        let all = scan(&proc_root).unwrap();
+        assert_eq!(all, vec![found]);
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn missing_process_and_missing_socket_are_told_apart() {
+        let base = temp_dir("missing");
+        let proc_root = base.join("proc");
+        let tmp = base.join("tmp");
+        fs::create_dir_all(&tmp).unwrap();
+        fake_proc(&proc_root, 42, "42", Some(&tmp), 1);
+        assert!(matches!(
+            find_socket_in(&proc_root, 43),
+            Err(DiscoveryError::NoSuchProcess { pid: 43 })
+        ));
+        let err = find_socket_in(&proc_root, 42).unwrap_err();
+        assert!(matches!(err, DiscoveryError::NoSocket { pid: 42, .. }));
+        assert!(err.to_string().contains(&tmp.display().to_string()));
+        fs::remove_dir_all(&base).unwrap();
+    }
+}

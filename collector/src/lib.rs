@@ -5,9 +5,11 @@
 //! - [`discovery`]: finding runtimes' default diagnostic sockets (connect mode).
 //! - [`listen`]: the reverse server runtimes dial with `DOTNET_DiagnosticPorts` (listen mode).
 //! - [`client`]: one command per connection, on either transport.
+//! - [`processes`]: the .NET processes reachable from here, as `clrscope ps` lists them.
 
 pub mod client;
 pub mod discovery;
 pub mod ipc;
 pub mod listen;
 pub mod nettrace;
+pub mod processes;
