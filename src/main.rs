@@ -1,6 +1,10 @@
 //! `clrscope`: command-line wiring only; the work lives in the crates.
 
+mod args;
 mod ps;
+mod trace;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
@@ -32,17 +36,47 @@ enum LogFormat {
 enum Command {
     /// List .NET processes with a diagnostic port.
     Ps(ps::Args),
+    /// Record a raw EventPipe trace (.nettrace), like dotnet-trace.
+    Trace(trace::Args),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {}", describe(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     init_logging(cli.log_format, &cli.log)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         match cli.command {
             Command::Ps(args) => ps::run(args).await,
+            Command::Trace(args) => trace::run(args).await,
         }
     })
+}
+
+/// The error and its causes on one line; a cause already spelled out by the message above it is
+/// not repeated.
+fn describe(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if text.contains(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
 }
 
 fn init_logging(format: LogFormat, filter: &str) -> anyhow::Result<()> {

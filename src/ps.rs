@@ -62,12 +62,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 fn seconds(value: f64, flag: &str) -> anyhow::Result<Duration> {
-    Duration::try_from_secs_f64(value)
-        .map_err(|_| anyhow::anyhow!("{flag} must be a non-negative number of seconds, got {value}"))
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        anyhow::anyhow!("{flag} must be a non-negative number of seconds, got {value}")
+    })
 }
 
 fn write_table(out: &mut impl Write, rows: &[ProcessSummary]) -> std::io::Result<()> {
-    let header = ["PID", "NAME", "RUNTIME", "OS/ARCH", "TRANSPORT", "SOCKET", "COMMAND LINE"];
+    let header = [
+        "PID",
+        "NAME",
+        "RUNTIME",
+        "OS/ARCH",
+        "TRANSPORT",
+        "SOCKET",
+        "COMMAND LINE",
+    ];
     let cells: Vec<[String; 7]> = rows
         .iter()
         .map(|row| {

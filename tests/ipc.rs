@@ -80,7 +80,7 @@ async fn eventpipe_session_streams_nettrace_until_stopped() {
     let client = DiagnosticsClient::for_pid(target.pid()).unwrap();
     let sampler = ProviderConfig::new("Microsoft-DotNETCore-SampleProfiler", 0, 5);
     let mut session = client
-        .start_tracing(CollectTracing::v2(vec![sampler], false))
+        .start_tracing(CollectTracing::v2(vec![sampler]).with_rundown(false))
         .await
         .unwrap();
     let mut magic = [0u8; 8];
@@ -112,7 +112,7 @@ async fn unknown_command_error_is_explained() {
     let client = DiagnosticsClient::for_pid(target.pid()).unwrap();
     // CollectTracing5 needs .NET 10; a .NET 8 runtime answers UNKNOWN_COMMAND.
     let sampler = ProviderConfig::new("Microsoft-DotNETCore-SampleProfiler", 0, 5);
-    let mut config = CollectTracing::v2(vec![sampler], false);
+    let mut config = CollectTracing::v2(vec![sampler]).with_rundown(false);
     config.version = collector::ipc::CollectTracingVersion::V5;
     let error = client.start_tracing(config).await.unwrap_err();
     assert!(error.is_unknown_command(), "{error}");

@@ -21,9 +21,6 @@ use crate::listen::{ListenError, RuntimeHandle};
 /// How long a command may take to get its reply unless the caller says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The most environment we accept: far above any real process's, small enough to never hurt.
-const MAX_ENVIRONMENT_BYTES: u32 = 16 << 20;
-
 /// Why a diagnostics command failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -58,7 +55,9 @@ pub enum ClientError {
         hresult: Hresult,
         detail: Option<String>,
     },
-    #[error("{command}: no reply within {timeout:?} (is the runtime suspended in a debugger or hung?)")]
+    #[error(
+        "{command}: no reply within {timeout:?} (is the runtime suspended in a debugger or hung?)"
+    )]
     Timeout {
         command: &'static str,
         timeout: Duration,
@@ -88,9 +87,9 @@ fn connect_message(path: &Path, source: &io::Error) -> String {
             "nobody listens on {path}: a stale socket left by a process that exited \
              (safe to delete)"
         ),
-        io::ErrorKind::PermissionDenied => format!(
-            "permission denied on {path}: run clrscope as the target's user or as root"
-        ),
+        io::ErrorKind::PermissionDenied => {
+            format!("permission denied on {path}: run clrscope as the target's user or as root")
+        }
         _ => format!("cannot connect to {path}: {source}"),
     }
 }
@@ -149,7 +148,8 @@ impl DiagnosticsClient {
 
     /// Process facts, asking with the newest ProcessInfo the runtime knows (3, then 2, then 1).
     pub async fn process_info(&self) -> Result<ProcessInfo, ClientError> {
-        let attempts: [(Request, fn(&[u8]) -> Result<ProcessInfo, ProtocolError>); 3] = [
+        type Decode = fn(&[u8]) -> Result<ProcessInfo, ProtocolError>;
+        let attempts: [(Request, Decode); 3] = [
             (Request::ProcessInfo3, ProcessInfo::decode_v3),
             (Request::ProcessInfo2, ProcessInfo::decode_v2),
             (Request::ProcessInfo, ProcessInfo::decode_v1),
@@ -177,16 +177,7 @@ impl DiagnosticsClient {
         let (mut stream, payload) = self.exchange(&request, self.timeout).await?;
         let header = EnvironmentHeader::decode(&payload)
             .map_err(|source| ClientError::Protocol { command, source })?;
-        if header.continuation_len > MAX_ENVIRONMENT_BYTES {
-            return Err(ClientError::Protocol {
-                command,
-                source: ProtocolError::MessageTooLarge {
-                    what: "environment",
-                    size: header.continuation_len as usize,
-                    max: MAX_ENVIRONMENT_BYTES as usize,
-                },
-            });
-        }
+        // The codec has capped the length, so allocating it is safe.
         let mut continuation = vec![0; header.continuation_len as usize];
         read_exact(&mut stream, &mut continuation, command, self.timeout).await?;
         ipc::decode_environment(&continuation)
@@ -318,8 +309,8 @@ fn check_reply(command: &'static str, header: &Header, payload: &[u8]) -> Result
         return Ok(());
     }
     if header.is_error() {
-        let error =
-            ipc::decode_error(payload).map_err(|source| ClientError::Protocol { command, source })?;
+        let error = ipc::decode_error(payload)
+            .map_err(|source| ClientError::Protocol { command, source })?;
         return Err(ClientError::Server {
             command,
             hresult: error.hresult,

@@ -297,7 +297,8 @@ mod tests {
 
     #[test]
     fn start_time_skips_names_with_spaces_and_parens() {
-        let stat = "4242 (my (odd) app) S 1 4242 4242 0 -1 4194560 1 0 0 0 5 2 0 0 20 0 7 0 987654 1 2";
+        let stat =
+            "4242 (my (odd) app) S 1 4242 4242 0 -1 4194560 1 0 0 0 5 2 0 0 20 0 7 0 987654 1 2";
         assert_eq!(parse_start_time(stat), Some(987654));
         assert_eq!(parse_start_time("4242 (short) S 1 2"), None);
         assert_eq!(parse_start_time("no paren"), None);
@@ -317,7 +318,11 @@ mod tests {
     fn fake_proc(root: &Path, pid: u32, nspid: &str, tmpdir: Option<&Path>, start: u64) {
         let dir = root.join(pid.to_string());
         fs::create_dir_all(&dir).unwrap();
-        fs::write(dir.join("status"), format!("Name:\tdotnet\nNSpid:\t{nspid}\n")).unwrap();
+        fs::write(
+            dir.join("status"),
+            format!("Name:\tdotnet\nNSpid:\t{nspid}\n"),
+        )
+        .unwrap();
         let environ = tmpdir
             .map(|t| format!("A=b\0TMPDIR={}\0", t.display()))
             .unwrap_or_default();
@@ -331,10 +336,8 @@ mod tests {
     }
 
     fn temp_dir(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "clrscope-discovery-{name}-{}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("clrscope-discovery-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         dir

@@ -5,6 +5,8 @@
 //! - [`discovery`]: finding runtimes' default diagnostic sockets (connect mode).
 //! - [`listen`]: the reverse server runtimes dial with `DOTNET_DiagnosticPorts` (listen mode).
 //! - [`client`]: one command per connection, on either transport.
+//! - [`providers`]: trace profiles and provider specifications.
+//! - [`session`]: running one EventPipe session from start to rundown.
 //! - [`processes`]: the .NET processes reachable from here, as `clrscope ps` lists them.
 
 pub mod client;
@@ -13,3 +15,5 @@ pub mod ipc;
 pub mod listen;
 pub mod nettrace;
 pub mod processes;
+pub mod providers;
+pub mod session;

@@ -38,7 +38,9 @@ const EVENT_CAPACITY: usize = 256;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ListenError {
-    #[error("another process already listens on {path}; stop it or choose another --diagnostic-port")]
+    #[error(
+        "another process already listens on {path}; stop it or choose another --diagnostic-port"
+    )]
     InUse { path: PathBuf },
     #[error("{path} exists and is not a socket; refusing to replace it")]
     NotASocket { path: PathBuf },
@@ -492,13 +494,19 @@ mod tests {
         let server = ListenServer::bind(&path, options).await.unwrap();
         let mut events = server.subscribe();
         let runtime_side = fake_runtime(&path, 7, 4242).await;
-        let info = server.wait_for_pid(4242, Duration::from_secs(5)).await.unwrap();
+        let info = server
+            .wait_for_pid(4242, Duration::from_secs(5))
+            .await
+            .unwrap();
         assert_eq!(info.cookie, RuntimeCookie([7; 16]));
         assert_eq!(events.recv().await.unwrap(), RuntimeEvent::Attached(info));
 
         // Taking the one idle connection leaves none; the next take waits for a new dial.
         let handle = server.runtime(info);
-        let taken = handle.take_connection(Duration::from_secs(1)).await.unwrap();
+        let taken = handle
+            .take_connection(Duration::from_secs(1))
+            .await
+            .unwrap();
         drop(taken);
         let waiting = tokio::spawn({
             let handle = handle.clone();

@@ -67,7 +67,9 @@ impl ProcessSummary {
 /// Lists every process with a default diagnostic socket, asking each runtime for its facts.
 pub async fn list_connect(timeout: Duration) -> Result<Vec<ProcessSummary>, DiscoveryError> {
     let sockets = discovery::scan(Path::new("/proc"))?;
-    let queries = sockets.into_iter().map(|socket| describe_socket(socket, timeout));
+    let queries = sockets
+        .into_iter()
+        .map(|socket| describe_socket(socket, timeout));
     Ok(spawn_all(queries).await)
 }
 
@@ -101,12 +103,7 @@ async fn describe_socket(socket: DiagnosticSocket, timeout: Duration) -> Process
     let name = std::fs::read_to_string(format!("/proc/{}/comm", socket.pid))
         .map(|comm| comm.trim_end().to_string())
         .unwrap_or_default();
-    let mut row = ProcessSummary::new(
-        u64::from(socket.pid),
-        name,
-        "connect",
-        socket.path.clone(),
-    );
+    let mut row = ProcessSummary::new(u64::from(socket.pid), name, "connect", socket.path.clone());
     if socket.path_too_long() {
         row.error = Some(format!(
             "socket path is longer than a Unix socket address allows ({} bytes)",
@@ -129,9 +126,9 @@ async fn describe_socket(socket: DiagnosticSocket, timeout: Duration) -> Process
 }
 
 /// Runs the futures concurrently and returns their outputs in order.
-async fn spawn_all<F: std::future::Future>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
+async fn spawn_all<F>(futures: impl IntoIterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = futures.into_iter().map(tokio::spawn).collect();

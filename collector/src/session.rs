@@ -1,0 +1,217 @@
+//! Running one EventPipe session to its end: start, copy the stream, stop, drain the rundown.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::client::{ClientError, DiagnosticsClient};
+use crate::ipc::{CollectTracing, CollectTracingVersion};
+
+/// How much of the stream is copied at a time.
+const CHUNK: usize = 64 * 1024;
+
+/// Why a session run failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    #[error("starting the session: {0}")]
+    Start(#[source] ClientError),
+    #[error("reading the trace stream after {bytes} bytes: {source}")]
+    Read {
+        bytes: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("writing the trace after {bytes} bytes: {source}")]
+    Write {
+        bytes: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("stopping the session: {0}")]
+    Stop(#[source] ClientError),
+    #[error(
+        "the runtime did not end the stream within {0:?} of StopTracing; the file ends without \
+         the rundown (try again with a longer --stop-timeout)"
+    )]
+    DrainTimeout(Duration),
+}
+
+/// Why the stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEnd {
+    /// We stopped it (duration reached, Ctrl-C, a stopping event) and the runtime closed the
+    /// stream after its rundown.
+    Stopped,
+    /// The runtime closed the stream on its own: the process exited or the session was stopped
+    /// by someone else.
+    EndedByRuntime,
+}
+
+/// Where a session run stands, for progress displays.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionProgress {
+    pub bytes: u64,
+    pub elapsed: Duration,
+    /// StopTracing was sent; what arrives now is the tail and rundown.
+    pub stopping: bool,
+}
+
+/// What a finished run did.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionSummary {
+    pub session_id: u64,
+    pub version: CollectTracingVersion,
+    pub bytes: u64,
+    pub elapsed: Duration,
+    pub end: SessionEnd,
+}
+
+/// Starts a session, asking with the lowest command version its options need; a runtime too old
+/// for that version (e.g. a custom rundown keyword needs .NET 9) gets CollectTracing2 with the
+/// default rundown instead, so a trace is still taken.
+pub async fn start(
+    client: &DiagnosticsClient,
+    config: CollectTracing,
+) -> Result<(crate::client::EventPipeSession, CollectTracingVersion), SessionError> {
+    let config = config.with_lowest_version();
+    let version = config.version;
+    match client.start_tracing(config.clone()).await {
+        Ok(session) => Ok((session, version)),
+        Err(e) if e.is_unknown_command() && version > CollectTracingVersion::V2 => {
+            let rundown = config.rundown_keyword != 0;
+            tracing::warn!(
+                asked = version.name(),
+                "the runtime is too old for this session's options; falling back to \
+                 CollectTracing2 (rundown {})",
+                if rundown {
+                    "with default keywords"
+                } else {
+                    "off"
+                }
+            );
+            let mut fallback = config.with_rundown(rundown).with_stackwalk(true);
+            fallback.version = CollectTracingVersion::V2;
+            let session = client
+                .start_tracing(fallback)
+                .await
+                .map_err(SessionError::Start)?;
+            Ok((session, CollectTracingVersion::V2))
+        }
+        Err(e) => Err(SessionError::Start(e)),
+    }
+}
+
+/// Runs a session: copies its stream byte for byte into `out` until `stop` resolves, then stops
+/// it on a new connection and copies the rest (the rundown) until the runtime ends the stream or
+/// `stop_timeout` passes.
+pub async fn run<W: AsyncWrite + Unpin>(
+    client: &DiagnosticsClient,
+    config: CollectTracing,
+    out: &mut W,
+    stop: impl Future<Output = ()>,
+    stop_timeout: Duration,
+    mut progress: impl FnMut(SessionProgress),
+) -> Result<SessionSummary, SessionError> {
+    let started = Instant::now();
+    let (session, version) = start(client, config).await?;
+    let session_id = session.id;
+    let mut stream = session.stream;
+    let mut buf = vec![0u8; CHUNK];
+    let mut bytes = 0u64;
+    tokio::pin!(stop);
+
+    // Only the read races the stop signal: a read is cancel-safe, a half-done write is not.
+    loop {
+        let n = tokio::select! {
+            biased;
+            () = &mut stop => break,
+            read = stream.read(&mut buf) => read.map_err(|source| SessionError::Read { bytes, source })?,
+        };
+        if n == 0 {
+            let end = SessionEnd::EndedByRuntime;
+            return finish(out, bytes, session_id, version, started, end).await;
+        }
+        write(out, &buf[..n], &mut bytes).await?;
+        progress(SessionProgress {
+            bytes,
+            elapsed: started.elapsed(),
+            stopping: false,
+        });
+    }
+
+    // The runtime writes the rundown into the stream before it answers StopTracing, so the
+    // stream must be drained while the stop command waits for its reply.
+    let stop_command = async {
+        client
+            .stop_tracing(session_id)
+            .await
+            .map_err(SessionError::Stop)
+    };
+    let drain = async {
+        loop {
+            let n = stream
+                .read(&mut buf)
+                .await
+                .map_err(|source| SessionError::Read { bytes, source })?;
+            if n == 0 {
+                return Ok::<_, SessionError>(());
+            }
+            write(out, &buf[..n], &mut bytes).await?;
+            progress(SessionProgress {
+                bytes,
+                elapsed: started.elapsed(),
+                stopping: true,
+            });
+        }
+    };
+    let stopped = async { tokio::try_join!(stop_command, drain) };
+    tokio::time::timeout(stop_timeout, stopped)
+        .await
+        .map_err(|_| SessionError::DrainTimeout(stop_timeout))??;
+    finish(
+        out,
+        bytes,
+        session_id,
+        version,
+        started,
+        SessionEnd::Stopped,
+    )
+    .await
+}
+
+async fn write<W: AsyncWrite + Unpin>(
+    out: &mut W,
+    chunk: &[u8],
+    bytes: &mut u64,
+) -> Result<(), SessionError> {
+    out.write_all(chunk)
+        .await
+        .map_err(|source| SessionError::Write {
+            bytes: *bytes,
+            source,
+        })?;
+    *bytes += chunk.len() as u64;
+    Ok(())
+}
+
+async fn finish<W: AsyncWrite + Unpin>(
+    out: &mut W,
+    bytes: u64,
+    session_id: u64,
+    version: CollectTracingVersion,
+    started: Instant,
+    end: SessionEnd,
+) -> Result<SessionSummary, SessionError> {
+    out.flush()
+        .await
+        .map_err(|source| SessionError::Write { bytes, source })?;
+    Ok(SessionSummary {
+        session_id,
+        version,
+        bytes,
+        elapsed: started.elapsed(),
+        end,
+    })
+}

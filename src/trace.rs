@@ -1,0 +1,176 @@
+//! `clrscope trace`: a raw EventPipe trace of one process, written as the runtime streams it.
+
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use collector::client::DiagnosticsClient;
+use collector::ipc::{CollectTracing, DEFAULT_RUNDOWN_KEYWORD};
+use collector::providers::{self, SessionProviders, TraceProfile};
+use collector::session::{self, SessionEnd, SessionProgress};
+use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
+use tokio::io::BufWriter;
+use tokio::sync::Notify;
+
+use crate::args::parse_duration;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The process to trace.
+    #[arg(long)]
+    pid: u32,
+    /// How long to trace (e.g. 10s, 2m); without it, until Ctrl-C.
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// dotnet-monitor trace profiles, comma-separated: Cpu, Http, Logs, Metrics, GcCollect.
+    /// Without --profile and --providers: Cpu,Http,Metrics,GcCollect (dotnet-monitor's default).
+    #[arg(long, value_delimiter = ',')]
+    profile: Vec<TraceProfile>,
+    /// Providers in dotnet-trace's syntax, comma-separated:
+    /// `Name[:keywords[:level[:key=value;...]]]`, keywords in hex.
+    #[arg(long)]
+    providers: Option<String>,
+    /// Ask for rundown at the end (method and module names, needed to name frames). Default: on
+    /// when a profile or provider set asks for it.
+    #[arg(long, overrides_with = "no_rundown")]
+    rundown: bool,
+    /// No rundown at the end.
+    #[arg(long)]
+    no_rundown: bool,
+    /// The runtime's buffer for this session, in MB (events are dropped when it is full).
+    #[arg(long, default_value_t = CollectTracing::DEFAULT_BUFFER_MB)]
+    buffer_mb: u32,
+    /// Interval of EventCounters enabled by the Metrics profile, in seconds.
+    #[arg(long, default_value_t = 5)]
+    counter_interval: u32,
+    /// How long to wait for the rundown after stopping.
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    stop_timeout: Duration,
+    /// Output file; default `clrscope-PID-UNIXTIME.nettrace`.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+}
+
+impl Args {
+    fn session_providers(&self) -> anyhow::Result<SessionProviders> {
+        let mut session = SessionProviders::default();
+        let profiles: &[TraceProfile] = if self.profile.is_empty() && self.providers.is_none() {
+            &TraceProfile::DEFAULT
+        } else {
+            &self.profile
+        };
+        for &profile in profiles {
+            session.add_profile(profile, self.counter_interval)?;
+        }
+        if let Some(list) = &self.providers {
+            let explicit = providers::parse_providers(list)?;
+            if !explicit.is_empty() && session.rundown_keyword == 0 {
+                // Explicit providers get the usual rundown, as dotnet-trace and dotnet-monitor do.
+                session.rundown_keyword = DEFAULT_RUNDOWN_KEYWORD;
+            }
+            for provider in explicit {
+                session.add(provider)?;
+            }
+        }
+        if session.providers.is_empty() {
+            anyhow::bail!("no providers: give --profile or --providers");
+        }
+        if self.no_rundown {
+            session.rundown_keyword = 0;
+        } else if self.rundown && session.rundown_keyword == 0 {
+            session.rundown_keyword = DEFAULT_RUNDOWN_KEYWORD;
+        }
+        Ok(session)
+    }
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let session = args.session_providers()?;
+    let client = DiagnosticsClient::for_pid(args.pid)?;
+    let output = args.output.clone().unwrap_or_else(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        PathBuf::from(format!("clrscope-{}-{now}.nettrace", args.pid))
+    });
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&output)
+        .with_context(|| format!("creating {}", output.display()))?;
+    let mut out = BufWriter::with_capacity(256 * 1024, tokio::fs::File::from_std(file));
+
+    let config = CollectTracing::v2(session.providers)
+        .with_rundown_keyword(session.rundown_keyword)
+        .with_circular_buffer_mb(args.buffer_mb);
+
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("valid template"));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let show = |p: SessionProgress| {
+        let phase = if p.stopping {
+            "stopping, collecting rundown".to_string()
+        } else {
+            match args.duration {
+                Some(d) => format!("{:.0} s left", d.saturating_sub(p.elapsed).as_secs_f64()),
+                None => "Ctrl-C to stop".to_string(),
+            }
+        };
+        bar.set_message(format!(
+            "pid {}: {} in {:.1} s · {phase}",
+            args.pid,
+            HumanBytes(p.bytes),
+            p.elapsed.as_secs_f64()
+        ));
+    };
+
+    let stop_requested = Arc::new(Notify::new());
+    let stop = {
+        let stop_requested = stop_requested.clone();
+        let duration = args.duration;
+        async move {
+            let elapsed = async {
+                match duration {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = elapsed => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            stop_requested.notify_one();
+        }
+    };
+    let abort = async {
+        stop_requested.notified().await;
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let result = tokio::select! {
+        result = session::run(&client, config, &mut out, stop, args.stop_timeout, show) => result,
+        () = abort => {
+            bar.finish_and_clear();
+            anyhow::bail!("aborted: {} is incomplete (it lacks the end of the stream and the rundown)", output.display());
+        }
+    };
+    bar.finish_and_clear();
+    let summary = result.with_context(|| format!("tracing pid {}", args.pid))?;
+    let how = match summary.end {
+        SessionEnd::Stopped => "stopped",
+        SessionEnd::EndedByRuntime => "ended by the runtime (did the process exit?)",
+    };
+    eprintln!(
+        "wrote {} to {} ({:.1} s, session {:#x} via {}, {how})",
+        HumanBytes(summary.bytes),
+        output.display(),
+        summary.elapsed.as_secs_f64(),
+        summary.session_id,
+        summary.version.name(),
+    );
+    Ok(())
+}
