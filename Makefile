@@ -1,0 +1,46 @@
+# clrscope developer and CI entry points. The test-bed logic lives in tests/testbed/*.sh.
+#
+#   make setup   install a .NET >= 8 runtime and mcs if missing; compile tests/targets/*.cs
+#   make build   cargo build --workspace --all-targets
+#   make test    setup + build + cargo test --workspace
+#   make demo    start the CpuHot target and run `clrscope ps` against it
+#   make fmt     check formatting        make lint   clippy with warnings as errors
+
+SHELL := /bin/bash
+CARGO ?= cargo
+TESTBED := $(or $(CLRSCOPE_TESTBED_DIR),.testbed)
+SETUP := tests/testbed/setup.sh
+
+TARGET_SRCS := $(wildcard tests/targets/*.cs)
+COMMON_SRCS := $(wildcard tests/targets/common/*.cs)
+TARGET_NAMES := $(basename $(notdir $(TARGET_SRCS)))
+TARGET_DLLS := $(foreach n,$(TARGET_NAMES),$(TESTBED)/targets/$(n)/$(n).dll)
+
+.PHONY: all setup build test demo fmt lint FORCE
+all: build
+
+setup: $(TESTBED)/runtime.env $(TARGET_DLLS)
+
+# Always checked (fast when installed); the script rewrites runtime.env only when it changes, so
+# targets are recompiled only when their .cs, the setup script or the runtime changed.
+$(TESTBED)/runtime.env: FORCE
+	@bash $(SETUP) runtime
+
+.SECONDEXPANSION:
+$(TESTBED)/targets/%.dll: tests/targets/$$(notdir $$*).cs $(COMMON_SRCS) $(SETUP) $(TESTBED)/runtime.env
+	@bash $(SETUP) compile $<
+
+build:
+	$(CARGO) build --workspace --all-targets
+
+test: setup build
+	$(CARGO) test --workspace
+
+demo: setup build
+	@bash tests/testbed/demo.sh
+
+fmt:
+	$(CARGO) fmt --all -- --check
+
+lint:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings

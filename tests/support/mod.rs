@@ -1,0 +1,613 @@
+//! Support for integration tests against real .NET processes: the test-bed targets of
+//! `tests/targets/*.cs`, built by `make setup` into `.testbed/` (see `tests/targets/README.md`).
+//!
+//! ```ignore
+//! mod support;
+//! use support::Target;
+//!
+//! let mut cpu = Target::builder("CpuHot").args(["--split", "60,30,10"]).start();
+//! let ready = cpu.ready().unwrap();            // the target's ready line, as JSON
+//! let socket = cpu.diagnostic_socket().unwrap(); // /tmp/dotnet-diagnostic-PID-KEY-socket
+//! // ... run clrscope against cpu.pid() ...
+//! // dropping `cpu` kills the process
+//! ```
+//!
+//! Only std and serde_json. A target's stdout is read by a background thread into a bounded channel;
+//! when the channel is full (a test not reading a chatty target) lines are dropped and counted
+//! ([`Target::dropped_lines`]) rather than ever blocking the target. Its stderr is kept (the last
+//! 64 KiB) for error messages.
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// How long [`TargetBuilder::start`] waits for the ready line.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Capacity of the stdout channel, in lines.
+pub const STDOUT_CHANNEL_LINES: usize = 16 * 1024;
+const STDERR_KEEP_BYTES: usize = 64 * 1024;
+
+/// The test-bed folder: `$CLRSCOPE_TESTBED_DIR`, else `<CARGO_MANIFEST_DIR>/.testbed`.
+pub fn testbed_dir() -> PathBuf {
+    match std::env::var_os("CLRSCOPE_TESTBED_DIR") {
+        Some(dir) if !dir.is_empty() => {
+            let dir = PathBuf::from(dir);
+            if dir.is_absolute() {
+                dir
+            } else {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join(dir)
+            }
+        }
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join(".testbed"),
+    }
+}
+
+/// The `dotnet` host of the test bed (`testbed_dir()/bin/dotnet`, a symlink made by `make setup`).
+///
+/// Panics with "run `make setup` first" if it is missing.
+pub fn dotnet_host() -> PathBuf {
+    let host = testbed_dir().join("bin").join("dotnet");
+    if !host.exists() {
+        panic!(
+            "no .NET host at {} (the .NET test bed is not installed): run `make setup` first",
+            host.display()
+        );
+    }
+    host
+}
+
+/// Whether the test bed is installed (the host and at least one compiled target exist).
+pub fn testbed_available() -> bool {
+    testbed_dir().join("bin").join("dotnet").exists()
+}
+
+/// The compiled target `name` (`testbed_dir()/targets/NAME/NAME.dll`); panics with "run `make setup`
+/// first" if it is missing.
+pub fn target_dll(name: &str) -> PathBuf {
+    let dll = testbed_dir()
+        .join("targets")
+        .join(name)
+        .join(format!("{name}.dll"));
+    if !dll.exists() {
+        panic!(
+            "no test-bed target {} (is there a tests/targets/{name}.cs?): run `make setup` first",
+            dll.display()
+        );
+    }
+    dll
+}
+
+/// The folder where .NET puts diagnostic sockets: `$TMPDIR`, else `/tmp`.
+pub fn diagnostic_socket_dir() -> PathBuf {
+    match std::env::var_os("TMPDIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from("/tmp"),
+    }
+}
+
+/// Every `dotnet-diagnostic-PID-KEY-socket` of `pid` in [`diagnostic_socket_dir`], sorted.
+pub fn diagnostic_sockets(pid: u32) -> Vec<PathBuf> {
+    let prefix = format!("dotnet-diagnostic-{pid}-");
+    let is_ours = |name: &str| {
+        name.strip_prefix(prefix.as_str())
+            .and_then(|rest| rest.strip_suffix("-socket"))
+            .is_some_and(|key| !key.is_empty() && key.chars().all(|c| c.is_ascii_digit()))
+    };
+    let mut found: Vec<PathBuf> = match std::fs::read_dir(diagnostic_socket_dir()) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok())
+            .filter(|e| is_ours(&e.file_name().to_string_lossy()))
+            .map(|e| e.path())
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    found.sort();
+    found
+}
+
+/// The diagnostic socket of `pid`, if there is one.
+pub fn diagnostic_socket(pid: u32) -> Option<PathBuf> {
+    diagnostic_sockets(pid).pop()
+}
+
+/// Polls for the diagnostic socket of `pid` until `timeout`.
+pub fn wait_for_diagnostic_socket(pid: u32, timeout: Duration) -> Option<PathBuf> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(path) = diagnostic_socket(pid) {
+            return Some(path);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a process `pid` exists (and is not a zombie).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => match stat.rfind(')') {
+            Some(i) => !matches!(stat[i + 1..].trim_start().chars().next(), Some('Z' | 'X')),
+            None => true,
+        },
+        Err(_) => false,
+    }
+}
+
+/// A response of [`http_get`].
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    pub status: u16,
+    /// Header names lower-cased, in order.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl HttpResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON (AsyncWeb answers with the request's JSON line).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(self.body.trim())
+            .unwrap_or_else(|e| panic!("response body is not JSON ({e}): {:?}", self.body))
+    }
+}
+
+/// A minimal HTTP/1.1 GET to `127.0.0.1:port` (`path` may carry a query), with extra headers, for
+/// talking to the AsyncWeb target without an HTTP client crate. `Connection: close`; no chunked
+/// bodies. Panics on I/O errors.
+pub fn http_get(port: u16, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
+        .unwrap_or_else(|e| panic!("connect 127.0.0.1:{port}: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("set_read_timeout");
+    let mut request =
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+    let mut raw = Vec::new();
+    stream
+        .read_to_end(&mut raw)
+        .unwrap_or_else(|e| panic!("GET {path}: reading the response: {e}"));
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("GET {path}: malformed response {raw:?}"));
+    let mut head_lines = head.split("\r\n");
+    let status_line = head_lines.next().unwrap_or("");
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("GET {path}: bad status line {status_line:?}"));
+    let headers = head_lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    HttpResponse {
+        status,
+        headers,
+        body: body.to_string(),
+    }
+}
+
+mod sys {
+    extern "C" {
+        pub fn kill(pid: i32, sig: i32) -> i32;
+    }
+    pub const SIGTERM: i32 = 15;
+    pub const SIGINT: i32 = 2;
+}
+
+/// Configures and starts a test-bed target: `Target::builder("CpuHot")`.
+#[derive(Debug, Clone)]
+pub struct TargetBuilder {
+    name: String,
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
+    env_removes: Vec<String>,
+    current_dir: Option<PathBuf>,
+}
+
+impl TargetBuilder {
+    /// One command-line argument for the target (after `NAME.dll`).
+    pub fn arg(mut self, a: impl Into<String>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+
+    /// Several command-line arguments.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// An environment variable for the target (e.g. `DOTNET_DiagnosticPorts`, `OTEL_SERVICE_NAME`).
+    pub fn env(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
+        self.envs.push((k.into(), v.into()));
+        self
+    }
+
+    /// Removes an inherited environment variable.
+    pub fn env_remove(mut self, k: impl Into<String>) -> Self {
+        self.env_removes.push(k.into());
+        self
+    }
+
+    /// The target's working directory (default: inherited).
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.current_dir = Some(dir.into());
+        self
+    }
+
+    /// The command that [`spawn`](Self::spawn) runs.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(dotnet_host());
+        cmd.arg(target_dll(&self.name));
+        cmd.args(&self.args);
+        // The target exits by itself within a second if this process dies without dropping it.
+        cmd.env("TESTBED_EXIT_WITH_PARENT", "1");
+        for k in &self.env_removes {
+            cmd.env_remove(k);
+        }
+        for (k, v) in &self.envs {
+            cmd.env(k, v);
+        }
+        if let Some(dir) = &self.current_dir {
+            cmd.current_dir(dir);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    }
+
+    /// Starts the target; does NOT wait for its ready line (see [`Target::wait_ready`]).
+    pub fn spawn(self) -> Target {
+        let mut cmd = self.command();
+        let mut child = cmd.spawn().unwrap_or_else(|e| {
+            panic!(
+                "cannot start test-bed target {} ({:?}): {e}",
+                self.name, cmd
+            )
+        });
+
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = sync_channel::<String>(STDOUT_CHANNEL_LINES);
+        let dropped = Arc::new(AtomicU64::new(0));
+        let dropped_w = Arc::clone(&dropped);
+        thread::Builder::new()
+            .name(format!("{}-stdout", self.name))
+            .spawn(move || {
+                let mut reader = BufReader::new(stdout);
+                let mut buf = Vec::new();
+                let mut receiver_gone = false;
+                loop {
+                    buf.clear();
+                    match reader.read_until(b'\n', &mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {}
+                    }
+                    if receiver_gone {
+                        continue; // keep draining so the target never blocks on a full pipe
+                    }
+                    let line = String::from_utf8_lossy(&buf)
+                        .trim_end_matches(['\n', '\r'])
+                        .to_string();
+                    match tx.try_send(line) {
+                        Ok(()) => {}
+                        Err(TrySendError::Full(_)) => {
+                            dropped_w.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(TrySendError::Disconnected(_)) => receiver_gone = true,
+                    }
+                }
+            })
+            .expect("spawn stdout reader");
+
+        let stderr_pipe = child.stderr.take().expect("piped stderr");
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let stderr_w = Arc::clone(&stderr);
+        thread::Builder::new()
+            .name(format!("{}-stderr", self.name))
+            .spawn(move || {
+                let mut pipe = stderr_pipe;
+                let mut chunk = [0u8; 8192];
+                loop {
+                    match pipe.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            let mut buf = stderr_w.lock().unwrap_or_else(|p| p.into_inner());
+                            buf.extend_from_slice(&chunk[..n]);
+                            if buf.len() > STDERR_KEEP_BYTES {
+                                let excess = buf.len() - STDERR_KEEP_BYTES;
+                                buf.drain(..excess);
+                            }
+                        }
+                    }
+                }
+            })
+            .expect("spawn stderr reader");
+
+        Target {
+            child,
+            name: self.name,
+            args: self.args,
+            ready: None,
+            lines,
+            before_ready: Vec::new(),
+            stderr,
+            dropped,
+            sockets: Vec::new(),
+            exit: None,
+        }
+    }
+
+    /// [`spawn`](Self::spawn) + [`Target::wait_ready`] with [`READY_TIMEOUT`] (30 s); panics with the
+    /// target's stderr and output if no ready line comes.
+    pub fn start(self) -> Target {
+        let mut target = self.spawn();
+        if target.wait_ready(READY_TIMEOUT).is_none() {
+            let status = match target.child.try_wait() {
+                Ok(Some(status)) => format!("it exited with {status}"),
+                _ => format!("no ready line within {READY_TIMEOUT:?}"),
+            };
+            target.kill();
+            // give the readers a moment to collect what the process wrote last
+            thread::sleep(Duration::from_millis(50));
+            panic!(
+                "test-bed target {} {:?} did not become ready: {status}\n--- stdout before ready ---\n{}\n--- stderr ---\n{}",
+                target.name,
+                target.args,
+                target.before_ready.join("\n"),
+                target.stderr_text()
+            );
+        }
+        target
+    }
+}
+
+/// A running test-bed target process. Dropping it kills the process and waits for it.
+pub struct Target {
+    pub child: Child,
+    name: String,
+    args: Vec<String>,
+    ready: Option<Value>,
+    lines: Receiver<String>,
+    before_ready: Vec<String>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    dropped: Arc<AtomicU64>,
+    sockets: Vec<PathBuf>,
+    exit: Option<ExitStatus>,
+}
+
+impl Target {
+    /// `Target::builder("CpuHot")`: the target compiled from `tests/targets/CpuHot.cs`.
+    pub fn builder(name: &str) -> TargetBuilder {
+        TargetBuilder {
+            name: name.to_string(),
+            args: Vec::new(),
+            envs: Vec::new(),
+            env_removes: Vec::new(),
+            current_dir: None,
+        }
+    }
+
+    /// The target's name ("CpuHot").
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for the ready line (`{"ready":NAME,"pid":...}`) and returns it; `None` on timeout or if
+    /// the target exits (closes stdout) first. Lines before it are kept for error messages. Once
+    /// seen, returns it again at once.
+    pub fn wait_ready(&mut self, timeout: Duration) -> Option<Value> {
+        if let Some(ready) = &self.ready {
+            return Some(ready.clone());
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => match serde_json::from_str::<Value>(&line) {
+                    Ok(v) if v.get("ready").is_some() => {
+                        self.sockets = diagnostic_sockets(self.pid());
+                        self.ready = Some(v.clone());
+                        return Some(v);
+                    }
+                    _ => self.before_ready.push(line),
+                },
+                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
+                    return None
+                }
+            }
+        }
+    }
+
+    /// The ready line, once [`wait_ready`](Self::wait_ready) has seen it.
+    pub fn ready(&self) -> Option<&Value> {
+        self.ready.as_ref()
+    }
+
+    /// A fact from the ready line by JSON pointer, e.g. `ready_fact("/threads/0/tid")`.
+    pub fn ready_fact(&self, pointer: &str) -> Option<&Value> {
+        self.ready.as_ref().and_then(|r| r.pointer(pointer))
+    }
+
+    /// The next stdout line (after the ready line, if [`wait_ready`](Self::wait_ready) ran), or
+    /// `None` on timeout or once the target closed stdout and every line was read.
+    pub fn next_line(&mut self, timeout: Duration) -> Option<String> {
+        self.lines.recv_timeout(timeout).ok()
+    }
+
+    /// The next stdout line that is a JSON object, skipping others; `None` on timeout/end.
+    pub fn next_json(&mut self, timeout: Duration) -> Option<Value> {
+        self.wait_for_json(timeout, |_| true)
+    }
+
+    /// The next JSON stdout line for which `pred` holds (e.g. `|v| v.get("progress").is_some()`),
+    /// skipping others; `None` on timeout/end.
+    pub fn wait_for_json(
+        &mut self,
+        timeout: Duration,
+        mut pred: impl FnMut(&Value) -> bool,
+    ) -> Option<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self.lines.recv_timeout(left).ok()?;
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                if v.is_object() && pred(&v) {
+                    return Some(v);
+                }
+            }
+        }
+    }
+
+    /// Every stdout line already received and not yet read, without waiting.
+    pub fn drain_lines(&mut self) -> Vec<String> {
+        self.lines.try_iter().collect()
+    }
+
+    /// Stdout lines dropped because the channel was full (nobody reading).
+    pub fn dropped_lines(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Stdout lines seen before the ready line.
+    pub fn lines_before_ready(&self) -> &[String] {
+        &self.before_ready
+    }
+
+    /// What the target wrote to stderr so far (the last 64 KiB).
+    pub fn stderr_text(&self) -> String {
+        let buf = self.stderr.lock().unwrap_or_else(|p| p.into_inner());
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+
+    /// The target's diagnostic socket (`$TMPDIR` or `/tmp`/`dotnet-diagnostic-PID-KEY-socket`).
+    pub fn diagnostic_socket(&self) -> Option<PathBuf> {
+        diagnostic_socket(self.pid())
+    }
+
+    /// Polls for the diagnostic socket until `timeout`.
+    pub fn wait_diagnostic_socket(&self, timeout: Duration) -> Option<PathBuf> {
+        wait_for_diagnostic_socket(self.pid(), timeout)
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.try_exit_status().is_none()
+    }
+
+    /// The exit status if the process has exited (reaps it), else `None`.
+    pub fn try_exit_status(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.exit = Some(status);
+            }
+        }
+        self.exit
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself (e.g. after `--duration-seconds`).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_exit_status() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Sends SIGINT (the targets treat it as Ctrl-C and end cleanly, printing their exit line).
+    pub fn interrupt(&mut self) {
+        self.signal(sys::SIGINT);
+    }
+
+    /// SIGTERM, then waits up to `timeout` for the exit; SIGKILL if it has not exited by then.
+    pub fn terminate(&mut self, timeout: Duration) -> ExitStatus {
+        self.signal(sys::SIGTERM);
+        if let Some(status) = self.wait_exit(timeout) {
+            self.remove_stale_sockets();
+            return status;
+        }
+        self.kill();
+        self.exit.expect("killed and reaped")
+    }
+
+    fn signal(&mut self, sig: i32) {
+        if self.try_exit_status().is_none() {
+            // SAFETY: kill(2) with the pid of our own, not yet reaped, child.
+            unsafe {
+                sys::kill(self.child.id() as i32, sig);
+            }
+        }
+    }
+
+    /// Kills the process (SIGKILL) and waits for it. Idempotent.
+    pub fn kill(&mut self) {
+        if self.try_exit_status().is_none() {
+            let _ = self.child.kill();
+            if let Ok(status) = self.child.wait() {
+                self.exit = Some(status);
+            }
+        }
+        self.remove_stale_sockets();
+    }
+
+    /// A killed runtime cannot remove its diagnostic socket: remove the ones it had at ready time.
+    fn remove_stale_sockets(&mut self) {
+        for path in self.sockets.drain(..) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    /// The command line the target runs with, for messages.
+    pub fn describe(&self) -> String {
+        let mut parts: Vec<OsString> = vec![format!("{}.dll", self.name).into()];
+        parts.extend(self.args.iter().map(OsString::from));
+        format!("{parts:?} (pid {})", self.pid())
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -1,0 +1,526 @@
+// AsyncWeb: a .NET test-bed target serving HTTP with async handlers, spans, metrics, and the
+// ASP.NET Core hosting diagnostic events.
+//
+// ASP.NET Core is not available here (no ASP.NET Core shared framework on any reachable registry), so
+// this target STANDS IN FOR IT: a System.Net.HttpListener server that emits, for every request, the
+// same DiagnosticListener events ASP.NET Core's hosting layer emits — listener "Microsoft.AspNetCore",
+// activity "Microsoft.AspNetCore.Hosting.HttpRequestIn" with its ".Start" and ".Stop" events (plus the
+// older "Microsoft.AspNetCore.Hosting.BeginRequest"/"EndRequest" events), whose payload is an object
+// shaped like ASP.NET Core's HttpContext for DiagnosticSource payload specs: TraceIdentifier,
+// Request.{Scheme,Host,PathBase,Path,QueryString,Method,Protocol}, Response.StatusCode. That is what
+// dotnet-monitor's AspNetRequestCount / AspNetRequestDuration / AspNetResponseStatus triggers and
+// dotnet-trace's "aspnet" filter read through Microsoft-Diagnostics-DiagnosticSource. The server span
+// (the HttpRequestIn activity) is always created, from ActivitySource "Microsoft.AspNetCore" (or as a
+// plain Activity when nothing listens), and honours an incoming W3C "traceparent" header like ASP.NET
+// Core does.
+//
+// What it does
+//   Serves http://127.0.0.1:PORT/ (PORT: --port, else a free port found by probing) on a thread
+//   "HttpAccept"; each request is handled on the thread pool by AsyncWeb.Program.HandleAsync:
+//     /alpha  span "AsyncWeb.Alpha" from ActivitySource "AsyncWeb"; runs AsyncWeb.Handlers.AlphaHot for
+//             half of --alpha-ms, then `await Task.Delay(1)`, then AlphaHot for the other half.
+//             The continuation after the await resumes on ANOTHER thread-pool thread: the worker that
+//             started the request stays blocked (AsyncWeb.Program.HoldWorkerUntilResumed) until the
+//             continuation has started (at most 200 ms; the pool keeps >= 16 workers for this).
+//     /bravo  the same with span "AsyncWeb.Bravo", AsyncWeb.Handlers.BravoHot and --bravo-ms.
+//     other   404, no inner span (the hosting events are still emitted).
+//   `?status=NNN` (100..599) on /alpha or /bravo sets the response status code (e.g. 500 to test
+//   AspNetResponseStatus triggers). The response body is the request's JSON line (below).
+//   Activity.DefaultIdFormat = W3C (forced); an ActivityListener samples sources "AsyncWeb" and
+//   "Microsoft.AspNetCore" (AllDataAndRecorded), so spans are really created.
+//   Meter "AsyncWeb": Histogram<double> "asyncweb.request.duration" (unit ms) and Counter<long>
+//   "asyncweb.requests", each recorded once per request with tags kind (alpha|bravo|none) and status.
+//   --self-load N: thread "SelfLoad" sends N requests per second (alternately /alpha and /bravo) with
+//   HttpClient, so a test gets load without an external tool (at most 64 in flight).
+//
+// Arguments
+//   --port P                port to listen on (default: probe a free one)
+//   --alpha-ms MS           busy time of an /alpha request, split before/after the await (default 4)
+//   --bravo-ms MS           busy time of a /bravo request (default 2)
+//   --self-load N           requests per second from the built-in load generator (default 0: none)
+//   --no-request-lines      do not print a line per request (for high loads)
+//   --duration-seconds N    run N seconds, then exit 0 (default: until killed; Ctrl-C exits cleanly)
+//
+// Lines printed to stdout (one JSON object per line)
+//   ready, once the listener accepts requests:
+//     {"ready":"AsyncWeb","pid":1234,"runtime":"8.0.4","port":40123,"url":"http://127.0.0.1:40123/",
+//      "endpoints":{"/alpha":"AsyncWeb.Handlers.AlphaHot","/bravo":"AsyncWeb.Handlers.BravoHot"},
+//      "alpha_ms":4,"bravo_ms":2,"activity_source":"AsyncWeb","spans":["AsyncWeb.Alpha","AsyncWeb.Bravo"],
+//      "meter":"AsyncWeb","histogram":"asyncweb.request.duration","histogram_unit":"ms",
+//      "counter":"asyncweb.requests","diagnostic_listener":"Microsoft.AspNetCore",
+//      "hosting_activity":"Microsoft.AspNetCore.Hosting.HttpRequestIn","id_format":"W3C",
+//      "self_load_per_second":0,"request_lines":true}
+//   one per request (unless --no-request-lines), printed before the response is sent:
+//     {"request":1,"kind":"alpha","method":"GET","path":"/alpha","status":200,
+//      "trace_id":"<32 hex>","span_id":"<16 hex, the AsyncWeb.Alpha span>",
+//      "hosting_span_id":"<16 hex, the HttpRequestIn span = parent of span_id>",
+//      "parent_span_id":"<16 hex of the incoming traceparent, or null>",
+//      "tid_before":1250,"tid_after":1252,"thread_before":7,"thread_after":9,"switched_thread":true,
+//      "duration_ms":4.8}
+//     tid_*: OS thread ids before/after the await; thread_*: managed thread ids; switched_thread is
+//     true unless the 200 ms guard expired. For 404s kind is null and span_id, tid_* and thread_* are null.
+//   every second: {"progress":"AsyncWeb","elapsed_s":1,"requests":{"alpha":10,"bravo":10,"none":0},
+//                  "self_load":{"sent":20,"ok":20,"failed":0}}   (totals so far)
+//   at exit: {"exit":"AsyncWeb","elapsed_s":5.001,"requests":{...},"self_load":{...}}
+using System;
+using System.Collections.Generic;
+using System.Diagnostics;
+using System.Diagnostics.Metrics;
+using System.Globalization;
+using System.Net;
+using System.Net.Http;
+using System.Net.Sockets;
+using System.Runtime.CompilerServices;
+using System.Text;
+using System.Threading;
+using System.Threading.Tasks;
+using Testbed;
+
+namespace AsyncWeb
+{
+    // ---- stand-ins for ASP.NET Core's HttpContext, as DiagnosticSource payload specs see them ----
+
+    public sealed class HostingHttpContext
+    {
+        public HostingHttpContext(string traceIdentifier, HostingRequest request, HostingResponse response)
+        {
+            TraceIdentifier = traceIdentifier;
+            Request = request;
+            Response = response;
+        }
+
+        public string TraceIdentifier { get; private set; }
+        public HostingRequest Request { get; private set; }
+        public HostingResponse Response { get; private set; }
+    }
+
+    public sealed class HostingRequest
+    {
+        public string Scheme { get; set; }
+        public string Host { get; set; }        // "127.0.0.1:40123", as HostString.ToString()
+        public string PathBase { get; set; }    // "", as PathString.ToString()
+        public string Path { get; set; }        // "/alpha"
+        public string QueryString { get; set; } // "" or "?status=500", as QueryString.ToString()
+        public string Method { get; set; }
+        public string Protocol { get; set; }    // "HTTP/1.1"
+    }
+
+    public sealed class HostingResponse
+    {
+        public int StatusCode { get; set; }
+    }
+
+    /// <summary>What ASP.NET Core's HostingApplicationDiagnostics does around each request.</summary>
+    static class Hosting
+    {
+        public const string ListenerName = "Microsoft.AspNetCore";
+        public const string ActivityName = "Microsoft.AspNetCore.Hosting.HttpRequestIn";
+        const string StartKey = ActivityName + ".Start";
+        const string BeginRequestKey = "Microsoft.AspNetCore.Hosting.BeginRequest";
+        const string EndRequestKey = "Microsoft.AspNetCore.Hosting.EndRequest";
+
+        static readonly DiagnosticListener Diagnostics = new DiagnosticListener(ListenerName);
+        static readonly ActivitySource Source = new ActivitySource(ListenerName);
+
+        public sealed class State
+        {
+            public Activity Activity;
+            public bool DiagnosticStarted;
+            public long StartTimestamp;
+        }
+
+        public static State BeginRequest(HostingHttpContext context, string traceparent)
+        {
+            var state = new State { StartTimestamp = Stopwatch.GetTimestamp() };
+            bool enabled = Diagnostics.IsEnabled();
+            // ASP.NET Core asks IsEnabled(ActivityName, httpContext) before creating the activity when
+            // DiagnosticListener subscribers exist; the answer does not change what this stand-in does.
+            if (enabled) Diagnostics.IsEnabled(ActivityName, context);
+
+            Activity activity = traceparent != null
+                ? Source.CreateActivity(ActivityName, ActivityKind.Server, traceparent)
+                : Source.CreateActivity(ActivityName, ActivityKind.Server);
+            if (activity == null)
+            {
+                activity = new Activity(ActivityName);
+                if (traceparent != null) activity.SetParentId(traceparent);
+            }
+            if (enabled && Diagnostics.IsEnabled(StartKey))
+            {
+                Diagnostics.StartActivity(activity, context); // Start(), then writes ".Start"
+                state.DiagnosticStarted = true;
+            }
+            else
+            {
+                activity.Start();
+            }
+            state.Activity = activity;
+            if (enabled && Diagnostics.IsEnabled(BeginRequestKey))
+                Diagnostics.Write(BeginRequestKey, new { httpContext = context, timestamp = state.StartTimestamp });
+            return state;
+        }
+
+        public static void EndRequest(State state, HostingHttpContext context)
+        {
+            long now = Stopwatch.GetTimestamp();
+            if (Diagnostics.IsEnabled() && Diagnostics.IsEnabled(EndRequestKey))
+                Diagnostics.Write(EndRequestKey, new { httpContext = context, timestamp = now });
+            if (state.DiagnosticStarted)
+                Diagnostics.StopActivity(state.Activity, context); // sets the end time, writes ".Stop", Stop()
+            else
+                state.Activity.Stop();
+        }
+    }
+
+    // ---- the application ----
+
+    public static class Handlers
+    {
+        public static double Sink;
+
+        /// <summary>Busy for MS milliseconds (floating-point work); the /alpha hot method.</summary>
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        public static void AlphaHot(double ms)
+        {
+            long until = Stopwatch.GetTimestamp() + (long)(ms * Stopwatch.Frequency / 1000.0);
+            double acc = 1.0;
+            do
+            {
+                for (int k = 0; k < 1000; k++) acc = acc * 0.9999991 + 1e-7;
+            } while (Stopwatch.GetTimestamp() < until);
+            Sink = acc;
+        }
+
+        /// <summary>Busy for MS milliseconds (integer hashing); the /bravo hot method.</summary>
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        public static void BravoHot(double ms)
+        {
+            long until = Stopwatch.GetTimestamp() + (long)(ms * Stopwatch.Frequency / 1000.0);
+            ulong h = 1469598103934665603UL;
+            do
+            {
+                for (int k = 0; k < 1000; k++) h = (h ^ (ulong)k) * 1099511628211UL;
+            } while (Stopwatch.GetTimestamp() < until);
+            Sink = h;
+        }
+    }
+
+    static class Program
+    {
+        const string Usage =
+            "usage: AsyncWeb [--port P] [--alpha-ms 4] [--bravo-ms 2] [--self-load N] [--no-request-lines]\n" +
+            "                [--duration-seconds N]\n" +
+            "  HTTP server on 127.0.0.1 with /alpha and /bravo async handlers, spans, metrics and the\n" +
+            "  ASP.NET Core hosting diagnostic events; see the top of AsyncWeb.cs for the lines it prints";
+
+        const int ResumeGuardMs = 200;
+        const int MinThreads = 16;
+
+        static readonly ActivitySource Source = new ActivitySource("AsyncWeb");
+        static readonly Meter Meter = new Meter("AsyncWeb");
+        static readonly Histogram<double> Duration = Meter.CreateHistogram<double>(
+            "asyncweb.request.duration", "ms", "Duration of AsyncWeb requests");
+        static readonly Counter<long> Requests = Meter.CreateCounter<long>("asyncweb.requests", null, "AsyncWeb requests handled");
+
+        static double alphaMs, bravoMs;
+        static bool requestLines;
+        static int port;
+        static long requestSeq, alphaCount, bravoCount, noneCount;
+        static long loadSent, loadOk, loadFailed;
+
+        static int Main(string[] argv)
+        {
+            var args = new Args("AsyncWeb", Usage, argv,
+                new[] { "port", "alpha-ms", "bravo-ms", "self-load" }, new[] { "no-request-lines" });
+            int requestedPort = args.Int("port", 0, 0, 65535);
+            alphaMs = args.Double("alpha-ms", 4, 0, 10000);
+            bravoMs = args.Double("bravo-ms", 2, 0, 10000);
+            double selfLoad = args.Double("self-load", 0, 0, 10000);
+            requestLines = !args.Has("no-request-lines");
+            double? duration = args.DurationSeconds();
+            Lifetime.Install();
+
+            // Request workers block until their continuation has started elsewhere (StartRequest):
+            // make sure there are enough workers for that without waiting for thread injection.
+            int workers, ports;
+            ThreadPool.GetMinThreads(out workers, out ports);
+            ThreadPool.SetMinThreads(Math.Max(workers, MinThreads), Math.Max(ports, MinThreads));
+
+            Activity.DefaultIdFormat = ActivityIdFormat.W3C;
+            Activity.ForceDefaultIdFormat = true;
+            var listener = new ActivityListener
+            {
+                ShouldListenTo = s => s.Name == "AsyncWeb" || s.Name == Hosting.ListenerName,
+                Sample = SampleAll,
+                SampleUsingParentId = SampleAllByParentId,
+            };
+            ActivitySource.AddActivityListener(listener);
+
+            HttpListener http = Listen(requestedPort, args);
+            var accept = new Thread(() => AcceptLoop(http)) { Name = "HttpAccept", IsBackground = true };
+            accept.Start();
+
+            Thread load = null;
+            if (selfLoad > 0)
+            {
+                load = new Thread(() => SelfLoad(selfLoad)) { Name = "SelfLoad", IsBackground = true };
+                load.Start();
+            }
+
+            string url = "http://127.0.0.1:" + port.ToString(CultureInfo.InvariantCulture) + "/";
+            Out.Line(Out.Ready("AsyncWeb")
+                .Add("port", port)
+                .Add("url", url)
+                .Add("endpoints", new Json().Add("/alpha", "AsyncWeb.Handlers.AlphaHot").Add("/bravo", "AsyncWeb.Handlers.BravoHot"))
+                .Add("alpha_ms", alphaMs)
+                .Add("bravo_ms", bravoMs)
+                .Add("activity_source", "AsyncWeb")
+                .Add("spans", new[] { "AsyncWeb.Alpha", "AsyncWeb.Bravo" })
+                .Add("meter", "AsyncWeb")
+                .Add("histogram", "asyncweb.request.duration")
+                .Add("histogram_unit", "ms")
+                .Add("counter", "asyncweb.requests")
+                .Add("diagnostic_listener", Hosting.ListenerName)
+                .Add("hosting_activity", Hosting.ActivityName)
+                .Add("id_format", Activity.DefaultIdFormat.ToString())
+                .Add("self_load_per_second", selfLoad)
+                .Add("request_lines", requestLines));
+
+            double elapsed = Lifetime.Run(duration, second => Out.Line(Totals(new Json().Add("progress", "AsyncWeb").Add("elapsed_s", second))));
+            if (load != null) load.Join(2000);
+            try { http.Stop(); } catch (Exception) { }
+            accept.Join(2000);
+            Out.Line(Totals(new Json().Add("exit", "AsyncWeb").Add("elapsed_s", Math.Round(elapsed, 3))));
+            http.Close();
+            return 0;
+        }
+
+        static ActivitySamplingResult SampleAll(ref ActivityCreationOptions<ActivityContext> options)
+        {
+            return ActivitySamplingResult.AllDataAndRecorded;
+        }
+
+        static ActivitySamplingResult SampleAllByParentId(ref ActivityCreationOptions<string> options)
+        {
+            return ActivitySamplingResult.AllDataAndRecorded;
+        }
+
+        static Json Totals(Json j)
+        {
+            return j.Add("requests", new Json()
+                    .Add("alpha", Interlocked.Read(ref alphaCount))
+                    .Add("bravo", Interlocked.Read(ref bravoCount))
+                    .Add("none", Interlocked.Read(ref noneCount)))
+                .Add("self_load", new Json()
+                    .Add("sent", Interlocked.Read(ref loadSent))
+                    .Add("ok", Interlocked.Read(ref loadOk))
+                    .Add("failed", Interlocked.Read(ref loadFailed)));
+        }
+
+        /// <summary>Starts an HttpListener on 127.0.0.1:REQUESTED, or on a free port: HttpListener cannot
+        /// bind port 0, so ask the kernel for a free port with a TcpListener and retry if it is taken by
+        /// the time HttpListener binds it.</summary>
+        static HttpListener Listen(int requested, Args args)
+        {
+            for (int attempt = 0; ; attempt++)
+            {
+                int p = requested;
+                if (p == 0)
+                {
+                    var probe = new TcpListener(IPAddress.Loopback, 0);
+                    probe.Start();
+                    p = ((IPEndPoint)probe.LocalEndpoint).Port;
+                    probe.Stop();
+                }
+                var http = new HttpListener();
+                http.Prefixes.Add("http://127.0.0.1:" + p.ToString(CultureInfo.InvariantCulture) + "/");
+                try
+                {
+                    http.Start();
+                    port = p;
+                    return http;
+                }
+                catch (HttpListenerException e)
+                {
+                    http.Close();
+                    if (requested != 0 || attempt >= 20)
+                    {
+                        args.Fail("cannot listen on 127.0.0.1:" + p + ": " + e.Message);
+                        throw;
+                    }
+                }
+            }
+        }
+
+        static void AcceptLoop(HttpListener http)
+        {
+            while (!Lifetime.Stopping)
+            {
+                HttpListenerContext raw;
+                try
+                {
+                    raw = http.GetContext();
+                }
+                catch (Exception)
+                {
+                    if (Lifetime.Stopping || !http.IsListening) return;
+                    continue;
+                }
+                long seq = Interlocked.Increment(ref requestSeq);
+                ThreadPool.QueueUserWorkItem(_ => StartRequest(raw, seq));
+
+            }
+        }
+
+        /// <summary>A thread-pool work item per request. The worker that starts the handler stays
+        /// blocked until the handler's continuation after the await has started, so that continuation
+        /// always resumes on another thread-pool thread (a guard of ResumeGuardMs bounds the wait).</summary>
+        static void StartRequest(HttpListenerContext raw, long seq)
+        {
+            var resumed = new ManualResetEventSlim(false);
+            Task handler = HandleAsync(raw, seq, resumed);
+            if (!handler.IsCompleted) HoldWorkerUntilResumed(resumed);
+        }
+
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        static void HoldWorkerUntilResumed(ManualResetEventSlim resumed)
+        {
+            resumed.Wait(ResumeGuardMs);
+        }
+
+        static async Task HandleAsync(HttpListenerContext raw, long seq, ManualResetEventSlim resumed)
+        {
+            var start = Stopwatch.GetTimestamp();
+            string path = raw.Request.Url.AbsolutePath;
+            string query = raw.Request.Url.Query ?? "";
+            string kind = path == "/alpha" ? "alpha" : path == "/bravo" ? "bravo" : null;
+            int status = kind != null ? 200 : 404;
+            string statusParam = raw.Request.QueryString["status"];
+            int parsed;
+            if (kind != null && statusParam != null && int.TryParse(statusParam, NumberStyles.Integer, CultureInfo.InvariantCulture, out parsed) &&
+                parsed >= 100 && parsed <= 599)
+                status = parsed;
+
+            var context = new HostingHttpContext(
+                "0HASYNCWEB" + seq.ToString("X8", CultureInfo.InvariantCulture),
+                new HostingRequest
+                {
+                    Scheme = raw.Request.Url.Scheme,
+                    Host = raw.Request.Url.Authority,
+                    PathBase = "",
+                    Path = path,
+                    QueryString = query,
+                    Method = raw.Request.HttpMethod,
+                    Protocol = "HTTP/" + raw.Request.ProtocolVersion.ToString(2),
+                },
+                new HostingResponse { StatusCode = 200 });
+            string traceparent = raw.Request.Headers["traceparent"];
+            Hosting.State hosting = Hosting.BeginRequest(context, traceparent);
+
+            var line = new Json()
+                .Add("request", seq)
+                .Add("kind", kind)
+                .Add("method", context.Request.Method)
+                .Add("path", path)
+                .Add("status", status)
+                .Add("trace_id", hosting.Activity.TraceId.ToHexString());
+            try
+            {
+                if (kind != null)
+                {
+                    using (Activity span = Source.StartActivity(kind == "alpha" ? "AsyncWeb.Alpha" : "AsyncWeb.Bravo", ActivityKind.Internal))
+                    {
+                        double ms = kind == "alpha" ? alphaMs : bravoMs;
+                        int tidBefore = Native.CurrentTid();
+                        int threadBefore = Thread.CurrentThread.ManagedThreadId;
+                        if (kind == "alpha") Handlers.AlphaHot(ms / 2); else Handlers.BravoHot(ms / 2);
+                        await Task.Delay(1);
+                        resumed.Set();
+                        int tidAfter = Native.CurrentTid();
+                        int threadAfter = Thread.CurrentThread.ManagedThreadId;
+                        if (kind == "alpha") Handlers.AlphaHot(ms - ms / 2); else Handlers.BravoHot(ms - ms / 2);
+                        line.Add("span_id", span != null ? span.SpanId.ToHexString() : null)
+                            .Add("hosting_span_id", hosting.Activity.SpanId.ToHexString())
+                            .Add("parent_span_id", traceparent != null ? hosting.Activity.ParentSpanId.ToHexString() : null)
+                            .Add("tid_before", tidBefore).Add("tid_after", tidAfter)
+                            .Add("thread_before", threadBefore).Add("thread_after", threadAfter)
+                            .Add("switched_thread", tidBefore != tidAfter);
+                    }
+                }
+                else
+                {
+                    line.Add("span_id", null)
+                        .Add("hosting_span_id", hosting.Activity.SpanId.ToHexString())
+                        .Add("parent_span_id", traceparent != null ? hosting.Activity.ParentSpanId.ToHexString() : null)
+                        .Add("tid_before", null).Add("tid_after", null)
+                        .Add("thread_before", null).Add("thread_after", null)
+                        .Add("switched_thread", null);
+                }
+            }
+            catch (Exception e)
+            {
+                status = 500;
+                line.Add("error", e.GetType().FullName + ": " + e.Message);
+            }
+
+            context.Response.StatusCode = status;
+            Hosting.EndRequest(hosting, context);
+            double durationMs = (Stopwatch.GetTimestamp() - start) * 1000.0 / Stopwatch.Frequency;
+            var kindTag = new KeyValuePair<string, object>("kind", kind ?? "none");
+            var statusTag = new KeyValuePair<string, object>("status", status);
+            Duration.Record(durationMs, kindTag, statusTag);
+            Requests.Add(1, kindTag, statusTag);
+            if (kind == "alpha") Interlocked.Increment(ref alphaCount);
+            else if (kind == "bravo") Interlocked.Increment(ref bravoCount);
+            else Interlocked.Increment(ref noneCount);
+
+            line.Add("duration_ms", Math.Round(durationMs, 3));
+            string text = line.ToString();
+            if (requestLines) Out.Line(text);
+            try
+            {
+                byte[] body = Encoding.UTF8.GetBytes(text + "\n");
+                raw.Response.StatusCode = status;
+                raw.Response.ContentType = "application/json";
+                raw.Response.ContentLength64 = body.Length;
+                raw.Response.OutputStream.Write(body, 0, body.Length);
+                raw.Response.Close();
+            }
+            catch (Exception)
+            {
+                // the client went away
+            }
+        }
+
+        /// <summary>The built-in load generator: N requests per second, alternately /alpha and /bravo.</summary>
+        static void SelfLoad(double perSecond)
+        {
+            var client = new HttpClient { Timeout = TimeSpan.FromSeconds(10) };
+            var inFlight = new SemaphoreSlim(64);
+            string baseUrl = "http://127.0.0.1:" + port.ToString(CultureInfo.InvariantCulture);
+            var sw = Stopwatch.StartNew();
+            long sent = 0;
+            while (!Lifetime.Stopping)
+            {
+                long due = (long)(sw.Elapsed.TotalSeconds * perSecond) + 1;
+                if (due - sent > perSecond + 1) sent = due - (long)perSecond - 1;
+                while (sent < due && !Lifetime.Stopping)
+                {
+                    if (!inFlight.Wait(0)) { sent = due; break; } // saturated: skip rather than queue up
+                    string url = baseUrl + (sent % 2 == 0 ? "/alpha" : "/bravo");
+                    sent++;
+                    Interlocked.Increment(ref loadSent);
+                    client.GetAsync(url).ContinueWith(t =>
+                    {
+                        if (t.Status == TaskStatus.RanToCompletion && t.Result.IsSuccessStatusCode) Interlocked.Increment(ref loadOk);
+                        else Interlocked.Increment(ref loadFailed);
+                        if (t.Status == TaskStatus.RanToCompletion) t.Result.Dispose();
+                        inFlight.Release();
+                    });
+                }
+                double waitMs = (sent / perSecond - sw.Elapsed.TotalSeconds) * 1000.0;
+                if (waitMs > 0) Lifetime.StopHandle.WaitOne(Math.Max(1, (int)Math.Ceiling(waitMs)));
+            }
+        }
+    }
+}

