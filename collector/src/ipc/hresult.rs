@@ -77,8 +77,9 @@ impl Hresult {
             Hresult::RUNTIME_UNINITIALIZED => "the runtime has not finished initializing the \
                 subsystem this command needs; retry once the process is running"
                 .into(),
-            Hresult::INVALIDARG => "the runtime rejected an argument (some commands, such as \
-                ApplyStartupHook, are only accepted while the runtime is suspended at startup)"
+            Hresult::INVALIDARG => "the runtime rejected an argument of the request; for \
+                startup-only commands this usually means the runtime is no longer suspended at \
+                startup"
                 .into(),
             Hresult::INSUFFICIENT_BUFFER => {
                 "a buffer in the runtime was too small for the reply".into()

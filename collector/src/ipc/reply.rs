@@ -21,9 +21,10 @@ pub struct ProcessInfo {
     pub os: String,
     /// `x86`, `x64`, `arm32`, `arm64` or `Unknown`.
     pub arch: String,
-    /// ProcessInfo2+: the entry assembly's name (empty while the runtime is suspended at startup).
+    /// ProcessInfo2+: the entry assembly's simple name, a better process name than argv\[0\]
+    /// (which is `dotnet` for framework-dependent apps).
     pub managed_entrypoint_assembly_name: Option<String>,
-    /// ProcessInfo2+: e.g. `8.0.11+9cb3b725e3ad2b57ddc9fb2dd48d2d170563a8f5`.
+    /// ProcessInfo2+: e.g. `8.0.11`, with a prerelease label on previews.
     pub clr_product_version: Option<String>,
     /// ProcessInfo3 with payload version 1+: e.g. `linux-x64`, `linux-musl-arm64`.
     pub runtime_identifier: Option<String>,

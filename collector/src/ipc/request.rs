@@ -75,7 +75,7 @@ pub enum Request {
         session_id: u64,
     },
     GenerateCoreDump(CoreDump),
-    /// Only accepted while the runtime is suspended at startup.
+    /// Meant for a runtime suspended at startup: the hook runs when it resumes.
     ApplyStartupHook {
         path: String,
     },
