@@ -41,8 +41,15 @@ async fn process_info_and_environment_over_the_default_socket() {
     assert_eq!(info.pid, u64::from(target.pid()));
     assert!(info.command_line.contains("CpuHot.dll"), "{info:?}");
     assert_eq!(info.os, "Linux");
-    assert!(info.clr_product_version.as_deref().unwrap().starts_with("8.0."));
-    assert_eq!(info.managed_entrypoint_assembly_name.as_deref(), Some("CpuHot"));
+    assert!(info
+        .clr_product_version
+        .as_deref()
+        .unwrap()
+        .starts_with("8.0."));
+    assert_eq!(
+        info.managed_entrypoint_assembly_name.as_deref(),
+        Some("CpuHot")
+    );
 
     let env = client.environment().await.unwrap();
     let marker = env
@@ -84,26 +91,39 @@ async fn eventpipe_session_streams_nettrace_until_stopped() {
         .await
         .unwrap();
     let mut magic = [0u8; 8];
-    tokio::time::timeout(Duration::from_secs(10), session.stream.read_exact(&mut magic))
-        .await
-        .expect("stream starts")
-        .unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        session.stream.read_exact(&mut magic),
+    )
+    .await
+    .expect("stream starts")
+    .unwrap();
     assert_eq!(&magic, b"Nettrace");
 
-    client.stop_tracing(session.id).await.unwrap();
+    // The runtime flushes the session into the stream before it answers StopTracing: read both.
     let mut rest = Vec::new();
-    tokio::time::timeout(Duration::from_secs(20), session.stream.read_to_end(&mut rest))
-        .await
-        .expect("the stream ends after StopTracing")
-        .unwrap();
-    assert!(rest.len() > 100, "only {} bytes after the magic", rest.len());
-
-    // Stopping it again names the failure instead of hanging or panicking.
-    let again = client.stop_tracing(session.id).await.unwrap_err();
+    let (stopped, read) = tokio::time::timeout(Duration::from_secs(20), async {
+        tokio::join!(
+            client.stop_tracing(session.id),
+            session.stream.read_to_end(&mut rest)
+        )
+    })
+    .await
+    .expect("the stream ends after StopTracing");
+    stopped.unwrap();
+    read.unwrap();
     assert!(
-        matches!(again, ClientError::Server { .. }),
-        "unexpected: {again}"
+        rest.len() > 100,
+        "only {} bytes after the magic",
+        rest.len()
     );
+
+    // .NET 8 acknowledges stopping a session that has already ended (it does not check the id),
+    // so a second stop from a racing caller is harmless.
+    client
+        .stop_tracing(session.id)
+        .await
+        .expect("stopping an ended session is acknowledged");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -179,7 +179,10 @@ compile_one() {
     out=$dir/$name.dll
     mkdir -p "$dir"
     say "compiling $name ($src)…"
-    tmp=$dir/.$name.partial.dll
+    # Compile in a scratch folder under the final file name: mcs takes the assembly name (which
+    # the runtime reports as the entry assembly) from the output file name.
+    scratch=$(mktemp -d "$dir/.compile.XXXXXX")
+    tmp=$scratch/$name.dll
     # Mono's mscorlib is forwarded by .NET's shared framework at run time; Activity, ActivitySource,
     # DiagnosticListener and Meter come from the runtime's own System.Diagnostics.DiagnosticSource.dll,
     # which needs Mono's System.Runtime facade to resolve; HttpClient from Mono's System.Net.Http.
@@ -190,6 +193,7 @@ compile_one() {
         -r:System.Net.Http.dll \
         "$src" "$ROOT"/tests/targets/common/*.cs >&2
     mv -f "$tmp" "$out"
+    rmdir "$scratch"
     major=${NETCORE_VERSION%%.*}
     printf '{"runtimeOptions":{"tfm":"net%s.0","rollForward":"Major","framework":{"name":"Microsoft.NETCore.App","version":"%s"}}}\n' \
         "$major" "$NETCORE_VERSION" >"$dir/$name.runtimeconfig.json"
