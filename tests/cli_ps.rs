@@ -91,3 +91,36 @@ fn a_stale_socket_is_listed_with_the_reason() {
     let error = row["error"].as_str().unwrap();
     assert!(error.contains("nobody listens"), "{error}");
 }
+
+#[test]
+fn lists_and_resumes_a_runtime_that_dials_the_listen_socket() {
+    let dir = std::env::temp_dir().join(format!("clrscope-ps-listen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("ps.sock");
+    // Suspended at startup until a tool resumes it: `ps` must do that while it listens.
+    let mut target = Target::builder("CpuHot")
+        .args(["--split", "100"])
+        .env("DOTNET_DiagnosticPorts", socket.to_str().unwrap())
+        .spawn();
+    let output = clrscope(&[
+        "ps",
+        "--diagnostic-port",
+        socket.to_str().unwrap(),
+        "--listen-seconds",
+        "4",
+        "--json",
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let rows: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap();
+    let row = rows
+        .iter()
+        .find(|row| row["pid"] == u64::from(target.pid()) && row["transport"] == "listen")
+        .unwrap_or_else(|| panic!("no listen row for {} in {rows:#?}", target.pid()));
+    assert_eq!(row["name"], "CpuHot");
+    assert_eq!(row["socket"], socket.to_str().unwrap());
+    assert!(target
+        .wait_ready(std::time::Duration::from_secs(30))
+        .is_some());
+    assert!(!socket.exists(), "ps removes its socket when it is done");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use collector::client::{ClientError, DiagnosticsClient};
 use collector::discovery;
-use collector::ipc::{CollectTracing, Hresult, PerfMapType, ProviderConfig};
+use collector::ipc::{CollectTracing, CoreDump, DumpType, Hresult, PerfMapType, ProviderConfig};
 use collector::listen::{ListenOptions, ListenServer, RuntimeEvent};
 use support::Target;
 use tokio::io::AsyncReadExt;
@@ -227,4 +227,22 @@ async fn nosuspend_port_starts_at_once_without_a_listener() {
         )
         .spawn();
     assert!(blocking(|| target.wait_ready(READY)).is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn triage_core_dump_through_the_runtime() {
+    let target = Target::builder("CpuHot").args(["--split", "100"]).start();
+    let dir = std::env::temp_dir().join(format!("clrscope-dump-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("triage.dmp");
+    let _ = std::fs::remove_file(&path);
+    let client = DiagnosticsClient::for_pid(target.pid()).unwrap();
+    let dump = CoreDump::new(path.to_str().unwrap(), DumpType::Triage);
+    client
+        .write_dump(dump, Duration::from_secs(120))
+        .await
+        .unwrap();
+    let bytes = std::fs::read(&path).expect("createdump wrote the file");
+    assert_eq!(&bytes[..4], b"\x7fELF", "a core file is an ELF image");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
