@@ -1,1 +1,52 @@
-//! NetTrace streaming parser (placeholder: filled by the nettrace work).
+//! NetTrace: the stream format EventPipe writes (format V4 with the V5 metadata tags), parsed
+//! incrementally, with decoders for the events clrscope uses.
+//!
+//! - [`Parser`]: push bytes in any chunking with [`Parser::feed`], pull events with
+//!   [`Parser::next_event`]; [`Parser::finish`] tells whether the stream was complete.
+//! - [`NettraceReader`] / [`AsyncNettraceReader`]: the same over `std::io::Read` or a tokio
+//!   `AsyncRead` (the diagnostic socket of a live session).
+//! - [`Event`]: header, metadata, payload, stack, UTC time; [`Event::decode`] for any
+//!   self-describing payload, [`Event::known`] for the typed decoders in [`events`].
+//!
+//! ```no_run
+//! use collector::nettrace::{events::KnownEvent, NettraceReader};
+//! let mut r = NettraceReader::new(std::fs::File::open("app.nettrace")?);
+//! while let Some(ev) = r.next_event()? {
+//!     if let Some(KnownEvent::ThreadSample(s)) = ev.known()? {
+//!         let frames = ev.stack().map_or(0, |s| s.len());
+//!         println!("{} tid={} {:?} {frames} frames", ev.unix_nanos(), ev.header.thread_id, s.kind);
+//!     }
+//! }
+//! println!("dropped: {}", r.parser().dropped_events());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod block;
+mod cursor;
+mod error;
+mod event;
+pub mod events;
+mod guid;
+mod header;
+mod io;
+mod metadata;
+mod payload;
+mod reader;
+mod sequence;
+mod time;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod testutil;
+
+pub use block::EventHeader;
+pub use error::NettraceError;
+pub use event::{Event, Stack};
+pub use guid::Guid;
+pub use header::TraceInfo;
+pub use io::{AsyncNettraceReader, NettraceReader};
+pub use metadata::{EventMetadata, Field, FieldType};
+pub use payload::{decode_payload, find, NamedValue, Value};
+pub use reader::{Parser, ParserOptions, ParserStats};
+pub use time::{filetime_to_unix_nanos, Clock, SystemTime};

@@ -1,0 +1,117 @@
+//! One decoded event, borrowing its payload, metadata and stack from the parser.
+
+use super::block::{EventHeader, StackCache};
+use super::error::NettraceError;
+use super::events::{decode_known, KnownEvent};
+use super::metadata::EventMetadata;
+use super::payload::{decode_payload, NamedValue};
+use super::time::Clock;
+
+/// An event located in the parser's buffer; turned into an [`Event`] by the parser.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StagedEvent {
+    pub header: EventHeader,
+    pub metadata_index: usize,
+    pub offset: u64,
+    pub payload_offset: u64,
+}
+
+/// One event of the stream. Valid until the parser is fed or advanced again; copy out what
+/// must outlive that (typed decoders return owned values).
+#[derive(Debug, Clone, Copy)]
+pub struct Event<'a> {
+    /// The decompressed event header.
+    pub header: EventHeader,
+    /// The metadata record the event refers to.
+    pub metadata: &'a EventMetadata,
+    /// Raw payload bytes.
+    pub payload: &'a [u8],
+    /// Stream offset of the event blob.
+    pub offset: u64,
+    /// Stream offset of the payload's first byte.
+    pub payload_offset: u64,
+    pub(crate) stacks: &'a StackCache,
+    pub(crate) clock: Clock,
+    pub(crate) pointer_size: u8,
+}
+
+impl<'a> Event<'a> {
+    /// The event's stack (managed frames, leaf first), if it has one in the current
+    /// sequence-point region.
+    #[inline]
+    pub fn stack(&self) -> Option<Stack<'a>> {
+        if self.header.stack_id == 0 {
+            return None;
+        }
+        self.stacks.get(self.header.stack_id).map(|bytes| Stack {
+            bytes,
+            pointer_size: self.pointer_size,
+        })
+    }
+
+    /// The event time as nanoseconds since the Unix epoch (UTC).
+    #[inline]
+    pub fn unix_nanos(&self) -> i64 {
+        self.clock.unix_nanos(self.header.timestamp)
+    }
+
+    /// Width of pointer-typed payload fields and stack IPs in this trace.
+    pub fn pointer_size(&self) -> u8 {
+        self.pointer_size
+    }
+
+    /// Decodes the payload into named values using the stream's metadata. Native runtime
+    /// events have no field descriptions: use [`known`](Event::known) for them.
+    pub fn decode(&self) -> Result<Vec<NamedValue<'a>>, NettraceError> {
+        decode_payload(
+            &self.metadata.fields,
+            self.payload,
+            self.payload_offset,
+            || self.metadata.display_name(),
+        )
+    }
+
+    /// Decodes the events clrscope knows (samples, method/module, allocation, exception,
+    /// contention, counters, metrics, DiagnosticSource) into typed values; `Ok(None)` for others.
+    pub fn known(&self) -> Result<Option<KnownEvent>, NettraceError> {
+        decode_known(self)
+    }
+}
+
+/// The instruction pointers of one stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stack<'a> {
+    bytes: &'a [u8],
+    pointer_size: u8,
+}
+
+impl<'a> Stack<'a> {
+    /// Number of frames.
+    pub fn len(&self) -> usize {
+        self.bytes.len() / usize::from(self.pointer_size)
+    }
+
+    /// True for a stack with no frames.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The IPs, leaf frame first.
+    pub fn ips(&self) -> impl ExactSizeIterator<Item = u64> + 'a {
+        let wide = self.pointer_size == 8;
+        self.bytes
+            .chunks_exact(usize::from(self.pointer_size))
+            .map(move |c| {
+                if wide {
+                    u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])
+                } else {
+                    u64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                }
+            })
+    }
+
+    /// The raw little-endian IP bytes.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+}

@@ -1,0 +1,218 @@
+//! Typed decoders for the events clrscope builds profiles and triggers from.
+//!
+//! Native runtime events carry no field descriptions in the stream, so their layouts come from
+//! the runtime manifest (`src/coreclr/vm/ClrEtwAll.man`, as read by TraceEvent's
+//! `ClrTraceEventParser`): ids and layouts are documented on each type. EventSource events
+//! (counters, metrics, DiagnosticSource) are self-describing and are read by field name, so
+//! later versions that append fields still decode.
+
+mod diagnostic_source;
+mod metrics;
+mod runtime;
+mod sample;
+
+pub use diagnostic_source::{DiagnosticSourceEvent, DiagnosticSourceKind};
+pub use metrics::{
+    EventCounter, EventCounterValue, InstrumentEvent, InstrumentEventKind, MetricPublished,
+    MetricValue, MetricsEvent, MetricsEventKind, Quantile,
+};
+pub use runtime::{
+    AllocationKind, ContentionStart, ContentionStop, ExceptionThrown, GcAllocationTick,
+    MethodEvent, MethodEventKind, ModuleEvent, ModuleEventKind, OptimizationTier, PdbInfo,
+};
+pub use sample::{SampleKind, ThreadSample};
+
+use super::cursor::{Cursor, ReadFault};
+use super::error::NettraceError;
+use super::event::Event;
+
+/// Provider of the runtime's native events.
+pub const RUNTIME_PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
+/// Provider of the runtime's rundown events (method/module enumeration at session end).
+pub const RUNDOWN_PROVIDER: &str = "Microsoft-Windows-DotNETRuntimeRundown";
+/// Provider of the EventPipe sampler.
+pub const SAMPLE_PROFILER_PROVIDER: &str = "Microsoft-DotNETCore-SampleProfiler";
+/// EventSource behind System.Diagnostics.Metrics instruments.
+pub const METRICS_PROVIDER: &str = "System.Diagnostics.Metrics";
+/// EventSource bridging DiagnosticSource/Activity events.
+pub const DIAGNOSTIC_SOURCE_PROVIDER: &str = "Microsoft-Diagnostics-DiagnosticSource";
+
+/// A decoded event of a kind clrscope knows.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum KnownEvent {
+    /// SampleProfiler ThreadSample (id 0).
+    ThreadSample(ThreadSample),
+    /// MethodLoadVerbose / MethodUnloadVerbose / MethodDCStartVerbose / MethodDCEndVerbose.
+    Method(MethodEvent),
+    /// ModuleLoad / ModuleUnload / ModuleDCStart / ModuleDCEnd.
+    Module(ModuleEvent),
+    /// GCAllocationTick (V2–V4).
+    AllocationTick(GcAllocationTick),
+    /// ExceptionThrown_V1.
+    ExceptionThrown(ExceptionThrown),
+    /// ContentionStart (V1/V2).
+    ContentionStart(ContentionStart),
+    /// ContentionStop (V0/V1).
+    ContentionStop(ContentionStop),
+    /// An EventSource `EventCounters` event.
+    EventCounter(EventCounter),
+    /// A System.Diagnostics.Metrics event.
+    Metrics(MetricsEvent),
+    /// A DiagnosticSourceEventSource event.
+    DiagnosticSource(DiagnosticSourceEvent),
+}
+
+/// Which typed decoder applies to an event, decided once per metadata record
+/// ([`EventMetadata::kind`](super::EventMetadata::kind)), so consumers can filter events
+/// without decoding payloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum EventKind {
+    /// No typed decoder: use [`Event::decode`](super::Event::decode) if self-describing.
+    #[default]
+    Unknown,
+    /// SampleProfiler ThreadSample.
+    ThreadSample,
+    /// A method load/unload/rundown event.
+    Method(MethodEventKind),
+    /// A module load/unload/rundown event.
+    Module(ModuleEventKind),
+    /// GCAllocationTick.
+    AllocationTick,
+    /// ExceptionThrown_V1.
+    ExceptionThrown,
+    /// ContentionStart.
+    ContentionStart,
+    /// ContentionStop.
+    ContentionStop,
+    /// EventSource EventCounters.
+    EventCounters,
+    /// A System.Diagnostics.Metrics event.
+    Metrics(MetricsEventKind),
+    /// A DiagnosticSourceEventSource event.
+    DiagnosticSource(DiagnosticSourceKind),
+}
+
+impl EventKind {
+    pub(crate) fn classify(provider: &str, event_id: u32, event_name: &str) -> EventKind {
+        match provider {
+            SAMPLE_PROFILER_PROVIDER if event_id == 0 => EventKind::ThreadSample,
+            // Ids: ClrTraceEventParser registrations / ClrEtwAll.man (runtime provider).
+            RUNTIME_PROVIDER => match event_id {
+                10 => EventKind::AllocationTick,
+                80 => EventKind::ExceptionThrown,
+                81 => EventKind::ContentionStart,
+                91 => EventKind::ContentionStop,
+                143 => EventKind::Method(MethodEventKind::Load),
+                144 => EventKind::Method(MethodEventKind::Unload),
+                152 => EventKind::Module(ModuleEventKind::Load),
+                153 => EventKind::Module(ModuleEventKind::Unload),
+                _ => EventKind::Unknown,
+            },
+            // Rundown provider: the same method ids mean DCStart/DCEnd; modules shift by one.
+            RUNDOWN_PROVIDER => match event_id {
+                143 => EventKind::Method(MethodEventKind::DcStart),
+                144 => EventKind::Method(MethodEventKind::DcEnd),
+                153 => EventKind::Module(ModuleEventKind::DcStart),
+                154 => EventKind::Module(ModuleEventKind::DcEnd),
+                _ => EventKind::Unknown,
+            },
+            METRICS_PROVIDER => MetricsEventKind::from_name(event_name)
+                .map_or(EventKind::Unknown, EventKind::Metrics),
+            DIAGNOSTIC_SOURCE_PROVIDER => DiagnosticSourceKind::from_name(event_name)
+                .map_or(EventKind::Unknown, EventKind::DiagnosticSource),
+            _ if event_name == "EventCounters" => EventKind::EventCounters,
+            _ => EventKind::Unknown,
+        }
+    }
+}
+
+pub(crate) fn decode_known(ev: &Event<'_>) -> Result<Option<KnownEvent>, NettraceError> {
+    let m = ev.metadata;
+    let r = || PayloadReader::new(ev);
+    Ok(Some(match m.kind {
+        EventKind::Unknown => return Ok(None),
+        EventKind::ThreadSample => KnownEvent::ThreadSample(ThreadSample::decode(r())?),
+        EventKind::Method(kind) => KnownEvent::Method(MethodEvent::decode(kind, r())?),
+        EventKind::Module(kind) => KnownEvent::Module(ModuleEvent::decode(kind, r())?),
+        EventKind::AllocationTick => KnownEvent::AllocationTick(GcAllocationTick::decode(r())?),
+        EventKind::ExceptionThrown => KnownEvent::ExceptionThrown(ExceptionThrown::decode(r())?),
+        EventKind::ContentionStart => KnownEvent::ContentionStart(ContentionStart::decode(r())?),
+        EventKind::ContentionStop => KnownEvent::ContentionStop(ContentionStop::decode(r())?),
+        EventKind::EventCounters => KnownEvent::EventCounter(EventCounter::decode(
+            &m.provider_name,
+            &ev.decode()?,
+            ev.payload_offset,
+        )?),
+        EventKind::Metrics(kind) => KnownEvent::Metrics(MetricsEvent::decode(kind, &ev.decode()?)),
+        EventKind::DiagnosticSource(kind) => {
+            KnownEvent::DiagnosticSource(DiagnosticSourceEvent::decode(kind, &ev.decode()?))
+        }
+    }))
+}
+
+/// Reads a manifest-laid-out payload, turning short reads into errors that name the event,
+/// its version and the offset.
+pub(crate) struct PayloadReader<'a> {
+    c: Cursor<'a>,
+    /// Event version from the metadata: decides which trailing fields exist.
+    pub version: u32,
+    pub pointer_size: u8,
+    event: &'a Event<'a>,
+}
+
+impl<'a> PayloadReader<'a> {
+    fn new(event: &'a Event<'a>) -> Self {
+        PayloadReader {
+            c: Cursor::new(event.payload, event.payload_offset),
+            version: event.metadata.version,
+            pointer_size: event.pointer_size(),
+            event,
+        }
+    }
+
+    fn err(&self, f: ReadFault) -> NettraceError {
+        NettraceError::Payload {
+            event: format!(
+                "{} (version {})",
+                self.event.metadata.display_name(),
+                self.version
+            ),
+            offset: f.offset,
+            reason: f.reason,
+        }
+    }
+
+    pub fn u8(&mut self) -> Result<u8, NettraceError> {
+        self.c.u8().map_err(|f| self.err(f))
+    }
+    pub fn u16(&mut self) -> Result<u16, NettraceError> {
+        self.c.u16().map_err(|f| self.err(f))
+    }
+    pub fn u32(&mut self) -> Result<u32, NettraceError> {
+        self.c.u32().map_err(|f| self.err(f))
+    }
+    pub fn u64(&mut self) -> Result<u64, NettraceError> {
+        self.c.u64().map_err(|f| self.err(f))
+    }
+    pub fn f64(&mut self) -> Result<f64, NettraceError> {
+        self.c.f64().map_err(|f| self.err(f))
+    }
+    pub fn guid(&mut self) -> Result<super::guid::Guid, NettraceError> {
+        self.c.guid().map_err(|f| self.err(f))
+    }
+    pub fn pointer(&mut self) -> Result<u64, NettraceError> {
+        let ps = self.pointer_size;
+        self.c.pointer(ps).map_err(|f| self.err(f))
+    }
+    pub fn string(&mut self) -> Result<String, NettraceError> {
+        self.c
+            .utf16z()
+            .map(|s| s.to_string_lossy())
+            .map_err(|f| self.err(f))
+    }
+}
+
+#[cfg(test)]
+mod tests;

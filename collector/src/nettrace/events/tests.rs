@@ -1,0 +1,291 @@
+//! Typed decoders against payloads laid out by hand from the manifest templates.
+
+use super::*;
+use crate::nettrace::testutil::{utf16z, EventSpec, MetadataRecord, StreamBuilder};
+use crate::nettrace::{Guid, Parser};
+
+/// Decodes one event of `provider`/`id` (minimal metadata unless `name` is given).
+fn decode_with(
+    pointer_size: u32,
+    provider: &str,
+    id: u32,
+    name: &str,
+    version: u32,
+    fields: Option<Vec<u8>>,
+    payload: Vec<u8>,
+) -> Result<Option<KnownEvent>, NettraceError> {
+    let mut b = StreamBuilder::new(pointer_size);
+    let mut m = MetadataRecord::new(1, provider, id, name).version(version);
+    m = match fields {
+        Some(f) => m.raw_fields(f),
+        None => m.no_field_list(),
+    };
+    b.metadata_block(&[m.encode()], true);
+    b.event_block(&[EventSpec::new(1, 1, 1, 10, payload)], true);
+    let mut p = Parser::new();
+    p.feed(&b.finish()).unwrap();
+    let ev = p.next_event().unwrap().unwrap();
+    ev.known()
+}
+
+fn runtime(id: u32, version: u32, payload: Vec<u8>) -> Result<Option<KnownEvent>, NettraceError> {
+    decode_with(8, RUNTIME_PROVIDER, id, "", version, None, payload)
+}
+
+fn method_payload(version: u32) -> Vec<u8> {
+    let mut p = Vec::new();
+    p.extend(0x1111u64.to_le_bytes()); // MethodID
+    p.extend(0x2222u64.to_le_bytes()); // ModuleID
+    p.extend(0x7f00_0000_4000u64.to_le_bytes()); // MethodStartAddress
+    p.extend(0x80u32.to_le_bytes()); // MethodSize
+    p.extend(0x0600_0001u32.to_le_bytes()); // MethodToken
+    p.extend((0x8u32 | (4 << 7)).to_le_bytes()); // MethodFlags: Jitted, tier 1
+    p.extend(utf16z("Ns.Type"));
+    p.extend(utf16z("Run"));
+    p.extend(utf16z("void  ()"));
+    if version >= 1 {
+        p.extend(3u16.to_le_bytes()); // ClrInstanceID
+    }
+    if version >= 2 {
+        p.extend(9u64.to_le_bytes()); // ReJITID
+    }
+    p
+}
+
+#[test]
+fn method_load_and_rundown_ids() {
+    let Some(KnownEvent::Method(m)) = runtime(143, 2, method_payload(2)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(m.kind, MethodEventKind::Load);
+    assert_eq!(
+        (m.method_id, m.module_id, m.start_address),
+        (0x1111, 0x2222, 0x7f00_0000_4000)
+    );
+    assert_eq!((m.size, m.token), (0x80, 0x0600_0001));
+    assert_eq!((m.namespace.as_str(), m.name.as_str()), ("Ns.Type", "Run"));
+    assert_eq!(m.signature, "void  ()");
+    assert_eq!((m.clr_instance_id, m.rejit_id), (Some(3), Some(9)));
+    assert!(m.is_jitted());
+    assert_eq!(m.tier(), OptimizationTier::OptimizedTier1);
+    // Version 0: no ClrInstanceID, no ReJITID.
+    let Some(KnownEvent::Method(m)) = runtime(144, 0, method_payload(0)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(m.kind, MethodEventKind::Unload);
+    assert_eq!((m.clr_instance_id, m.rejit_id), (None, None));
+    // Rundown provider: 143/144 are DCStart/DCEnd.
+    for (id, kind) in [
+        (143, MethodEventKind::DcStart),
+        (144, MethodEventKind::DcEnd),
+    ] {
+        let ev = decode_with(8, RUNDOWN_PROVIDER, id, "", 1, None, method_payload(1));
+        let Some(KnownEvent::Method(m)) = ev.unwrap() else {
+            panic!()
+        };
+        assert_eq!(m.kind, kind);
+    }
+    // A payload shorter than its version promises names the event, version and offset.
+    let e = runtime(143, 2, method_payload(1)).unwrap_err().to_string();
+    assert!(
+        e.contains("Microsoft-Windows-DotNETRuntime/#143 (version 2)") && e.contains("offset"),
+        "{e}"
+    );
+}
+
+#[test]
+fn module_events() {
+    let mut p = Vec::new();
+    p.extend(0xaaaau64.to_le_bytes()); // ModuleID
+    p.extend(0xbbbbu64.to_le_bytes()); // AssemblyID
+    p.extend(0x28u32.to_le_bytes()); // ModuleFlags: Manifest | ReadyToRun
+    p.extend(0u32.to_le_bytes()); // Reserved1
+    p.extend(utf16z("/app/App.dll"));
+    p.extend(utf16z(""));
+    p.extend(0u16.to_le_bytes()); // ClrInstanceID
+    p.extend([7u8; 16]); // ManagedPdbSignature
+    p.extend(1u32.to_le_bytes());
+    p.extend(utf16z("/src/App.pdb"));
+    p.extend([0u8; 16]); // NativePdbSignature
+    p.extend(0u32.to_le_bytes());
+    p.extend(utf16z(""));
+    let Some(KnownEvent::Module(m)) = runtime(152, 2, p.clone()).unwrap() else {
+        panic!()
+    };
+    assert_eq!(m.kind, ModuleEventKind::Load);
+    assert_eq!((m.module_id, m.assembly_id), (0xaaaa, 0xbbbb));
+    assert!(m.is_ready_to_run());
+    assert_eq!(m.il_path, "/app/App.dll");
+    let pdb = m.managed_pdb.unwrap();
+    assert_eq!((pdb.age, pdb.build_path.as_str()), (1, "/src/App.pdb"));
+    assert_eq!(pdb.signature, Guid::from_bytes_le([7; 16]));
+    for (id, kind) in [
+        (153, ModuleEventKind::DcStart),
+        (154, ModuleEventKind::DcEnd),
+    ] {
+        let ev = decode_with(8, RUNDOWN_PROVIDER, id, "", 2, None, p.clone());
+        let Some(KnownEvent::Module(m)) = ev.unwrap() else {
+            panic!()
+        };
+        assert_eq!(m.kind, kind);
+    }
+    let Some(KnownEvent::Module(m)) = runtime(153, 2, p).unwrap() else {
+        panic!()
+    };
+    assert_eq!(m.kind, ModuleEventKind::Unload);
+}
+
+fn alloc_payload(version: u32, pointer: usize) -> Vec<u8> {
+    let mut p = Vec::new();
+    p.extend(100_000u32.to_le_bytes()); // AllocationAmount
+    p.extend(1u32.to_le_bytes()); // AllocationKind: Large
+    if version >= 1 {
+        p.extend(0u16.to_le_bytes());
+    }
+    if version >= 2 {
+        p.extend(100_000u64.to_le_bytes()); // AllocationAmount64
+        p.extend(&0x5555u64.to_le_bytes()[..pointer]); // TypeID
+        p.extend(utf16z("System.Byte[]"));
+        p.extend(2u32.to_le_bytes()); // HeapIndex
+    }
+    if version >= 3 {
+        p.extend(&0x6666u64.to_le_bytes()[..pointer]); // Address
+    }
+    if version >= 4 {
+        p.extend(85_000u64.to_le_bytes()); // ObjectSize
+    }
+    p
+}
+
+#[test]
+fn allocation_tick_versions_and_pointer_sizes() {
+    for pointer in [8u32, 4] {
+        for version in [2, 3, 4] {
+            let ev = decode_with(
+                pointer,
+                RUNTIME_PROVIDER,
+                10,
+                "",
+                version,
+                None,
+                alloc_payload(version, pointer as usize),
+            );
+            let Some(KnownEvent::AllocationTick(a)) = ev.unwrap() else {
+                panic!()
+            };
+            assert_eq!(a.kind, AllocationKind::Large);
+            assert_eq!(a.bytes(), 100_000);
+            assert_eq!(a.type_id, Some(0x5555));
+            assert_eq!(a.type_name.as_deref(), Some("System.Byte[]"));
+            assert_eq!(a.heap_index, Some(2));
+            assert_eq!(a.address, (version >= 3).then_some(0x6666));
+            assert_eq!(a.object_size, (version >= 4).then_some(85_000));
+        }
+    }
+}
+
+#[test]
+fn exception_and_contention() {
+    let mut p = Vec::new();
+    p.extend(utf16z("System.InvalidOperationException"));
+    p.extend(utf16z("boom"));
+    p.extend(0x7f00_1234u64.to_le_bytes()); // ExceptionEIP
+    p.extend(0x8013_1509u32.to_le_bytes()); // HRESULT
+    p.extend(0x10u16.to_le_bytes()); // flags
+    p.extend(0u16.to_le_bytes());
+    let Some(KnownEvent::ExceptionThrown(x)) = runtime(80, 1, p).unwrap() else {
+        panic!()
+    };
+    assert_eq!(x.exception_type, "System.InvalidOperationException");
+    assert_eq!(
+        (x.message.as_str(), x.eip, x.hresult),
+        ("boom", 0x7f00_1234, 0x8013_1509)
+    );
+
+    let mut p = vec![0u8]; // ContentionFlags: managed
+    p.extend(0u16.to_le_bytes());
+    p.extend(0xa0u64.to_le_bytes()); // LockID
+    p.extend(0xb0u64.to_le_bytes()); // AssociatedObjectID
+    p.extend(77u64.to_le_bytes()); // LockOwnerThreadID
+    let Some(KnownEvent::ContentionStart(c)) = runtime(81, 2, p).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        (c.lock_id, c.associated_object_id, c.lock_owner_thread_id),
+        (Some(0xa0), Some(0xb0), Some(77))
+    );
+    let Some(KnownEvent::ContentionStart(c)) = runtime(81, 1, vec![1, 0, 0]).unwrap() else {
+        panic!()
+    };
+    assert_eq!((c.flags, c.lock_id), (1, None));
+
+    let mut p = vec![0u8, 0, 0];
+    p.extend(1500.0f64.to_le_bytes());
+    let Some(KnownEvent::ContentionStop(c)) = runtime(91, 1, p).unwrap() else {
+        panic!()
+    };
+    assert_eq!(c.duration_ns, Some(1500.0));
+}
+
+#[test]
+fn thread_sample_kinds() {
+    for (v, kind) in [
+        (0, SampleKind::Error),
+        (1, SampleKind::External),
+        (2, SampleKind::Managed),
+        (9, SampleKind::Other(9)),
+    ] {
+        let ev = decode_with(
+            8,
+            SAMPLE_PROFILER_PROVIDER,
+            0,
+            "",
+            0,
+            None,
+            u32::to_le_bytes(v).to_vec(),
+        );
+        assert_eq!(
+            ev.unwrap(),
+            Some(KnownEvent::ThreadSample(ThreadSample { kind }))
+        );
+    }
+    assert!(decode_with(8, SAMPLE_PROFILER_PROVIDER, 0, "", 0, None, vec![1]).is_err());
+}
+
+#[test]
+fn unknown_runtime_events_are_none() {
+    assert_eq!(runtime(1, 0, vec![1, 2, 3]).unwrap(), None);
+    assert_eq!(
+        EventKind::classify("Other", 143, ""),
+        EventKind::Unknown,
+        "ids only count on the runtime providers"
+    );
+}
+
+#[test]
+fn diagnostic_source_from_v4_metadata_without_fields() {
+    // Old writers could not describe the Arguments array: the well-known layout applies.
+    let mut p = utf16z("Microsoft.AspNetCore");
+    p.extend(utf16z("Microsoft.AspNetCore.Hosting.HttpRequestIn.Start"));
+    p.extend(2u16.to_le_bytes());
+    for s in ["Path", "/api", "Method", "GET"] {
+        p.extend(utf16z(s));
+    }
+    let ev = decode_with(
+        8,
+        DIAGNOSTIC_SOURCE_PROVIDER,
+        3,
+        "Activity1Start",
+        0,
+        Some(0i32.to_le_bytes().to_vec()),
+        p,
+    );
+    let Some(KnownEvent::DiagnosticSource(d)) = ev.unwrap() else {
+        panic!()
+    };
+    assert_eq!(d.kind, DiagnosticSourceKind::Activity1Start);
+    assert!(d.kind.is_start() && !d.kind.is_stop());
+    assert_eq!(d.source_name, "Microsoft.AspNetCore");
+    assert_eq!(d.argument("Method"), Some("GET"));
+    assert_eq!(d.arguments.len(), 2);
+}

@@ -1,0 +1,863 @@
+//! The incremental parser: bytes in (any chunking), events out as soon as their block is whole.
+//!
+//! Framing (format V4/V5): `"Nettrace"`, `i32 20 "!FastSerialization.1"`, then objects, each
+//! `BeginPrivateObject(5) [type: 5 NullReference(1) i32 version, i32 minReaderVersion, i32 len,
+//! name, EndObject(6)] body EndObject(6)`, then `NullReference(1)` at the end. Block bodies are
+//! `i32 size`, zero padding to a 4-byte stream offset, and `size` bytes.
+//!
+//! Memory: the parser keeps the unconsumed input (at most one block plus whatever one `feed`
+//! call brought), the metadata records, and the stacks of the current sequence-point region,
+//! each with a limit in [`ParserOptions`]. Events borrow their payload from the input buffer.
+
+use super::block::{
+    read_compressed_header, read_event_block_header, read_sequence_point, read_uncompressed_header,
+    EventHeader, StackCache,
+};
+use super::cursor::{Cursor, ReadFault};
+use super::error::NettraceError;
+use super::event::{Event, StagedEvent};
+use super::header::{TraceInfo, TRACE_OBJECT_SIZE};
+use super::metadata::{parse_metadata, EventMetadata};
+use super::sequence::DropTracker;
+use super::time::Clock;
+use std::collections::HashMap;
+
+const MAGIC: &[u8; 8] = b"Nettrace";
+const SERIALIZATION_MAGIC: &[u8; 20] = b"!FastSerialization.1";
+const TAG_NULL_REFERENCE: u8 = 1;
+const TAG_BEGIN_PRIVATE_OBJECT: u8 = 5;
+const TAG_END_OBJECT: u8 = 6;
+/// Longest object type name we accept ("MetadataBlock" is the longest known).
+const MAX_TYPE_NAME: usize = 64;
+
+/// Limits that keep memory bounded whatever the input says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParserOptions {
+    /// Largest block body accepted. The runtime writes blocks of at most ~100 KiB.
+    pub max_block_size: usize,
+    /// Largest total size of the stacks held between two sequence points.
+    pub max_stack_cache_bytes: usize,
+    /// Most metadata records kept (one per distinct event kind of the session).
+    pub max_metadata_records: usize,
+}
+
+impl Default for ParserOptions {
+    fn default() -> Self {
+        ParserOptions {
+            max_block_size: 16 << 20,
+            max_stack_cache_bytes: 256 << 20,
+            max_metadata_records: 1 << 20,
+        }
+    }
+}
+
+/// Counters of what the parser has seen so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ParserStats {
+    /// Bytes of the stream fully parsed (offset of the next unparsed object).
+    pub bytes_parsed: u64,
+    /// MetadataBlock objects.
+    pub metadata_blocks: u64,
+    /// EventBlock objects.
+    pub event_blocks: u64,
+    /// StackBlock objects.
+    pub stack_blocks: u64,
+    /// SPBlock objects.
+    pub sequence_points: u64,
+    /// Events delivered.
+    pub events: u64,
+    /// Stacks read from StackBlocks.
+    pub stacks: u64,
+    /// Metadata records read.
+    pub metadata_records: u64,
+    /// Smallest event timestamp (QPC) seen, or `i64::MAX` before the first event.
+    pub min_timestamp: i64,
+    /// Largest event timestamp (QPC) seen, or `i64::MIN` before the first event.
+    pub max_timestamp: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Magic,
+    SerializationHeader,
+    Objects,
+    End,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ObjectKind {
+    Trace,
+    EventBlock,
+    MetadataBlock,
+    StackBlock,
+    SequencePointBlock,
+}
+
+impl ObjectKind {
+    fn name(self) -> &'static str {
+        match self {
+            ObjectKind::Trace => "Trace",
+            ObjectKind::EventBlock => "EventBlock",
+            ObjectKind::MetadataBlock => "MetadataBlock",
+            ObjectKind::StackBlock => "StackBlock",
+            ObjectKind::SequencePointBlock => "SPBlock",
+        }
+    }
+
+    fn from_name(name: &[u8]) -> Option<Self> {
+        Some(match name {
+            b"Trace" => ObjectKind::Trace,
+            b"EventBlock" => ObjectKind::EventBlock,
+            b"MetadataBlock" => ObjectKind::MetadataBlock,
+            b"StackBlock" => ObjectKind::StackBlock,
+            b"SPBlock" => ObjectKind::SequencePointBlock,
+            _ => return None,
+        })
+    }
+}
+
+/// What the parser waits for, to explain a truncation if the input ends here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pending {
+    /// A fixed-size header: `needed` bytes from `offset`.
+    Bytes {
+        object: &'static str,
+        offset: u64,
+        needed: u64,
+    },
+    /// A block whose size is known.
+    Block {
+        object: &'static str,
+        offset: u64,
+        body_start: u64,
+        body_size: u64,
+    },
+}
+
+/// Iteration state inside one EventBlock.
+#[derive(Debug, Clone, Copy)]
+struct EventBlockCursor {
+    pos: u64,
+    end: u64,
+    after: u64,
+    compressed: bool,
+    prev: EventHeader,
+}
+
+enum Step {
+    Continue,
+    NeedMore(Pending),
+}
+
+/// Push-style NetTrace parser. Feed it bytes with [`feed`](Parser::feed) and take events with
+/// [`next_event`](Parser::next_event) until it returns `None`; at the end of input call
+/// [`finish`](Parser::finish) to learn whether the stream was complete.
+#[derive(Debug)]
+pub struct Parser {
+    opts: ParserOptions,
+    buf: Vec<u8>,
+    /// Stream offset of `buf[0]`.
+    buf_base: u64,
+    /// Stream offset of the next unparsed byte (object granularity).
+    pos: u64,
+    state: State,
+    trace: Option<TraceInfo>,
+    clock: Clock,
+    pointer_size: u8,
+    metadata: Vec<EventMetadata>,
+    metadata_index: HashMap<u32, usize>,
+    last_metadata: Option<(u32, usize)>,
+    stacks: StackCache,
+    drops: DropTracker,
+    block: Option<EventBlockCursor>,
+    pending: Option<Pending>,
+    stats: ParserStats,
+    failed: Option<(u64, String)>,
+}
+
+impl Default for Parser {
+    fn default() -> Self {
+        Parser::new()
+    }
+}
+
+impl Parser {
+    /// A parser with default limits.
+    pub fn new() -> Self {
+        Parser::with_options(ParserOptions::default())
+    }
+
+    /// A parser with the given limits.
+    pub fn with_options(opts: ParserOptions) -> Self {
+        Parser {
+            opts,
+            buf: Vec::new(),
+            buf_base: 0,
+            pos: 0,
+            state: State::Magic,
+            trace: None,
+            clock: Clock::new(0, 0, 1_000_000_000),
+            pointer_size: 8,
+            metadata: Vec::new(),
+            metadata_index: HashMap::new(),
+            last_metadata: None,
+            stacks: StackCache::default(),
+            drops: DropTracker::default(),
+            block: None,
+            pending: None,
+            stats: ParserStats {
+                min_timestamp: i64::MAX,
+                max_timestamp: i64::MIN,
+                ..ParserStats::default()
+            },
+            failed: None,
+        }
+    }
+
+    /// Appends input. Already-consumed input is discarded first, so memory stays at about one
+    /// block plus the chunk. Call [`next_event`](Parser::next_event) until `None` after each feed.
+    pub fn feed(&mut self, data: &[u8]) -> Result<(), NettraceError> {
+        self.check_failed()?;
+        let keep_from = self.block.map_or(self.pos, |b| b.pos);
+        let drop = usize::try_from(keep_from - self.buf_base).unwrap_or(usize::MAX);
+        if drop > 0 && drop >= self.buf.len() / 2 {
+            let drop = drop.min(self.buf.len());
+            self.buf.drain(..drop);
+            self.buf_base += drop as u64;
+        }
+        self.buf.extend_from_slice(data);
+        Ok(())
+    }
+
+    /// The next complete event, or `None` when more input is needed (or the stream ended).
+    pub fn next_event(&mut self) -> Result<Option<Event<'_>>, NettraceError> {
+        match self.advance()? {
+            Some(st) => Ok(Some(self.make_event(st))),
+            None => Ok(None),
+        }
+    }
+
+    /// Declares the end of input: `Ok` if the stream ended with its end-of-stream tag, else an
+    /// error saying what was cut off. Call it once `next_event` has returned `None`.
+    pub fn finish(&self) -> Result<(), NettraceError> {
+        self.check_failed()?;
+        if self.state == State::End {
+            return Ok(());
+        }
+        if self.block.is_some() {
+            return Err(NettraceError::malformed(
+                "stream",
+                self.pos,
+                "finish() called before next_event() returned None: events are still unread",
+            ));
+        }
+        let available = self.buf_base + self.buf.len() as u64;
+        match self.pending {
+            Some(Pending::Block {
+                object,
+                offset,
+                body_start,
+                body_size,
+            }) => Err(NettraceError::Truncated {
+                object,
+                offset,
+                detail: format!(
+                    "header says {body_size} bytes, stream ended after {}",
+                    available.saturating_sub(body_start).min(body_size)
+                ),
+            }),
+            Some(Pending::Bytes {
+                object,
+                offset,
+                needed,
+            }) => Err(NettraceError::Truncated {
+                object,
+                offset,
+                detail: format!(
+                    "needs {needed} bytes, stream ended after {}",
+                    available.saturating_sub(offset)
+                ),
+            }),
+            None => Err(NettraceError::Truncated {
+                object: "stream",
+                offset: self.pos,
+                detail: "ended without the end-of-stream tag".into(),
+            }),
+        }
+    }
+
+    /// True once the end-of-stream tag has been read.
+    pub fn is_finished(&self) -> bool {
+        self.state == State::End && self.block.is_none()
+    }
+
+    /// The Trace object, once read.
+    pub fn trace(&self) -> Option<&TraceInfo> {
+        self.trace.as_ref()
+    }
+
+    /// All metadata records read so far, in stream order.
+    pub fn metadata(&self) -> &[EventMetadata] {
+        &self.metadata
+    }
+
+    /// The metadata record with this id.
+    pub fn metadata_by_id(&self, id: u32) -> Option<&EventMetadata> {
+        self.metadata_index.get(&id).map(|&i| &self.metadata[i])
+    }
+
+    /// Events the runtime dropped so far, from sequence-number gaps.
+    pub fn dropped_events(&self) -> u64 {
+        self.drops.total()
+    }
+
+    /// `(capture thread id, dropped events)` for every thread that dropped events.
+    pub fn dropped_events_by_thread(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.drops.by_thread()
+    }
+
+    /// Counters of blocks, events and bytes seen.
+    pub fn stats(&self) -> ParserStats {
+        ParserStats {
+            bytes_parsed: self.pos,
+            stacks: self.stacks.total_stacks(),
+            ..self.stats
+        }
+    }
+
+    /// Total bytes fed so far.
+    pub fn bytes_fed(&self) -> u64 {
+        self.buf_base + self.buf.len() as u64
+    }
+
+    fn check_failed(&self) -> Result<(), NettraceError> {
+        match &self.failed {
+            Some((offset, reason)) => Err(NettraceError::Stopped {
+                offset: *offset,
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs the state machine up to the next event; the event is returned as offsets so that
+    /// the caller can borrow the buffer afterwards.
+    pub(crate) fn advance(&mut self) -> Result<Option<StagedEvent>, NettraceError> {
+        self.check_failed()?;
+        match self.advance_inner() {
+            Ok(ev) => Ok(ev),
+            Err(e) => {
+                self.failed = Some((e.offset().unwrap_or(self.pos), e.to_string()));
+                Err(e)
+            }
+        }
+    }
+
+    pub(crate) fn make_event(&self, st: StagedEvent) -> Event<'_> {
+        let start = (st.payload_offset - self.buf_base) as usize;
+        Event {
+            header: st.header,
+            metadata: &self.metadata[st.metadata_index],
+            payload: &self.buf[start..start + st.header.payload_size as usize],
+            offset: st.offset,
+            payload_offset: st.payload_offset,
+            stacks: &self.stacks,
+            clock: self.clock,
+            pointer_size: self.pointer_size,
+        }
+    }
+
+    fn advance_inner(&mut self) -> Result<Option<StagedEvent>, NettraceError> {
+        loop {
+            if let Some(b) = self.block {
+                if b.pos < b.end {
+                    return self.next_in_block().map(Some);
+                }
+                self.pos = b.after;
+                self.block = None;
+            }
+            let step = match self.state {
+                State::Magic => self.read_magic()?,
+                State::SerializationHeader => self.read_serialization_header()?,
+                State::Objects => self.read_object()?,
+                State::End => return Ok(None),
+            };
+            match step {
+                Step::Continue => self.pending = None,
+                Step::NeedMore(p) => {
+                    self.pending = Some(p);
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// Unparsed bytes from stream offset `at`.
+    #[inline]
+    fn avail(&self, at: u64) -> &[u8] {
+        let i = usize::try_from(at - self.buf_base).unwrap_or(usize::MAX);
+        self.buf.get(i..).unwrap_or(&[])
+    }
+
+    fn read_magic(&mut self) -> Result<Step, NettraceError> {
+        let a = self.avail(0);
+        let n = a.len().min(MAGIC.len());
+        if a[..n] != MAGIC[..n] {
+            return Err(NettraceError::BadMagic {
+                found: a[..n].to_vec(),
+            });
+        }
+        if n < MAGIC.len() {
+            return Ok(Step::NeedMore(Pending::Bytes {
+                object: "stream header",
+                offset: 0,
+                needed: 8,
+            }));
+        }
+        self.pos = 8;
+        self.state = State::SerializationHeader;
+        Ok(Step::Continue)
+    }
+
+    fn read_serialization_header(&mut self) -> Result<Step, NettraceError> {
+        let a = self.avail(self.pos);
+        if a.len() >= 4 {
+            let len = u32::from_le_bytes([a[0], a[1], a[2], a[3]]);
+            if len as usize != SERIALIZATION_MAGIC.len() {
+                return Err(self.unsupported_serialization(len, a));
+            }
+        }
+        if a.len() < 24 {
+            return Ok(Step::NeedMore(Pending::Bytes {
+                object: "stream header",
+                offset: self.pos,
+                needed: 24,
+            }));
+        }
+        if &a[4..24] != SERIALIZATION_MAGIC {
+            return Err(self.unsupported_serialization(20, a));
+        }
+        self.pos += 24;
+        self.state = State::Objects;
+        Ok(Step::Continue)
+    }
+
+    fn unsupported_serialization(&self, len: u32, a: &[u8]) -> NettraceError {
+        // NetTrace V6 puts `u32 0, u32 major, u32 minor` where V4/V5 have the FastSerialization string.
+        if len == 0 && a.len() >= 12 {
+            let major = u32::from_le_bytes([a[4], a[5], a[6], a[7]]);
+            return NettraceError::UnsupportedFormat {
+                offset: self.pos,
+                detail: format!(
+                    "NetTrace major version {major} (V6+ headers, written by newer tools such as dotnet-trace collect-linux); this parser reads V4/V5 as the runtime writes over EventPipe"
+                ),
+            };
+        }
+        NettraceError::UnsupportedFormat {
+            offset: self.pos,
+            detail: format!(
+                "expected the FastSerialization header (i32 20, \"!FastSerialization.1\"), found length {len}"
+            ),
+        }
+    }
+
+    fn read_object(&mut self) -> Result<Step, NettraceError> {
+        let start = self.pos;
+        let a = self.avail(start);
+        let Some(&tag) = a.first() else {
+            return Ok(Step::NeedMore(Pending::Bytes {
+                object: "object",
+                offset: start,
+                needed: 1,
+            }));
+        };
+        if tag == TAG_NULL_REFERENCE {
+            self.pos += 1;
+            self.state = State::End;
+            return Ok(Step::Continue);
+        }
+        if tag != TAG_BEGIN_PRIVATE_OBJECT {
+            return Err(NettraceError::UnexpectedTag {
+                offset: start,
+                expected: "BeginPrivateObject (5) or the end-of-stream NullReference (1)",
+                found: tag,
+            });
+        }
+        // Type header: 5 5 1 i32 version i32 minReaderVersion i32 nameLen name 6
+        const FIXED: usize = 15;
+        let need_header = |needed: usize| {
+            Ok(Step::NeedMore(Pending::Bytes {
+                object: "object header",
+                offset: start,
+                needed: needed as u64,
+            }))
+        };
+        for (i, (want, what)) in [
+            (
+                TAG_BEGIN_PRIVATE_OBJECT,
+                "BeginPrivateObject (5) of the type",
+            ),
+            (TAG_NULL_REFERENCE, "NullReference (1) as the type's type"),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            match a.get(1 + i) {
+                Some(&b) if b != want => {
+                    return Err(NettraceError::UnexpectedTag {
+                        offset: start + 1 + i as u64,
+                        expected: what,
+                        found: b,
+                    })
+                }
+                Some(_) => {}
+                None => return need_header(FIXED),
+            }
+        }
+        if a.len() < FIXED {
+            return need_header(FIXED);
+        }
+        let le = |i: usize| i32::from_le_bytes([a[i], a[i + 1], a[i + 2], a[i + 3]]);
+        let (version, min_reader, name_len) = (le(3), le(7), le(11));
+        let name_len = match usize::try_from(name_len) {
+            Ok(n) if n <= MAX_TYPE_NAME => n,
+            _ => {
+                return Err(NettraceError::malformed(
+                    "object header",
+                    start + 11,
+                    format!("type name length {name_len} is not in 0..={MAX_TYPE_NAME}"),
+                ))
+            }
+        };
+        let header_len = FIXED + name_len + 1;
+        if a.len() < header_len {
+            return need_header(header_len);
+        }
+        let name = &a[FIXED..FIXED + name_len];
+        if a[header_len - 1] != TAG_END_OBJECT {
+            return Err(NettraceError::UnexpectedTag {
+                offset: start + header_len as u64 - 1,
+                expected: "EndObject (6) after the type name",
+                found: a[header_len - 1],
+            });
+        }
+        let Some(kind) = ObjectKind::from_name(name) else {
+            return Err(NettraceError::UnknownObject {
+                offset: start,
+                name: String::from_utf8_lossy(name).into_owned(),
+            });
+        };
+        let body_at = start + header_len as u64;
+        if kind == ObjectKind::Trace {
+            return self.read_trace_object(start, body_at, version, min_reader);
+        }
+        if self.trace.is_none() {
+            return Err(NettraceError::malformed(
+                kind.name(),
+                start,
+                "block before the Trace object",
+            ));
+        }
+        if min_reader > 2 {
+            return Err(NettraceError::UnsupportedVersion {
+                object: kind.name(),
+                offset: start,
+                version,
+                min_reader_version: min_reader,
+                supported: 2,
+            });
+        }
+        let a = self.avail(body_at);
+        if a.len() < 4 {
+            return Ok(Step::NeedMore(Pending::Bytes {
+                object: kind.name(),
+                offset: start,
+                needed: header_len as u64 + 4,
+            }));
+        }
+        let size = u32::from_le_bytes([a[0], a[1], a[2], a[3]]);
+        if size as usize > self.opts.max_block_size {
+            return Err(NettraceError::BlockTooLarge {
+                object: kind.name(),
+                offset: start,
+                size: u64::from(size),
+                limit: self.opts.max_block_size as u64,
+            });
+        }
+        let after_size = body_at + 4;
+        // Padding aligns the body to a 4-byte offset from the start of the stream.
+        let body_start = after_size + ((4 - after_size % 4) % 4);
+        let body_end = body_start + u64::from(size);
+        let pending = Pending::Block {
+            object: kind.name(),
+            offset: start,
+            body_start,
+            body_size: u64::from(size),
+        };
+        let a = self.avail(body_end);
+        let Some(&end_tag) = a.first() else {
+            return Ok(Step::NeedMore(pending));
+        };
+        if end_tag != TAG_END_OBJECT {
+            return Err(NettraceError::UnexpectedTag {
+                offset: body_end,
+                expected: "EndObject (6) after the block (the block size is wrong or the block is damaged)",
+                found: end_tag,
+            });
+        }
+        self.read_block(kind, start, body_start, body_end)?;
+        Ok(Step::Continue)
+    }
+
+    fn read_trace_object(
+        &mut self,
+        start: u64,
+        body_at: u64,
+        version: i32,
+        min_reader: i32,
+    ) -> Result<Step, NettraceError> {
+        if self.trace.is_some() {
+            return Err(NettraceError::malformed(
+                "Trace",
+                start,
+                "a second Trace object",
+            ));
+        }
+        if version < 4 {
+            return Err(NettraceError::UnsupportedFormat {
+                offset: start,
+                detail: format!(
+                    "Trace object version {version} is the old NetPerf format (.NET Core 2.x); NetTrace is version 4"
+                ),
+            });
+        }
+        if min_reader > 4 {
+            return Err(NettraceError::UnsupportedVersion {
+                object: "Trace",
+                offset: start,
+                version,
+                min_reader_version: min_reader,
+                supported: 4,
+            });
+        }
+        let a = self.avail(body_at);
+        if a.len() < TRACE_OBJECT_SIZE + 1 {
+            return Ok(Step::NeedMore(Pending::Bytes {
+                object: "Trace",
+                offset: start,
+                needed: body_at - start + TRACE_OBJECT_SIZE as u64 + 1,
+            }));
+        }
+        if a[TRACE_OBJECT_SIZE] != TAG_END_OBJECT {
+            return Err(NettraceError::UnexpectedTag {
+                offset: body_at + TRACE_OBJECT_SIZE as u64,
+                expected: "EndObject (6) after the Trace fields",
+                found: a[TRACE_OBJECT_SIZE],
+            });
+        }
+        let info = TraceInfo::parse(&a[..TRACE_OBJECT_SIZE], body_at)?;
+        self.clock = info.clock;
+        self.pointer_size = info.pointer_size;
+        self.trace = Some(info);
+        self.pos = body_at + TRACE_OBJECT_SIZE as u64 + 1;
+        Ok(Step::Continue)
+    }
+
+    fn read_block(
+        &mut self,
+        kind: ObjectKind,
+        start: u64,
+        body_start: u64,
+        body_end: u64,
+    ) -> Result<(), NettraceError> {
+        let object = kind.name();
+        let bad = |f: ReadFault| NettraceError::malformed(object, f.offset, f.reason);
+        let i0 = (body_start - self.buf_base) as usize;
+        let i1 = (body_end - self.buf_base) as usize;
+        let after = body_end + 1;
+        match kind {
+            ObjectKind::EventBlock => {
+                let mut c = Cursor::new(&self.buf[i0..i1], body_start);
+                let compressed = read_event_block_header(&mut c).map_err(bad)?;
+                self.stats.event_blocks += 1;
+                self.block = Some(EventBlockCursor {
+                    pos: c.offset(),
+                    end: body_end,
+                    after,
+                    compressed,
+                    prev: EventHeader::default(),
+                });
+                // `pos` moves past the block once its last event has been read.
+                return Ok(());
+            }
+            ObjectKind::MetadataBlock => {
+                self.stats.metadata_blocks += 1;
+                self.read_metadata_block(i0, i1, body_start)?;
+            }
+            ObjectKind::StackBlock => {
+                self.stats.stack_blocks += 1;
+                let c = Cursor::new(&self.buf[i0..i1], body_start);
+                self.stacks.add_block(c, self.pointer_size).map_err(bad)?;
+                if self.stacks.held_bytes() > self.opts.max_stack_cache_bytes {
+                    return Err(NettraceError::LimitExceeded {
+                        what: "stacks held since the last sequence point",
+                        offset: start,
+                        limit: self.opts.max_stack_cache_bytes as u64,
+                        option: "ParserOptions::max_stack_cache_bytes",
+                    });
+                }
+            }
+            ObjectKind::SequencePointBlock => {
+                self.stats.sequence_points += 1;
+                let threads =
+                    read_sequence_point(Cursor::new(&self.buf[i0..i1], body_start)).map_err(bad)?;
+                for (thread, seq) in threads {
+                    self.drops.on_sequence_point(thread, seq);
+                }
+                // Stack ids restart after every sequence point.
+                self.stacks.clear();
+            }
+            ObjectKind::Trace => {
+                return Err(NettraceError::malformed(
+                    "Trace",
+                    start,
+                    "Trace object framed as a block",
+                ))
+            }
+        }
+        self.pos = after;
+        Ok(())
+    }
+
+    fn read_metadata_block(
+        &mut self,
+        i0: usize,
+        i1: usize,
+        body_start: u64,
+    ) -> Result<(), NettraceError> {
+        let bad = |f: ReadFault| NettraceError::malformed("MetadataBlock", f.offset, f.reason);
+        let mut c = Cursor::new(&self.buf[i0..i1], body_start);
+        let compressed = read_event_block_header(&mut c).map_err(bad)?;
+        let mut prev = EventHeader::default();
+        while !c.is_empty() {
+            let blob_at = c.offset();
+            let payload = if compressed {
+                read_compressed_header(&mut c, &mut prev).map_err(bad)?;
+                c.take(prev.payload_size as usize).map_err(bad)?
+            } else {
+                let mut blob = c;
+                let (h, total) = read_uncompressed_header(&mut blob).map_err(bad)?;
+                let payload = blob.take(h.payload_size as usize).map_err(bad)?;
+                c.skip(total).map_err(bad)?;
+                payload
+            };
+            let m = parse_metadata(payload).map_err(|f| {
+                NettraceError::malformed(
+                    "metadata record",
+                    f.offset,
+                    format!("{} (record at offset {blob_at})", f.reason),
+                )
+            })?;
+            if self.metadata.len() >= self.opts.max_metadata_records {
+                return Err(NettraceError::LimitExceeded {
+                    what: "metadata records",
+                    offset: blob_at,
+                    limit: self.opts.max_metadata_records as u64,
+                    option: "ParserOptions::max_metadata_records",
+                });
+            }
+            self.stats.metadata_records += 1;
+            // A redefinition replaces the earlier record: the newest description wins.
+            match self.metadata_index.get(&m.metadata_id) {
+                Some(&i) => self.metadata[i] = m,
+                None => {
+                    self.metadata_index
+                        .insert(m.metadata_id, self.metadata.len());
+                    self.metadata.push(m);
+                }
+            }
+        }
+        self.last_metadata = None;
+        Ok(())
+    }
+
+    /// Decodes the event at the block cursor.
+    #[inline]
+    fn next_in_block(&mut self) -> Result<StagedEvent, NettraceError> {
+        let bad = |f: ReadFault| NettraceError::malformed("EventBlock", f.offset, f.reason);
+        let Some(b) = self.block.as_mut() else {
+            return Err(NettraceError::malformed(
+                "EventBlock",
+                self.pos,
+                "no block is open",
+            ));
+        };
+        let i0 = (b.pos - self.buf_base) as usize;
+        let i1 = (b.end - self.buf_base) as usize;
+        let mut c = Cursor::new(&self.buf[i0..i1], b.pos);
+        let offset = b.pos;
+        let header = if b.compressed {
+            read_compressed_header(&mut c, &mut b.prev).map_err(bad)?;
+            let header = b.prev;
+            let payload_offset = c.offset();
+            c.skip(header.payload_size as usize).map_err(|_| {
+                NettraceError::malformed(
+                    "EventBlock",
+                    payload_offset,
+                    format!(
+                        "event payload of {} bytes runs past the end of its block at offset {}",
+                        header.payload_size, b.end
+                    ),
+                )
+            })?;
+            b.pos = c.offset();
+            header
+        } else {
+            let (header, total) = read_uncompressed_header(&mut c).map_err(bad)?;
+            if total > i1 - i0 {
+                return Err(NettraceError::malformed(
+                    "EventBlock",
+                    offset,
+                    format!(
+                        "event of {total} bytes runs past the end of its block at offset {}",
+                        b.end
+                    ),
+                ));
+            }
+            b.pos = offset + total as u64;
+            header
+        };
+        let payload_offset = b.pos - u64::from(header.payload_size);
+        let payload_offset = if b.compressed {
+            payload_offset
+        } else {
+            offset + super::block::UNCOMPRESSED_HEADER_SIZE as u64
+        };
+        let metadata_index = match self.last_metadata {
+            Some((id, i)) if id == header.metadata_id => i,
+            _ => match self.metadata_index.get(&header.metadata_id) {
+                Some(&i) => {
+                    self.last_metadata = Some((header.metadata_id, i));
+                    i
+                }
+                None => {
+                    return Err(NettraceError::UnknownMetadata {
+                        offset,
+                        metadata_id: header.metadata_id,
+                    })
+                }
+            },
+        };
+        self.drops
+            .on_event(header.capture_thread_id, header.sequence_number);
+        self.stats.events += 1;
+        self.stats.min_timestamp = self.stats.min_timestamp.min(header.timestamp);
+        self.stats.max_timestamp = self.stats.max_timestamp.max(header.timestamp);
+        Ok(StagedEvent {
+            header,
+            metadata_index,
+            offset,
+            payload_offset,
+        })
+    }
+}
