@@ -1,6 +1,7 @@
 //! `clrscope`: command-line wiring only; the work lives in the crates.
 
 mod args;
+mod inspect;
 mod ps;
 mod trace;
 
@@ -38,6 +39,8 @@ enum Command {
     Ps(ps::Args),
     /// Record a raw EventPipe trace (.nettrace), like dotnet-trace.
     Trace(trace::Args),
+    /// Summarize a .nettrace file: header, providers, event counts, stacks, time range.
+    Inspect(inspect::Args),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +61,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         match cli.command {
             Command::Ps(args) => ps::run(args).await,
             Command::Trace(args) => trace::run(args).await,
+            Command::Inspect(args) => inspect::run(args),
         }
     })
 }

@@ -29,7 +29,9 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     profile: Vec<TraceProfile>,
     /// Providers in dotnet-trace's syntax, comma-separated:
-    /// `Name[:keywords[:level[:key=value;...]]]`, keywords in hex.
+    /// `Name[:keywords[:level[:key=value;...]]]`, keywords in hex. Omitted keywords enable every
+    /// event (for the runtime's own providers: TraceEvent's default set); level defaults to
+    /// Informational.
     #[arg(long)]
     providers: Option<String>,
     /// Ask for rundown at the end (method and module names, needed to name frames). Default: on

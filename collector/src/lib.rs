@@ -2,6 +2,7 @@
 //!
 //! - [`ipc`]: the diagnostics IPC wire protocol (pure encode/decode, no I/O).
 //! - [`nettrace`]: the streaming NetTrace parser and event decoders.
+//! - [`inspect`]: what a nettrace file holds, for `clrscope inspect`.
 //! - [`discovery`]: finding runtimes' default diagnostic sockets (connect mode).
 //! - [`listen`]: the reverse server runtimes dial with `DOTNET_DiagnosticPorts` (listen mode).
 //! - [`client`]: one command per connection, on either transport.
@@ -11,6 +12,7 @@
 
 pub mod client;
 pub mod discovery;
+pub mod inspect;
 pub mod ipc;
 pub mod listen;
 pub mod nettrace;

@@ -263,8 +263,13 @@ fn merge_level(a: u32, b: u32) -> u32 {
 }
 
 /// Parses dotnet-trace's `Name[:keywords[:level[:key=value;...]]]`. Keywords are hex (with or
-/// without `0x`, default 0), the level a name or 0-5 (default Informational); values holding `;`
-/// or `=` are written in double quotes.
+/// without `0x`), the level a name or 0-5 (default Informational); values holding `;` or `=` are
+/// written in double quotes.
+///
+/// Omitted keywords mean every event of the provider (all bits set), because on .NET 8 an
+/// EventSource enabled with keywords 0 writes nothing (measured on 8.0.4; dotnet-trace sends 0).
+/// The runtime's own providers are the exception: all their bits would induce GCs and heap dumps,
+/// so there omitted keywords mean TraceEvent's default set.
 pub fn parse_provider(spec: &str) -> Result<ProviderConfig, ProviderSpecError> {
     let mut parts = spec.splitn(4, ':');
     let name = parts.next().unwrap_or_default().trim();
@@ -272,7 +277,7 @@ pub fn parse_provider(spec: &str) -> Result<ProviderConfig, ProviderSpecError> {
         return Err(ProviderSpecError::MissingName(spec.to_string()));
     }
     let keywords = match parts.next().map(str::trim).filter(|k| !k.is_empty()) {
-        None => 0,
+        None => default_keywords(name),
         Some(k) => {
             let digits = k
                 .strip_prefix("0x")
@@ -315,6 +320,14 @@ pub fn parse_providers(list: &str) -> Result<Vec<ProviderConfig>, ProviderSpecEr
         .filter(|s| !s.trim().is_empty())
         .map(parse_provider)
         .collect()
+}
+
+fn default_keywords(provider: &str) -> u64 {
+    if provider.eq_ignore_ascii_case(RUNTIME) || provider.eq_ignore_ascii_case(RUNTIME_PRIVATE) {
+        RUNTIME_DEFAULT_KEYWORDS
+    } else {
+        u64::MAX
+    }
 }
 
 fn parse_level(level: &str) -> Option<u32> {
@@ -409,7 +422,11 @@ mod tests {
         assert_eq!(p.arguments, None);
 
         let p = parse_provider("System.Runtime").unwrap();
-        assert_eq!((p.keywords, p.level), (0, level::INFORMATIONAL));
+        assert_eq!((p.keywords, p.level), (u64::MAX, level::INFORMATIONAL));
+        let p = parse_provider("Microsoft-Windows-DotNETRuntime").unwrap();
+        assert_eq!(p.keywords, RUNTIME_DEFAULT_KEYWORDS);
+        let p = parse_provider("System.Runtime:0").unwrap();
+        assert_eq!(p.keywords, 0, "an explicit 0 stays 0");
 
         let p = parse_provider("MyProvider:ff::EventCounterIntervalSec=1").unwrap();
         assert_eq!((p.keywords, p.level), (0xff, level::INFORMATIONAL));
