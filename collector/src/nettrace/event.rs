@@ -10,7 +10,6 @@ use super::time::Clock;
 /// An event located in the parser's buffer; turned into an [`Event`] by the parser.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct StagedEvent {
-    pub header: EventHeader,
     pub metadata_index: usize,
     pub offset: u64,
     pub payload_offset: u64,
@@ -21,7 +20,7 @@ pub(crate) struct StagedEvent {
 #[derive(Debug, Clone, Copy)]
 pub struct Event<'a> {
     /// The decompressed event header.
-    pub header: EventHeader,
+    pub header: &'a EventHeader,
     /// The metadata record the event refers to.
     pub metadata: &'a EventMetadata,
     /// Raw payload bytes.
@@ -31,7 +30,7 @@ pub struct Event<'a> {
     /// Stream offset of the payload's first byte.
     pub payload_offset: u64,
     pub(crate) stacks: &'a StackCache,
-    pub(crate) clock: Clock,
+    pub(crate) clock: &'a Clock,
     pub(crate) pointer_size: u8,
 }
 

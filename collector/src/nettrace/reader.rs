@@ -11,7 +11,7 @@
 
 use super::block::{
     read_compressed_header, read_event_block_header, read_sequence_point, read_uncompressed_header,
-    EventHeader, StackCache,
+    EventHeader, StackCache, UNCOMPRESSED_HEADER_SIZE,
 };
 use super::cursor::{Cursor, ReadFault};
 use super::error::NettraceError;
@@ -141,7 +141,6 @@ struct EventBlockCursor {
     end: u64,
     after: u64,
     compressed: bool,
-    prev: EventHeader,
 }
 
 enum Step {
@@ -170,6 +169,8 @@ pub struct Parser {
     stacks: StackCache,
     drops: DropTracker,
     block: Option<EventBlockCursor>,
+    /// Header of the current event; also the delta base for the next compressed header.
+    header: EventHeader,
     pending: Option<Pending>,
     stats: ParserStats,
     failed: Option<(u64, String)>,
@@ -204,6 +205,7 @@ impl Parser {
             stacks: StackCache::default(),
             drops: DropTracker::default(),
             block: None,
+            header: EventHeader::default(),
             pending: None,
             stats: ParserStats {
                 min_timestamp: i64::MAX,
@@ -356,20 +358,20 @@ impl Parser {
     pub(crate) fn make_event(&self, st: StagedEvent) -> Event<'_> {
         let start = (st.payload_offset - self.buf_base) as usize;
         Event {
-            header: st.header,
+            header: &self.header,
             metadata: &self.metadata[st.metadata_index],
-            payload: &self.buf[start..start + st.header.payload_size as usize],
+            payload: &self.buf[start..start + self.header.payload_size as usize],
             offset: st.offset,
             payload_offset: st.payload_offset,
             stacks: &self.stacks,
-            clock: self.clock,
+            clock: &self.clock,
             pointer_size: self.pointer_size,
         }
     }
 
     fn advance_inner(&mut self) -> Result<Option<StagedEvent>, NettraceError> {
         loop {
-            if let Some(b) = self.block {
+            if let Some(b) = &self.block {
                 if b.pos < b.end {
                     return self.next_in_block().map(Some);
                 }
@@ -685,8 +687,9 @@ impl Parser {
                     end: body_end,
                     after,
                     compressed,
-                    prev: EventHeader::default(),
                 });
+                // Compressed headers are deltas from the previous event of the same block.
+                self.header = EventHeader::default();
                 // `pos` moves past the block once its last event has been read.
                 return Ok(());
             }
@@ -781,7 +784,7 @@ impl Parser {
         Ok(())
     }
 
-    /// Decodes the event at the block cursor.
+    /// Decodes the event at the block cursor into `self.header`.
     #[inline]
     fn next_in_block(&mut self) -> Result<StagedEvent, NettraceError> {
         let bad = |f: ReadFault| NettraceError::malformed("EventBlock", f.offset, f.reason);
@@ -796,22 +799,22 @@ impl Parser {
         let i1 = (b.end - self.buf_base) as usize;
         let mut c = Cursor::new(&self.buf[i0..i1], b.pos);
         let offset = b.pos;
-        let header = if b.compressed {
-            read_compressed_header(&mut c, &mut b.prev).map_err(bad)?;
-            let header = b.prev;
+        let h = &mut self.header;
+        let payload_offset = if b.compressed {
+            read_compressed_header(&mut c, h).map_err(bad)?;
             let payload_offset = c.offset();
-            c.skip(header.payload_size as usize).map_err(|_| {
-                NettraceError::malformed(
+            if h.payload_size as usize > c.remaining() {
+                return Err(NettraceError::malformed(
                     "EventBlock",
                     payload_offset,
                     format!(
                         "event payload of {} bytes runs past the end of its block at offset {}",
-                        header.payload_size, b.end
+                        h.payload_size, b.end
                     ),
-                )
-            })?;
-            b.pos = c.offset();
-            header
+                ));
+            }
+            b.pos = payload_offset + u64::from(h.payload_size);
+            payload_offset
         } else {
             let (header, total) = read_uncompressed_header(&mut c).map_err(bad)?;
             if total > i1 - i0 {
@@ -824,37 +827,30 @@ impl Parser {
                     ),
                 ));
             }
+            *h = header;
             b.pos = offset + total as u64;
-            header
-        };
-        let payload_offset = b.pos - u64::from(header.payload_size);
-        let payload_offset = if b.compressed {
-            payload_offset
-        } else {
-            offset + super::block::UNCOMPRESSED_HEADER_SIZE as u64
+            offset + UNCOMPRESSED_HEADER_SIZE as u64
         };
         let metadata_index = match self.last_metadata {
-            Some((id, i)) if id == header.metadata_id => i,
-            _ => match self.metadata_index.get(&header.metadata_id) {
+            Some((id, i)) if id == h.metadata_id => i,
+            _ => match self.metadata_index.get(&h.metadata_id) {
                 Some(&i) => {
-                    self.last_metadata = Some((header.metadata_id, i));
+                    self.last_metadata = Some((h.metadata_id, i));
                     i
                 }
                 None => {
                     return Err(NettraceError::UnknownMetadata {
                         offset,
-                        metadata_id: header.metadata_id,
+                        metadata_id: h.metadata_id,
                     })
                 }
             },
         };
-        self.drops
-            .on_event(header.capture_thread_id, header.sequence_number);
+        self.drops.on_event(h.capture_thread_id, h.sequence_number);
         self.stats.events += 1;
-        self.stats.min_timestamp = self.stats.min_timestamp.min(header.timestamp);
-        self.stats.max_timestamp = self.stats.max_timestamp.max(header.timestamp);
+        self.stats.min_timestamp = self.stats.min_timestamp.min(h.timestamp);
+        self.stats.max_timestamp = self.stats.max_timestamp.max(h.timestamp);
         Ok(StagedEvent {
-            header,
             metadata_index,
             offset,
             payload_offset,

@@ -106,7 +106,7 @@ struct Seen {
 fn seen(ev: &Event<'_>) -> Seen {
     Seen {
         offset: ev.offset,
-        header: ev.header,
+        header: *ev.header,
         name: ev.metadata.display_name(),
         payload: ev.payload.to_vec(),
         stack: ev.stack().map(|s| s.ips().collect()),
