@@ -6,6 +6,7 @@ use super::events::{decode_known, KnownEvent};
 use super::metadata::EventMetadata;
 use super::payload::{decode_payload, NamedValue};
 use super::time::Clock;
+use super::v6::{LabelCache, LabelList, ThreadInfo, ThreadTable};
 
 /// An event located in the parser's buffer; turned into an [`Event`] by the parser.
 #[derive(Debug, Clone, Copy)]
@@ -30,6 +31,8 @@ pub struct Event<'a> {
     /// Stream offset of the payload's first byte.
     pub payload_offset: u64,
     pub(crate) stacks: &'a StackCache,
+    pub(crate) threads: &'a ThreadTable,
+    pub(crate) labels: &'a LabelCache,
     pub(crate) clock: &'a Clock,
     pub(crate) pointer_size: u8,
 }
@@ -46,6 +49,19 @@ impl<'a> Event<'a> {
             bytes,
             pointer_size: self.pointer_size,
         })
+    }
+
+    /// V6: the Thread-table row of the thread the event is about (name, OS process and thread).
+    pub fn thread(&self) -> Option<&'a ThreadInfo> {
+        self.threads.get(self.header.thread_index)
+    }
+
+    /// V6: the event's labels (activity ids, W3C trace/span ids, key/values, overrides).
+    pub fn labels(&self) -> Option<&'a LabelList> {
+        if self.header.label_list_id == 0 {
+            return None;
+        }
+        self.labels.get(self.header.label_list_id)
     }
 
     /// The event time as nanoseconds since the Unix epoch (UTC).

@@ -17,9 +17,10 @@ use super::cursor::{Cursor, ReadFault};
 use super::error::NettraceError;
 use super::event::{Event, StagedEvent};
 use super::header::{TraceInfo, TRACE_OBJECT_SIZE};
-use super::metadata::{parse_metadata, EventMetadata};
+use super::metadata::{parse_metadata, parse_metadata_v6, EventMetadata};
 use super::sequence::DropTracker;
 use super::time::Clock;
+use super::v6::{self, LabelCache, ThreadTable};
 use std::collections::HashMap;
 
 const MAGIC: &[u8; 8] = b"Nettrace";
@@ -80,7 +81,10 @@ pub struct ParserStats {
 enum State {
     Magic,
     SerializationHeader,
+    /// V4/V5: FastSerialization objects.
     Objects,
+    /// V6: size/kind-framed blocks.
+    Blocks,
     End,
 }
 
@@ -141,6 +145,7 @@ struct EventBlockCursor {
     end: u64,
     after: u64,
     compressed: bool,
+    v6: bool,
 }
 
 enum Step {
@@ -167,6 +172,8 @@ pub struct Parser {
     metadata_index: HashMap<u32, usize>,
     last_metadata: Option<(u32, usize)>,
     stacks: StackCache,
+    threads: ThreadTable,
+    labels: LabelCache,
     drops: DropTracker,
     block: Option<EventBlockCursor>,
     /// Header of the current event; also the delta base for the next compressed header.
@@ -203,6 +210,8 @@ impl Parser {
             metadata_index: HashMap::new(),
             last_metadata: None,
             stacks: StackCache::default(),
+            threads: ThreadTable::default(),
+            labels: LabelCache::default(),
             drops: DropTracker::default(),
             block: None,
             header: EventHeader::default(),
@@ -364,6 +373,8 @@ impl Parser {
             offset: st.offset,
             payload_offset: st.payload_offset,
             stacks: &self.stacks,
+            threads: &self.threads,
+            labels: &self.labels,
             clock: &self.clock,
             pointer_size: self.pointer_size,
         }
@@ -382,6 +393,7 @@ impl Parser {
                 State::Magic => self.read_magic()?,
                 State::SerializationHeader => self.read_serialization_header()?,
                 State::Objects => self.read_object()?,
+                State::Blocks => self.read_v6_block()?,
                 State::End => return Ok(None),
             };
             match step {
@@ -397,7 +409,10 @@ impl Parser {
     /// Unparsed bytes from stream offset `at`.
     #[inline]
     fn avail(&self, at: u64) -> &[u8] {
-        let i = usize::try_from(at - self.buf_base).unwrap_or(usize::MAX);
+        let i = at
+            .checked_sub(self.buf_base)
+            .and_then(|d| usize::try_from(d).ok())
+            .unwrap_or(usize::MAX);
         self.buf.get(i..).unwrap_or(&[])
     }
 
@@ -421,13 +436,42 @@ impl Parser {
         Ok(Step::Continue)
     }
 
+    /// After the magic: `i32 20 "!FastSerialization.1"` (V4/V5) or `u32 0, u32 major,
+    /// u32 minor` (V6).
     fn read_serialization_header(&mut self) -> Result<Step, NettraceError> {
         let a = self.avail(self.pos);
-        if a.len() >= 4 {
-            let len = u32::from_le_bytes([a[0], a[1], a[2], a[3]]);
-            if len as usize != SERIALIZATION_MAGIC.len() {
-                return Err(self.unsupported_serialization(len, a));
+        if a.len() < 4 {
+            return Ok(Step::NeedMore(Pending::Bytes {
+                object: "stream header",
+                offset: self.pos,
+                needed: 4,
+            }));
+        }
+        let len = u32::from_le_bytes([a[0], a[1], a[2], a[3]]);
+        if len == 0 {
+            if a.len() < 12 {
+                return Ok(Step::NeedMore(Pending::Bytes {
+                    object: "stream header",
+                    offset: self.pos,
+                    needed: 12,
+                }));
             }
+            let major = u32::from_le_bytes([a[4], a[5], a[6], a[7]]);
+            if major != 6 {
+                return Err(NettraceError::UnsupportedFormat {
+                    offset: self.pos + 4,
+                    detail: format!(
+                        "NetTrace major version {major}; this parser reads V4/V5 and V6"
+                    ),
+                });
+            }
+            // Minor versions are compatible by definition.
+            self.pos += 12;
+            self.state = State::Blocks;
+            return Ok(Step::Continue);
+        }
+        if len as usize != SERIALIZATION_MAGIC.len() {
+            return Err(self.unsupported_serialization(len));
         }
         if a.len() < 24 {
             return Ok(Step::NeedMore(Pending::Bytes {
@@ -437,30 +481,195 @@ impl Parser {
             }));
         }
         if &a[4..24] != SERIALIZATION_MAGIC {
-            return Err(self.unsupported_serialization(20, a));
+            return Err(self.unsupported_serialization(20));
         }
         self.pos += 24;
         self.state = State::Objects;
         Ok(Step::Continue)
     }
 
-    fn unsupported_serialization(&self, len: u32, a: &[u8]) -> NettraceError {
-        // NetTrace V6 puts `u32 0, u32 major, u32 minor` where V4/V5 have the FastSerialization string.
-        if len == 0 && a.len() >= 12 {
-            let major = u32::from_le_bytes([a[4], a[5], a[6], a[7]]);
-            return NettraceError::UnsupportedFormat {
-                offset: self.pos,
-                detail: format!(
-                    "NetTrace major version {major} (V6+ headers, written by newer tools such as dotnet-trace collect-linux); this parser reads V4/V5 as the runtime writes over EventPipe"
-                ),
-            };
-        }
+    fn unsupported_serialization(&self, len: u32) -> NettraceError {
         NettraceError::UnsupportedFormat {
             offset: self.pos,
             detail: format!(
-                "expected the FastSerialization header (i32 20, \"!FastSerialization.1\"), found length {len}"
+                "expected the FastSerialization header (i32 20, \"!FastSerialization.1\") or a V6 version header (u32 0), found {len}"
             ),
         }
+    }
+
+    /// One V6 block: `u32 (kind << 24 | size)` then `size` bytes.
+    fn read_v6_block(&mut self) -> Result<Step, NettraceError> {
+        let start = self.pos;
+        let a = self.avail(start);
+        if a.len() < 4 {
+            return Ok(Step::NeedMore(Pending::Bytes {
+                object: "block header",
+                offset: start,
+                needed: 4,
+            }));
+        }
+        let word = u32::from_le_bytes([a[0], a[1], a[2], a[3]]);
+        let (kind, size) = ((word >> 24) as u8, u64::from(word & 0x00ff_ffff));
+        let object = match kind {
+            v6::kind::END_OF_STREAM => "EndOfStream block",
+            v6::kind::TRACE => "Trace",
+            v6::kind::EVENT => "EventBlock",
+            v6::kind::METADATA => "MetadataBlock",
+            v6::kind::SEQUENCE_POINT => "SequencePoint block",
+            v6::kind::STACK => "StackBlock",
+            v6::kind::THREAD => "Thread block",
+            v6::kind::REMOVE_THREAD => "RemoveThread block",
+            v6::kind::LABEL_LIST => "LabelList block",
+            _ => "unknown block",
+        };
+        if size > self.opts.max_block_size as u64 {
+            return Err(NettraceError::BlockTooLarge {
+                object,
+                offset: start,
+                size,
+                limit: self.opts.max_block_size as u64,
+            });
+        }
+        let body_start = start + 4;
+        let body_end = body_start + size;
+        if (a.len() as u64) < 4 + size {
+            return Ok(Step::NeedMore(Pending::Block {
+                object,
+                offset: start,
+                body_start,
+                body_size: size,
+            }));
+        }
+        if kind == v6::kind::END_OF_STREAM {
+            self.pos = body_end;
+            self.state = State::End;
+            return Ok(Step::Continue);
+        }
+        if kind != v6::kind::TRACE && self.trace.is_none() {
+            return Err(NettraceError::malformed(
+                object,
+                start,
+                "block before the Trace block",
+            ));
+        }
+        let i0 = (body_start - self.buf_base) as usize;
+        let i1 = (body_end - self.buf_base) as usize;
+        let bad = |f: ReadFault| NettraceError::malformed(object, f.offset, f.reason);
+        match kind {
+            v6::kind::TRACE => {
+                if self.trace.is_some() {
+                    return Err(NettraceError::malformed(
+                        object,
+                        start,
+                        "a second Trace block",
+                    ));
+                }
+                let info = v6::read_trace_block(&self.buf[i0..i1], body_start)?;
+                self.clock = info.clock;
+                self.pointer_size = info.pointer_size;
+                self.trace = Some(info);
+            }
+            v6::kind::EVENT => {
+                let mut c = Cursor::new(&self.buf[i0..i1], body_start);
+                let compressed = read_event_block_header(&mut c).map_err(bad)?;
+                self.stats.event_blocks += 1;
+                self.block = Some(EventBlockCursor {
+                    pos: c.offset(),
+                    end: body_end,
+                    after: body_end,
+                    compressed,
+                    v6: true,
+                });
+                self.header = EventHeader::default();
+                return Ok(Step::Continue);
+            }
+            v6::kind::METADATA => {
+                self.stats.metadata_blocks += 1;
+                let mut c = Cursor::new(&self.buf[i0..i1], body_start);
+                let header_size = c.u16().map_err(bad)?;
+                c.skip(usize::from(header_size)).map_err(bad)?;
+                let mut rows = Vec::new();
+                while !c.is_empty() {
+                    let row_at = c.offset();
+                    let size = c.u16().map_err(bad)?;
+                    let row = c.take(usize::from(size)).map_err(bad)?;
+                    let m = parse_metadata_v6(row).map_err(|f| {
+                        NettraceError::malformed(
+                            "metadata row",
+                            f.offset,
+                            format!("{} (row at offset {row_at})", f.reason),
+                        )
+                    })?;
+                    rows.push((m, row_at));
+                }
+                for (m, at) in rows {
+                    self.add_metadata(m, at)?;
+                }
+            }
+            v6::kind::SEQUENCE_POINT => {
+                self.stats.sequence_points += 1;
+                let mut c = Cursor::new(&self.buf[i0..i1], body_start);
+                c.skip(8).map_err(bad)?;
+                let flags = c.u32().map_err(bad)?;
+                let count = c.u32().map_err(bad)?;
+                for (thread, seq) in v6::read_thread_sequences(&mut c, Some(count)).map_err(bad)? {
+                    self.drops.on_sequence_point(thread, seq);
+                }
+                self.stacks.clear();
+                self.labels.clear();
+                if flags & 1 != 0 {
+                    self.threads.clear();
+                }
+                if flags & 2 != 0 {
+                    self.metadata.clear();
+                    self.metadata_index.clear();
+                    self.last_metadata = None;
+                }
+            }
+            v6::kind::STACK => {
+                self.stats.stack_blocks += 1;
+                let c = Cursor::new(&self.buf[i0..i1], body_start);
+                self.stacks.add_block(c, self.pointer_size).map_err(bad)?;
+                self.check_stack_limit(start)?;
+            }
+            v6::kind::THREAD => {
+                let c = Cursor::new(&self.buf[i0..i1], body_start);
+                for t in v6::read_thread_block(c).map_err(bad)? {
+                    self.threads.insert(t);
+                }
+                if self.threads.len() > self.opts.max_metadata_records {
+                    return Err(NettraceError::LimitExceeded {
+                        what: "threads",
+                        offset: start,
+                        limit: self.opts.max_metadata_records as u64,
+                        option: "ParserOptions::max_metadata_records",
+                    });
+                }
+            }
+            v6::kind::REMOVE_THREAD => {
+                let mut c = Cursor::new(&self.buf[i0..i1], body_start);
+                for (thread, seq) in v6::read_thread_sequences(&mut c, None).map_err(bad)? {
+                    self.drops.on_sequence_point(thread, seq);
+                    self.threads.remove(thread);
+                }
+            }
+            v6::kind::LABEL_LIST => {
+                let c = Cursor::new(&self.buf[i0..i1], body_start);
+                self.labels.add_block(c).map_err(bad)?;
+                if self.labels.len() > self.opts.max_metadata_records {
+                    return Err(NettraceError::LimitExceeded {
+                        what: "label lists held since the last sequence point",
+                        offset: start,
+                        limit: self.opts.max_metadata_records as u64,
+                        option: "ParserOptions::max_metadata_records",
+                    });
+                }
+            }
+            // Unknown kinds are skippable by design (added in minor versions).
+            _ => {}
+        }
+        self.pos = body_end;
+        Ok(Step::Continue)
     }
 
     fn read_object(&mut self) -> Result<Step, NettraceError> {
@@ -687,6 +896,7 @@ impl Parser {
                     end: body_end,
                     after,
                     compressed,
+                    v6: false,
                 });
                 // Compressed headers are deltas from the previous event of the same block.
                 self.header = EventHeader::default();
@@ -701,14 +911,7 @@ impl Parser {
                 self.stats.stack_blocks += 1;
                 let c = Cursor::new(&self.buf[i0..i1], body_start);
                 self.stacks.add_block(c, self.pointer_size).map_err(bad)?;
-                if self.stacks.held_bytes() > self.opts.max_stack_cache_bytes {
-                    return Err(NettraceError::LimitExceeded {
-                        what: "stacks held since the last sequence point",
-                        offset: start,
-                        limit: self.opts.max_stack_cache_bytes as u64,
-                        option: "ParserOptions::max_stack_cache_bytes",
-                    });
-                }
+                self.check_stack_limit(start)?;
             }
             ObjectKind::SequencePointBlock => {
                 self.stats.sequence_points += 1;
@@ -742,6 +945,7 @@ impl Parser {
         let mut c = Cursor::new(&self.buf[i0..i1], body_start);
         let compressed = read_event_block_header(&mut c).map_err(bad)?;
         let mut prev = EventHeader::default();
+        let mut records = Vec::new();
         while !c.is_empty() {
             let blob_at = c.offset();
             let payload = if compressed {
@@ -761,26 +965,46 @@ impl Parser {
                     format!("{} (record at offset {blob_at})", f.reason),
                 )
             })?;
-            if self.metadata.len() >= self.opts.max_metadata_records {
-                return Err(NettraceError::LimitExceeded {
-                    what: "metadata records",
-                    offset: blob_at,
-                    limit: self.opts.max_metadata_records as u64,
-                    option: "ParserOptions::max_metadata_records",
-                });
-            }
-            self.stats.metadata_records += 1;
-            // A redefinition replaces the earlier record: the newest description wins.
-            match self.metadata_index.get(&m.metadata_id) {
-                Some(&i) => self.metadata[i] = m,
-                None => {
-                    self.metadata_index
-                        .insert(m.metadata_id, self.metadata.len());
-                    self.metadata.push(m);
-                }
+            records.push((m, blob_at));
+        }
+        for (m, at) in records {
+            self.add_metadata(m, at)?;
+        }
+        Ok(())
+    }
+
+    fn add_metadata(&mut self, m: EventMetadata, offset: u64) -> Result<(), NettraceError> {
+        if self.metadata.len() >= self.opts.max_metadata_records {
+            return Err(NettraceError::LimitExceeded {
+                what: "metadata records",
+                offset,
+                limit: self.opts.max_metadata_records as u64,
+                option: "ParserOptions::max_metadata_records",
+            });
+        }
+        self.stats.metadata_records += 1;
+        self.last_metadata = None;
+        // A redefinition replaces the earlier record: the newest description wins.
+        match self.metadata_index.get(&m.metadata_id) {
+            Some(&i) => self.metadata[i] = m,
+            None => {
+                self.metadata_index
+                    .insert(m.metadata_id, self.metadata.len());
+                self.metadata.push(m);
             }
         }
-        self.last_metadata = None;
+        Ok(())
+    }
+
+    fn check_stack_limit(&self, offset: u64) -> Result<(), NettraceError> {
+        if self.stacks.held_bytes() > self.opts.max_stack_cache_bytes {
+            return Err(NettraceError::LimitExceeded {
+                what: "stacks held since the last sequence point",
+                offset,
+                limit: self.opts.max_stack_cache_bytes as u64,
+                option: "ParserOptions::max_stack_cache_bytes",
+            });
+        }
         Ok(())
     }
 
@@ -801,7 +1025,11 @@ impl Parser {
         let offset = b.pos;
         let h = &mut self.header;
         let payload_offset = if b.compressed {
-            read_compressed_header(&mut c, h).map_err(bad)?;
+            if b.v6 {
+                v6::read_compressed_header(&mut c, h).map_err(bad)?;
+            } else {
+                read_compressed_header(&mut c, h).map_err(bad)?;
+            }
             let payload_offset = c.offset();
             if h.payload_size as usize > c.remaining() {
                 return Err(NettraceError::malformed(
@@ -816,7 +1044,13 @@ impl Parser {
             b.pos = payload_offset + u64::from(h.payload_size);
             payload_offset
         } else {
-            let (header, total) = read_uncompressed_header(&mut c).map_err(bad)?;
+            let (header, total, header_size) = if b.v6 {
+                let (h, t) = v6::read_uncompressed_header(&mut c).map_err(bad)?;
+                (h, t, v6::UNCOMPRESSED_HEADER_SIZE)
+            } else {
+                let (h, t) = read_uncompressed_header(&mut c).map_err(bad)?;
+                (h, t, UNCOMPRESSED_HEADER_SIZE)
+            };
             if total > i1 - i0 {
                 return Err(NettraceError::malformed(
                     "EventBlock",
@@ -829,7 +1063,20 @@ impl Parser {
             }
             *h = header;
             b.pos = offset + total as u64;
-            offset + UNCOMPRESSED_HEADER_SIZE as u64
+            offset + header_size as u64
+        };
+        let drop_key = if b.v6 {
+            // V6 headers carry table indexes: resolve them to OS thread ids and activity ids.
+            h.thread_id = self.threads.os_thread_id(h.thread_index);
+            h.capture_thread_id = self.threads.os_thread_id(h.capture_thread_index);
+            let labels = self.labels.get(h.label_list_id);
+            h.activity_id = labels.and_then(|l| l.activity_id).unwrap_or_default();
+            h.related_activity_id = labels
+                .and_then(|l| l.related_activity_id)
+                .unwrap_or_default();
+            h.capture_thread_index
+        } else {
+            h.capture_thread_id
         };
         let metadata_index = match self.last_metadata {
             Some((id, i)) if id == h.metadata_id => i,
@@ -846,7 +1093,7 @@ impl Parser {
                 }
             },
         };
-        self.drops.on_event(h.capture_thread_id, h.sequence_number);
+        self.drops.on_event(drop_key, h.sequence_number);
         self.stats.events += 1;
         self.stats.min_timestamp = self.stats.min_timestamp.min(h.timestamp);
         self.stats.max_timestamp = self.stats.max_timestamp.max(h.timestamp);
