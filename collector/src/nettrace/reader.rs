@@ -38,7 +38,8 @@ pub struct ParserOptions {
     pub max_block_size: usize,
     /// Largest total size of the stacks held between two sequence points.
     pub max_stack_cache_bytes: usize,
-    /// Most metadata records kept (one per distinct event kind of the session).
+    /// Most metadata records kept (one per distinct event kind of the session); in V6 also the
+    /// most threads and label lists held.
     pub max_metadata_records: usize,
 }
 
