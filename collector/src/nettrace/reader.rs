@@ -3,11 +3,19 @@
 //! Framing (format V4/V5): `"Nettrace"`, `i32 20 "!FastSerialization.1"`, then objects, each
 //! `BeginPrivateObject(5) [type: 5 NullReference(1) i32 version, i32 minReaderVersion, i32 len,
 //! name, EndObject(6)] body EndObject(6)`, then `NullReference(1)` at the end. Block bodies are
-//! `i32 size`, zero padding to a 4-byte stream offset, and `size` bytes.
+//! `i32 size`, zero padding to a 4-byte stream offset, and `size` bytes. Format V6 (see
+//! [`v6`](super::v6)) replaces all of this with `u32 0, u32 6, u32 minor` and blocks framed by one
+//! `u32` (kind in the high byte, size in the low 24 bits); the version is told apart by the
+//! `u32` after the magic (20 or 0).
 //!
 //! Memory: the parser keeps the unconsumed input (at most one block plus whatever one `feed`
-//! call brought), the metadata records, and the stacks of the current sequence-point region,
-//! each with a limit in [`ParserOptions`]. Events borrow their payload from the input buffer.
+//! call brought), the metadata records, and the stacks (V6: also threads and label lists) of the
+//! current sequence-point region, each with a limit in [`ParserOptions`]. Events borrow their
+//! payload from the input buffer.
+//!
+//! Events come out in stream order. The runtime sorts only per capture thread; a consumer that
+//! needs global time order sorts between sequence points (every event between two of them has a
+//! timestamp between theirs) or uses `EventHeader::is_sorted` as a streaming watermark.
 
 use super::block::{
     read_compressed_header, read_event_block_header, read_sequence_point, read_uncompressed_header,
