@@ -236,8 +236,13 @@ impl Parser {
 
     /// Appends input. Already-consumed input is discarded first, so memory stays at about one
     /// block plus the chunk. Call [`next_event`](Parser::next_event) until `None` after each feed.
+    /// Input after the end-of-stream marker is ignored.
     pub fn feed(&mut self, data: &[u8]) -> Result<(), NettraceError> {
         self.check_failed()?;
+        if self.is_finished() {
+            // Nothing follows the end-of-stream marker; trailing bytes are not kept.
+            return Ok(());
+        }
         let keep_from = self.block.map_or(self.pos, |b| b.pos);
         let drop = usize::try_from(keep_from - self.buf_base).unwrap_or(usize::MAX);
         if drop > 0 && drop >= self.buf.len() / 2 {

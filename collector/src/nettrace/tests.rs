@@ -228,6 +228,23 @@ fn truncated_block_message_names_sizes() {
 }
 
 #[test]
+fn trailing_input_is_ignored_and_finish_wants_drained_events() {
+    let data = hand_written_stream();
+    let mut p = Parser::new();
+    p.feed(&data[..400]).unwrap();
+    // The EventBlock is complete: its event is pending until read.
+    assert!(p.finish().is_err());
+    assert!(p.next_event().unwrap().is_some());
+    assert!(p.next_event().unwrap().is_none());
+    p.feed(&data[400..]).unwrap();
+    assert!(p.next_event().unwrap().is_none());
+    p.finish().unwrap();
+    p.feed(b"garbage after the end").unwrap();
+    assert!(p.next_event().unwrap().is_none());
+    assert_eq!(p.bytes_fed(), data.len() as u64);
+}
+
+#[test]
 fn corrupted_bytes_never_panic() {
     let data = builder_stream(true);
     // Every byte flipped to a few values: each parse ends Ok or Err, never panics.
