@@ -7,14 +7,16 @@ use std::collections::HashMap;
 
 /// Header of one event blob, after decompression.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EventHeader {
     /// Which metadata record describes the event (0 inside MetadataBlocks).
     pub metadata_id: u32,
     /// Per-capture-thread counter, used to detect dropped events.
     pub sequence_number: u32,
-    /// The thread the event is about (for ThreadSample: the sampled thread).
+    /// The thread the event is about (for ThreadSample: the sampled thread). V6: the OS thread
+    /// id from the Thread table, or the thread index if the table gives none.
     pub thread_id: u64,
-    /// The thread that wrote the event (for ThreadSample: the sampler thread).
+    /// The thread that wrote the event (for ThreadSample: the sampler thread); V6 as above.
     pub capture_thread_id: u64,
     /// Processor the capture thread ran on.
     pub processor_number: u32,
@@ -30,6 +32,12 @@ pub struct EventHeader {
     pub is_sorted: bool,
     /// Payload length in bytes.
     pub payload_size: u32,
+    /// V6: index of `thread_id` in the Thread table (0 in V4/V5).
+    pub thread_index: u64,
+    /// V6: index of `capture_thread_id` in the Thread table (0 in V4/V5).
+    pub capture_thread_index: u64,
+    /// V6: label list of the event (0 = none; always 0 in V4/V5).
+    pub label_list_id: u32,
 }
 
 /// Size of an uncompressed V4 header, EventSize included.
@@ -101,6 +109,7 @@ pub(crate) fn read_uncompressed_header(c: &mut Cursor<'_>) -> ReadResult<(EventH
         activity_id: c.guid()?,
         related_activity_id: c.guid()?,
         payload_size: c.u32()?,
+        ..EventHeader::default()
     };
     let total = (event_size as usize).saturating_add(4);
     let needed = UNCOMPRESSED_HEADER_SIZE.saturating_add(h.payload_size as usize);

@@ -44,6 +44,13 @@ impl<'a> Cursor<'a> {
         &self.data[self.pos..]
     }
 
+    pub fn fault_at(&self, offset: u64, reason: impl Into<String>) -> ReadFault {
+        ReadFault {
+            offset,
+            reason: reason.into(),
+        }
+    }
+
     pub fn fault(&self, reason: impl Into<String>) -> ReadFault {
         ReadFault {
             offset: self.offset(),
@@ -175,6 +182,13 @@ impl<'a> Cursor<'a> {
             i += 2;
         }
         Err(self.fault("UTF-16 string has no NUL terminator before the end"))
+    }
+
+    /// A V6 string: varuint32 byte length, then UTF-8 (invalid sequences become U+FFFD).
+    pub fn utf8(&mut self) -> ReadResult<String> {
+        let n = self.var_u32()?;
+        let b = self.bytes(n as usize)?;
+        Ok(String::from_utf8_lossy(b).into_owned())
     }
 
     pub fn skip(&mut self, n: usize) -> ReadResult<()> {

@@ -6,11 +6,11 @@ use super::events::{decode_known, KnownEvent};
 use super::metadata::EventMetadata;
 use super::payload::{decode_payload, NamedValue};
 use super::time::Clock;
+use super::v6::{LabelCache, LabelList, ThreadInfo, ThreadTable};
 
 /// An event located in the parser's buffer; turned into an [`Event`] by the parser.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct StagedEvent {
-    pub header: EventHeader,
     pub metadata_index: usize,
     pub offset: u64,
     pub payload_offset: u64,
@@ -21,7 +21,7 @@ pub(crate) struct StagedEvent {
 #[derive(Debug, Clone, Copy)]
 pub struct Event<'a> {
     /// The decompressed event header.
-    pub header: EventHeader,
+    pub header: &'a EventHeader,
     /// The metadata record the event refers to.
     pub metadata: &'a EventMetadata,
     /// Raw payload bytes.
@@ -31,7 +31,9 @@ pub struct Event<'a> {
     /// Stream offset of the payload's first byte.
     pub payload_offset: u64,
     pub(crate) stacks: &'a StackCache,
-    pub(crate) clock: Clock,
+    pub(crate) threads: &'a ThreadTable,
+    pub(crate) labels: &'a LabelCache,
+    pub(crate) clock: &'a Clock,
     pub(crate) pointer_size: u8,
 }
 
@@ -47,6 +49,19 @@ impl<'a> Event<'a> {
             bytes,
             pointer_size: self.pointer_size,
         })
+    }
+
+    /// V6: the Thread-table row of the thread the event is about (name, OS process and thread).
+    pub fn thread(&self) -> Option<&'a ThreadInfo> {
+        self.threads.get(self.header.thread_index)
+    }
+
+    /// V6: the event's labels (activity ids, W3C trace/span ids, key/values, overrides).
+    pub fn labels(&self) -> Option<&'a LabelList> {
+        if self.header.label_list_id == 0 {
+            return None;
+        }
+        self.labels.get(self.header.label_list_id)
     }
 
     /// The event time as nanoseconds since the Unix epoch (UTC).

@@ -24,6 +24,10 @@ pub struct TraceInfo {
     pub number_of_processors: u32,
     /// The sample profiler interval in nanoseconds the runtime had when the trace started.
     pub expected_cpu_sampling_rate: u32,
+    /// V6 trace properties (key/value strings); empty for V4/V5.
+    pub properties: Vec<(String, String)>,
+    /// NetTrace major version: 4 for the V4/V5 FastSerialization format, 6 for V6.
+    pub format_version: u32,
     /// Stream offset of the Trace object.
     pub offset: u64,
     pub(crate) clock: Clock,
@@ -55,7 +59,30 @@ impl TraceInfo {
         let process_id = c.u32().map_err(bad)?;
         let number_of_processors = c.u32().map_err(bad)?;
         let expected_cpu_sampling_rate = c.u32().map_err(bad)?;
+        TraceInfo::new(
+            sync_time_utc,
+            sync_time_qpc,
+            qpc_frequency,
+            pointer_size,
+            [process_id, number_of_processors, expected_cpu_sampling_rate],
+            Vec::new(),
+            4,
+            offset,
+        )
+    }
 
+    /// Validates and assembles the fields; `[pid, processors, sampling rate]` in that order.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        sync_time_utc: SystemTime,
+        sync_time_qpc: i64,
+        qpc_frequency: i64,
+        pointer_size: i32,
+        [process_id, number_of_processors, expected_cpu_sampling_rate]: [u32; 3],
+        properties: Vec<(String, String)>,
+        format_version: u32,
+        offset: u64,
+    ) -> Result<TraceInfo, NettraceError> {
         let Some(sync_unix) = sync_time_utc.to_unix_nanos() else {
             return Err(NettraceError::malformed(
                 "Trace",
@@ -89,6 +116,8 @@ impl TraceInfo {
             process_id,
             number_of_processors,
             expected_cpu_sampling_rate,
+            properties,
+            format_version,
             offset,
             clock: Clock::new(sync_unix, sync_time_qpc, qpc_frequency),
         })

@@ -55,8 +55,49 @@ pub enum FieldType {
     String,
     /// A nested struct of fields laid out in order (TypeCode 1, "Object").
     Struct(Vec<Field>),
-    /// A u16 element count followed by the elements (TypeCode 19, V5 V2Params only).
+    /// A u16 element count followed by the elements (TypeCode 19, V5 V2Params and V6).
     Array(Box<FieldType>),
+    /// Zig-zag LEB128 signed integer (20, V6).
+    VarInt,
+    /// LEB128 unsigned integer (21, V6).
+    VarUInt,
+    /// Exactly `count` elements, no prefix (22, V6).
+    FixedArray(Box<FieldType>, u16),
+    /// One UTF-8 code unit (23, V6).
+    Utf8CodeUnit,
+    /// u32 `size << 16 | position`: `size` bytes of fixed-size elements at `position` bytes
+    /// after this field (24, V6).
+    RelLoc(Box<FieldType>),
+    /// Like RelLoc, position from the start of the payload (25, V6).
+    DataLoc(Box<FieldType>),
+    /// 1-byte boolean (26, V6).
+    Bool8,
+}
+
+impl FieldType {
+    /// Encoded size when it does not depend on the data (what RelLoc/DataLoc elements need).
+    pub fn fixed_size(&self) -> Option<usize> {
+        Some(match self {
+            FieldType::I8 | FieldType::U8 | FieldType::Utf8CodeUnit | FieldType::Bool8 => 1,
+            FieldType::Char16 | FieldType::I16 | FieldType::U16 => 2,
+            FieldType::Bool32
+            | FieldType::I32
+            | FieldType::U32
+            | FieldType::F32
+            | FieldType::RelLoc(_)
+            | FieldType::DataLoc(_) => 4,
+            FieldType::I64 | FieldType::U64 | FieldType::F64 | FieldType::DateTime => 8,
+            FieldType::Decimal | FieldType::Guid => 16,
+            FieldType::Struct(fields) => fields
+                .iter()
+                .map(|f| f.ty.fixed_size())
+                .try_fold(0usize, |acc, s| acc.checked_add(s?))?,
+            FieldType::FixedArray(elem, n) => elem.fixed_size()?.checked_mul(usize::from(*n))?,
+            FieldType::String | FieldType::Array(_) | FieldType::VarInt | FieldType::VarUInt => {
+                return None
+            }
+        })
+    }
 }
 
 /// One named payload field.
@@ -96,8 +137,14 @@ pub struct EventMetadata {
     pub version: u32,
     /// Level: 1 critical … 5 verbose.
     pub level: u32,
-    /// OpCode from the V5 OpCode tag, if the writer sent one.
+    /// OpCode from the V5 OpCode tag or V6 optional metadata, if the writer sent one.
     pub opcode: Option<u8>,
+    /// V6 message template, e.g. `"Request {path} took {ms} ms"`.
+    pub message_template: Option<String>,
+    /// V6 human-readable description.
+    pub description: Option<String>,
+    /// V6 free-form key/value attributes.
+    pub attributes: Vec<(String, String)>,
     /// Payload fields in order; empty when the writer described none.
     pub fields: Vec<Field>,
     /// Stream offset of the record's payload.
@@ -166,9 +213,137 @@ pub(crate) fn parse_metadata(mut c: Cursor<'_>) -> ReadResult<EventMetadata> {
         version,
         level,
         opcode,
+        message_template: None,
+        description: None,
+        attributes: Vec::new(),
         fields,
         offset,
         kind,
+    })
+}
+
+/// Parses one V6 metadata row (after its u16 size): `varuint32 id, string provider,
+/// varuint32 eventId, string name, FieldDescriptions, OptionalMetadata`; V6 strings are
+/// varuint32-length UTF-8.
+pub(crate) fn parse_metadata_v6(mut c: Cursor<'_>) -> ReadResult<EventMetadata> {
+    let offset = c.offset();
+    let metadata_id = c.var_u32()?;
+    let provider_name = c.utf8()?;
+    let event_id = c.var_u32()?;
+    let event_name = c.utf8()?;
+    let fields = parse_fields_v6(&mut c, 0)?;
+    let mut m = EventMetadata {
+        metadata_id,
+        provider_guid: Guid::for_provider(&provider_name),
+        kind: EventKind::classify(&provider_name, event_id, &event_name),
+        provider_name,
+        event_id,
+        event_name,
+        keywords: 0,
+        version: 0,
+        level: 0,
+        opcode: None,
+        message_template: None,
+        description: None,
+        attributes: Vec::new(),
+        fields,
+        offset,
+    };
+    let size = c.u16()?;
+    let mut opt = c.take(usize::from(size))?;
+    while !opt.is_empty() {
+        match opt.u8()? {
+            1 => m.opcode = Some(opt.u8()?),
+            3 => m.keywords = opt.u64()?,
+            4 => m.message_template = Some(opt.utf8()?),
+            5 => m.description = Some(opt.utf8()?),
+            6 => {
+                let k = opt.utf8()?;
+                m.attributes.push((k, opt.utf8()?));
+            }
+            7 => m.provider_guid = opt.guid()?,
+            8 => m.level = u32::from(opt.u8()?),
+            9 => m.version = u32::from(opt.u8()?),
+            // Entries carry no length, so an unknown kind hides the rest: keep what was read.
+            _ => break,
+        }
+    }
+    // Trailing bytes of the row are reserved for later format versions.
+    Ok(m)
+}
+
+fn parse_fields_v6(c: &mut Cursor<'_>, depth: u32) -> ReadResult<Vec<Field>> {
+    if depth > MAX_NESTING {
+        return Err(c.fault(format!("fields nest deeper than {MAX_NESTING} levels")));
+    }
+    let count = c.u16()?;
+    let mut fields = Vec::new();
+    for _ in 0..count {
+        let size = c.u16()?;
+        let mut body = c.take(usize::from(size))?;
+        let name = body.utf8()?;
+        let ty = parse_type_v6(&mut body, depth)?;
+        fields.push(Field { name, ty });
+    }
+    Ok(fields)
+}
+
+fn parse_type_v6(c: &mut Cursor<'_>, depth: u32) -> ReadResult<FieldType> {
+    if depth > MAX_NESTING {
+        return Err(c.fault(format!("types nest deeper than {MAX_NESTING} levels")));
+    }
+    let at = c.offset();
+    let code = c.u8()?;
+    let located = |c: &mut Cursor<'_>| -> ReadResult<Box<FieldType>> {
+        let elem = parse_type_v6(c, depth + 1)?;
+        if elem.fixed_size().is_none() {
+            return Err(ReadFault {
+                offset: at,
+                reason: "RelLoc/DataLoc element type is not fixed-size".into(),
+            });
+        }
+        Ok(Box::new(elem))
+    };
+    Ok(match code {
+        1 => FieldType::Struct(parse_fields_v6(c, depth + 1)?),
+        19 => FieldType::Array(Box::new(parse_type_v6(c, depth + 1)?)),
+        20 => FieldType::VarInt,
+        21 => FieldType::VarUInt,
+        22 => {
+            let elem = parse_type_v6(c, depth + 1)?;
+            FieldType::FixedArray(Box::new(elem), c.u16()?)
+        }
+        23 => FieldType::Utf8CodeUnit,
+        24 => FieldType::RelLoc(located(c)?),
+        25 => FieldType::DataLoc(located(c)?),
+        26 => FieldType::Bool8,
+        other => scalar(i32::from(other)).ok_or_else(|| ReadFault {
+            offset: at,
+            reason: format!("unknown field type code {other}"),
+        })?,
+    })
+}
+
+/// The type codes V4, V5 and V6 share.
+fn scalar(code: i32) -> Option<FieldType> {
+    Some(match code {
+        3 => FieldType::Bool32,
+        4 => FieldType::Char16,
+        5 => FieldType::I8,
+        6 => FieldType::U8,
+        7 => FieldType::I16,
+        8 => FieldType::U16,
+        9 => FieldType::I32,
+        10 => FieldType::U32,
+        11 => FieldType::I64,
+        12 => FieldType::U64,
+        13 => FieldType::F32,
+        14 => FieldType::F64,
+        15 => FieldType::Decimal,
+        16 => FieldType::DateTime,
+        17 => FieldType::Guid,
+        18 => FieldType::String,
+        _ => return None,
     })
 }
 
@@ -207,22 +382,6 @@ fn parse_type(c: &mut Cursor<'_>, v2: bool, depth: u32) -> ReadResult<FieldType>
     let code = c.i32()?;
     Ok(match code {
         1 => FieldType::Struct(parse_fields(c, v2, depth + 1)?),
-        3 => FieldType::Bool32,
-        4 => FieldType::Char16,
-        5 => FieldType::I8,
-        6 => FieldType::U8,
-        7 => FieldType::I16,
-        8 => FieldType::U16,
-        9 => FieldType::I32,
-        10 => FieldType::U32,
-        11 => FieldType::I64,
-        12 => FieldType::U64,
-        13 => FieldType::F32,
-        14 => FieldType::F64,
-        15 => FieldType::Decimal,
-        16 => FieldType::DateTime,
-        17 => FieldType::Guid,
-        18 => FieldType::String,
         19 if v2 => {
             if depth > MAX_NESTING {
                 return Err(c.fault(format!("arrays nest deeper than {MAX_NESTING} levels")));
@@ -235,12 +394,10 @@ fn parse_type(c: &mut Cursor<'_>, v2: bool, depth: u32) -> ReadResult<FieldType>
                 reason: "Array type code outside a V2Params tag".into(),
             })
         }
-        other => {
-            return Err(ReadFault {
-                offset: at,
-                reason: format!("unknown field type code {other}"),
-            })
-        }
+        other => scalar(other).ok_or_else(|| ReadFault {
+            offset: at,
+            reason: format!("unknown field type code {other}"),
+        })?,
     })
 }
 

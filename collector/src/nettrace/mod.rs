@@ -1,5 +1,5 @@
-//! NetTrace: the stream format EventPipe writes (format V4 with the V5 metadata tags), parsed
-//! incrementally, with decoders for the events clrscope uses.
+//! NetTrace: the stream format EventPipe writes (format V4 with the V5 metadata tags; V6 as newer
+//! tools write it is read too), parsed incrementally, with decoders for the events clrscope uses.
 //!
 //! - [`Parser`]: push bytes in any chunking with [`Parser::feed`], pull events with
 //!   [`Parser::next_event`]; [`Parser::finish`] tells whether the stream was complete.
@@ -34,6 +34,7 @@ mod payload;
 mod reader;
 mod sequence;
 mod time;
+mod v6;
 
 #[cfg(test)]
 mod tests;
@@ -50,3 +51,4 @@ pub use metadata::{EventMetadata, Field, FieldType};
 pub use payload::{decode_payload, find, NamedValue, Value};
 pub use reader::{Parser, ParserOptions, ParserStats};
 pub use time::{filetime_to_unix_nanos, Clock, SystemTime};
+pub use v6::{LabelList, ThreadInfo};

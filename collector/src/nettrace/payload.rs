@@ -130,6 +130,8 @@ pub fn decode_payload<'a>(
 ) -> Result<Vec<NamedValue<'a>>, NettraceError> {
     let mut d = Decoder {
         c: Cursor::new(payload, offset),
+        payload,
+        base: offset,
         budget: MAX_VALUES,
     };
     d.fields(fields).map_err(|f| NettraceError::Payload {
@@ -141,6 +143,9 @@ pub fn decode_payload<'a>(
 
 struct Decoder<'p> {
     c: Cursor<'p>,
+    /// The whole payload and its stream offset: DataLoc positions count from its start.
+    payload: &'p [u8],
+    base: u64,
     budget: usize,
 }
 
@@ -195,6 +200,61 @@ impl Decoder<'_> {
                         reason: format!("{} (in the array at offset {at})", f.reason),
                     })?);
                 }
+                Value::Array(items)
+            }
+            FieldType::FixedArray(elem, n) => {
+                let mut items = Vec::new();
+                for _ in 0..*n {
+                    items.push(self.value(elem)?);
+                }
+                Value::Array(items)
+            }
+            FieldType::VarInt => {
+                let v = c.var_u64()?;
+                Value::I64((v >> 1) as i64 ^ -((v & 1) as i64))
+            }
+            FieldType::VarUInt => Value::U64(c.var_u64()?),
+            FieldType::Utf8CodeUnit => Value::U8(c.u8()?),
+            FieldType::Bool8 => Value::Bool(c.u8()? != 0),
+            FieldType::RelLoc(elem) | FieldType::DataLoc(elem) => {
+                let at = c.offset();
+                let loc = c.u32()?;
+                let (size, pos) = ((loc >> 16) as usize, (loc & 0xffff) as usize);
+                // RelLoc counts from just after the field, DataLoc from the payload start.
+                let start = if matches!(ty, FieldType::RelLoc(_)) {
+                    (c.offset() - self.base) as usize + pos
+                } else {
+                    pos
+                };
+                let Some(data) = self.payload.get(start..start + size) else {
+                    return Err(ReadFault {
+                        offset: at,
+                        reason: format!(
+                            "location of {size} bytes at payload offset {start} is outside the {}-byte payload",
+                            self.payload.len()
+                        ),
+                    });
+                };
+                let elem_size = elem.fixed_size().unwrap_or(0).max(1);
+                if size % elem_size != 0 {
+                    return Err(ReadFault {
+                        offset: at,
+                        reason: format!(
+                            "{size} bytes is not a whole number of {elem_size}-byte elements"
+                        ),
+                    });
+                }
+                let mut sub = Decoder {
+                    c: Cursor::new(data, self.base + start as u64),
+                    payload: self.payload,
+                    base: self.base,
+                    budget: self.budget,
+                };
+                let mut items = Vec::new();
+                while !sub.c.is_empty() {
+                    items.push(sub.value(elem)?);
+                }
+                self.budget = sub.budget;
                 Value::Array(items)
             }
         })

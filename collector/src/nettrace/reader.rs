@@ -3,23 +3,32 @@
 //! Framing (format V4/V5): `"Nettrace"`, `i32 20 "!FastSerialization.1"`, then objects, each
 //! `BeginPrivateObject(5) [type: 5 NullReference(1) i32 version, i32 minReaderVersion, i32 len,
 //! name, EndObject(6)] body EndObject(6)`, then `NullReference(1)` at the end. Block bodies are
-//! `i32 size`, zero padding to a 4-byte stream offset, and `size` bytes.
+//! `i32 size`, zero padding to a 4-byte stream offset, and `size` bytes. Format V6 (see
+//! [`v6`](super::v6)) replaces all of this with `u32 0, u32 6, u32 minor` and blocks framed by one
+//! `u32` (kind in the high byte, size in the low 24 bits); the version is told apart by the
+//! `u32` after the magic (20 or 0).
 //!
 //! Memory: the parser keeps the unconsumed input (at most one block plus whatever one `feed`
-//! call brought), the metadata records, and the stacks of the current sequence-point region,
-//! each with a limit in [`ParserOptions`]. Events borrow their payload from the input buffer.
+//! call brought), the metadata records, and the stacks (V6: also threads and label lists) of the
+//! current sequence-point region, each with a limit in [`ParserOptions`]. Events borrow their
+//! payload from the input buffer.
+//!
+//! Events come out in stream order. The runtime sorts only per capture thread; a consumer that
+//! needs global time order sorts between sequence points (every event between two of them has a
+//! timestamp between theirs) or uses `EventHeader::is_sorted` as a streaming watermark.
 
 use super::block::{
     read_compressed_header, read_event_block_header, read_sequence_point, read_uncompressed_header,
-    EventHeader, StackCache,
+    EventHeader, StackCache, UNCOMPRESSED_HEADER_SIZE,
 };
 use super::cursor::{Cursor, ReadFault};
 use super::error::NettraceError;
 use super::event::{Event, StagedEvent};
 use super::header::{TraceInfo, TRACE_OBJECT_SIZE};
-use super::metadata::{parse_metadata, EventMetadata};
+use super::metadata::{parse_metadata, parse_metadata_v6, EventMetadata};
 use super::sequence::DropTracker;
 use super::time::Clock;
+use super::v6::{self, LabelCache, ThreadTable};
 use std::collections::HashMap;
 
 const MAGIC: &[u8; 8] = b"Nettrace";
@@ -37,7 +46,8 @@ pub struct ParserOptions {
     pub max_block_size: usize,
     /// Largest total size of the stacks held between two sequence points.
     pub max_stack_cache_bytes: usize,
-    /// Most metadata records kept (one per distinct event kind of the session).
+    /// Most metadata records kept (one per distinct event kind of the session); in V6 also the
+    /// most threads and label lists held.
     pub max_metadata_records: usize,
 }
 
@@ -80,7 +90,10 @@ pub struct ParserStats {
 enum State {
     Magic,
     SerializationHeader,
+    /// V4/V5: FastSerialization objects.
     Objects,
+    /// V6: size/kind-framed blocks.
+    Blocks,
     End,
 }
 
@@ -141,7 +154,7 @@ struct EventBlockCursor {
     end: u64,
     after: u64,
     compressed: bool,
-    prev: EventHeader,
+    v6: bool,
 }
 
 enum Step {
@@ -168,8 +181,12 @@ pub struct Parser {
     metadata_index: HashMap<u32, usize>,
     last_metadata: Option<(u32, usize)>,
     stacks: StackCache,
+    threads: ThreadTable,
+    labels: LabelCache,
     drops: DropTracker,
     block: Option<EventBlockCursor>,
+    /// Header of the current event; also the delta base for the next compressed header.
+    header: EventHeader,
     pending: Option<Pending>,
     stats: ParserStats,
     failed: Option<(u64, String)>,
@@ -202,8 +219,11 @@ impl Parser {
             metadata_index: HashMap::new(),
             last_metadata: None,
             stacks: StackCache::default(),
+            threads: ThreadTable::default(),
+            labels: LabelCache::default(),
             drops: DropTracker::default(),
             block: None,
+            header: EventHeader::default(),
             pending: None,
             stats: ParserStats {
                 min_timestamp: i64::MAX,
@@ -216,8 +236,13 @@ impl Parser {
 
     /// Appends input. Already-consumed input is discarded first, so memory stays at about one
     /// block plus the chunk. Call [`next_event`](Parser::next_event) until `None` after each feed.
+    /// Input after the end-of-stream marker is ignored.
     pub fn feed(&mut self, data: &[u8]) -> Result<(), NettraceError> {
         self.check_failed()?;
+        if self.is_finished() {
+            // Nothing follows the end-of-stream marker; trailing bytes are not kept.
+            return Ok(());
+        }
         let keep_from = self.block.map_or(self.pos, |b| b.pos);
         let drop = usize::try_from(keep_from - self.buf_base).unwrap_or(usize::MAX);
         if drop > 0 && drop >= self.buf.len() / 2 {
@@ -356,20 +381,22 @@ impl Parser {
     pub(crate) fn make_event(&self, st: StagedEvent) -> Event<'_> {
         let start = (st.payload_offset - self.buf_base) as usize;
         Event {
-            header: st.header,
+            header: &self.header,
             metadata: &self.metadata[st.metadata_index],
-            payload: &self.buf[start..start + st.header.payload_size as usize],
+            payload: &self.buf[start..start + self.header.payload_size as usize],
             offset: st.offset,
             payload_offset: st.payload_offset,
             stacks: &self.stacks,
-            clock: self.clock,
+            threads: &self.threads,
+            labels: &self.labels,
+            clock: &self.clock,
             pointer_size: self.pointer_size,
         }
     }
 
     fn advance_inner(&mut self) -> Result<Option<StagedEvent>, NettraceError> {
         loop {
-            if let Some(b) = self.block {
+            if let Some(b) = &self.block {
                 if b.pos < b.end {
                     return self.next_in_block().map(Some);
                 }
@@ -380,6 +407,7 @@ impl Parser {
                 State::Magic => self.read_magic()?,
                 State::SerializationHeader => self.read_serialization_header()?,
                 State::Objects => self.read_object()?,
+                State::Blocks => self.read_v6_block()?,
                 State::End => return Ok(None),
             };
             match step {
@@ -395,7 +423,10 @@ impl Parser {
     /// Unparsed bytes from stream offset `at`.
     #[inline]
     fn avail(&self, at: u64) -> &[u8] {
-        let i = usize::try_from(at - self.buf_base).unwrap_or(usize::MAX);
+        let i = at
+            .checked_sub(self.buf_base)
+            .and_then(|d| usize::try_from(d).ok())
+            .unwrap_or(usize::MAX);
         self.buf.get(i..).unwrap_or(&[])
     }
 
@@ -419,13 +450,42 @@ impl Parser {
         Ok(Step::Continue)
     }
 
+    /// After the magic: `i32 20 "!FastSerialization.1"` (V4/V5) or `u32 0, u32 major,
+    /// u32 minor` (V6).
     fn read_serialization_header(&mut self) -> Result<Step, NettraceError> {
         let a = self.avail(self.pos);
-        if a.len() >= 4 {
-            let len = u32::from_le_bytes([a[0], a[1], a[2], a[3]]);
-            if len as usize != SERIALIZATION_MAGIC.len() {
-                return Err(self.unsupported_serialization(len, a));
+        if a.len() < 4 {
+            return Ok(Step::NeedMore(Pending::Bytes {
+                object: "stream header",
+                offset: self.pos,
+                needed: 4,
+            }));
+        }
+        let len = u32::from_le_bytes([a[0], a[1], a[2], a[3]]);
+        if len == 0 {
+            if a.len() < 12 {
+                return Ok(Step::NeedMore(Pending::Bytes {
+                    object: "stream header",
+                    offset: self.pos,
+                    needed: 12,
+                }));
             }
+            let major = u32::from_le_bytes([a[4], a[5], a[6], a[7]]);
+            if major != 6 {
+                return Err(NettraceError::UnsupportedFormat {
+                    offset: self.pos + 4,
+                    detail: format!(
+                        "NetTrace major version {major}; this parser reads V4/V5 and V6"
+                    ),
+                });
+            }
+            // Minor versions are compatible by definition.
+            self.pos += 12;
+            self.state = State::Blocks;
+            return Ok(Step::Continue);
+        }
+        if len as usize != SERIALIZATION_MAGIC.len() {
+            return Err(self.unsupported_serialization(len));
         }
         if a.len() < 24 {
             return Ok(Step::NeedMore(Pending::Bytes {
@@ -435,30 +495,195 @@ impl Parser {
             }));
         }
         if &a[4..24] != SERIALIZATION_MAGIC {
-            return Err(self.unsupported_serialization(20, a));
+            return Err(self.unsupported_serialization(20));
         }
         self.pos += 24;
         self.state = State::Objects;
         Ok(Step::Continue)
     }
 
-    fn unsupported_serialization(&self, len: u32, a: &[u8]) -> NettraceError {
-        // NetTrace V6 puts `u32 0, u32 major, u32 minor` where V4/V5 have the FastSerialization string.
-        if len == 0 && a.len() >= 12 {
-            let major = u32::from_le_bytes([a[4], a[5], a[6], a[7]]);
-            return NettraceError::UnsupportedFormat {
-                offset: self.pos,
-                detail: format!(
-                    "NetTrace major version {major} (V6+ headers, written by newer tools such as dotnet-trace collect-linux); this parser reads V4/V5 as the runtime writes over EventPipe"
-                ),
-            };
-        }
+    fn unsupported_serialization(&self, len: u32) -> NettraceError {
         NettraceError::UnsupportedFormat {
             offset: self.pos,
             detail: format!(
-                "expected the FastSerialization header (i32 20, \"!FastSerialization.1\"), found length {len}"
+                "expected the FastSerialization header (i32 20, \"!FastSerialization.1\") or a V6 version header (u32 0), found {len}"
             ),
         }
+    }
+
+    /// One V6 block: `u32 (kind << 24 | size)` then `size` bytes.
+    fn read_v6_block(&mut self) -> Result<Step, NettraceError> {
+        let start = self.pos;
+        let a = self.avail(start);
+        if a.len() < 4 {
+            return Ok(Step::NeedMore(Pending::Bytes {
+                object: "block header",
+                offset: start,
+                needed: 4,
+            }));
+        }
+        let word = u32::from_le_bytes([a[0], a[1], a[2], a[3]]);
+        let (kind, size) = ((word >> 24) as u8, u64::from(word & 0x00ff_ffff));
+        let object = match kind {
+            v6::kind::END_OF_STREAM => "EndOfStream block",
+            v6::kind::TRACE => "Trace",
+            v6::kind::EVENT => "EventBlock",
+            v6::kind::METADATA => "MetadataBlock",
+            v6::kind::SEQUENCE_POINT => "SequencePoint block",
+            v6::kind::STACK => "StackBlock",
+            v6::kind::THREAD => "Thread block",
+            v6::kind::REMOVE_THREAD => "RemoveThread block",
+            v6::kind::LABEL_LIST => "LabelList block",
+            _ => "unknown block",
+        };
+        if size > self.opts.max_block_size as u64 {
+            return Err(NettraceError::BlockTooLarge {
+                object,
+                offset: start,
+                size,
+                limit: self.opts.max_block_size as u64,
+            });
+        }
+        let body_start = start + 4;
+        let body_end = body_start + size;
+        if (a.len() as u64) < 4 + size {
+            return Ok(Step::NeedMore(Pending::Block {
+                object,
+                offset: start,
+                body_start,
+                body_size: size,
+            }));
+        }
+        if kind == v6::kind::END_OF_STREAM {
+            self.pos = body_end;
+            self.state = State::End;
+            return Ok(Step::Continue);
+        }
+        if kind != v6::kind::TRACE && self.trace.is_none() {
+            return Err(NettraceError::malformed(
+                object,
+                start,
+                "block before the Trace block",
+            ));
+        }
+        let i0 = (body_start - self.buf_base) as usize;
+        let i1 = (body_end - self.buf_base) as usize;
+        let bad = |f: ReadFault| NettraceError::malformed(object, f.offset, f.reason);
+        match kind {
+            v6::kind::TRACE => {
+                if self.trace.is_some() {
+                    return Err(NettraceError::malformed(
+                        object,
+                        start,
+                        "a second Trace block",
+                    ));
+                }
+                let info = v6::read_trace_block(&self.buf[i0..i1], body_start)?;
+                self.clock = info.clock;
+                self.pointer_size = info.pointer_size;
+                self.trace = Some(info);
+            }
+            v6::kind::EVENT => {
+                let mut c = Cursor::new(&self.buf[i0..i1], body_start);
+                let compressed = read_event_block_header(&mut c).map_err(bad)?;
+                self.stats.event_blocks += 1;
+                self.block = Some(EventBlockCursor {
+                    pos: c.offset(),
+                    end: body_end,
+                    after: body_end,
+                    compressed,
+                    v6: true,
+                });
+                self.header = EventHeader::default();
+                return Ok(Step::Continue);
+            }
+            v6::kind::METADATA => {
+                self.stats.metadata_blocks += 1;
+                let mut c = Cursor::new(&self.buf[i0..i1], body_start);
+                let header_size = c.u16().map_err(bad)?;
+                c.skip(usize::from(header_size)).map_err(bad)?;
+                let mut rows = Vec::new();
+                while !c.is_empty() {
+                    let row_at = c.offset();
+                    let size = c.u16().map_err(bad)?;
+                    let row = c.take(usize::from(size)).map_err(bad)?;
+                    let m = parse_metadata_v6(row).map_err(|f| {
+                        NettraceError::malformed(
+                            "metadata row",
+                            f.offset,
+                            format!("{} (row at offset {row_at})", f.reason),
+                        )
+                    })?;
+                    rows.push((m, row_at));
+                }
+                for (m, at) in rows {
+                    self.add_metadata(m, at)?;
+                }
+            }
+            v6::kind::SEQUENCE_POINT => {
+                self.stats.sequence_points += 1;
+                let mut c = Cursor::new(&self.buf[i0..i1], body_start);
+                c.skip(8).map_err(bad)?;
+                let flags = c.u32().map_err(bad)?;
+                let count = c.u32().map_err(bad)?;
+                for (thread, seq) in v6::read_thread_sequences(&mut c, Some(count)).map_err(bad)? {
+                    self.drops.on_sequence_point(thread, seq);
+                }
+                self.stacks.clear();
+                self.labels.clear();
+                if flags & 1 != 0 {
+                    self.threads.clear();
+                }
+                if flags & 2 != 0 {
+                    self.metadata.clear();
+                    self.metadata_index.clear();
+                    self.last_metadata = None;
+                }
+            }
+            v6::kind::STACK => {
+                self.stats.stack_blocks += 1;
+                let c = Cursor::new(&self.buf[i0..i1], body_start);
+                self.stacks.add_block(c, self.pointer_size).map_err(bad)?;
+                self.check_stack_limit(start)?;
+            }
+            v6::kind::THREAD => {
+                let c = Cursor::new(&self.buf[i0..i1], body_start);
+                for t in v6::read_thread_block(c).map_err(bad)? {
+                    self.threads.insert(t);
+                }
+                if self.threads.len() > self.opts.max_metadata_records {
+                    return Err(NettraceError::LimitExceeded {
+                        what: "threads",
+                        offset: start,
+                        limit: self.opts.max_metadata_records as u64,
+                        option: "ParserOptions::max_metadata_records",
+                    });
+                }
+            }
+            v6::kind::REMOVE_THREAD => {
+                let mut c = Cursor::new(&self.buf[i0..i1], body_start);
+                for (thread, seq) in v6::read_thread_sequences(&mut c, None).map_err(bad)? {
+                    self.drops.on_sequence_point(thread, seq);
+                    self.threads.remove(thread);
+                }
+            }
+            v6::kind::LABEL_LIST => {
+                let c = Cursor::new(&self.buf[i0..i1], body_start);
+                self.labels.add_block(c).map_err(bad)?;
+                if self.labels.len() > self.opts.max_metadata_records {
+                    return Err(NettraceError::LimitExceeded {
+                        what: "label lists held since the last sequence point",
+                        offset: start,
+                        limit: self.opts.max_metadata_records as u64,
+                        option: "ParserOptions::max_metadata_records",
+                    });
+                }
+            }
+            // Unknown kinds are skippable by design (added in minor versions).
+            _ => {}
+        }
+        self.pos = body_end;
+        Ok(Step::Continue)
     }
 
     fn read_object(&mut self) -> Result<Step, NettraceError> {
@@ -685,8 +910,10 @@ impl Parser {
                     end: body_end,
                     after,
                     compressed,
-                    prev: EventHeader::default(),
+                    v6: false,
                 });
+                // Compressed headers are deltas from the previous event of the same block.
+                self.header = EventHeader::default();
                 // `pos` moves past the block once its last event has been read.
                 return Ok(());
             }
@@ -698,14 +925,7 @@ impl Parser {
                 self.stats.stack_blocks += 1;
                 let c = Cursor::new(&self.buf[i0..i1], body_start);
                 self.stacks.add_block(c, self.pointer_size).map_err(bad)?;
-                if self.stacks.held_bytes() > self.opts.max_stack_cache_bytes {
-                    return Err(NettraceError::LimitExceeded {
-                        what: "stacks held since the last sequence point",
-                        offset: start,
-                        limit: self.opts.max_stack_cache_bytes as u64,
-                        option: "ParserOptions::max_stack_cache_bytes",
-                    });
-                }
+                self.check_stack_limit(start)?;
             }
             ObjectKind::SequencePointBlock => {
                 self.stats.sequence_points += 1;
@@ -739,6 +959,7 @@ impl Parser {
         let mut c = Cursor::new(&self.buf[i0..i1], body_start);
         let compressed = read_event_block_header(&mut c).map_err(bad)?;
         let mut prev = EventHeader::default();
+        let mut records = Vec::new();
         while !c.is_empty() {
             let blob_at = c.offset();
             let payload = if compressed {
@@ -758,30 +979,50 @@ impl Parser {
                     format!("{} (record at offset {blob_at})", f.reason),
                 )
             })?;
-            if self.metadata.len() >= self.opts.max_metadata_records {
-                return Err(NettraceError::LimitExceeded {
-                    what: "metadata records",
-                    offset: blob_at,
-                    limit: self.opts.max_metadata_records as u64,
-                    option: "ParserOptions::max_metadata_records",
-                });
-            }
-            self.stats.metadata_records += 1;
-            // A redefinition replaces the earlier record: the newest description wins.
-            match self.metadata_index.get(&m.metadata_id) {
-                Some(&i) => self.metadata[i] = m,
-                None => {
-                    self.metadata_index
-                        .insert(m.metadata_id, self.metadata.len());
-                    self.metadata.push(m);
-                }
-            }
+            records.push((m, blob_at));
         }
-        self.last_metadata = None;
+        for (m, at) in records {
+            self.add_metadata(m, at)?;
+        }
         Ok(())
     }
 
-    /// Decodes the event at the block cursor.
+    fn add_metadata(&mut self, m: EventMetadata, offset: u64) -> Result<(), NettraceError> {
+        if self.metadata.len() >= self.opts.max_metadata_records {
+            return Err(NettraceError::LimitExceeded {
+                what: "metadata records",
+                offset,
+                limit: self.opts.max_metadata_records as u64,
+                option: "ParserOptions::max_metadata_records",
+            });
+        }
+        self.stats.metadata_records += 1;
+        self.last_metadata = None;
+        // A redefinition replaces the earlier record: the newest description wins.
+        match self.metadata_index.get(&m.metadata_id) {
+            Some(&i) => self.metadata[i] = m,
+            None => {
+                self.metadata_index
+                    .insert(m.metadata_id, self.metadata.len());
+                self.metadata.push(m);
+            }
+        }
+        Ok(())
+    }
+
+    fn check_stack_limit(&self, offset: u64) -> Result<(), NettraceError> {
+        if self.stacks.held_bytes() > self.opts.max_stack_cache_bytes {
+            return Err(NettraceError::LimitExceeded {
+                what: "stacks held since the last sequence point",
+                offset,
+                limit: self.opts.max_stack_cache_bytes as u64,
+                option: "ParserOptions::max_stack_cache_bytes",
+            });
+        }
+        Ok(())
+    }
+
+    /// Decodes the event at the block cursor into `self.header`.
     #[inline]
     fn next_in_block(&mut self) -> Result<StagedEvent, NettraceError> {
         let bad = |f: ReadFault| NettraceError::malformed("EventBlock", f.offset, f.reason);
@@ -796,24 +1037,34 @@ impl Parser {
         let i1 = (b.end - self.buf_base) as usize;
         let mut c = Cursor::new(&self.buf[i0..i1], b.pos);
         let offset = b.pos;
-        let header = if b.compressed {
-            read_compressed_header(&mut c, &mut b.prev).map_err(bad)?;
-            let header = b.prev;
+        let h = &mut self.header;
+        let payload_offset = if b.compressed {
+            if b.v6 {
+                v6::read_compressed_header(&mut c, h).map_err(bad)?;
+            } else {
+                read_compressed_header(&mut c, h).map_err(bad)?;
+            }
             let payload_offset = c.offset();
-            c.skip(header.payload_size as usize).map_err(|_| {
-                NettraceError::malformed(
+            if h.payload_size as usize > c.remaining() {
+                return Err(NettraceError::malformed(
                     "EventBlock",
                     payload_offset,
                     format!(
                         "event payload of {} bytes runs past the end of its block at offset {}",
-                        header.payload_size, b.end
+                        h.payload_size, b.end
                     ),
-                )
-            })?;
-            b.pos = c.offset();
-            header
+                ));
+            }
+            b.pos = payload_offset + u64::from(h.payload_size);
+            payload_offset
         } else {
-            let (header, total) = read_uncompressed_header(&mut c).map_err(bad)?;
+            let (header, total, header_size) = if b.v6 {
+                let (h, t) = v6::read_uncompressed_header(&mut c).map_err(bad)?;
+                (h, t, v6::UNCOMPRESSED_HEADER_SIZE)
+            } else {
+                let (h, t) = read_uncompressed_header(&mut c).map_err(bad)?;
+                (h, t, UNCOMPRESSED_HEADER_SIZE)
+            };
             if total > i1 - i0 {
                 return Err(NettraceError::malformed(
                     "EventBlock",
@@ -824,37 +1075,43 @@ impl Parser {
                     ),
                 ));
             }
+            *h = header;
             b.pos = offset + total as u64;
-            header
+            offset + header_size as u64
         };
-        let payload_offset = b.pos - u64::from(header.payload_size);
-        let payload_offset = if b.compressed {
-            payload_offset
+        let drop_key = if b.v6 {
+            // V6 headers carry table indexes: resolve them to OS thread ids and activity ids.
+            h.thread_id = self.threads.os_thread_id(h.thread_index);
+            h.capture_thread_id = self.threads.os_thread_id(h.capture_thread_index);
+            let labels = self.labels.get(h.label_list_id);
+            h.activity_id = labels.and_then(|l| l.activity_id).unwrap_or_default();
+            h.related_activity_id = labels
+                .and_then(|l| l.related_activity_id)
+                .unwrap_or_default();
+            h.capture_thread_index
         } else {
-            offset + super::block::UNCOMPRESSED_HEADER_SIZE as u64
+            h.capture_thread_id
         };
         let metadata_index = match self.last_metadata {
-            Some((id, i)) if id == header.metadata_id => i,
-            _ => match self.metadata_index.get(&header.metadata_id) {
+            Some((id, i)) if id == h.metadata_id => i,
+            _ => match self.metadata_index.get(&h.metadata_id) {
                 Some(&i) => {
-                    self.last_metadata = Some((header.metadata_id, i));
+                    self.last_metadata = Some((h.metadata_id, i));
                     i
                 }
                 None => {
                     return Err(NettraceError::UnknownMetadata {
                         offset,
-                        metadata_id: header.metadata_id,
+                        metadata_id: h.metadata_id,
                     })
                 }
             },
         };
-        self.drops
-            .on_event(header.capture_thread_id, header.sequence_number);
+        self.drops.on_event(drop_key, h.sequence_number);
         self.stats.events += 1;
-        self.stats.min_timestamp = self.stats.min_timestamp.min(header.timestamp);
-        self.stats.max_timestamp = self.stats.max_timestamp.max(header.timestamp);
+        self.stats.min_timestamp = self.stats.min_timestamp.min(h.timestamp);
+        self.stats.max_timestamp = self.stats.max_timestamp.max(h.timestamp);
         Ok(StagedEvent {
-            header,
             metadata_index,
             offset,
             payload_offset,

@@ -106,7 +106,7 @@ struct Seen {
 fn seen(ev: &Event<'_>) -> Seen {
     Seen {
         offset: ev.offset,
-        header: ev.header,
+        header: *ev.header,
         name: ev.metadata.display_name(),
         payload: ev.payload.to_vec(),
         stack: ev.stack().map(|s| s.ips().collect()),
@@ -225,6 +225,23 @@ fn truncated_block_message_names_sizes() {
         r.unwrap_err().to_string(),
         "truncated EventBlock at offset 321: header says 34 bytes, stream ended after 8"
     );
+}
+
+#[test]
+fn trailing_input_is_ignored_and_finish_wants_drained_events() {
+    let data = hand_written_stream();
+    let mut p = Parser::new();
+    p.feed(&data[..400]).unwrap();
+    // The EventBlock is complete: its event is pending until read.
+    assert!(p.finish().is_err());
+    assert!(p.next_event().unwrap().is_some());
+    assert!(p.next_event().unwrap().is_none());
+    p.feed(&data[400..]).unwrap();
+    assert!(p.next_event().unwrap().is_none());
+    p.finish().unwrap();
+    p.feed(b"garbage after the end").unwrap();
+    assert!(p.next_event().unwrap().is_none());
+    assert_eq!(p.bytes_fed(), data.len() as u64);
 }
 
 #[test]
@@ -387,10 +404,10 @@ fn pointer_size_4_stacks() {
 fn framing_errors_are_specific() {
     let msg = |d: &[u8]| parse_chunked(d, 1 << 20).1.unwrap_err().to_string();
     assert!(msg(b"NotTrace").starts_with("not a nettrace stream"));
-    // V6 header: "Nettrace", u32 0, u32 major 6, u32 minor 0.
-    let mut v6 = b"Nettrace".to_vec();
-    v6.extend(hex("00000000 06000000 00000000"));
-    assert!(msg(&v6).contains("major version 6"), "{}", msg(&v6));
+    // A future major version: "Nettrace", u32 0, u32 major 7, u32 minor 0.
+    let mut v7 = b"Nettrace".to_vec();
+    v7.extend(hex("00000000 07000000 00000000"));
+    assert!(msg(&v7).contains("major version 7"), "{}", msg(&v7));
     // NetPerf: Trace object version 3.
     let mut old = hand_written_stream();
     old[35] = 3;
@@ -622,4 +639,317 @@ fn reader_reports_early_eof() {
         }
     };
     assert!(matches!(e, NettraceError::Truncated { .. }), "{e}");
+}
+
+// ---- NetTrace V6 (perfview NetTraceFormat.md), streams built to the spec ----
+
+use super::testutil::{utf8, v6_field, v6_metadata_row, V6Builder, V6Event};
+
+fn hand_written_v6_stream() -> Vec<u8> {
+    let mut s = hex("
+        4e 65 74 74 72 61 63 65        // @0   \"Nettrace\"
+        00 00 00 00  06 00 00 00  00 00 00 00 // @8 Reserved 0, MajorVersion 6, MinorVersion 0
+        37 00 00 01                    // @20  block: size 55, kind 1 (Trace)
+        ea 07 01 00 05 00 02 00 03 00 04 00 05 00 06 00 // SyncTimeUTC 2026-01-02 03:04:05.006
+        e8 03 00 00 00 00 00 00        //      SyncTimeTicks 1000
+        00 ca 9a 3b 00 00 00 00        //      TickFrequency 1e9
+        08 00 00 00                    //      PointerSize 8
+        01 00 00 00                    //      1 key/value
+        09 50 72 6f 63 65 73 73 49 64  //      \"ProcessId\"
+        04 34 32 34 32                 //      \"4242\"
+        31 00 00 03                    // @79  block: size 49, kind 3 (Metadata)
+        00 00                          //      HeaderSize 0
+        2d 00                          //      row size 45
+        01                             //      MetadataId 1
+        23                             //      provider name, 35 bytes:
+        ");
+    s.extend(b"Microsoft-DotNETCore-SampleProfiler");
+    s.extend(hex("
+        00                             //      EventId 0
+        00                             //      EventName \"\"
+        00 00                          //      0 fields
+        02 00  08 04                   //      optional metadata, 2 bytes: Level 4
+        0e 00 00 06                    // @132 block: size 14, kind 6 (Thread)
+        0c 00                          //      row size 12
+        01                             //      index 1
+        01 04 6d 61 69 6e              //      Name \"main\"
+        02 92 21                       //      OSProcessId 4242
+        03 2b                          //      OSThreadId 43
+        1c 00 00 05                    // @150 block: size 28, kind 5 (Stack)
+        01 00 00 00  01 00 00 00       //      FirstId 1, Count 1
+        10 00 00 00                    //      16 bytes:
+        00 10 00 00 00 7f 00 00  00 20 00 00 00 7f 00 00 // 0x7f0000001000, 0x7f0000002000
+        19 00 00 08                    // @182 block: size 25, kind 8 (LabelList)
+        01 00 00 00  01 00 00 00       //      firstIndex 1, count 1
+        81                             //      ActivityId, last label of the list
+        11 12 13 14 15 16 17 18 19 1a 1b 1c 1d 1e 1f 20
+        23 00 00 02                    // @211 block: size 35, kind 2 (Event)
+        14 00 01 00                    //      HeaderSize 20, compressed
+        d0 07 00 00 00 00 00 00  d0 07 00 00 00 00 00 00 // min/max timestamp 2000
+        df                             // @235 flags: all but RelatedActivityId
+        01                             //      MetadataId 1
+        00 01 00                       //      seq delta 0 (→ 1), CaptureThreadIndex 1, proc 0
+        01                             //      ThreadIndex 1
+        01                             //      StackId 1
+        d0 0f                          //      timestamp delta 2000
+        01                             //      LabelListId 1
+        04                             //      PayloadSize 4
+        02 00 00 00                    //      Type = Managed
+        12 00 00 04                    // @250 block: size 18, kind 4 (SequencePoint)
+        b8 0b 00 00 00 00 00 00        //      timestamp 3000
+        00 00 00 00  01 00 00 00       //      flags 0, 1 thread
+        01 01                          //      thread index 1, sequence 1
+        00 00 00 00                    // @272 EndOfStream
+        "));
+    s
+}
+
+#[test]
+fn v6_hand_written_stream_parses() {
+    let data = hand_written_v6_stream();
+    assert_eq!(data.len(), 276);
+    let (events, r, p) = parse_chunked(&data, data.len());
+    r.unwrap();
+    let t = p.trace().unwrap();
+    assert_eq!(
+        (t.format_version, t.pointer_size, t.process_id),
+        (6, 8, 4242)
+    );
+    assert_eq!(
+        t.properties,
+        vec![("ProcessId".to_owned(), "4242".to_owned())]
+    );
+    assert_eq!(events.len(), 1);
+    let e = &events[0];
+    assert_eq!(e.offset, 235);
+    assert_eq!((e.header.thread_id, e.header.capture_thread_id), (43, 43));
+    assert_eq!((e.header.thread_index, e.header.label_list_id), (1, 1));
+    assert_eq!(e.header.sequence_number, 1);
+    let mut act = [0u8; 16];
+    for (i, b) in act.iter_mut().enumerate() {
+        *b = 0x11 + i as u8;
+    }
+    assert_eq!(e.header.activity_id, Guid::from_bytes_le(act));
+    assert_eq!(e.stack, Some(vec![0x7f00_0000_1000, 0x7f00_0000_2000]));
+    assert_eq!(e.utc, 1_767_323_045_006_001_000);
+    assert_eq!(
+        e.known.as_deref(),
+        Some("Some(ThreadSample(ThreadSample { kind: Managed }))")
+    );
+    assert_eq!(p.metadata_by_id(1).unwrap().level, 4);
+    assert!(p.is_finished());
+    // Thread and label rows are reachable from the event.
+    let mut p = Parser::new();
+    p.feed(&data).unwrap();
+    let ev = p.next_event().unwrap().unwrap();
+    let th = ev.thread().unwrap();
+    assert_eq!(
+        (th.name.as_deref(), th.os_process_id, th.os_thread_id),
+        (Some("main"), Some(4242), Some(43))
+    );
+    assert_eq!(
+        ev.labels().unwrap().activity_id,
+        Some(Guid::from_bytes_le(act))
+    );
+}
+
+/// Fields of every V6-only type, with the payload that encodes them.
+fn v6_typed_fields() -> (Vec<Vec<u8>>, Vec<u8>) {
+    let fields = vec![
+        v6_field("vi", &[20]),
+        v6_field("vu", &[21]),
+        v6_field("fixed", &[22, 8, 3, 0]), // FixedLengthArray of 3 UInt16
+        v6_field("c", &[23]),
+        v6_field("rel", &[24, 6]),  // RelLoc of Byte
+        v6_field("data", &[25, 8]), // DataLoc of UInt16
+        v6_field("b", &[26]),
+        v6_field("arr", &[19, 9]), // Array of Int32
+        v6_field("s", &[18]),
+    ];
+    let mut p = Vec::new();
+    p.push(0x03); // varint: zig-zag 3 → -2
+    p.extend([0xac, 0x02]); // varuint 300
+    for v in [1u16, 2, 3] {
+        p.extend(v.to_le_bytes());
+    }
+    p.push(b'x');
+    // RelLoc at payload offset 10: 2 bytes located 13 bytes after the field (which ends at 14).
+    p.extend(((2u32 << 16) | 13).to_le_bytes());
+    // DataLoc: 4 bytes (two u16) at payload offset 29.
+    p.extend(((4u32 << 16) | 29).to_le_bytes());
+    p.push(1); // Boolean8
+    p.extend(1u16.to_le_bytes()); // array count
+    p.extend(7i32.to_le_bytes());
+    p.extend(utf16z("")); // empty string
+    assert_eq!(p.len(), 27);
+    p.extend([0xaa, 0xbb]); // @27: RelLoc target
+    p.extend(5u16.to_le_bytes()); // @29: DataLoc target
+    p.extend(6u16.to_le_bytes());
+    (fields, p)
+}
+
+fn v6_builder_stream(compressed: bool) -> Vec<u8> {
+    let mut b = V6Builder::new(8, &[("HardwareThreadCount", "2")]);
+    let (fields, _) = v6_typed_fields();
+    // Optional metadata: Version 1, Level 5, Keywords 0x10, OpCode 1, message template.
+    let mut opt = vec![9, 1, 8, 5, 3];
+    opt.extend(0x10u64.to_le_bytes());
+    opt.extend([1, 1, 4]); // OpCode 1, then kind 4 (MessageTemplate):
+    opt.extend(utf8("vi={vi}"));
+    b.metadata(&[
+        v6_metadata_row(1, "Microsoft-DotNETCore-SampleProfiler", 0, "", &[], &[]),
+        v6_metadata_row(2, "My.Source", 9, "Typed", &fields, &opt),
+    ]);
+    b.threads(&[(1, "worker", 4242, 100), (2, "sampler", 4242, 7)]);
+    b.block(5, &{
+        let mut st = Vec::new();
+        for v in [1u32, 1, 8] {
+            st.extend(v.to_le_bytes());
+        }
+        st.extend(0xabcu64.to_le_bytes());
+        st
+    });
+    let (_, typed_payload) = v6_typed_fields();
+    let sample = |seq, ts| V6Event {
+        metadata_id: 1,
+        seq,
+        thread_index: 1,
+        capture_thread_index: 2,
+        stack_id: 1,
+        timestamp: ts,
+        sorted: true,
+        payload: 2u32.to_le_bytes().to_vec(),
+        ..V6Event::default()
+    };
+    b.event_block(
+        &[
+            sample(1, 2000),
+            V6Event {
+                metadata_id: 2,
+                seq: 1,
+                thread_index: 1,
+                capture_thread_index: 1,
+                timestamp: 2001,
+                payload: typed_payload,
+                ..V6Event::default()
+            },
+            sample(4, 2002), // 2 and 3 dropped on the sampler thread
+        ],
+        compressed,
+    );
+    // RemoveThread: thread index 1 logged up to 3 but only 1 arrived → 2 dropped.
+    b.block(7, &[1, 3]);
+    // Sequence point that also flushes the metadata cache.
+    let mut sp = 2100u64.to_le_bytes().to_vec();
+    sp.extend(2u32.to_le_bytes());
+    sp.extend(0u32.to_le_bytes());
+    b.block(4, &sp);
+    b.finish()
+}
+
+#[test]
+fn v6_builder_streams_compressed_and_uncompressed() {
+    let (c, rc, pc) = parse_chunked(&v6_builder_stream(true), 1 << 20);
+    let (u, ru, pu) = parse_chunked(&v6_builder_stream(false), 1 << 20);
+    rc.unwrap();
+    ru.unwrap();
+    let strip = |v: &[Seen]| {
+        v.iter()
+            .map(|s| Seen {
+                offset: 0,
+                ..s.clone()
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(strip(&c), strip(&u));
+    assert_eq!(c.len(), 3);
+    assert_eq!(
+        (c[0].header.thread_id, c[0].header.capture_thread_id),
+        (100, 7)
+    );
+    assert_eq!(c[0].stack, Some(vec![0xabc]));
+    assert_eq!(c[2].header.sequence_number, 4);
+    for p in [&pc, &pu] {
+        assert_eq!(p.trace().unwrap().number_of_processors, 2);
+        assert_eq!(p.dropped_events(), 4);
+        assert!(
+            p.metadata().is_empty(),
+            "the sequence point flushed the metadata"
+        );
+    }
+}
+
+#[test]
+fn v6_metadata_and_new_types_decode() {
+    let data = v6_builder_stream(true);
+    let mut p = Parser::new();
+    p.feed(&data).unwrap();
+    p.next_event().unwrap().unwrap();
+    let ev = p.next_event().unwrap().unwrap();
+    let m = ev.metadata;
+    assert_eq!(
+        (m.version, m.level, m.keywords, m.opcode),
+        (1, 5, 0x10, Some(1))
+    );
+    assert_eq!(m.message_template.as_deref(), Some("vi={vi}"));
+    let v = ev.decode().unwrap();
+    let get = |n: &str| find(&v, n).cloned().unwrap();
+    assert_eq!(get("vi"), Value::I64(-2));
+    assert_eq!(get("vu"), Value::U64(300));
+    assert_eq!(
+        get("fixed"),
+        Value::Array(vec![Value::U16(1), Value::U16(2), Value::U16(3)])
+    );
+    assert_eq!(get("c"), Value::U8(b'x'));
+    assert_eq!(
+        get("rel"),
+        Value::Array(vec![Value::U8(0xaa), Value::U8(0xbb)])
+    );
+    assert_eq!(
+        get("data"),
+        Value::Array(vec![Value::U16(5), Value::U16(6)])
+    );
+    assert_eq!(get("b"), Value::Bool(true));
+    assert_eq!(get("arr"), Value::Array(vec![Value::I32(7)]));
+    assert_eq!(get("s"), Value::String(String::new()));
+}
+
+#[test]
+fn v6_unknown_block_kinds_are_skipped() {
+    let mut data = hand_written_v6_stream();
+    // Insert a block of an unknown kind (0x42, 3 bytes) before the EventBlock at 211.
+    let extra = hex("03 00 00 42  aa bb cc");
+    data.splice(211..211, extra);
+    let (events, r, _) = parse_chunked(&data, 5);
+    r.unwrap();
+    assert_eq!(events.len(), 1);
+}
+
+#[test]
+fn v6_chunking_truncation_and_corruption() {
+    for data in [
+        hand_written_v6_stream(),
+        v6_builder_stream(true),
+        v6_builder_stream(false),
+    ] {
+        let (whole, r, _) = parse_chunked(&data, data.len());
+        r.unwrap();
+        let (bytes, r, _) = parse_chunked(&data, 1);
+        r.unwrap();
+        assert_eq!(whole, bytes);
+        for len in 0..data.len() {
+            let (_, r, _) = parse_chunked(&data[..len], 7);
+            assert!(
+                matches!(r, Err(NettraceError::Truncated { .. })),
+                "len {len}: {r:?}"
+            );
+        }
+        for i in 0..data.len() {
+            for v in [0x00, 0x01, 0x7f, 0x80, 0xff] {
+                let mut d = data.clone();
+                d[i] = v;
+                let _ = parse_chunked(&d, 13);
+            }
+        }
+    }
 }

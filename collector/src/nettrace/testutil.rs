@@ -349,3 +349,191 @@ impl StreamBuilder {
         std::mem::take(&mut self.buf)
     }
 }
+
+/// Writes V6 streams (perfview NetTraceFormat.md, "Current Version 6").
+pub(crate) struct V6Builder {
+    pub buf: Vec<u8>,
+}
+
+pub(crate) fn utf8(s: &str) -> Vec<u8> {
+    let mut v = Vec::new();
+    var(&mut v, s.len() as u64);
+    v.extend(s.as_bytes());
+    v
+}
+
+/// One V6 field description: `u16 size, string name, type bytes`.
+pub(crate) fn v6_field(name: &str, ty: &[u8]) -> Vec<u8> {
+    let mut body = utf8(name);
+    body.extend(ty);
+    let mut v = (body.len() as u16).to_le_bytes().to_vec();
+    v.extend(body);
+    v
+}
+
+/// A V6 metadata row (without its u16 size): fields are whole `v6_field`s, `optional` the
+/// optional-metadata entries.
+pub(crate) fn v6_metadata_row(
+    id: u32,
+    provider: &str,
+    event_id: u32,
+    name: &str,
+    fields: &[Vec<u8>],
+    optional: &[u8],
+) -> Vec<u8> {
+    let mut v = Vec::new();
+    var(&mut v, u64::from(id));
+    v.extend(utf8(provider));
+    var(&mut v, u64::from(event_id));
+    v.extend(utf8(name));
+    v.extend((fields.len() as u16).to_le_bytes());
+    for f in fields {
+        v.extend(f);
+    }
+    v.extend((optional.len() as u16).to_le_bytes());
+    v.extend(optional);
+    v
+}
+
+/// One V6 event row for `V6Builder::event_block`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct V6Event {
+    pub metadata_id: u32,
+    pub seq: u32,
+    pub thread_index: u64,
+    pub capture_thread_index: u64,
+    pub stack_id: u32,
+    pub timestamp: i64,
+    pub label_list_id: u32,
+    pub sorted: bool,
+    pub payload: Vec<u8>,
+}
+
+impl V6Builder {
+    /// Header and a Trace block (2026-01-02T03:04:05.006Z at tick 1000, 1e9 ticks/s).
+    pub fn new(pointer_size: u32, properties: &[(&str, &str)]) -> Self {
+        let mut b = V6Builder { buf: Vec::new() };
+        b.buf.extend(b"Nettrace");
+        b.buf.extend(0u32.to_le_bytes());
+        b.buf.extend(6u32.to_le_bytes());
+        b.buf.extend(0u32.to_le_bytes());
+        let mut t = Vec::new();
+        for v in [2026u16, 1, 5, 2, 3, 4, 5, 6] {
+            t.extend(v.to_le_bytes());
+        }
+        t.extend(1000i64.to_le_bytes());
+        t.extend(1_000_000_000i64.to_le_bytes());
+        t.extend(pointer_size.to_le_bytes());
+        t.extend((properties.len() as i32).to_le_bytes());
+        for (k, v) in properties {
+            t.extend(utf8(k));
+            t.extend(utf8(v));
+        }
+        b.block(1, &t);
+        b
+    }
+
+    pub fn block(&mut self, kind: u8, body: &[u8]) -> &mut Self {
+        self.buf
+            .extend(((u32::from(kind) << 24) | body.len() as u32).to_le_bytes());
+        self.buf.extend(body);
+        self
+    }
+
+    pub fn metadata(&mut self, rows: &[Vec<u8>]) -> &mut Self {
+        let mut body = 0u16.to_le_bytes().to_vec(); // empty header
+        for r in rows {
+            body.extend((r.len() as u16).to_le_bytes());
+            body.extend(r);
+        }
+        self.block(3, &body)
+    }
+
+    /// Thread rows: `(index, name, os pid, os tid)`.
+    pub fn threads(&mut self, rows: &[(u64, &str, u64, u64)]) -> &mut Self {
+        let mut body = Vec::new();
+        for (index, name, pid, tid) in rows {
+            let mut row = Vec::new();
+            var(&mut row, *index);
+            row.push(1);
+            row.extend(utf8(name));
+            row.push(2);
+            var(&mut row, *pid);
+            row.push(3);
+            var(&mut row, *tid);
+            body.extend((row.len() as u16).to_le_bytes());
+            body.extend(row);
+        }
+        self.block(6, &body)
+    }
+
+    pub fn event_block(&mut self, events: &[V6Event], compressed: bool) -> &mut Self {
+        let mut body = Vec::new();
+        body.extend(20u16.to_le_bytes());
+        body.extend(u16::from(compressed).to_le_bytes());
+        body.extend([0u8; 16]);
+        let mut last = V6Event::default();
+        for e in events {
+            if compressed {
+                let mut flags = 0u8;
+                let mut h = Vec::new();
+                if e.metadata_id != last.metadata_id {
+                    var(&mut h, u64::from(e.metadata_id));
+                    flags |= 1;
+                }
+                if last.seq.wrapping_add(1) != e.seq
+                    || last.capture_thread_index != e.capture_thread_index
+                {
+                    var(
+                        &mut h,
+                        u64::from(e.seq.wrapping_sub(last.seq).wrapping_sub(1)),
+                    );
+                    var(&mut h, e.capture_thread_index);
+                    var(&mut h, 0);
+                    flags |= 2;
+                }
+                if e.thread_index != last.thread_index {
+                    var(&mut h, e.thread_index);
+                    flags |= 4;
+                }
+                if e.stack_id != last.stack_id {
+                    var(&mut h, u64::from(e.stack_id));
+                    flags |= 8;
+                }
+                var(&mut h, e.timestamp.wrapping_sub(last.timestamp) as u64);
+                if e.label_list_id != last.label_list_id {
+                    var(&mut h, u64::from(e.label_list_id));
+                    flags |= 0x10;
+                }
+                if e.sorted {
+                    flags |= 0x40;
+                }
+                if e.payload.len() != last.payload.len() {
+                    var(&mut h, e.payload.len() as u64);
+                    flags |= 0x80;
+                }
+                body.push(flags);
+                body.extend(h);
+            } else {
+                body.extend(((48 + e.payload.len()) as u32).to_le_bytes());
+                body.extend((e.metadata_id | if e.sorted { 0 } else { 0x8000_0000 }).to_le_bytes());
+                body.extend(e.seq.to_le_bytes());
+                body.extend(e.thread_index.to_le_bytes());
+                body.extend(e.capture_thread_index.to_le_bytes());
+                body.extend(0u32.to_le_bytes());
+                body.extend(e.stack_id.to_le_bytes());
+                body.extend(e.timestamp.to_le_bytes());
+                body.extend(e.label_list_id.to_le_bytes());
+                body.extend((e.payload.len() as u32).to_le_bytes());
+            }
+            body.extend(&e.payload);
+            last = e.clone();
+        }
+        self.block(2, &body)
+    }
+
+    pub fn finish(&mut self) -> Vec<u8> {
+        self.block(0, &[]);
+        std::mem::take(&mut self.buf)
+    }
+}
