@@ -34,7 +34,7 @@ build:
 	$(CARGO) build --workspace --all-targets
 
 test: setup build
-	$(CARGO) test --workspace
+	@CARGO=$(CARGO) bash tests/testbed/run-tests.sh
 
 demo: setup build
 	@bash tests/testbed/demo.sh

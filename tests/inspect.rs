@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/nettrace")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("collector/tests/fixtures")
 }
 
 fn inspect(path: &Path, json: bool) -> Output {
@@ -52,7 +52,7 @@ fn golden_inspect_outputs() {
         check_golden(name, &String::from_utf8(output.stdout).unwrap());
         checked += 1;
     }
-    assert!(checked >= 4, "only {checked} fixtures found");
+    assert!(checked >= 6, "only {checked} fixtures found");
 }
 
 #[test]
