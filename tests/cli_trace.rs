@@ -80,7 +80,7 @@ fn ctrl_c_stops_cleanly_with_rundown() {
     let target = Target::builder("Faults").start();
     let dir = out_dir("sigint");
     let file = dir.join("faults.nettrace");
-    let mut trace = Command::new(env!("CARGO_BIN_EXE_clrscope"))
+    let trace = Command::new(env!("CARGO_BIN_EXE_clrscope"))
         .args(["trace", "--pid", &target.pid().to_string()])
         .args([
             "--providers",

@@ -26,7 +26,8 @@ pub struct SystemTime {
 }
 
 impl SystemTime {
-    /// Nanoseconds since the Unix epoch, or `None` if a field is out of range.
+    /// Nanoseconds since the Unix epoch, or `None` if a field is out of range or the time does
+    /// not fit i64 nanoseconds (before 1677 or after 2262).
     pub fn to_unix_nanos(&self) -> Option<i64> {
         let valid = (1..=12).contains(&self.month)
             && (1..=31).contains(&self.day)
@@ -47,7 +48,8 @@ impl SystemTime {
             + i64::from(self.hour) * 3600
             + i64::from(self.minute) * 60
             + i64::from(self.second);
-        Some(secs * 1_000_000_000 + i64::from(self.millisecond) * 1_000_000)
+        secs.checked_mul(1_000_000_000)?
+            .checked_add(i64::from(self.millisecond) * 1_000_000)
     }
 }
 
@@ -134,6 +136,21 @@ mod tests {
         };
         assert_eq!(t.to_unix_nanos(), Some(1_796_038_769_540_000_000));
         assert_eq!(SystemTime::default().to_unix_nanos(), None);
+        // Found by the nettrace_parse fuzz target: a valid SYSTEMTIME past 2262 overflowed.
+        let far = SystemTime {
+            year: 9999,
+            month: 12,
+            day: 31,
+            ..Default::default()
+        };
+        assert_eq!(far.to_unix_nanos(), None);
+        let early = SystemTime {
+            year: 1601,
+            month: 1,
+            day: 1,
+            ..Default::default()
+        };
+        assert_eq!(early.to_unix_nanos(), None);
     }
 
     #[test]
