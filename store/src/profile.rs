@@ -1,0 +1,194 @@
+//! The canonical profile: what every exporter reads and the store keeps.
+//!
+//! Shaped after pprof, which every peer understands: sample types with units, a function table,
+//! samples holding a stack of function indices (leaf first) and one value per sample type, plus
+//! labels. Samples with equal stacks and labels are merged as they are added.
+
+use std::collections::HashMap;
+
+/// A value's meaning and unit, e.g. `cpu`/`nanoseconds` or `samples`/`count`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ValueType {
+    pub kind: String,
+    pub unit: String,
+}
+
+impl ValueType {
+    pub fn new(kind: impl Into<String>, unit: impl Into<String>) -> Self {
+        ValueType {
+            kind: kind.into(),
+            unit: unit.into(),
+        }
+    }
+}
+
+/// A function as frames name it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Function {
+    /// The name people read: `Namespace.Type.Method(args)`.
+    pub name: String,
+    /// The file of its module (`System.Linq.dll`); empty when unknown.
+    pub module: String,
+}
+
+/// Index into [`Profile::functions`].
+pub type FunctionIndex = u32;
+
+/// A label's value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LabelValue {
+    Str(String),
+    Num(i64),
+}
+
+/// One aggregated sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sample {
+    /// Function indices, leaf first.
+    pub stack: Vec<FunctionIndex>,
+    /// One value per [`Profile::sample_types`] entry.
+    pub values: Vec<i64>,
+    /// Sorted by key.
+    pub labels: Vec<(String, LabelValue)>,
+}
+
+/// A profile over a time range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    pub sample_types: Vec<ValueType>,
+    /// Which sample type viewers show first.
+    pub default_sample_type: usize,
+    pub period_type: ValueType,
+    /// Sampling period in `period_type` units.
+    pub period: i64,
+    pub functions: Vec<Function>,
+    pub samples: Vec<Sample>,
+    /// Start of the profiled range, Unix nanoseconds.
+    pub start_unix_nanos: i64,
+    pub duration_nanos: i64,
+}
+
+impl Profile {
+    /// Total of one sample type over all samples.
+    pub fn total(&self, sample_type: usize) -> i64 {
+        self.samples.iter().map(|s| s.values[sample_type]).sum()
+    }
+}
+
+/// Builds a [`Profile`], interning functions and merging equal samples.
+#[derive(Debug)]
+pub struct ProfileBuilder {
+    profile: Profile,
+    function_index: HashMap<Function, FunctionIndex>,
+    sample_index: HashMap<(Vec<FunctionIndex>, Vec<(String, LabelValue)>), usize>,
+}
+
+impl ProfileBuilder {
+    pub fn new(sample_types: Vec<ValueType>, period_type: ValueType, period: i64) -> Self {
+        ProfileBuilder {
+            profile: Profile {
+                sample_types,
+                default_sample_type: 0,
+                period_type,
+                period,
+                functions: Vec::new(),
+                samples: Vec::new(),
+                start_unix_nanos: 0,
+                duration_nanos: 0,
+            },
+            function_index: HashMap::new(),
+            sample_index: HashMap::new(),
+        }
+    }
+
+    pub fn set_default_sample_type(&mut self, index: usize) {
+        self.profile.default_sample_type = index;
+    }
+
+    pub fn set_period(&mut self, period: i64) {
+        self.profile.period = period;
+    }
+
+    pub fn set_time_range(&mut self, start_unix_nanos: i64, duration_nanos: i64) {
+        self.profile.start_unix_nanos = start_unix_nanos;
+        self.profile.duration_nanos = duration_nanos;
+    }
+
+    /// The index of a function, added on first use.
+    pub fn function(&mut self, function: Function) -> FunctionIndex {
+        if let Some(&index) = self.function_index.get(&function) {
+            return index;
+        }
+        let index = FunctionIndex::try_from(self.profile.functions.len())
+            .expect("fewer than 2^32 distinct functions");
+        self.profile.functions.push(function.clone());
+        self.function_index.insert(function, index);
+        index
+    }
+
+    /// Adds values to the sample with this stack and labels (labels in any order).
+    pub fn add(
+        &mut self,
+        stack: Vec<FunctionIndex>,
+        mut labels: Vec<(String, LabelValue)>,
+        values: &[i64],
+    ) {
+        debug_assert_eq!(values.len(), self.profile.sample_types.len());
+        labels.sort();
+        let key = (stack, labels);
+        match self.sample_index.get(&key) {
+            Some(&i) => {
+                for (total, v) in self.profile.samples[i].values.iter_mut().zip(values) {
+                    *total += v;
+                }
+            }
+            None => {
+                self.sample_index
+                    .insert(key.clone(), self.profile.samples.len());
+                self.profile.samples.push(Sample {
+                    stack: key.0,
+                    values: values.to_vec(),
+                    labels: key.1,
+                });
+            }
+        }
+    }
+
+    pub fn build(self) -> Profile {
+        self.profile
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_samples_merge_and_functions_intern() {
+        let mut b = ProfileBuilder::new(
+            vec![
+                ValueType::new("samples", "count"),
+                ValueType::new("cpu", "nanoseconds"),
+            ],
+            ValueType::new("cpu", "nanoseconds"),
+            1_000_000,
+        );
+        let f = |name: &str| Function {
+            name: name.into(),
+            module: "App.dll".into(),
+        };
+        let leaf = b.function(f("App.Hot()"));
+        let main = b.function(f("App.Main()"));
+        assert_eq!(b.function(f("App.Hot()")), leaf);
+        let labels = |tid: i64| vec![("thread_id".to_string(), LabelValue::Num(tid))];
+        b.add(vec![leaf, main], labels(1), &[1, 1_000_000]);
+        b.add(vec![leaf, main], labels(1), &[1, 1_000_000]);
+        b.add(vec![leaf, main], labels(2), &[1, 1_000_000]);
+        b.add(vec![main], labels(1), &[1, 1_000_000]);
+        let p = b.build();
+        assert_eq!(p.functions.len(), 2);
+        assert_eq!(p.samples.len(), 3);
+        assert_eq!(p.samples[0].values, vec![2, 2_000_000]);
+        assert_eq!(p.total(1), 4_000_000);
+    }
+}
