@@ -282,7 +282,10 @@ mod tests {
     #[test]
     fn tier_bits_follow_the_runtime_enum() {
         let jitted = MethodFlags::JITTED;
-        assert_eq!(OptimizationTier::from_method_flags(jitted), OptimizationTier::Unknown);
+        assert_eq!(
+            OptimizationTier::from_method_flags(jitted),
+            OptimizationTier::Unknown
+        );
         let cases = [
             (0x080, OptimizationTier::MinOptJitted),
             (0x100, OptimizationTier::Optimized),
@@ -293,14 +296,21 @@ mod tests {
             (0x380, OptimizationTier::OptimizedTier1Instrumented),
         ];
         for (bits, tier) in cases {
-            assert_eq!(OptimizationTier::from_method_flags(jitted | bits), tier, "{bits:#x}");
+            assert_eq!(
+                OptimizationTier::from_method_flags(jitted | bits),
+                tier,
+                "{bits:#x}"
+            );
         }
     }
 
     #[test]
     fn precompiled_code_is_ready_to_run_whatever_the_tier_bits_say() {
         // R2R rundown: Jitted clear, tier bits = Optimized (GetJitOptimizationTier with no config).
-        assert_eq!(OptimizationTier::from_method_flags(0x100), OptimizationTier::ReadyToRun);
+        assert_eq!(
+            OptimizationTier::from_method_flags(0x100),
+            OptimizationTier::ReadyToRun
+        );
         assert_eq!(
             OptimizationTier::from_method_flags(0x100 | MethodFlags::GENERIC),
             OptimizationTier::ReadyToRun

@@ -148,7 +148,10 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0  [vsyscall]
     fn file_names_from_either_separator() {
         assert_eq!(file_name("/usr/lib/System.Linq.dll"), "System.Linq.dll");
         assert_eq!(file_name("C:\\app\\MyApp.dll"), "MyApp.dll");
-        assert_eq!(file_name("RefEmit_InMemoryManifestModule"), "RefEmit_InMemoryManifestModule");
+        assert_eq!(
+            file_name("RefEmit_InMemoryManifestModule"),
+            "RefEmit_InMemoryManifestModule"
+        );
         assert_eq!(file_name(""), "");
     }
 

@@ -930,7 +930,8 @@ impl CodeMap {
         let mut previous: Option<u64> = None;
         for key in keys {
             if let Some(p) = previous {
-                if let (Some(&before), Some(&this)) = (self.segments.get(&p), self.segments.get(&key))
+                if let (Some(&before), Some(&this)) =
+                    (self.segments.get(&p), self.segments.get(&key))
                 {
                     if before.end == key && before.code == this.code {
                         self.segments.remove(&key);

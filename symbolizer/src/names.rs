@@ -463,7 +463,8 @@ impl<'a> SigParser<'a> {
         let mut ty = self.parse_base(depth)?;
         loop {
             let rest = self.rest();
-            if rest.starts_with('<') && matches!(&ty, SigType::Named { args, .. } if args.is_empty())
+            if rest.starts_with('<')
+                && matches!(&ty, SigType::Named { args, .. } if args.is_empty())
             {
                 self.pos += 1;
                 let mut parsed = Vec::new();
@@ -484,7 +485,9 @@ impl<'a> SigParser<'a> {
                 let close = rest.find(']')?;
                 let inner = &rest[1..close];
                 // `[]`, `[,]`, `[??]` (rank 0) or bounds like `[1...5,]`.
-                if !inner.bytes().all(|b| b == b',' || b == b'.' || b == b'?' || b.is_ascii_digit())
+                if !inner
+                    .bytes()
+                    .all(|b| b == b',' || b == b'.' || b == b'?' || b.is_ascii_digit())
                 {
                     return None;
                 }
@@ -544,7 +547,11 @@ impl<'a> SigParser<'a> {
             return self.parse_type(depth + 1);
         }
         if self.eat("pMT: ") {
-            let digits = self.rest().bytes().take_while(u8::is_ascii_hexdigit).count();
+            let digits = self
+                .rest()
+                .bytes()
+                .take_while(u8::is_ascii_hexdigit)
+                .count();
             if digits == 0 {
                 return None;
             }
@@ -797,11 +804,7 @@ mod tests {
             "MyApp.Program.<>c.<Main>b__0_0(Order)"
         );
         assert_eq!(
-            name(
-                "Program",
-                "<<Main>$>g__Fib|0_0",
-                "int32  (int32)"
-            ),
+            name("Program", "<<Main>$>g__Fib|0_0", "int32  (int32)"),
             "Program.<<Main>$>g__Fib|0_0(int)"
         );
     }
@@ -845,11 +848,7 @@ mod tests {
     #[test]
     fn arrays_objects_and_keywords() {
         assert_eq!(
-            name(
-                "MyApp.Program",
-                "Main",
-                "void  (class System.String[])"
-            ),
+            name("MyApp.Program", "Main", "void  (class System.String[])"),
             "MyApp.Program.Main(string[])"
         );
         assert_eq!(
@@ -918,10 +917,7 @@ mod tests {
 
     #[test]
     fn escaped_characters_in_type_names() {
-        assert_eq!(
-            name("Odd\\+Name\\,X", "M", "void  ()"),
-            "Odd+Name,X.M()"
-        );
+        assert_eq!(name("Odd\\+Name\\,X", "M", "void  ()"), "Odd+Name,X.M()");
     }
 
     #[test]

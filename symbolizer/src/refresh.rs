@@ -76,7 +76,11 @@ mod tests {
         assert!(policy.should_refresh(100 * SEC));
         policy.record_misses(5);
         assert!(!policy.should_refresh(159 * SEC));
-        assert_eq!(policy.pending_misses(), 5, "misses are kept until the refresh");
+        assert_eq!(
+            policy.pending_misses(),
+            5,
+            "misses are kept until the refresh"
+        );
         assert!(policy.should_refresh(160 * SEC));
     }
 
