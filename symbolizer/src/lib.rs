@@ -1,3 +1,46 @@
 //! Per-process code maps: turns raw instruction pointers from EventPipe samples into managed frames.
 //!
-//! Fed by the collector's method and module events; read by the store. The core is pure (no I/O).
+//! Fed by the collector's method and module events (through a thin adapter that copies decoded
+//! fields into [`MethodLoad`], [`MethodUnload`], [`R2rEntryPoint`], [`ModuleLoad`] and
+//! [`ModuleUnload`]); read by the store. The core is pure: no I/O, no clock, no threads.
+//!
+//! # Frames
+//! [`CodeMap::symbolize`] never fails and never drops an address: it returns a [`Frame`] whose
+//! [`FrameKind`] says whether the address was in known managed code (with its JIT tier), inside a
+//! mapped module image with no known method (`module!+0xOFFSET`), or unknown (`[unknown]`).
+//! Frames point at interned [`Function`]s shared by every code version of a method (tier 0,
+//! tier 1, OSR, ReJIT), so a stack costs no allocation per frame.
+//!
+//! # Names
+//! [`Function::display_name`] is the C#-like name .NET developers read:
+//! - the declaring type fully qualified, nested types joined with `.`, generic arguments in
+//!   `<...>` with C# keywords for primitives:
+//!   `System.Collections.Generic.Dictionary<string, int>.Enumerator`;
+//! - then `.Method` as in metadata (`.ctor`, `<Main>b__0_0`, `get_Count`);
+//! - then the parameter types, without namespaces, `ref`/`in` for byrefs:
+//!   `(ReadOnlySpan<char>, ref int)`; class type parameters are replaced by the declaring type's
+//!   arguments (`List<int>.Add(int)`), method type parameters stay `!!0` (the runtime does not
+//!   report the method instantiation); shared generic code shows `System.__Canon`.
+//!
+//! The module is its own field ([`Function::module`], the file name), so exporters can print
+//! `System.Linq.dll!System.Linq.Enumerable.Where(IEnumerable<!!0>, Func<!!0, bool>)` like PerfView.
+//! The raw runtime strings stay available, and anything that does not parse falls back to them.
+
+mod error;
+mod events;
+mod images;
+mod map;
+mod names;
+mod refresh;
+
+pub use error::EventError;
+pub use events::{
+    LoadSource, MethodFlags, MethodLoad, MethodUnload, ModuleFlags, ModuleLoad, ModuleUnload,
+    OptimizationTier, PdbInfo, R2rEntryPoint,
+};
+pub use images::{parse_proc_maps, ImageRange};
+pub use map::{
+    CodeMap, CodeMapStats, Frame, FrameKind, Function, FunctionId, FunctionKey, FunctionKind,
+    Module, MAX_INFERRED_EXTENT, MAX_METHOD_SIZE,
+};
+pub use refresh::RundownRefreshPolicy;

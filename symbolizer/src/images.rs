@@ -1,0 +1,163 @@
+//! Where module files are mapped. Module events carry no base address (and CoreCLR's
+//! `ModuleRangeLoad` sends nothing), so image ranges come from the target's `/proc/PID/maps`, read by
+//! the agent and handed here as text.
+
+/// One mapped file: `[start, end)`, as the target process sees its path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImageRange {
+    /// Lowest address of the image.
+    pub start: u64,
+    /// One past the highest address.
+    pub end: u64,
+    /// The file's path in the target's mount namespace (the same path the runtime reports in
+    /// `ModuleILPath`), without a ` (deleted)` suffix.
+    pub path: String,
+}
+
+/// Parses the text of `/proc/PID/maps` into executable file images.
+///
+/// The segments of one file are joined into one image while only anonymous mappings lie between
+/// them (the runtime's PE loader reserves the image's whole span and maps sections into it); a
+/// mapping of another file ends the image. Images without an executable segment, pseudo-files
+/// (`[heap]`), and the JIT's double-mapped code heap (`/memfd:doublemapper`) are left out. Lines
+/// that do not parse are skipped.
+pub fn parse_proc_maps(text: &str) -> Vec<ImageRange> {
+    let mut images = Vec::new();
+    let mut current: Option<(ImageRange, bool)> = None;
+    for line in text.lines() {
+        let Some(mapping) = parse_line(line) else {
+            continue;
+        };
+        match mapping.path {
+            None => continue,
+            Some(path) => {
+                if let Some((image, executable)) = &mut current {
+                    if image.path == path && mapping.start >= image.start {
+                        image.end = image.end.max(mapping.end);
+                        *executable |= mapping.executable;
+                        continue;
+                    }
+                }
+                if let Some((image, true)) = current.take() {
+                    images.push(image);
+                }
+                current = Some((
+                    ImageRange {
+                        start: mapping.start,
+                        end: mapping.end,
+                        path: path.to_string(),
+                    },
+                    mapping.executable,
+                ));
+            }
+        }
+    }
+    if let Some((image, true)) = current {
+        images.push(image);
+    }
+    images
+}
+
+struct Mapping<'a> {
+    start: u64,
+    end: u64,
+    executable: bool,
+    /// A real file path; `None` for anonymous and pseudo mappings.
+    path: Option<&'a str>,
+}
+
+fn parse_line(line: &str) -> Option<Mapping<'_>> {
+    let mut fields = line.splitn(6, ' ');
+    let range = fields.next()?;
+    let perms = fields.next()?;
+    let _offset = fields.next()?;
+    let _device = fields.next()?;
+    let _inode = fields.next()?;
+    let path = fields.next().map(str::trim_start).unwrap_or("");
+    let (start, end) = range.split_once('-')?;
+    let start = u64::from_str_radix(start, 16).ok()?;
+    let end = u64::from_str_radix(end, 16).ok()?;
+    if start >= end {
+        return None;
+    }
+    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
+    let is_file = path.starts_with('/') && !path.starts_with("/memfd:");
+    Some(Mapping {
+        start,
+        end,
+        executable: perms.as_bytes().get(2) == Some(&b'x'),
+        path: is_file.then_some(path),
+    })
+}
+
+/// The file name shown for a module: the last component of its path (`/` or `\` separated).
+pub(crate) fn file_name(path: &str) -> &str {
+    path.rsplit(['/', '\\']).next().unwrap_or(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+55d4c0a00000-55d4c0a02000 r--p 00000000 08:01 1234   /usr/share/dotnet/dotnet
+55d4c0a02000-55d4c0a10000 r-xp 00002000 08:01 1234   /usr/share/dotnet/dotnet
+7f1000000000-7f1000010000 r--s 00000000 08:01 99     /usr/share/dotnet/shared/Microsoft.NETCore.App/8.0.0/System.Linq.dll
+7f1000010000-7f1000011000 ---p 00000000 00:00 0
+7f1000011000-7f1000090000 r-xs 00011000 08:01 99     /usr/share/dotnet/shared/Microsoft.NETCore.App/8.0.0/System.Linq.dll
+7f1000090000-7f10000a0000 rw-p 00090000 08:01 99     /usr/share/dotnet/shared/Microsoft.NETCore.App/8.0.0/System.Linq.dll
+7f2000000000-7f2000100000 r--p 00000000 08:01 77     /usr/share/icu/icudt72l.dat
+7f3000000000-7f3000100000 r-xs 00000000 00:01 5      /memfd:doublemapper (deleted)
+7f4000000000-7f4000001000 r-xp 00000000 08:01 42     /app/MyApp.dll (deleted)
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0      [stack]
+garbage line
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0  [vsyscall]
+";
+
+    #[test]
+    fn joins_segments_and_skips_noise() {
+        let images = parse_proc_maps(MAPS);
+        let summary: Vec<(u64, u64, &str)> = images
+            .iter()
+            .map(|i| (i.start, i.end, file_name(&i.path)))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (0x55d4c0a00000, 0x55d4c0a10000, "dotnet"),
+                (0x7f1000000000, 0x7f10000a0000, "System.Linq.dll"),
+                (0x7f4000000000, 0x7f4000001000, "MyApp.dll"),
+            ]
+        );
+        assert_eq!(images[2].path, "/app/MyApp.dll");
+    }
+
+    #[test]
+    fn another_file_in_between_splits_the_image() {
+        let maps = "\
+1000-2000 r-xp 0 0:0 1 /a.dll
+2000-3000 r-xp 0 0:0 2 /b.dll
+3000-4000 r-xp 0 0:0 1 /a.dll
+";
+        let images = parse_proc_maps(maps);
+        assert_eq!(images.len(), 3);
+        assert_eq!((images[2].start, images[2].end), (0x3000, 0x4000));
+    }
+
+    #[test]
+    fn file_names_from_either_separator() {
+        assert_eq!(file_name("/usr/lib/System.Linq.dll"), "System.Linq.dll");
+        assert_eq!(file_name("C:\\app\\MyApp.dll"), "MyApp.dll");
+        assert_eq!(
+            file_name("RefEmit_InMemoryManifestModule"),
+            "RefEmit_InMemoryManifestModule"
+        );
+        assert_eq!(file_name(""), "");
+    }
+
+    #[test]
+    fn hostile_lines_never_panic() {
+        let text = "-\n-1 x\nzz-yy r-xp 0 0 0 /x\n2000-1000 r-xp 0 0 0 /x\n1-2\n1-2 r\n\u{FFFF}";
+        assert!(parse_proc_maps(text).is_empty());
+    }
+}

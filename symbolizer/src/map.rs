@@ -1,0 +1,986 @@
+//! The per-process code map: address → code version → function.
+//!
+//! Addresses are kept as disjoint segments in a `BTreeMap` keyed by start address, each owned by one
+//! code version. A new code version takes every part of its range owned by an *older* one ("older"
+//! = smaller `(timestamp, arrival)`), so reused code-heap memory resolves to the newest code while
+//! an out-of-order event (a rundown from another session processed late) cannot hide newer code.
+//! Unloading only marks a code version: samples taken before the unload still resolve, until the
+//! memory is reused or [`CodeMap::prune_unloaded`] drops it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use crate::error::EventError;
+use crate::events::{
+    LoadSource, MethodFlags, MethodLoad, MethodUnload, ModuleFlags, ModuleLoad, ModuleUnload,
+    OptimizationTier, PdbInfo, R2rEntryPoint,
+};
+use crate::images::{file_name, ImageRange};
+use crate::names::display_name;
+
+/// Largest code size accepted for one method. RyuJIT methods stay far below; a larger value is a
+/// corrupt event that would otherwise shadow everything it overlaps.
+pub const MAX_METHOD_SIZE: u32 = 16 << 20;
+
+/// How far past an entry point (ReadyToRun, or a load with size 0) an address is still attributed
+/// to it when nothing closer is known.
+pub const MAX_INFERRED_EXTENT: u64 = 64 << 10;
+
+/// Index of a [`Function`] in one [`CodeMap`]. Dense from 0, never reused, valid only with the map
+/// that returned it; for anything that outlives the process use [`Function::key`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FunctionId(u32);
+
+impl FunctionId {
+    /// The function of addresses nothing is known about.
+    pub const UNRESOLVED: FunctionId = FunctionId(0);
+
+    /// The position in [`CodeMap::functions`].
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A content hash of a function's identity: FNV-1a over the runtime's namespace, name and
+/// signature strings (or the image file name for an image pseudo-function). Equal across code
+/// versions, method-id reuse, processes and restarts, so the store can deduplicate with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FunctionKey(pub u64);
+
+impl FunctionKey {
+    fn hash(tag: u8, parts: &[&[u8]]) -> Self {
+        const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+        const PRIME: u64 = 0x0000_0100_0000_01b3;
+        let mut hash = OFFSET;
+        let mut feed = |byte: u8| {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(PRIME);
+        };
+        feed(tag);
+        for part in parts {
+            for &byte in *part {
+                feed(byte);
+            }
+            // 0xff never occurs in UTF-8, so parts cannot run into each other.
+            feed(0xff);
+        }
+        FunctionKey(hash)
+    }
+}
+
+/// What a [`Function`] stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FunctionKind {
+    /// A managed method with metadata.
+    Method,
+    /// An LCG method or IL stub (`MethodFlags` dynamic; namespace `dynamicClass`).
+    DynamicMethod,
+    /// A JIT helper (`MethodFlags` JitHelper).
+    JitHelper,
+    /// A mapped file whose code at the address is not known method by method.
+    Image,
+    /// Nothing is known about the address.
+    Unresolved,
+}
+
+/// A function as frames name it. Shared by all code versions of one method.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Function {
+    /// Stable identity for deduplication across processes.
+    pub key: FunctionKey,
+    /// Method, dynamic method, helper, image or unresolved.
+    pub kind: FunctionKind,
+    /// The runtime's `ModuleID` (0 when unknown, for helpers and images).
+    pub module_id: u64,
+    /// The module's file name (`System.Linq.dll`); empty until the module's load event arrives
+    /// (rundown sends methods before modules, so the name is filled in when it does).
+    pub module: Arc<str>,
+    /// The `MethodID` of the first code version seen.
+    pub method_id: u64,
+    /// `MethodDef` token (0 for dynamic methods, helpers, R2R entry points).
+    pub token: u32,
+    /// `MethodFlags` without tier and extent.
+    pub flags: MethodFlags,
+    /// Raw `MethodNamespace`.
+    pub namespace: String,
+    /// Raw `MethodName`.
+    pub name: String,
+    /// Raw `MethodSignature`.
+    pub signature: String,
+    /// The C#-like name, see the crate documentation.
+    pub display_name: String,
+}
+
+impl Function {
+    /// `module!display_name`, PerfView style; just the display name when the module is unknown.
+    pub fn qualified_name(&self) -> String {
+        if self.module.is_empty() {
+            self.display_name.clone()
+        } else {
+            format!("{}!{}", self.module, self.display_name)
+        }
+    }
+}
+
+/// How an address was resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FrameKind {
+    /// Inside managed code of the frame's function.
+    Managed {
+        /// The code version's tier.
+        tier: OptimizationTier,
+        /// The method's size was not reported (R2R entry point, size 0): the extent was inferred
+        /// from the next known code, so the attribution is a best guess.
+        inferred_extent: bool,
+    },
+    /// Inside a mapped image, but no method there is known; the frame's function is the image.
+    Unknown {
+        /// Offset from the image start.
+        offset: u64,
+        /// The image is a ReadyToRun module: a rundown would likely name this code.
+        in_r2r_image: bool,
+    },
+    /// Nothing is known; the frame's function is [`FunctionId::UNRESOLVED`].
+    Unresolved,
+}
+
+/// One symbolized address: small and `Copy`, so stacks cost no allocation per frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// The function; look it up with [`CodeMap::function`].
+    pub function: FunctionId,
+    /// How the address was resolved.
+    pub kind: FrameKind,
+}
+
+/// A module as its load event described it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Module {
+    /// `ModuleID`.
+    pub module_id: u64,
+    /// `AssemblyID`.
+    pub assembly_id: u64,
+    /// `ModuleFlags`.
+    pub flags: ModuleFlags,
+    /// `ModuleILPath`.
+    pub il_path: String,
+    /// `ModuleNativePath`.
+    pub native_path: String,
+    /// File name shown in frames.
+    pub file_name: Arc<str>,
+    /// Managed PDB identity, if reported.
+    pub managed_pdb: Option<PdbInfo>,
+    /// A `ModuleUnload` arrived; kept so functions of the module keep their name.
+    pub unloaded: bool,
+}
+
+/// Counters for `/metrics` and debugging.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CodeMapStats {
+    /// Interned functions, pseudo-functions included.
+    pub functions: usize,
+    /// Code versions that own at least one segment.
+    pub code_versions: usize,
+    /// Code versions unloaded but still resolvable.
+    pub unloaded_code_versions: usize,
+    /// Disjoint address segments.
+    pub segments: usize,
+    /// Entry points with inferred extent.
+    pub entry_points: usize,
+    /// Modules seen.
+    pub modules: usize,
+    /// Mapped images.
+    pub images: usize,
+    /// Method loads applied from the runtime provider.
+    pub live_loads: u64,
+    /// Method loads applied from the rundown provider.
+    pub rundown_loads: u64,
+    /// Events refused with an [`EventError`].
+    pub refused: u64,
+}
+
+/// Orders code versions: later timestamp wins, arrival order breaks ties.
+type Rank = (u64, u64);
+
+#[derive(Clone, Debug)]
+struct CodeVersion {
+    function: FunctionId,
+    /// `(method_id, start, rejit_id)`: how load and unload events name this version.
+    identity: (u64, u64, u64),
+    start: u64,
+    end: u64,
+    tier: OptimizationTier,
+    rank: Rank,
+    unloaded_at: Option<u64>,
+    segments: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Segment {
+    end: u64,
+    code: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct EntryPoint {
+    function: FunctionId,
+    tier: OptimizationTier,
+    rank: Rank,
+    /// `(method_id, rejit_id)`, so an unload can find it.
+    method: (u64, u64),
+}
+
+#[derive(Clone, Debug)]
+struct Image {
+    start: u64,
+    end: u64,
+    path: String,
+    function: FunctionId,
+    module_id: Option<u64>,
+}
+
+/// The code map of one process. Feed it events in stream order, then symbolize.
+#[derive(Clone, Debug)]
+pub struct CodeMap {
+    functions: Vec<Function>,
+    /// `(module_id, key)` → function, to share one function among code versions.
+    interned: HashMap<(u64, u64), FunctionId>,
+    /// Latest function seen per `MethodID` (finds the module of an R2R entry point).
+    by_method: HashMap<u64, FunctionId>,
+    /// Functions created before their module's load event.
+    awaiting_module: HashMap<u64, Vec<FunctionId>>,
+    codes: Vec<Option<CodeVersion>>,
+    free_codes: Vec<u32>,
+    code_index: HashMap<(u64, u64, u64), u32>,
+    segments: BTreeMap<u64, Segment>,
+    entries: BTreeMap<u64, EntryPoint>,
+    modules: HashMap<u64, Module>,
+    module_by_path: HashMap<String, u64>,
+    images: Vec<Image>,
+    next_seq: u64,
+    stats: CodeMapStats,
+}
+
+impl Default for CodeMap {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CodeMap {
+    /// An empty map; [`FunctionId::UNRESOLVED`] is its first function.
+    pub fn new() -> Self {
+        let unresolved = Function {
+            key: FunctionKey::hash(b'u', &[]),
+            kind: FunctionKind::Unresolved,
+            module_id: 0,
+            module: Arc::from(""),
+            method_id: 0,
+            token: 0,
+            flags: MethodFlags::default(),
+            namespace: String::new(),
+            name: String::new(),
+            signature: String::new(),
+            display_name: "[unknown]".to_string(),
+        };
+        Self {
+            functions: vec![unresolved],
+            interned: HashMap::new(),
+            by_method: HashMap::new(),
+            awaiting_module: HashMap::new(),
+            codes: Vec::new(),
+            free_codes: Vec::new(),
+            code_index: HashMap::new(),
+            segments: BTreeMap::new(),
+            entries: BTreeMap::new(),
+            modules: HashMap::new(),
+            module_by_path: HashMap::new(),
+            images: Vec::new(),
+            next_seq: 0,
+            stats: CodeMapStats::default(),
+        }
+    }
+
+    // ----- lookups -------------------------------------------------------------------------
+
+    /// Resolves one address. Never fails: unknown addresses become [`FrameKind::Unknown`] (inside a
+    /// mapped image) or [`FrameKind::Unresolved`].
+    pub fn symbolize(&self, ip: u64) -> Frame {
+        if let Some((_, segment)) = self.segments.range(..=ip).next_back() {
+            if ip < segment.end {
+                if let Some(Some(code)) = self.codes.get(segment.code as usize) {
+                    return Frame {
+                        function: code.function,
+                        kind: FrameKind::Managed {
+                            tier: code.tier,
+                            inferred_extent: false,
+                        },
+                    };
+                }
+            }
+        }
+        if let Some(frame) = self.symbolize_entry(ip) {
+            return frame;
+        }
+        if let Some(image) = self.image_at(ip) {
+            return Frame {
+                function: image.function,
+                kind: FrameKind::Unknown {
+                    offset: ip - image.start,
+                    in_r2r_image: self.image_is_r2r(image),
+                },
+            };
+        }
+        Frame {
+            function: FunctionId::UNRESOLVED,
+            kind: FrameKind::Unresolved,
+        }
+    }
+
+    /// Resolves a stack, innermost frame first, into `out` (cleared first), reusing its allocation.
+    ///
+    /// Every frame but the first holds a return address, which can point just past the end of
+    /// the calling method; those are looked up at `ip - 1`, inside the call instruction.
+    pub fn symbolize_stack_into(&self, ips: &[u64], out: &mut Vec<Frame>) {
+        out.clear();
+        out.reserve(ips.len());
+        for (i, &ip) in ips.iter().enumerate() {
+            let ip = if i == 0 { ip } else { ip.saturating_sub(1) };
+            out.push(self.symbolize(ip));
+        }
+    }
+
+    /// Like [`CodeMap::symbolize_stack_into`], into a new vector.
+    pub fn symbolize_stack(&self, ips: &[u64]) -> Vec<Frame> {
+        let mut out = Vec::with_capacity(ips.len());
+        self.symbolize_stack_into(ips, &mut out);
+        out
+    }
+
+    /// The function behind a frame. An id from another map yields the unresolved function.
+    pub fn function(&self, id: FunctionId) -> &Function {
+        self.functions
+            .get(id.index())
+            .unwrap_or_else(|| &self.functions[FunctionId::UNRESOLVED.index()])
+    }
+
+    /// All functions, indexed by [`FunctionId::index`].
+    pub fn functions(&self) -> &[Function] {
+        &self.functions
+    }
+
+    /// A module by `ModuleID`.
+    pub fn module(&self, module_id: u64) -> Option<&Module> {
+        self.modules.get(&module_id)
+    }
+
+    /// A frame as text: `module!Name(args)`, `module!+0x1a2b`, or `[unknown]`.
+    pub fn frame_label(&self, frame: Frame) -> String {
+        let function = self.function(frame.function);
+        match frame.kind {
+            FrameKind::Managed { .. } => function.qualified_name(),
+            FrameKind::Unknown { offset, .. } => format!("{}!+{offset:#x}", function.module),
+            FrameKind::Unresolved => function.display_name.clone(),
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> CodeMapStats {
+        let mut stats = self.stats;
+        stats.functions = self.functions.len();
+        stats.code_versions = self.codes.iter().flatten().count();
+        stats.unloaded_code_versions = self
+            .codes
+            .iter()
+            .flatten()
+            .filter(|c| c.unloaded_at.is_some())
+            .count();
+        stats.segments = self.segments.len();
+        stats.entry_points = self.entries.len();
+        stats.modules = self.modules.len();
+        stats.images = self.images.len();
+        stats
+    }
+
+    fn symbolize_entry(&self, ip: u64) -> Option<Frame> {
+        let (&entry, info) = self.entries.range(..=ip).next_back()?;
+        let mut limit = entry.saturating_add(MAX_INFERRED_EXTENT);
+        if let Some(after) = entry.checked_add(1) {
+            if let Some((&next, _)) = self.entries.range(after..).next() {
+                limit = limit.min(next);
+            }
+            if let Some((&next, _)) = self.segments.range(after..).next() {
+                limit = limit.min(next);
+            }
+        }
+        // Known code covering the entry point bounds the guess too.
+        if let Some((_, segment)) = self.segments.range(..=entry).next_back() {
+            if segment.end > entry {
+                limit = limit.min(segment.end);
+            }
+        }
+        if let Some(image) = self.image_at(entry) {
+            limit = limit.min(image.end);
+        }
+        (ip < limit).then_some(Frame {
+            function: info.function,
+            kind: FrameKind::Managed {
+                tier: info.tier,
+                inferred_extent: true,
+            },
+        })
+    }
+
+    fn image_at(&self, ip: u64) -> Option<&Image> {
+        let after = self.images.partition_point(|image| image.start <= ip);
+        let image = self.images.get(after.checked_sub(1)?)?;
+        (ip < image.end).then_some(image)
+    }
+
+    fn image_is_r2r(&self, image: &Image) -> bool {
+        image
+            .module_id
+            .and_then(|id| self.modules.get(&id))
+            .is_some_and(|module| !module.unloaded && module.flags.is_ready_to_run())
+    }
+
+    // ----- method events -------------------------------------------------------------------
+
+    /// Applies a `MethodLoadVerbose` / `MethodDC*Verbose` event and returns the method's function.
+    pub fn load_method(&mut self, event: &MethodLoad) -> Result<FunctionId, EventError> {
+        let end = match validate_range(event.method_id, event.start_address, event.size) {
+            Ok(end) => end,
+            Err(error) => {
+                self.stats.refused += 1;
+                return Err(error);
+            }
+        };
+        match event.source {
+            LoadSource::Live => self.stats.live_loads += 1,
+            LoadSource::Rundown => self.stats.rundown_loads += 1,
+        }
+        let flags = MethodFlags::from_raw(event.flags);
+        let kind = if flags.contains(MethodFlags::JIT_HELPER) {
+            FunctionKind::JitHelper
+        } else if flags.contains(MethodFlags::DYNAMIC) {
+            FunctionKind::DynamicMethod
+        } else {
+            FunctionKind::Method
+        };
+        let function = self.intern_method(MethodIdentity {
+            kind,
+            module_id: event.module_id,
+            method_id: event.method_id,
+            token: event.method_token,
+            flags,
+            namespace: &event.namespace,
+            name: &event.name,
+            signature: &event.signature,
+        });
+        self.by_method.insert(event.method_id, function);
+        let tier = OptimizationTier::from_method_flags(event.flags);
+        let rank = (event.timestamp, self.next_rank());
+        if event.size == 0 {
+            self.add_entry(
+                event.start_address,
+                EntryPoint {
+                    function,
+                    tier,
+                    rank,
+                    method: (event.method_id, event.rejit_id),
+                },
+            );
+            return Ok(function);
+        }
+        let identity = (event.method_id, event.start_address, event.rejit_id);
+        let existing = self
+            .code_index
+            .get(&identity)
+            .copied()
+            .filter(|&c| self.code(c).is_some_and(|code| code.function == function));
+        let code = match existing {
+            Some(c) => {
+                // The same code version reported again (a rundown after live loads): keep one
+                // version, at the newer of the two ranks, and repaint its (possibly new) range.
+                self.unpaint(c);
+                if let Some(Some(code)) = self.codes.get_mut(c as usize) {
+                    code.rank = code.rank.max(rank);
+                    code.end = end;
+                    code.tier = tier;
+                    if code.unloaded_at.is_some_and(|t| t <= event.timestamp) {
+                        code.unloaded_at = None;
+                    }
+                }
+                c
+            }
+            None => {
+                let c = self.allocate_code(CodeVersion {
+                    function,
+                    identity,
+                    start: event.start_address,
+                    end,
+                    tier,
+                    rank,
+                    unloaded_at: None,
+                    segments: 0,
+                });
+                self.code_index.insert(identity, c);
+                c
+            }
+        };
+        self.paint(event.start_address, end, code);
+        Ok(function)
+    }
+
+    /// Applies an `R2RGetEntryPoint` event: the method's code starts at `entry_point`, its size is
+    /// unknown. The module comes from an earlier event of the same method, or from the image that
+    /// holds the address.
+    pub fn add_r2r_entry_point(&mut self, event: &R2rEntryPoint) -> Result<FunctionId, EventError> {
+        if event.entry_point == 0 {
+            self.stats.refused += 1;
+            return Err(EventError::ZeroStartAddress {
+                method_id: event.method_id,
+            });
+        }
+        let module_id = self
+            .by_method
+            .get(&event.method_id)
+            .map(|&f| self.function(f).module_id)
+            .filter(|&id| id != 0)
+            .or_else(|| self.image_at(event.entry_point).and_then(|i| i.module_id))
+            .unwrap_or(0);
+        let function = self.intern_method(MethodIdentity {
+            kind: FunctionKind::Method,
+            module_id,
+            method_id: event.method_id,
+            token: 0,
+            flags: MethodFlags::default(),
+            namespace: &event.namespace,
+            name: &event.name,
+            signature: &event.signature,
+        });
+        self.by_method.insert(event.method_id, function);
+        let rank = (event.timestamp, self.next_rank());
+        self.add_entry(
+            event.entry_point,
+            EntryPoint {
+                function,
+                tier: OptimizationTier::ReadyToRun,
+                rank,
+                method: (event.method_id, 0),
+            },
+        );
+        Ok(function)
+    }
+
+    /// Applies a `MethodUnloadVerbose` event. The code stays resolvable (samples taken before the
+    /// unload still point at it) until newer code reuses the memory or
+    /// [`CodeMap::prune_unloaded`] runs. Returns whether a known code version matched.
+    pub fn unload_method(&mut self, event: &MethodUnload) -> bool {
+        let identity = (event.method_id, event.start_address, event.rejit_id);
+        let mut matched = false;
+        if let Some(&c) = self.code_index.get(&identity) {
+            if let Some(Some(code)) = self.codes.get_mut(c as usize) {
+                // An unload older than the load it names is stale (events from two sessions).
+                if code.rank.0 <= event.timestamp {
+                    code.unloaded_at = Some(event.timestamp);
+                    matched = true;
+                }
+            }
+        }
+        if let Some(entry) = self.entries.get(&event.start_address) {
+            if entry.method == (event.method_id, event.rejit_id) && entry.rank.0 <= event.timestamp
+            {
+                self.entries.remove(&event.start_address);
+                matched = true;
+            }
+        }
+        matched
+    }
+
+    /// Drops code versions unloaded before `timestamp` (same clock as the events). Their addresses
+    /// become unresolved unless other code or an image covers them. Returns how many were dropped.
+    pub fn prune_unloaded(&mut self, timestamp: u64) -> usize {
+        let doomed: Vec<u32> = self
+            .codes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, code)| {
+                let code = code.as_ref()?;
+                (code.unloaded_at? < timestamp).then_some(i as u32)
+            })
+            .collect();
+        for &c in &doomed {
+            self.unpaint(c);
+            self.free_code(c);
+        }
+        doomed.len()
+    }
+
+    // ----- module events -------------------------------------------------------------------
+
+    /// Applies a `ModuleLoad` / `ModuleDC*` event. Functions that arrived before it get its name.
+    pub fn load_module(&mut self, event: &ModuleLoad) {
+        let path = if event.il_path.is_empty() {
+            &event.native_path
+        } else {
+            &event.il_path
+        };
+        let name: Arc<str> = Arc::from(file_name(path));
+        for path in [&event.il_path, &event.native_path] {
+            if !path.is_empty() {
+                self.module_by_path.insert(path.clone(), event.module_id);
+            }
+        }
+        for image in &mut self.images {
+            if image.path == event.il_path || image.path == event.native_path {
+                image.module_id = Some(event.module_id);
+            }
+        }
+        if let Some(waiting) = self.awaiting_module.remove(&event.module_id) {
+            for id in waiting {
+                if let Some(function) = self.functions.get_mut(id.index()) {
+                    function.module = name.clone();
+                }
+            }
+        }
+        self.modules.insert(
+            event.module_id,
+            Module {
+                module_id: event.module_id,
+                assembly_id: event.assembly_id,
+                flags: ModuleFlags::from_raw(event.flags),
+                il_path: event.il_path.clone(),
+                native_path: event.native_path.clone(),
+                file_name: name,
+                managed_pdb: event.managed_pdb.clone(),
+                unloaded: false,
+            },
+        );
+    }
+
+    /// Applies a `ModuleUnload` event: the module keeps naming its functions, but no longer asks
+    /// for rundown refreshes.
+    pub fn unload_module(&mut self, event: &ModuleUnload) {
+        if let Some(module) = self.modules.get_mut(&event.module_id) {
+            module.unloaded = true;
+        }
+    }
+
+    /// Replaces the known file images (see [`crate::parse_proc_maps`]). Overlapping images keep the
+    /// lower one; empty ranges are ignored.
+    pub fn set_images(&mut self, images: impl IntoIterator<Item = ImageRange>) {
+        let mut ranges: Vec<ImageRange> = images.into_iter().filter(|i| i.start < i.end).collect();
+        ranges.sort_by_key(|i| i.start);
+        let mut kept: Vec<Image> = Vec::with_capacity(ranges.len());
+        for range in ranges {
+            if kept.last().is_some_and(|last| range.start < last.end) {
+                continue;
+            }
+            let function = self.intern_image(file_name(&range.path));
+            let module_id = self.module_by_path.get(&range.path).copied();
+            kept.push(Image {
+                start: range.start,
+                end: range.end,
+                path: range.path,
+                function,
+                module_id,
+            });
+        }
+        self.images = kept;
+    }
+
+    // ----- interning -----------------------------------------------------------------------
+
+    fn intern_method(&mut self, method: MethodIdentity<'_>) -> FunctionId {
+        let unnamed = method.namespace.is_empty() && method.name.is_empty();
+        let key = if unnamed {
+            FunctionKey::hash(b'n', &[&method.method_id.to_le_bytes()])
+        } else {
+            FunctionKey::hash(
+                b'm',
+                &[
+                    method.namespace.as_bytes(),
+                    method.name.as_bytes(),
+                    method.signature.as_bytes(),
+                ],
+            )
+        };
+        let slot = (method.module_id, key.0);
+        if let Some(&id) = self.interned.get(&slot) {
+            let known = self.function(id);
+            if known.namespace == method.namespace
+                && known.name == method.name
+                && known.signature == method.signature
+                && (!unnamed || known.method_id == method.method_id)
+            {
+                return id;
+            }
+        }
+        let display = if unnamed {
+            format!("[method {:#x}]", method.method_id)
+        } else {
+            display_name(method.namespace, method.name, method.signature)
+        };
+        let module = match self.modules.get(&method.module_id) {
+            Some(module) => module.file_name.clone(),
+            None => Arc::from(""),
+        };
+        let id = self.push_function(Function {
+            key,
+            kind: method.kind,
+            module_id: method.module_id,
+            module,
+            method_id: method.method_id,
+            token: method.token,
+            flags: method.flags,
+            namespace: method.namespace.to_string(),
+            name: method.name.to_string(),
+            signature: method.signature.to_string(),
+            display_name: display,
+        });
+        // A 64-bit collision keeps the first function indexed; the second is still correct, only
+        // not shared.
+        self.interned.entry(slot).or_insert(id);
+        if method.module_id != 0 && !self.modules.contains_key(&method.module_id) {
+            self.awaiting_module
+                .entry(method.module_id)
+                .or_default()
+                .push(id);
+        }
+        id
+    }
+
+    fn intern_image(&mut self, name: &str) -> FunctionId {
+        let key = FunctionKey::hash(b'i', &[name.as_bytes()]);
+        let slot = (0, key.0);
+        if let Some(&id) = self.interned.get(&slot) {
+            if self.function(id).module.as_ref() == name {
+                return id;
+            }
+        }
+        let id = self.push_function(Function {
+            key,
+            kind: FunctionKind::Image,
+            module_id: 0,
+            module: Arc::from(name),
+            method_id: 0,
+            token: 0,
+            flags: MethodFlags::default(),
+            namespace: String::new(),
+            name: String::new(),
+            signature: String::new(),
+            display_name: format!("[{name}]"),
+        });
+        self.interned.entry(slot).or_insert(id);
+        id
+    }
+
+    fn push_function(&mut self, function: Function) -> FunctionId {
+        // u32::MAX functions would need hundreds of GiB of names; saturate instead of wrapping.
+        let id = FunctionId(u32::try_from(self.functions.len()).unwrap_or(u32::MAX));
+        self.functions.push(function);
+        id
+    }
+
+    // ----- segments ------------------------------------------------------------------------
+
+    fn next_rank(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq
+    }
+
+    fn code(&self, c: u32) -> Option<&CodeVersion> {
+        self.codes.get(c as usize).and_then(Option::as_ref)
+    }
+
+    fn rank_of(&self, c: u32) -> Rank {
+        self.code(c).map_or((0, 0), |code| code.rank)
+    }
+
+    fn adjust_segments(&mut self, c: u32, delta: i32) {
+        if let Some(Some(code)) = self.codes.get_mut(c as usize) {
+            code.segments = code.segments.saturating_add_signed(delta);
+        }
+    }
+
+    fn allocate_code(&mut self, code: CodeVersion) -> u32 {
+        match self.free_codes.pop() {
+            Some(c) => {
+                self.codes[c as usize] = Some(code);
+                c
+            }
+            None => {
+                self.codes.push(Some(code));
+                (self.codes.len() - 1) as u32
+            }
+        }
+    }
+
+    fn free_code(&mut self, c: u32) {
+        if let Some(slot) = self.codes.get_mut(c as usize) {
+            if let Some(code) = slot.take() {
+                if self.code_index.get(&code.identity) == Some(&c) {
+                    self.code_index.remove(&code.identity);
+                }
+                self.free_codes.push(c);
+            }
+        }
+    }
+
+    fn add_entry(&mut self, address: u64, entry: EntryPoint) {
+        let keep_old = self
+            .entries
+            .get(&address)
+            .is_some_and(|old| old.rank > entry.rank);
+        if !keep_old {
+            self.entries.insert(address, entry);
+        }
+    }
+
+    /// Splits the segment containing `at` (strictly inside) in two.
+    fn split_at(&mut self, at: u64) {
+        let Some((&start, &segment)) = self.segments.range(..at).next_back() else {
+            return;
+        };
+        if segment.end <= at {
+            return;
+        }
+        self.segments.insert(
+            start,
+            Segment {
+                end: at,
+                code: segment.code,
+            },
+        );
+        self.segments.insert(at, segment);
+        self.adjust_segments(segment.code, 1);
+    }
+
+    /// Gives `[start, end)` to code `c` wherever the current owner is older.
+    fn paint(&mut self, start: u64, end: u64, c: u32) {
+        let rank = self.rank_of(c);
+        self.split_at(start);
+        self.split_at(end);
+        let existing: Vec<(u64, Segment)> = self
+            .segments
+            .range(start..end)
+            .map(|(&s, &segment)| (s, segment))
+            .collect();
+        let mut claimed: Vec<(u64, u64)> = Vec::new();
+        let mut losers: Vec<u32> = Vec::new();
+        let mut cursor = start;
+        for (s, segment) in existing {
+            if cursor < s {
+                claimed.push((cursor, s));
+            }
+            if segment.code != c && self.rank_of(segment.code) < rank {
+                self.segments.remove(&s);
+                self.adjust_segments(segment.code, -1);
+                losers.push(segment.code);
+                claimed.push((s, segment.end));
+            }
+            cursor = segment.end;
+        }
+        if cursor < end {
+            claimed.push((cursor, end));
+        }
+        for (s, e) in claimed {
+            self.segments.insert(s, Segment { end: e, code: c });
+            self.adjust_segments(c, 1);
+        }
+        self.coalesce(start, end);
+        // Codes left without addresses (shadowed entirely, or an out-of-order event that claimed
+        // nothing) can never resolve again.
+        losers.push(c);
+        for code in losers {
+            if self.code(code).is_some_and(|code| code.segments == 0) {
+                self.free_code(code);
+            }
+        }
+    }
+
+    /// Removes every segment of code `c`, leaving its addresses to whatever else covers them.
+    fn unpaint(&mut self, c: u32) {
+        let Some(code) = self.code(c) else {
+            return;
+        };
+        let owned: Vec<u64> = self
+            .segments
+            .range(code.start..code.end)
+            .filter(|(_, segment)| segment.code == c)
+            .map(|(&s, _)| s)
+            .collect();
+        for s in owned {
+            self.segments.remove(&s);
+        }
+        if let Some(Some(code)) = self.codes.get_mut(c as usize) {
+            code.segments = 0;
+        }
+    }
+
+    /// Merges touching segments of the same owner around `[start, end]`.
+    fn coalesce(&mut self, start: u64, end: u64) {
+        let from = self
+            .segments
+            .range(..start)
+            .next_back()
+            .map_or(start, |(&s, _)| s);
+        let keys: Vec<u64> = self.segments.range(from..=end).map(|(&s, _)| s).collect();
+        let mut previous: Option<u64> = None;
+        for key in keys {
+            if let Some(p) = previous {
+                if let (Some(&before), Some(&this)) =
+                    (self.segments.get(&p), self.segments.get(&key))
+                {
+                    if before.end == key && before.code == this.code {
+                        self.segments.remove(&key);
+                        self.segments.insert(
+                            p,
+                            Segment {
+                                end: this.end,
+                                code: this.code,
+                            },
+                        );
+                        self.adjust_segments(this.code, -1);
+                        continue;
+                    }
+                }
+            }
+            previous = Some(key);
+        }
+    }
+}
+
+/// The parts of a method event that identify its function.
+struct MethodIdentity<'a> {
+    kind: FunctionKind,
+    module_id: u64,
+    method_id: u64,
+    token: u32,
+    flags: MethodFlags,
+    namespace: &'a str,
+    name: &'a str,
+    signature: &'a str,
+}
+
+/// Checks a method's range and returns its end.
+fn validate_range(method_id: u64, start: u64, size: u32) -> Result<u64, EventError> {
+    if start == 0 {
+        return Err(EventError::ZeroStartAddress { method_id });
+    }
+    if size > MAX_METHOD_SIZE {
+        return Err(EventError::ImplausibleSize {
+            method_id,
+            size,
+            max: MAX_METHOD_SIZE,
+        });
+    }
+    start
+        .checked_add(u64::from(size))
+        .ok_or(EventError::RangeOverflow {
+            method_id,
+            start,
+            size,
+        })
+}
