@@ -7,6 +7,7 @@
 //! - [`listen`]: the reverse server runtimes dial with `DOTNET_DiagnosticPorts` (listen mode).
 //! - [`client`]: one command per connection, on either transport.
 //! - [`providers`]: trace profiles and provider specifications.
+//! - [`samples`]: the sampler's stacks, counted, with the measured sampling period.
 //! - [`session`]: running one EventPipe session from start to rundown.
 //! - [`processes`]: the .NET processes reachable from here, as `clrscope ps` lists them.
 
@@ -18,4 +19,5 @@ pub mod listen;
 pub mod nettrace;
 pub mod processes;
 pub mod providers;
+pub mod samples;
 pub mod session;

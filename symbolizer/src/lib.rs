@@ -31,6 +31,7 @@ mod events;
 mod images;
 mod map;
 mod names;
+pub mod nettrace;
 mod refresh;
 
 pub use error::EventError;
