@@ -124,7 +124,10 @@ mod tests {
 
     #[test]
     fn period_is_measured_from_a_real_trace() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/cpuhot-samples.nettrace");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/cpuhot-samples.nettrace"
+        );
         let mut reader = NettraceReader::new(std::fs::File::open(path).unwrap());
         let mut agg = SampleAggregator::new(1_000_000);
         let mut events = 0;
@@ -142,9 +145,16 @@ mod tests {
         let period = agg.period_ns();
         let spanned = (agg.ticks() as i64 - 1) * period;
         assert!((end - first - period - spanned).abs() < 1_000);
-        assert!((5_000_000..7_000_000).contains(&period), "period {period} ns");
+        assert!(
+            (5_000_000..7_000_000).contains(&period),
+            "period {period} ns"
+        );
         assert_eq!(agg.thread_ids().len(), 2);
-        let managed: u64 = agg.stacks().filter(|(k, _)| k.managed).map(|(_, n)| n).sum();
+        let managed: u64 = agg
+            .stacks()
+            .filter(|(k, _)| k.managed)
+            .map(|(_, n)| n)
+            .sum();
         assert!(managed > 150, "{managed} managed samples");
     }
 }

@@ -50,8 +50,8 @@ pub fn apply(map: &mut CodeMap, event: &KnownEvent, timestamp: u64) -> Result<bo
                 ModuleEventKind::Unload => map.unload_module(&ModuleUnload {
                     module_id: m.module_id,
                 }),
-                ModuleEventKind::Load | ModuleEventKind::DcStart | ModuleEventKind::DcEnd => {
-                    map.load_module(&ModuleLoad {
+                ModuleEventKind::Load | ModuleEventKind::DcStart | ModuleEventKind::DcEnd => map
+                    .load_module(&ModuleLoad {
                         module_id: m.module_id,
                         assembly_id: m.assembly_id,
                         flags: m.flags,
@@ -62,8 +62,7 @@ pub fn apply(map: &mut CodeMap, event: &KnownEvent, timestamp: u64) -> Result<bo
                             age: pdb.age,
                             path: pdb.build_path.clone(),
                         }),
-                    })
-                }
+                    }),
             }
             Ok(true)
         }
@@ -108,7 +107,7 @@ mod tests {
                 if function.kind != FunctionKind::Unresolved {
                     resolved += 1;
                 }
-                if function.display_name() == "CpuHot.Program.SpinAlpha()" {
+                if function.display_name() == "CpuHot.Program.SpinAlpha(Spinner)" {
                     hot += 1;
                 }
             }

@@ -119,7 +119,7 @@ fn tier0_tier1_and_osr_versions_share_one_function() {
 
     let function = map.function(f0);
     assert_eq!(function.kind, FunctionKind::Method);
-    assert_eq!(function.display_name, "MyApp.OrderService.Process(Order)");
+    assert_eq!(function.display_name(), "MyApp.OrderService.Process(Order)");
     assert_eq!(&*function.module, "MyApp.dll");
     assert_eq!(
         map.frame_label(map.symbolize(0x1010)),
@@ -321,11 +321,11 @@ fn dynamic_methods_and_il_stubs() {
     assert_eq!(stub_fn.kind, FunctionKind::DynamicMethod);
     assert_eq!(stub_fn.token, 0);
     assert_eq!(
-        stub_fn.display_name,
+        stub_fn.display_name(),
         "dynamicClass.IL_STUB_PInvoke(nint, int)"
     );
     assert_eq!(
-        map.function(lambda).display_name,
+        map.function(lambda).display_name(),
         "dynamicClass.lambda_method1(Closure, object[])"
     );
     assert_eq!(
@@ -466,7 +466,7 @@ fn r2r_entry_points_get_an_inferred_extent() {
     );
     assert_eq!(any_fn.module_id, LINQ);
     assert_eq!(
-        any_fn.display_name,
+        any_fn.display_name(),
         "System.Linq.Enumerable.Any(IEnumerable<!!0>)"
     );
 
@@ -668,7 +668,7 @@ fn hostile_events_are_refused_or_absorbed_without_panicking() {
             1,
         ))
         .unwrap();
-    assert!(!map.function(garbage).display_name.is_empty());
+    assert!(!map.function(garbage).display_name().is_empty());
     let unnamed = map
         .load_method(&load(0xA3, 7, 0xB000, 0x10, TIER1, "", "", "", 0, 1))
         .unwrap();
@@ -676,16 +676,32 @@ fn hostile_events_are_refused_or_absorbed_without_panicking() {
         .load_method(&load(0xA4, 7, 0xC000, 0x10, TIER1, "", "", "", 0, 1))
         .unwrap();
     assert_ne!(unnamed, unnamed2);
-    assert_eq!(map.function(unnamed).display_name, "[method 0xa3]");
+    assert_eq!(map.function(unnamed).display_name(), "[method 0xa3]");
 
     // Unloads of things never loaded, foreign ids, odd images.
     assert!(!map.unload_method(&MethodUnload::default()));
     map.unload_module(&ModuleUnload { module_id: 42 });
-    let foreign = CodeMap::new()
-        .function(FunctionId::UNRESOLVED)
-        .display_name
-        .clone();
-    assert_eq!(map.function(FunctionId::UNRESOLVED).display_name, foreign);
+    let mut other = CodeMap::new();
+    let mut foreign = FunctionId::UNRESOLVED;
+    for i in 1..100u64 {
+        let name = format!("M{i}");
+        foreign = other
+            .load_method(&load(
+                i,
+                1,
+                i * 0x100,
+                0x10,
+                TIER1,
+                "X",
+                &name,
+                "void  ()",
+                0,
+                i,
+            ))
+            .unwrap();
+    }
+    assert_eq!(map.function(foreign).kind, FunctionKind::Unresolved);
+    assert_eq!(map.function(foreign).display_name(), "[unknown]");
     map.set_images(vec![
         symbolizer::ImageRange {
             start: 10,
@@ -764,4 +780,24 @@ fn r2r_misses_drive_the_refresh_policy() {
     policy.record_misses(misses);
     assert!(policy.should_refresh(1));
     assert!(!policy.should_refresh(2));
+}
+
+#[test]
+fn maps_can_be_shared_between_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<CodeMap>();
+    let mut map = CodeMap::new();
+    let f = map
+        .load_method(&app_method(0xA0, 0x1000, 0x100, TIER1, 0, 1))
+        .unwrap();
+    let map = &map;
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(move || {
+                for ip in 0x1000..0x1100 {
+                    assert_eq!(map.symbolize(ip).function, f);
+                }
+            });
+        }
+    });
 }
