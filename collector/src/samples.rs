@@ -51,6 +51,13 @@ impl SampleAggregator {
         }
     }
 
+    /// Sets the sampler interval the trace states (its Trace object), once it is known.
+    pub fn set_expected_interval(&mut self, interval_ns: u32) {
+        if interval_ns > 0 {
+            self.interval_ns = i64::from(interval_ns);
+        }
+    }
+
     /// Adds one ThreadSample event. Samples without a stack count toward ticks but not stacks.
     pub fn add(&mut self, event: &Event<'_>, sample: &ThreadSample) {
         let at = event.unix_nanos();

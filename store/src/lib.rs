@@ -1,5 +1,7 @@
 //! The system of record: the canonical profile model and its columnar time series on disk.
 //!
 //! - [`profile`]: the profile every exporter reads.
+//! - [`sampled`]: cpu and wall profiles from the EventPipe sampler's stacks.
 
 pub mod profile;
+pub mod sampled;

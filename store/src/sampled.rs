@@ -1,0 +1,253 @@
+//! CPU and wall profiles from the sampler's counted stacks and a process's code map.
+//!
+//! `cpu` counts samples of threads that were running managed code (cooperative mode), `wall`
+//! counts every sample; each sample stands for one measured sampling period, so values are
+//! nanoseconds of the thread's time.
+
+use std::collections::HashMap;
+
+use collector::nettrace::events::KnownEvent;
+use collector::nettrace::{Event, NettraceError, TraceInfo};
+use collector::samples::SampleAggregator;
+use symbolizer::{CodeMap, FrameKind, FunctionKind, ImageRange};
+
+use crate::profile::{Function, LabelValue, Profile, ProfileBuilder, ValueType};
+
+/// Which time profiles to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeProfiles {
+    pub cpu: bool,
+    pub wall: bool,
+}
+
+/// How well the frames of a profile resolved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Resolution {
+    /// Frames over all samples (a stack seen n times counts n times).
+    pub frames: u64,
+    /// Frames that resolved to a method.
+    pub methods: u64,
+    /// Frames inside a known module image, no method known.
+    pub in_image: u64,
+}
+
+impl Resolution {
+    /// Percentage of frames named by a method.
+    pub fn method_percent(&self) -> f64 {
+        if self.frames == 0 {
+            return 100.0;
+        }
+        self.methods as f64 * 100.0 / self.frames as f64
+    }
+}
+
+/// Turns a stream of events into time profiles: method and module events feed the code map,
+/// sampler events the stack counts. Stacks are symbolized at the end, when the rundown has named
+/// every method that was still loaded.
+#[derive(Debug)]
+pub struct Recorder {
+    map: CodeMap,
+    samples: SampleAggregator,
+    /// Method/module events the code map rejected (malformed ranges); counted, not fatal.
+    rejected: u64,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder {
+            map: CodeMap::new(),
+            samples: SampleAggregator::new(0),
+            rejected: 0,
+        }
+    }
+}
+
+impl Recorder {
+    /// Tells the recorder the trace's facts (the sampler interval) once they are known.
+    pub fn set_trace(&mut self, trace: &TraceInfo) {
+        self.samples
+            .set_expected_interval(trace.expected_cpu_sampling_rate);
+    }
+
+    /// The process's mapped images, so addresses in no known method still name their module.
+    pub fn set_images(&mut self, images: Vec<ImageRange>) {
+        self.map.set_images(images);
+    }
+
+    pub fn observe(&mut self, event: &Event<'_>) -> Result<(), NettraceError> {
+        match event.known()? {
+            Some(KnownEvent::ThreadSample(sample)) => self.samples.add(event, &sample),
+            Some(known) => {
+                let timestamp = event.header.timestamp as u64;
+                if symbolizer::nettrace::apply(&mut self.map, &known, timestamp).is_err() {
+                    self.rejected += 1;
+                }
+            }
+            None => {}
+        }
+        Ok(())
+    }
+
+    pub fn samples(&self) -> &SampleAggregator {
+        &self.samples
+    }
+
+    pub fn rejected_events(&self) -> u64 {
+        self.rejected
+    }
+
+    pub fn profile(
+        &self,
+        types: TimeProfiles,
+        thread_names: &HashMap<u64, String>,
+    ) -> (Profile, Resolution) {
+        time_profile(&self.samples, &self.map, types, thread_names)
+    }
+}
+
+/// Builds a profile with sample types `samples/count` then `cpu/nanoseconds` and/or
+/// `wall/nanoseconds`, labelled `thread_id` and, where known, `thread_name`.
+pub fn time_profile(
+    samples: &SampleAggregator,
+    map: &CodeMap,
+    types: TimeProfiles,
+    thread_names: &HashMap<u64, String>,
+) -> (Profile, Resolution) {
+    let period = samples.period_ns();
+    let mut sample_types = vec![ValueType::new("samples", "count")];
+    if types.cpu {
+        sample_types.push(ValueType::new("cpu", "nanoseconds"));
+    }
+    if types.wall {
+        sample_types.push(ValueType::new("wall", "nanoseconds"));
+    }
+    let period_kind = if types.cpu { "cpu" } else { "wall" };
+    let mut builder = ProfileBuilder::new(
+        sample_types,
+        ValueType::new(period_kind, "nanoseconds"),
+        period,
+    );
+    builder.set_default_sample_type(1.min(usize::from(types.cpu) + usize::from(types.wall)));
+    if let Some((start, end)) = samples.time_range() {
+        builder.set_time_range(start, end - start);
+    }
+
+    let mut resolution = Resolution::default();
+    let mut frames = Vec::new();
+    // Frames repeat across stacks: name each distinct function once.
+    let mut names: HashMap<(symbolizer::FunctionId, Option<u64>), u32> = HashMap::new();
+    for (key, count) in samples.stacks() {
+        if types.cpu && !types.wall && !key.managed {
+            continue;
+        }
+        map.symbolize_stack_into(&key.ips, &mut frames);
+        let count_i = count as i64;
+        let mut stack = Vec::with_capacity(frames.len());
+        for &frame in &frames {
+            resolution.frames += count;
+            let offset = match frame.kind {
+                FrameKind::Managed { .. } => {
+                    resolution.methods += count;
+                    None
+                }
+                FrameKind::Unknown { offset, .. } => {
+                    resolution.in_image += count;
+                    Some(offset)
+                }
+                FrameKind::Unresolved => None,
+            };
+            let index = *names
+                .entry((frame.function, offset))
+                .or_insert_with(|| builder.function(function_of(map, frame)));
+            stack.push(index);
+        }
+        let mut values = vec![count_i];
+        if types.cpu {
+            values.push(if key.managed { count_i * period } else { 0 });
+        }
+        if types.wall {
+            values.push(count_i * period);
+        }
+        let mut labels = vec![(
+            "thread_id".to_string(),
+            LabelValue::Num(key.thread_id as i64),
+        )];
+        if let Some(name) = thread_names.get(&key.thread_id) {
+            labels.push(("thread_name".to_string(), LabelValue::Str(name.clone())));
+        }
+        builder.add(stack, labels, &values);
+    }
+    (builder.build(), resolution)
+}
+
+fn function_of(map: &CodeMap, frame: symbolizer::Frame) -> Function {
+    let function = map.function(frame.function);
+    let name = match (frame.kind, function.kind) {
+        (FrameKind::Managed { .. }, _) => function.display_name().to_string(),
+        (_, FunctionKind::Unresolved) => "[unknown]".to_string(),
+        _ => map.frame_label(frame),
+    };
+    Function {
+        name,
+        module: function.module.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use collector::nettrace::NettraceReader;
+
+    fn record(fixture: &str) -> Recorder {
+        let path = format!(
+            "{}/../collector/tests/fixtures/{fixture}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let mut reader = NettraceReader::new(std::fs::File::open(path).unwrap());
+        let mut recorder = Recorder::default();
+        while let Some(event) = reader.next_event().unwrap() {
+            recorder.observe(&event).unwrap();
+        }
+        recorder.set_trace(reader.parser().trace().unwrap());
+        recorder
+    }
+
+    #[test]
+    fn cpu_profile_of_a_recorded_trace() {
+        let recorder = record("cpuhot-jit-rundown.nettrace");
+        let types = TimeProfiles {
+            cpu: true,
+            wall: true,
+        };
+        let (profile, resolution) = recorder.profile(types, &HashMap::new());
+        assert!(resolution.method_percent() >= 99.0, "{resolution:?}");
+        let period = profile.period;
+        assert_eq!(period, recorder.samples().period_ns());
+        let names: Vec<&str> = profile
+            .sample_types
+            .iter()
+            .map(|t| t.kind.as_str())
+            .collect();
+        assert_eq!(names, ["samples", "cpu", "wall"]);
+        assert_eq!(profile.default_sample_type, 1);
+
+        // Self cpu per leaf function: the spinning method dominates.
+        let mut self_cpu: HashMap<&str, i64> = HashMap::new();
+        for sample in &profile.samples {
+            let leaf = &profile.functions[sample.stack[0] as usize];
+            *self_cpu.entry(leaf.name.as_str()).or_default() += sample.values[1];
+        }
+        let total: i64 = self_cpu.values().sum();
+        let hot = self_cpu["CpuHot.Program.SpinAlpha(Spinner)"];
+        assert!(hot * 100 / total >= 90, "{self_cpu:?}");
+        assert_eq!(total, profile.total(1));
+        // wall counts every sample, cpu only managed ones.
+        assert!(profile.total(2) > profile.total(1));
+        let hot_fn = profile
+            .functions
+            .iter()
+            .find(|f| f.name.starts_with("CpuHot.Program.SpinAlpha"))
+            .unwrap();
+        assert_eq!(hot_fn.module, "CpuHot.dll");
+    }
+}
