@@ -2,20 +2,17 @@
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use anyhow::Context;
 use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, DEFAULT_RUNDOWN_KEYWORD};
-use collector::nettrace::{NettraceError, Parser};
 use collector::providers::{self, SessionProviders, TraceProfile};
-use collector::session::{self, SessionEnd, SessionProgress};
+use collector::session::{self, EventObserver, ParsingWriter, SessionEnd, SessionProgress};
 use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
-use tokio::io::{AsyncWrite, BufWriter};
+use tokio::io::BufWriter;
 use tokio::sync::Notify;
 
 use crate::args::parse_duration;
@@ -110,12 +107,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .open(&output)
         .with_context(|| format!("creating {}", output.display()))?;
     let events = Arc::new(AtomicU64::new(0));
-    let mut out = EventCounter {
-        inner: BufWriter::with_capacity(256 * 1024, tokio::fs::File::from_std(file)),
-        parser: Parser::new(),
-        events: events.clone(),
-        error: None,
-    };
+    let mut out = ParsingWriter::new(
+        BufWriter::with_capacity(256 * 1024, tokio::fs::File::from_std(file)),
+        EventCount(events.clone()),
+    );
 
     let config = CollectTracing::v2(session.providers)
         .with_rundown_keyword(session.rundown_keyword)
@@ -177,14 +172,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         SessionEnd::Stopped => "stopped",
         SessionEnd::EndedByRuntime => "ended by the runtime (did the process exit?)",
     };
-    if let Some(error) = &out.error {
+    if let Some(error) = out.error() {
         tracing::warn!(%error, "the stream did not parse; the file holds it as the runtime sent it");
     }
     eprintln!(
         "wrote {} events ({}, {} dropped by the runtime) to {} ({:.1} s, session {:#x} via {}, {how})",
         events.load(Ordering::Relaxed),
         HumanBytes(summary.bytes),
-        out.parser.dropped_events(),
+        out.parser().dropped_events(),
         output.display(),
         summary.elapsed.as_secs_f64(),
         summary.session_id,
@@ -193,60 +188,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Passes the stream through unchanged and counts its events on the way, for the progress line.
-struct EventCounter<W> {
-    inner: W,
-    parser: Parser,
-    events: Arc<AtomicU64>,
-    /// Parsing stops at the first error; the bytes still go to the file untouched.
-    error: Option<NettraceError>,
-}
+/// Counts events for the progress line.
+struct EventCount(Arc<AtomicU64>);
 
-impl<W> EventCounter<W> {
-    fn observe(&mut self, bytes: &[u8]) {
-        if self.error.is_some() {
-            return;
-        }
-        if let Err(e) = self.parser.feed(bytes) {
-            self.error = Some(e);
-            return;
-        }
-        loop {
-            match self.parser.next_event() {
-                Ok(Some(_)) => {
-                    self.events.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    self.error = Some(e);
-                    break;
-                }
-            }
-        }
-    }
-}
-
-impl<W: AsyncWrite + Unpin> AsyncWrite for EventCounter<W> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut TaskContext<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let written = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = written {
-            self.observe(&buf[..n]);
-        }
-        written
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut TaskContext<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+impl EventObserver for EventCount {
+    fn on_event(&mut self, _: &collector::nettrace::Event<'_>) {
+        self.0.fetch_add(1, Ordering::Relaxed);
     }
 }

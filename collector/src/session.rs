@@ -1,12 +1,16 @@
-//! Running one EventPipe session to its end: start, copy the stream, stop, drain the rundown.
+//! Running one EventPipe session to its end: start, copy the stream, stop, drain the rundown;
+//! and [`ParsingWriter`], which parses a stream while it is being copied.
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::client::{ClientError, DiagnosticsClient};
 use crate::ipc::{CollectTracing, CollectTracingVersion};
+use crate::nettrace::{Event, NettraceError, Parser};
 
 /// How much of the stream is copied at a time.
 const CHUNK: usize = 64 * 1024;
@@ -214,4 +218,88 @@ async fn finish<W: AsyncWrite + Unpin>(
         elapsed: started.elapsed(),
         end,
     })
+}
+
+/// Receives each event of a stream as it is parsed.
+pub trait EventObserver {
+    fn on_event(&mut self, event: &Event<'_>);
+}
+
+/// Passes a session's stream through to `inner` unchanged and parses it on the way, handing each
+/// event to an observer. A stream that stops parsing still reaches `inner` byte for byte; the
+/// first parse error is kept for the caller to report.
+pub struct ParsingWriter<W, O> {
+    inner: W,
+    parser: Parser,
+    observer: O,
+    error: Option<NettraceError>,
+}
+
+impl<W, O: EventObserver> ParsingWriter<W, O> {
+    pub fn new(inner: W, observer: O) -> Self {
+        ParsingWriter {
+            inner,
+            parser: Parser::new(),
+            observer,
+            error: None,
+        }
+    }
+
+    pub fn parser(&self) -> &Parser {
+        &self.parser
+    }
+
+    /// The first error that stopped parsing, if any.
+    pub fn error(&self) -> Option<&NettraceError> {
+        self.error.as_ref()
+    }
+
+    pub fn into_parts(self) -> (W, O) {
+        (self.inner, self.observer)
+    }
+
+    fn observe(&mut self, bytes: &[u8]) {
+        if self.error.is_some() {
+            return;
+        }
+        if let Err(e) = self.parser.feed(bytes) {
+            self.error = Some(e);
+            return;
+        }
+        loop {
+            match self.parser.next_event() {
+                Ok(Some(event)) => self.observer.on_event(&event),
+                Ok(None) => break,
+                Err(e) => {
+                    self.error = Some(e);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+impl<W: AsyncWrite + Unpin, O: EventObserver + Unpin> AsyncWrite for ParsingWriter<W, O> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let written = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = written {
+            self.observe(&buf[..n]);
+        }
+        written
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }

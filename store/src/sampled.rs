@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use collector::nettrace::events::KnownEvent;
 use collector::nettrace::{Event, NettraceError, TraceInfo};
 use collector::samples::SampleAggregator;
+use collector::session::EventObserver;
 use symbolizer::{CodeMap, FrameKind, FunctionKind, ImageRange};
 
 use crate::profile::{Function, LabelValue, Profile, ProfileBuilder, ValueType};
@@ -48,7 +49,8 @@ impl Resolution {
 pub struct Recorder {
     map: CodeMap,
     samples: SampleAggregator,
-    /// Method/module events the code map rejected (malformed ranges); counted, not fatal.
+    /// Events whose payload did not decode, or that the code map rejected (malformed ranges);
+    /// counted, not fatal.
     rejected: u64,
 }
 
@@ -74,8 +76,10 @@ impl Recorder {
         self.map.set_images(images);
     }
 
+    /// Takes one event; a payload that does not decode is an error (and is counted).
     pub fn observe(&mut self, event: &Event<'_>) -> Result<(), NettraceError> {
-        match event.known()? {
+        let known = event.known().inspect_err(|_| self.rejected += 1)?;
+        match known {
             Some(KnownEvent::ThreadSample(sample)) => self.samples.add(event, &sample),
             Some(known) => {
                 let timestamp = event.header.timestamp as u64;
@@ -102,6 +106,13 @@ impl Recorder {
         thread_names: &HashMap<u64, String>,
     ) -> (Profile, Resolution) {
         time_profile(&self.samples, &self.map, types, thread_names)
+    }
+}
+
+impl EventObserver for Recorder {
+    fn on_event(&mut self, event: &Event<'_>) {
+        // Counted in `rejected_events`; one bad payload must not end a recording.
+        let _ = self.observe(event);
     }
 }
 
