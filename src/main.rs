@@ -1,8 +1,14 @@
 //! `clrscope`: command-line wiring only; the work lives in the crates.
 
 mod args;
+mod convert;
 mod inspect;
+mod live;
+mod output;
 mod ps;
+mod record;
+mod stacks;
+mod top;
 mod trace;
 
 use std::process::ExitCode;
@@ -41,6 +47,14 @@ enum Command {
     Trace(trace::Args),
     /// Summarize a .nettrace file: header, providers, event counts, stacks, time range.
     Inspect(inspect::Args),
+    /// Profile a process: cpu and wall time per managed function, as pprof, folded, speedscope or SVG.
+    Record(record::Args),
+    /// Turn a .nettrace file into a profile (pprof, folded, speedscope or SVG).
+    Convert(convert::Args),
+    /// Live view of the hottest functions of a process, refreshed every second.
+    Top(top::Args),
+    /// Every managed thread's current stack (one sampler tick).
+    Stacks(stacks::Args),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +76,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Ps(args) => ps::run(args).await,
             Command::Trace(args) => trace::run(args).await,
             Command::Inspect(args) => inspect::run(args),
+            Command::Record(args) => record::run(args).await,
+            Command::Convert(args) => convert::run(args),
+            Command::Top(args) => top::run(args).await,
+            Command::Stacks(args) => stacks::run(args).await,
         }
     })
 }

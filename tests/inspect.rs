@@ -1,6 +1,8 @@
 //! `clrscope inspect` on recorded fixtures: golden outputs (bless with `CLRSCOPE_BLESS=1`), and
 //! damaged files that must be reported, never crash.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -17,27 +19,6 @@ fn inspect(path: &Path, json: bool) -> Output {
     command.output().expect("run clrscope inspect")
 }
 
-/// Compares with the golden file, or rewrites it when blessing.
-fn check_golden(name: &str, actual: &str) {
-    let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden/inspect")
-        .join(format!("{name}.txt"));
-    if std::env::var_os("CLRSCOPE_BLESS").is_some() {
-        std::fs::write(&golden, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&golden).unwrap_or_else(|_| {
-        panic!(
-            "missing {}: run with CLRSCOPE_BLESS=1 to create it",
-            golden.display()
-        )
-    });
-    assert_eq!(
-        actual, expected,
-        "inspect output of {name} changed; if intended, rerun with CLRSCOPE_BLESS=1"
-    );
-}
-
 #[test]
 fn golden_inspect_outputs() {
     let mut checked = 0;
@@ -49,7 +30,8 @@ fn golden_inspect_outputs() {
         let output = inspect(&path, false);
         assert!(output.status.success(), "{}: {output:?}", path.display());
         let name = path.file_stem().unwrap().to_str().unwrap();
-        check_golden(name, &String::from_utf8(output.stdout).unwrap());
+        let golden = Path::new("inspect").join(format!("{name}.txt"));
+        support::check_golden(&golden, &output.stdout);
         checked += 1;
     }
     assert!(checked >= 6, "only {checked} fixtures found");

@@ -225,6 +225,12 @@ pub trait EventObserver {
     fn on_event(&mut self, event: &Event<'_>);
 }
 
+impl<O: EventObserver + ?Sized> EventObserver for &mut O {
+    fn on_event(&mut self, event: &Event<'_>) {
+        (**self).on_event(event);
+    }
+}
+
 /// Passes a session's stream through to `inner` unchanged and parses it on the way, handing each
 /// event to an observer. A stream that stops parsing still reaches `inner` byte for byte; the
 /// first parse error is kept for the caller to report.

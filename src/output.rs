@@ -1,0 +1,53 @@
+//! Writing a profile to a file: the format from `--format` or the file's extension, mode 0600.
+
+use std::io::BufWriter;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use anyhow::Context;
+use exporter::Format;
+use store::profile::Profile;
+
+pub fn write_profile(profile: &Profile, path: &Path, format: Option<Format>) -> anyhow::Result<Format> {
+    let format = match format {
+        Some(format) => format,
+        None => Format::from_extension(path)?,
+    };
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    exporter::write(profile, format, BufWriter::new(file))
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(format)
+}
+
+/// The time profile types `record` and `convert` build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TimeType {
+    /// Samples of threads running managed code.
+    Cpu,
+    /// Every sample, running or waiting.
+    Wall,
+}
+
+pub fn time_profiles(types: &[TimeType]) -> store::sampled::TimeProfiles {
+    store::sampled::TimeProfiles {
+        cpu: types.contains(&TimeType::Cpu),
+        wall: types.contains(&TimeType::Wall),
+    }
+}
+
+/// A one-line account of a profile for the terminal.
+pub fn describe(profile: &Profile, resolution: &store::sampled::Resolution) -> String {
+    format!(
+        "{} samples, period {:.3} ms, {} functions, {:.1}% of frames named by a method",
+        profile.total(0),
+        profile.period as f64 / 1e6,
+        profile.functions.len(),
+        resolution.method_percent()
+    )
+}

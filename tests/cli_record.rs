@@ -1,0 +1,277 @@
+//! `clrscope record` and `convert` against real .NET 8 processes, read back by `go tool pprof`.
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use support::Target;
+
+fn clrscope(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_clrscope"))
+        .args(args)
+        .output()
+        .expect("run clrscope")
+}
+
+fn out_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("clrscope-record-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// `go tool pprof -top` of one sample type: flat value per function name.
+fn pprof_top(file: &Path, sample_index: &str) -> HashMap<String, f64> {
+    let output = Command::new("go")
+        .args(["tool", "pprof", "-top", "-nodecount=1000"])
+        .arg(format!("-sample_index={sample_index}"))
+        .arg(file)
+        .output()
+        .expect("go tool pprof (installed by `make setup`)");
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    let mut flat = HashMap::new();
+    let mut in_table = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("flat") {
+            in_table = true;
+            continue;
+        }
+        if !in_table {
+            continue;
+        }
+        // flat flat% sum% cum cum% name…
+        let mut fields = line.split_whitespace();
+        let value = fields.next().unwrap();
+        let name: Vec<&str> = fields.skip(4).collect();
+        flat.insert(name.join(" "), parse_pprof_value(value));
+    }
+    assert!(!flat.is_empty(), "no rows in\n{text}");
+    flat
+}
+
+/// pprof prints times with units (`1.23s`, `450ms`, `12us`) and counts bare.
+fn parse_pprof_value(text: &str) -> f64 {
+    for (unit, scale) in [("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9), ("s", 1.0)] {
+        if let Some(number) = text.strip_suffix(unit) {
+            return number.parse::<f64>().unwrap() * scale;
+        }
+    }
+    text.parse().unwrap()
+}
+
+/// Folded stacks: total per frame name, counting each frame once per line.
+fn folded_frames(file: &Path) -> HashMap<String, u64> {
+    let text = std::fs::read_to_string(file).unwrap();
+    let mut totals = HashMap::new();
+    for line in text.lines() {
+        let (stack, value) = line.rsplit_once(' ').unwrap();
+        let value: u64 = value.parse().unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for frame in stack.split(';') {
+            if seen.insert(frame) {
+                *totals.entry(frame.to_string()).or_default() += value;
+            }
+        }
+    }
+    totals
+}
+
+fn method_percent(stderr: &[u8]) -> f64 {
+    let text = String::from_utf8_lossy(stderr);
+    let at = text
+        .find("% of frames named")
+        .unwrap_or_else(|| panic!("no resolution figure in {text}"));
+    let start = text[..at].rfind(' ').unwrap() + 1;
+    text[start..at].parse().unwrap()
+}
+
+#[test]
+fn cpu_split_holds_and_pprof_reads_the_file() {
+    let target = Target::builder("CpuHot")
+        .args(["--split", "60,30,10"])
+        .start();
+    let dir = out_dir("split");
+    let file = dir.join("cpu.pb.gz");
+    let pid = target.pid().to_string();
+    let output = clrscope(&["record", "--pid", &pid, "--duration", "6s", "-o", path_str(&file)]);
+    assert!(output.status.success(), "{output:?}");
+
+    let flat = pprof_top(&file, "cpu");
+    let spin = |name: &str| {
+        flat.iter()
+            .filter(|(f, _)| f.starts_with(&format!("CpuHot.Program.{name}(")))
+            .map(|(_, v)| v)
+            .sum::<f64>()
+    };
+    let (alpha, bravo, charlie) = (spin("SpinAlpha"), spin("SpinBravo"), spin("SpinCharlie"));
+    let total = alpha + bravo + charlie;
+    assert!(total > 0.0, "{flat:?}");
+    for (share, designed) in [(alpha, 60.0), (bravo, 30.0), (charlie, 10.0)] {
+        let percent = share * 100.0 / total;
+        assert!(
+            (percent - designed).abs() <= 5.0,
+            "designed {designed}%, measured {percent:.1}% ({flat:?})"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn frames_of_every_target_resolve() {
+    let targets: [(&str, &[&str]); 5] = [
+        ("CpuHot", &["--split", "50,50"]),
+        ("Alloc", &[]),
+        ("AsyncWeb", &["--self-load", "50"]),
+        ("Faults", &[]),
+        ("Tiering", &["--late-start-ms", "500"]),
+    ];
+    let dir = out_dir("resolve");
+    for (name, args) in targets {
+        let target = Target::builder(name).args(args.iter().copied()).start();
+        let file = dir.join(format!("{name}.folded"));
+        let pid = target.pid().to_string();
+        let output = clrscope(&[
+            "record", "--pid", &pid, "--duration", "3s", "--types", "cpu,wall", "-o",
+            path_str(&file),
+        ]);
+        assert!(output.status.success(), "{name}: {output:?}");
+        let percent = method_percent(&output.stderr);
+        eprintln!("{name}: {percent:.2}% of frames named");
+        assert!(percent >= 99.0, "{name}: only {percent}% of frames named");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn late_tiered_and_framework_methods_resolve() {
+    let mut target = Target::builder("Tiering")
+        .args(["--late-start-ms", "1500"])
+        .start();
+    let dir = out_dir("tiering");
+    let folded = dir.join("tiering.folded");
+    let trace = dir.join("jit.nettrace");
+    let pid = target.pid().to_string();
+    // A second session beside the recording watches the JIT, to prove LateHelper was compiled
+    // (tier 0) and promoted (tier 1) while the recording ran.
+    let jit_trace = {
+        let pid = pid.clone();
+        let trace = trace.clone();
+        std::thread::spawn(move || {
+            clrscope(&[
+                "trace", "--pid", &pid, "--duration", "5s", "--no-rundown", "--providers",
+                "Microsoft-Windows-DotNETRuntime:0x18:5", "-o", path_str(&trace),
+            ])
+        })
+    };
+    let output = clrscope(&["record", "--pid", &pid, "--duration", "5s", "-o", path_str(&folded)]);
+    assert!(output.status.success(), "{output:?}");
+    assert!(jit_trace.join().unwrap().status.success());
+    assert!(target
+        .wait_for_json(std::time::Duration::from_secs(1), |j| j.get("late_started").is_some())
+        .is_some());
+
+    let frames = folded_frames(&folded);
+    let has = |prefix: &str| frames.keys().any(|f| f.starts_with(prefix));
+    assert!(has("Tiering.Program.LateLoop("), "{frames:?}");
+    assert!(has("Tiering.Program.LateHelper(int)"), "{frames:?}");
+    assert!(has("System.Linq.Enumerable."), "{frames:?}");
+
+    let loads = jit_loads(&trace, "LateHelper");
+    assert!(loads >= 2, "LateHelper compiled {loads} time(s) while recording");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn ready_to_run_framework_code_resolves() {
+    // Without tiering, hot framework methods keep running their ReadyToRun code.
+    let target = Target::builder("Tiering")
+        .args(["--late-start-ms", "600000"])
+        .env("DOTNET_TieredCompilation", "0")
+        .start();
+    let dir = out_dir("r2r");
+    let folded = dir.join("r2r.folded");
+    let pid = target.pid().to_string();
+    let output = clrscope(&["record", "--pid", &pid, "--duration", "3s", "-o", path_str(&folded)]);
+    assert!(output.status.success(), "{output:?}");
+    let frames = folded_frames(&folded);
+    let linq: u64 = frames
+        .iter()
+        .filter(|(f, _)| f.starts_with("System.Linq."))
+        .map(|(_, v)| v)
+        .sum();
+    let all: u64 = frames
+        .iter()
+        .filter(|(f, _)| f.starts_with("Tiering.Program.LinqLoop("))
+        .map(|(_, v)| v)
+        .sum();
+    assert!(linq * 2 > all, "System.Linq frames in {linq} of {all} samples: {frames:?}");
+    assert!(method_percent(&output.stderr) >= 99.0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn convert_of_a_trace_gives_the_same_top_functions_as_record() {
+    let target = Target::builder("CpuHot")
+        .args(["--split", "60,30,10"])
+        .start();
+    let dir = out_dir("convert");
+    let trace = dir.join("cpu.nettrace");
+    let recorded = dir.join("recorded.folded");
+    let converted = dir.join("converted.folded");
+    let pid = target.pid().to_string();
+    // Both sessions watch the same seconds of the same process.
+    let tracing = {
+        let pid = pid.clone();
+        let trace = trace.clone();
+        std::thread::spawn(move || {
+            clrscope(&["trace", "--pid", &pid, "--duration", "4s", "--profile", "Cpu", "-o", path_str(&trace)])
+        })
+    };
+    let output = clrscope(&["record", "--pid", &pid, "--duration", "4s", "-o", path_str(&recorded)]);
+    assert!(output.status.success(), "{output:?}");
+    assert!(tracing.join().unwrap().status.success());
+    let output = clrscope(&["convert", path_str(&trace), "-o", path_str(&converted)]);
+    assert!(output.status.success(), "{output:?}");
+
+    let shares = |file: &Path| -> Vec<(String, f64)> {
+        let frames = folded_frames(file);
+        let mut spin: Vec<(String, u64)> = frames
+            .into_iter()
+            .filter(|(f, _)| f.starts_with("CpuHot.Program.Spin"))
+            .collect();
+        let total: u64 = spin.iter().map(|(_, v)| v).sum();
+        spin.sort_by(|a, b| b.1.cmp(&a.1));
+        spin.into_iter()
+            .map(|(f, v)| (f, v as f64 * 100.0 / total as f64))
+            .collect()
+    };
+    let (a, b) = (shares(&recorded), shares(&converted));
+    let names = |s: &[(String, f64)]| s.iter().map(|(f, _)| f.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&a), names(&b), "{a:?} vs {b:?}");
+    for ((_, x), (_, y)) in a.iter().zip(&b) {
+        assert!((x - y).abs() <= 5.0, "{a:?} vs {b:?}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// How many MethodLoadVerbose events name `method` in a trace.
+fn jit_loads(trace: &Path, method: &str) -> usize {
+    use collector::nettrace::events::{KnownEvent, MethodEventKind};
+    let mut reader =
+        collector::nettrace::NettraceReader::new(std::fs::File::open(trace).unwrap());
+    let mut loads = 0;
+    while let Some(event) = reader.next_event().unwrap() {
+        if let Some(KnownEvent::Method(m)) = event.known().unwrap() {
+            if m.kind == MethodEventKind::Load && m.name == method {
+                loads += 1;
+            }
+        }
+    }
+    loads
+}
