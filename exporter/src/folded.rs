@@ -1,0 +1,131 @@
+//! Folded (collapsed) stacks: `root;caller;leaf value`, one line per distinct stack.
+//!
+//! The text format of Brendan Gregg's `stackcollapse-*` scripts, which `flamegraph.pl`, inferno
+//! and Pyroscope's `/ingest` read. Lines are sorted so equal profiles give equal files; samples
+//! that differ only in labels are added up, and stacks whose total is not positive are left out
+//! (flame graphs have no room for them).
+//!
+//! Names are rewritten where the format would misread them:
+//!
+//! - `;` separates frames, so a `;` inside a name becomes `:`;
+//! - a line ends at a newline, so control characters (newline, tab, …) become `\u{FFFD}` (`�`);
+//! - readers take a trailing number after a space as a count (two of them as a differential
+//!   flame graph), so a space before a trailing number becomes a no-break space (U+00A0);
+//! - an empty name, or an empty stack, becomes `[unknown]`, so its samples still count.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use store::profile::Profile;
+
+use crate::{check, resolve_sample_type, ExportError, ExportOptions, ThreadKey, UNKNOWN_FRAME};
+
+/// Writes the profile's folded stacks for `options.sample_type` (default: the profile's default),
+/// with a thread root frame per stack when `options.thread_label` is set.
+pub fn write_folded(
+    profile: &Profile,
+    options: &ExportOptions,
+    mut out: impl Write,
+) -> Result<(), ExportError> {
+    for (stack, value) in collapse(profile, options)? {
+        writeln!(out, "{stack} {value}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Folded stack → total value, sorted by stack, totals positive. Totals saturate at `i64::MAX`.
+pub(crate) fn collapse(
+    profile: &Profile,
+    options: &ExportOptions,
+) -> Result<BTreeMap<String, i64>, ExportError> {
+    check(profile)?;
+    let index = resolve_sample_type(profile, options.sample_type)?;
+    let names: Vec<Cow<str>> = profile
+        .functions
+        .iter()
+        .map(|f| sanitize(&f.name))
+        .collect();
+    let mut stacks: BTreeMap<String, i64> = BTreeMap::new();
+    let mut line = String::new();
+    for sample in &profile.samples {
+        line.clear();
+        if let Some(label) = &options.thread_label {
+            line.push_str(&sanitize(&ThreadKey::of(sample, label).describe(label)));
+            line.push(';');
+        }
+        if sample.stack.is_empty() {
+            line.push_str(UNKNOWN_FRAME);
+        }
+        for (i, &f) in sample.stack.iter().rev().enumerate() {
+            if i > 0 {
+                line.push(';');
+            }
+            line.push_str(&names[f as usize]);
+        }
+        let value = sample.values[index];
+        match stacks.get_mut(line.as_str()) {
+            Some(total) => *total = total.saturating_add(value),
+            None => {
+                stacks.insert(line.clone(), value);
+            }
+        }
+    }
+    stacks.retain(|_, total| *total > 0);
+    Ok(stacks)
+}
+
+/// A name as one frame of a folded line (see the module documentation for the rules).
+fn sanitize(name: &str) -> Cow<'_, str> {
+    if name.is_empty() {
+        return Cow::Borrowed(UNKNOWN_FRAME);
+    }
+    let trailing_number = name
+        .rsplit_once(' ')
+        .is_some_and(|(_, tail)| looks_like_count(tail));
+    if !trailing_number && !name.chars().any(|c| c == ';' || c.is_control()) {
+        return Cow::Borrowed(name);
+    }
+    let mut clean: String = name
+        .chars()
+        .map(|c| match c {
+            ';' => ':',
+            c if c.is_control() => '\u{FFFD}',
+            c => c,
+        })
+        .collect();
+    if trailing_number {
+        if let Some(space) = clean.rfind(' ') {
+            clean.replace_range(space..space + 1, "\u{A0}");
+        }
+    }
+    Cow::Owned(clean)
+}
+
+/// Whether folded-stack readers would take `s` as a sample count: digits, optionally with a
+/// fractional part.
+fn looks_like_count(s: &str) -> bool {
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    !int.is_empty()
+        && int.bytes().all(|b| b.is_ascii_digit())
+        && frac.bytes().all(|b| b.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_that_would_break_a_line_are_rewritten_visibly() {
+        assert_eq!(sanitize("A.B(System.Int32)"), "A.B(System.Int32)");
+        assert_eq!(sanitize("A;B"), "A:B");
+        assert_eq!(sanitize("A\nB\r\tC"), "A\u{FFFD}B\u{FFFD}\u{FFFD}C");
+        assert_eq!(sanitize(""), UNKNOWN_FRAME);
+        assert_eq!(sanitize("Worker 3"), "Worker\u{A0}3");
+        assert_eq!(sanitize("Worker 3.5"), "Worker\u{A0}3.5");
+        assert_eq!(sanitize("Take 3 items"), "Take 3 items");
+        assert_eq!(sanitize("Ends with space "), "Ends with space ");
+        assert_eq!(sanitize("Ünïcødé.Méthode(日本)"), "Ünïcødé.Méthode(日本)");
+    }
+}

@@ -1,0 +1,316 @@
+//! pprof: the `perftools.profiles.Profile` protocol buffer, gzip-compressed on disk.
+//!
+//! What `go tool pprof`, Pyroscope and Grafana read. The layout is the canonical profile's:
+//!
+//! - every function becomes one `Function` (id = index + 1) whose `name` is its name, whose
+//!   `filename` is its module file (`System.Linq.dll`), since managed frames carry no source
+//!   file, and whose `system_name` is `module!name` (`System.Linq.dll!System.Linq.Enumerable.Sum(…)`),
+//!   the PerfView/WinDbg spelling. .NET has no mangled name, and a `system_name` equal to `name`
+//!   would make `go tool pprof` take the name for demangled C++ and drop its parameter list,
+//!   merging overloads;
+//! - every function also becomes one `Location` (same id) with a single `Line` naming it: frames
+//!   are symbolized already and have no address worth keeping;
+//! - every distinct module becomes one `Mapping` with `has_functions` set, so pprof shows the
+//!   module and does not try to symbolize addresses from a file it does not have; functions
+//!   without a module get no mapping (`mapping_id` 0);
+//! - labels become sample labels: strings as `str`, numbers (thread ids, …) as `num`. pprof
+//!   encodes `Num(0)` and `Str("")` as absent values, so its readers drop those labels;
+//! - `default_sample_type` is, as the proto says, the string index of that sample type's *name*.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use prost::Message;
+use store::profile::{LabelValue, Profile};
+
+use crate::{check, resolve_sample_type, ExportError};
+
+/// The messages of google/pprof `proto/profile.proto`, typed by hand (no build script, no protoc).
+/// Field numbers follow that file; string fields are indices into `Profile::string_table`.
+pub mod proto {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Profile {
+        #[prost(message, repeated, tag = "1")]
+        pub sample_type: Vec<ValueType>,
+        #[prost(message, repeated, tag = "2")]
+        pub sample: Vec<Sample>,
+        #[prost(message, repeated, tag = "3")]
+        pub mapping: Vec<Mapping>,
+        #[prost(message, repeated, tag = "4")]
+        pub location: Vec<Location>,
+        #[prost(message, repeated, tag = "5")]
+        pub function: Vec<Function>,
+        #[prost(string, repeated, tag = "6")]
+        pub string_table: Vec<String>,
+        #[prost(int64, tag = "7")]
+        pub drop_frames: i64,
+        #[prost(int64, tag = "8")]
+        pub keep_frames: i64,
+        #[prost(int64, tag = "9")]
+        pub time_nanos: i64,
+        #[prost(int64, tag = "10")]
+        pub duration_nanos: i64,
+        #[prost(message, optional, tag = "11")]
+        pub period_type: Option<ValueType>,
+        #[prost(int64, tag = "12")]
+        pub period: i64,
+        #[prost(int64, repeated, tag = "13")]
+        pub comment: Vec<i64>,
+        #[prost(int64, tag = "14")]
+        pub default_sample_type: i64,
+        #[prost(int64, tag = "15")]
+        pub doc_url: i64,
+    }
+
+    #[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+    pub struct ValueType {
+        #[prost(int64, tag = "1")]
+        pub r#type: i64,
+        #[prost(int64, tag = "2")]
+        pub unit: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Sample {
+        /// Leaf first.
+        #[prost(uint64, repeated, tag = "1")]
+        pub location_id: Vec<u64>,
+        #[prost(int64, repeated, tag = "2")]
+        pub value: Vec<i64>,
+        #[prost(message, repeated, tag = "3")]
+        pub label: Vec<Label>,
+    }
+
+    #[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+    pub struct Label {
+        #[prost(int64, tag = "1")]
+        pub key: i64,
+        #[prost(int64, tag = "2")]
+        pub str: i64,
+        #[prost(int64, tag = "3")]
+        pub num: i64,
+        #[prost(int64, tag = "4")]
+        pub num_unit: i64,
+    }
+
+    #[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+    pub struct Mapping {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(uint64, tag = "2")]
+        pub memory_start: u64,
+        #[prost(uint64, tag = "3")]
+        pub memory_limit: u64,
+        #[prost(uint64, tag = "4")]
+        pub file_offset: u64,
+        #[prost(int64, tag = "5")]
+        pub filename: i64,
+        #[prost(int64, tag = "6")]
+        pub build_id: i64,
+        #[prost(bool, tag = "7")]
+        pub has_functions: bool,
+        #[prost(bool, tag = "8")]
+        pub has_filenames: bool,
+        #[prost(bool, tag = "9")]
+        pub has_line_numbers: bool,
+        #[prost(bool, tag = "10")]
+        pub has_inline_frames: bool,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Location {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(uint64, tag = "2")]
+        pub mapping_id: u64,
+        #[prost(uint64, tag = "3")]
+        pub address: u64,
+        #[prost(message, repeated, tag = "4")]
+        pub line: Vec<Line>,
+        #[prost(bool, tag = "5")]
+        pub is_folded: bool,
+    }
+
+    #[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+    pub struct Line {
+        #[prost(uint64, tag = "1")]
+        pub function_id: u64,
+        #[prost(int64, tag = "2")]
+        pub line: i64,
+        #[prost(int64, tag = "3")]
+        pub column: i64,
+    }
+
+    #[derive(Clone, Copy, PartialEq, Eq, prost::Message)]
+    pub struct Function {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(int64, tag = "2")]
+        pub name: i64,
+        #[prost(int64, tag = "3")]
+        pub system_name: i64,
+        #[prost(int64, tag = "4")]
+        pub filename: i64,
+        #[prost(int64, tag = "5")]
+        pub start_line: i64,
+    }
+}
+
+/// Writes the profile as a gzip-compressed pprof file (`.pb.gz`), as pprof requires on disk.
+pub fn write_pprof(profile: &Profile, out: impl Write) -> Result<(), ExportError> {
+    let bytes = encode_pprof(profile)?;
+    // flate2's default gzip header has no file name and a zero mtime: equal input, equal bytes.
+    let mut gz = GzEncoder::new(out, Compression::default());
+    gz.write_all(&bytes)?;
+    gz.finish()?.flush()?;
+    Ok(())
+}
+
+/// The uncompressed protocol buffer, for carriers that compress on their own (HTTP bodies).
+pub fn encode_pprof(profile: &Profile) -> Result<Vec<u8>, ExportError> {
+    Ok(to_proto(profile)?.encode_to_vec())
+}
+
+/// The pprof message for a profile, for callers that embed it in another message.
+pub fn to_proto(profile: &Profile) -> Result<proto::Profile, ExportError> {
+    check(profile)?;
+    let mut strings = StringTable::default();
+
+    let sample_type = profile
+        .sample_types
+        .iter()
+        .map(|t| proto::ValueType {
+            r#type: strings.index(&t.kind),
+            unit: strings.index(&t.unit),
+        })
+        .collect();
+    let period_type = Some(proto::ValueType {
+        r#type: strings.index(&profile.period_type.kind),
+        unit: strings.index(&profile.period_type.unit),
+    });
+    // An empty profile may have no sample type at all; then there is no default to name.
+    let default_sample_type = if profile.sample_types.is_empty() {
+        0
+    } else {
+        let index = resolve_sample_type(profile, None)?;
+        strings.index(&profile.sample_types[index].kind)
+    };
+
+    let mut mapping: Vec<proto::Mapping> = Vec::new();
+    let mut mapping_ids: HashMap<&str, u64> = HashMap::new();
+    let mut function = Vec::with_capacity(profile.functions.len());
+    let mut location = Vec::with_capacity(profile.functions.len());
+    for (id, f) in (1u64..).zip(&profile.functions) {
+        let name = strings.index(&f.name);
+        let filename = strings.index(&f.module);
+        let system_name = if f.module.is_empty() {
+            name
+        } else {
+            strings.index(&format!("{}!{}", f.module, f.name))
+        };
+        let mapping_id = if f.module.is_empty() {
+            0
+        } else {
+            *mapping_ids.entry(&f.module).or_insert_with(|| {
+                let id = mapping.len() as u64 + 1;
+                mapping.push(proto::Mapping {
+                    id,
+                    filename,
+                    has_functions: true,
+                    ..proto::Mapping::default()
+                });
+                id
+            })
+        };
+        function.push(proto::Function {
+            id,
+            name,
+            system_name,
+            filename,
+            start_line: 0,
+        });
+        location.push(proto::Location {
+            id,
+            mapping_id,
+            address: 0,
+            line: vec![proto::Line {
+                function_id: id,
+                line: 0,
+                column: 0,
+            }],
+            is_folded: false,
+        });
+    }
+
+    let sample = profile
+        .samples
+        .iter()
+        .map(|s| proto::Sample {
+            location_id: s.stack.iter().map(|&f| u64::from(f) + 1).collect(),
+            value: s.values.clone(),
+            label: s
+                .labels
+                .iter()
+                .map(|(key, value)| {
+                    let key = strings.index(key);
+                    match value {
+                        LabelValue::Str(v) => proto::Label {
+                            key,
+                            str: strings.index(v),
+                            ..proto::Label::default()
+                        },
+                        LabelValue::Num(n) => proto::Label {
+                            key,
+                            num: *n,
+                            ..proto::Label::default()
+                        },
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+
+    Ok(proto::Profile {
+        sample_type,
+        sample,
+        mapping,
+        location,
+        function,
+        string_table: strings.table,
+        time_nanos: profile.start_unix_nanos,
+        duration_nanos: profile.duration_nanos,
+        period_type,
+        period: profile.period,
+        default_sample_type,
+        ..proto::Profile::default()
+    })
+}
+
+/// pprof's string table: each string once, `""` at index 0 as the format requires.
+struct StringTable {
+    table: Vec<String>,
+    index: HashMap<String, i64>,
+}
+
+impl Default for StringTable {
+    fn default() -> Self {
+        StringTable {
+            table: vec![String::new()],
+            index: HashMap::from([(String::new(), 0)]),
+        }
+    }
+}
+
+impl StringTable {
+    fn index(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.table.len() as i64;
+        self.table.push(s.to_string());
+        self.index.insert(s.to_string(), i);
+        i
+    }
+}

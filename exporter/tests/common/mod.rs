@@ -1,0 +1,98 @@
+//! A small, realistic .NET profile and the golden-file switch the tests share.
+
+use std::path::PathBuf;
+
+use store::profile::{Function, LabelValue, Profile, ProfileBuilder, ValueType};
+
+/// 10 ms sampling period, in nanoseconds.
+pub const PERIOD: i64 = 10_000_000;
+
+/// Two threads of the CpuHot test target: `Main` spinning through LINQ, a thread-pool worker,
+/// and one native sample with an unnamed frame (no module, no cpu time) and one with no stack.
+pub fn cpu_hot() -> Profile {
+    let mut b = ProfileBuilder::new(
+        vec![
+            ValueType::new("samples", "count"),
+            ValueType::new("cpu", "nanoseconds"),
+        ],
+        ValueType::new("cpu", "nanoseconds"),
+        PERIOD,
+    );
+    b.set_default_sample_type(1);
+    // 2025-11-30T01:08:00Z, 10 s.
+    b.set_time_range(1_764_464_880_000_000_000, 10_000_000_000);
+    let mut f = |name: &str, module: &str| {
+        b.function(Function {
+            name: name.into(),
+            module: module.into(),
+        })
+    };
+    let main = f("CpuHot.Program.Main(System.String[])", "CpuHot.dll");
+    let alpha = f("CpuHot.Program.SpinAlpha()", "CpuHot.dll");
+    let beta = f("CpuHot.Program.SpinBeta()", "CpuHot.dll");
+    let sum = f(
+        "System.Linq.Enumerable.Sum(System.Collections.Generic.IEnumerable<System.Int32>)",
+        "System.Linq.dll",
+    );
+    let start = f(
+        "System.Threading.Thread.StartCallback()",
+        "System.Private.CoreLib.dll",
+    );
+    let native = f("[unknown]", "");
+
+    let main_thread = || {
+        vec![
+            ("thread_id".to_string(), LabelValue::Num(101)),
+            ("thread_name".to_string(), LabelValue::Str("Main".into())),
+        ]
+    };
+    let worker = || {
+        vec![
+            ("thread_id".to_string(), LabelValue::Num(202)),
+            (
+                "thread_name".to_string(),
+                LabelValue::Str(".NET TP Worker".into()),
+            ),
+        ]
+    };
+    let cpu = |n: i64| [n, n * PERIOD];
+    b.add(vec![alpha, main], main_thread(), &cpu(5));
+    b.add(vec![sum, alpha, main], main_thread(), &cpu(3));
+    b.add(vec![beta, main], main_thread(), &cpu(2));
+    b.add(vec![beta, start], worker(), &cpu(4));
+    b.add(vec![sum, beta, start], worker(), &cpu(1));
+    b.add(vec![native, start], worker(), &[1, 0]);
+    b.add(vec![], worker(), &cpu(1));
+    b.build()
+}
+
+/// Compares `actual` with `tests/golden/<name>`, or rewrites that file when `CLRSCOPE_BLESS=1`
+/// (review the diff before committing it).
+pub fn golden(name: &str, actual: &[u8]) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    let actual_path = path.with_extension("actual");
+    // A leftover from an earlier failure would only mislead.
+    let _ = std::fs::remove_file(&actual_path);
+    if std::env::var_os("CLRSCOPE_BLESS").is_some_and(|v| v == "1") {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {}: {e}; run `CLRSCOPE_BLESS=1 cargo test -p exporter` to create it",
+            path.display()
+        )
+    });
+    if expected != actual {
+        std::fs::write(&actual_path, actual).unwrap();
+        panic!(
+            "{} differs from the output (written to {}); if the change is intended, run \
+             `CLRSCOPE_BLESS=1 cargo test -p exporter` and review the diff",
+            path.display(),
+            actual_path.display()
+        );
+    }
+}
