@@ -61,6 +61,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that went away (`clrscope ps | head`) is not an error worth reporting.
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", describe(&error));
             ExitCode::FAILURE
@@ -81,6 +83,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Top(args) => top::run(args).await,
             Command::Stacks(args) => stacks::run(args).await,
         }
+    })
+}
+
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
     })
 }
 

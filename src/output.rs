@@ -8,7 +8,11 @@ use anyhow::Context;
 use exporter::Format;
 use store::profile::Profile;
 
-pub fn write_profile(profile: &Profile, path: &Path, format: Option<Format>) -> anyhow::Result<Format> {
+pub fn write_profile(
+    profile: &Profile,
+    path: &Path,
+    format: Option<Format>,
+) -> anyhow::Result<Format> {
     let format = match format {
         Some(format) => format,
         None => Format::from_extension(path)?,
@@ -44,10 +48,12 @@ pub fn time_profiles(types: &[TimeType]) -> store::sampled::TimeProfiles {
 /// A one-line account of a profile for the terminal.
 pub fn describe(profile: &Profile, resolution: &store::sampled::Resolution) -> String {
     format!(
-        "{} samples, period {:.3} ms, {} functions, {:.1}% of frames named by a method",
+        "{} samples, period {:.3} ms, {} functions, {:.1}% of managed frames named by a method \
+         ({} native runtime frames)",
         profile.total(0),
         profile.period as f64 / 1e6,
         profile.functions.len(),
-        resolution.method_percent()
+        resolution.method_percent(),
+        resolution.native
     )
 }

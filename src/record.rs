@@ -81,7 +81,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let phase = if p.stopping {
             "collecting method names (rundown)".to_string()
         } else {
-            format!("{:.0} s left", duration.saturating_sub(p.elapsed).as_secs_f64())
+            format!(
+                "{:.0} s left",
+                duration.saturating_sub(p.elapsed).as_secs_f64()
+            )
         };
         bar.set_message(format!(
             "pid {}: {} samples · {phase}",
@@ -95,9 +98,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
-    let summary = session::run(&client, config, &mut sink, stop, Duration::from_secs(120), show)
-        .await
-        .with_context(|| format!("profiling pid {}", args.pid));
+    let summary = session::run(
+        &client,
+        config,
+        &mut sink,
+        stop,
+        Duration::from_secs(120),
+        show,
+    )
+    .await
+    .with_context(|| format!("profiling pid {}", args.pid));
     bar.finish_and_clear();
     summary?;
     if let Some(error) = sink.error() {

@@ -83,7 +83,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tokio::time::timeout(Duration::from_secs(10), first_tick)
         .await
         .map_err(|_| {
-            anyhow::anyhow!("no sampler tick from pid {} within 10 s: is it hung?", args.pid)
+            anyhow::anyhow!(
+                "no sampler tick from pid {} within 10 s: is it hung?",
+                args.pid
+            )
         })??;
 
     // Stop, and read the rest (the rundown) while the runtime answers.

@@ -85,7 +85,7 @@ fn folded_frames(file: &Path) -> HashMap<String, u64> {
 fn method_percent(stderr: &[u8]) -> f64 {
     let text = String::from_utf8_lossy(stderr);
     let at = text
-        .find("% of frames named")
+        .find("% of managed frames named")
         .unwrap_or_else(|| panic!("no resolution figure in {text}"));
     let start = text[..at].rfind(' ').unwrap() + 1;
     text[start..at].parse().unwrap()
@@ -99,7 +99,15 @@ fn cpu_split_holds_and_pprof_reads_the_file() {
     let dir = out_dir("split");
     let file = dir.join("cpu.pb.gz");
     let pid = target.pid().to_string();
-    let output = clrscope(&["record", "--pid", &pid, "--duration", "6s", "-o", path_str(&file)]);
+    let output = clrscope(&[
+        "record",
+        "--pid",
+        &pid,
+        "--duration",
+        "6s",
+        "-o",
+        path_str(&file),
+    ]);
     assert!(output.status.success(), "{output:?}");
 
     let flat = pprof_top(&file, "cpu");
@@ -126,7 +134,7 @@ fn cpu_split_holds_and_pprof_reads_the_file() {
 fn frames_of_every_target_resolve() {
     let targets: [(&str, &[&str]); 5] = [
         ("CpuHot", &["--split", "50,50"]),
-        ("Alloc", &[]),
+        ("Alloc", &["--churn-per-second", "2000000"]),
         ("AsyncWeb", &["--self-load", "50"]),
         ("Faults", &[]),
         ("Tiering", &["--late-start-ms", "500"]),
@@ -134,16 +142,31 @@ fn frames_of_every_target_resolve() {
     let dir = out_dir("resolve");
     for (name, args) in targets {
         let target = Target::builder(name).args(args.iter().copied()).start();
-        let file = dir.join(format!("{name}.folded"));
         let pid = target.pid().to_string();
-        let output = clrscope(&[
-            "record", "--pid", &pid, "--duration", "3s", "--types", "cpu,wall", "-o",
-            path_str(&file),
-        ]);
-        assert!(output.status.success(), "{name}: {output:?}");
-        let percent = method_percent(&output.stderr);
-        eprintln!("{name}: {percent:.2}% of frames named");
-        assert!(percent >= 99.0, "{name}: only {percent}% of frames named");
+        for (types, floor) in [("cpu", 99.0), ("wall", 98.0)] {
+            let file = dir.join(format!("{name}-{types}.folded"));
+            let output = clrscope(&[
+                "record",
+                "--pid",
+                &pid,
+                "--duration",
+                "2s",
+                "--types",
+                types,
+                "-o",
+                path_str(&file),
+            ]);
+            assert!(output.status.success(), "{name}: {output:?}");
+            let percent = method_percent(&output.stderr);
+            eprintln!("{name} {types}: {percent:.2}% of managed frames named");
+            // Wall time also sees threads blocked in ReadyToRun code that only other ReadyToRun
+            // code of its image calls (e.g. the socket engine's epoll wait): the runtime never
+            // binds such methods, so no rundown names them (see README, "Frames").
+            assert!(
+                percent >= floor,
+                "{name} {types}: only {percent}% of managed frames named"
+            );
+        }
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -164,16 +187,35 @@ fn late_tiered_and_framework_methods_resolve() {
         let trace = trace.clone();
         std::thread::spawn(move || {
             clrscope(&[
-                "trace", "--pid", &pid, "--duration", "5s", "--no-rundown", "--providers",
-                "Microsoft-Windows-DotNETRuntime:0x18:5", "-o", path_str(&trace),
+                "trace",
+                "--pid",
+                &pid,
+                "--duration",
+                "5s",
+                "--no-rundown",
+                "--providers",
+                "Microsoft-Windows-DotNETRuntime:0x18:5",
+                "-o",
+                path_str(&trace),
             ])
         })
     };
-    let output = clrscope(&["record", "--pid", &pid, "--duration", "5s", "-o", path_str(&folded)]);
+    let output = clrscope(&[
+        "record",
+        "--pid",
+        &pid,
+        "--duration",
+        "5s",
+        "-o",
+        path_str(&folded),
+    ]);
     assert!(output.status.success(), "{output:?}");
-    assert!(jit_trace.join().unwrap().status.success());
+    let traced = jit_trace.join().unwrap();
+    assert!(traced.status.success(), "{traced:?}");
     assert!(target
-        .wait_for_json(std::time::Duration::from_secs(1), |j| j.get("late_started").is_some())
+        .wait_for_json(std::time::Duration::from_secs(1), |j| j
+            .get("late_started")
+            .is_some())
         .is_some());
 
     let frames = folded_frames(&folded);
@@ -183,7 +225,10 @@ fn late_tiered_and_framework_methods_resolve() {
     assert!(has("System.Linq.Enumerable."), "{frames:?}");
 
     let loads = jit_loads(&trace, "LateHelper");
-    assert!(loads >= 2, "LateHelper compiled {loads} time(s) while recording");
+    assert!(
+        loads >= 2,
+        "LateHelper compiled {loads} time(s) while recording"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -197,20 +242,38 @@ fn ready_to_run_framework_code_resolves() {
     let dir = out_dir("r2r");
     let folded = dir.join("r2r.folded");
     let pid = target.pid().to_string();
-    let output = clrscope(&["record", "--pid", &pid, "--duration", "3s", "-o", path_str(&folded)]);
+    let output = clrscope(&[
+        "record",
+        "--pid",
+        &pid,
+        "--duration",
+        "3s",
+        "-o",
+        path_str(&folded),
+    ]);
     assert!(output.status.success(), "{output:?}");
     let frames = folded_frames(&folded);
-    let linq: u64 = frames
+    let linq = |f: &str| f.starts_with("System.Linq.");
+    let named: u64 = frames
         .iter()
-        .filter(|(f, _)| f.starts_with("System.Linq."))
+        .filter(|(f, _)| linq(f) && !f.starts_with("System.Linq.dll!"))
         .map(|(_, v)| v)
         .sum();
+    let unnamed: Vec<&String> = frames
+        .keys()
+        .filter(|f| f.starts_with("System.Linq.dll!"))
+        .collect();
     let all: u64 = frames
         .iter()
         .filter(|(f, _)| f.starts_with("Tiering.Program.LinqLoop("))
         .map(|(_, v)| v)
         .sum();
-    assert!(linq * 2 > all, "System.Linq frames in {linq} of {all} samples: {frames:?}");
+    // The JIT inlines part of the LINQ chain into LinqLoop; the rest runs System.Linq's R2R code.
+    assert!(
+        named * 20 > all,
+        "named System.Linq frames in {named} of {all}: {frames:?}"
+    );
+    assert!(unnamed.is_empty(), "unnamed System.Linq code: {unnamed:?}");
     assert!(method_percent(&output.stderr) >= 99.0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -230,12 +293,31 @@ fn convert_of_a_trace_gives_the_same_top_functions_as_record() {
         let pid = pid.clone();
         let trace = trace.clone();
         std::thread::spawn(move || {
-            clrscope(&["trace", "--pid", &pid, "--duration", "4s", "--profile", "Cpu", "-o", path_str(&trace)])
+            clrscope(&[
+                "trace",
+                "--pid",
+                &pid,
+                "--duration",
+                "4s",
+                "--profile",
+                "Cpu",
+                "-o",
+                path_str(&trace),
+            ])
         })
     };
-    let output = clrscope(&["record", "--pid", &pid, "--duration", "4s", "-o", path_str(&recorded)]);
+    let output = clrscope(&[
+        "record",
+        "--pid",
+        &pid,
+        "--duration",
+        "4s",
+        "-o",
+        path_str(&recorded),
+    ]);
     assert!(output.status.success(), "{output:?}");
-    assert!(tracing.join().unwrap().status.success());
+    let traced = tracing.join().unwrap();
+    assert!(traced.status.success(), "{traced:?}");
     let output = clrscope(&["convert", path_str(&trace), "-o", path_str(&converted)]);
     assert!(output.status.success(), "{output:?}");
 
@@ -246,7 +328,7 @@ fn convert_of_a_trace_gives_the_same_top_functions_as_record() {
             .filter(|(f, _)| f.starts_with("CpuHot.Program.Spin"))
             .collect();
         let total: u64 = spin.iter().map(|(_, v)| v).sum();
-        spin.sort_by(|a, b| b.1.cmp(&a.1));
+        spin.sort_by_key(|(_, v)| std::cmp::Reverse(*v));
         spin.into_iter()
             .map(|(f, v)| (f, v as f64 * 100.0 / total as f64))
             .collect()
@@ -263,8 +345,7 @@ fn convert_of_a_trace_gives_the_same_top_functions_as_record() {
 /// How many MethodLoadVerbose events name `method` in a trace.
 fn jit_loads(trace: &Path, method: &str) -> usize {
     use collector::nettrace::events::{KnownEvent, MethodEventKind};
-    let mut reader =
-        collector::nettrace::NettraceReader::new(std::fs::File::open(trace).unwrap());
+    let mut reader = collector::nettrace::NettraceReader::new(std::fs::File::open(trace).unwrap());
     let mut loads = 0;
     while let Some(event) = reader.next_event().unwrap() {
         if let Some(KnownEvent::Method(m)) = event.known().unwrap() {

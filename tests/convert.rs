@@ -8,11 +8,16 @@ use std::process::Command;
 
 #[test]
 fn golden_outputs_of_a_recorded_trace() {
-    let fixture =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("collector/tests/fixtures/cpuhot-jit-rundown.nettrace");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("collector/tests/fixtures/cpuhot-jit-rundown.nettrace");
     let dir = std::env::temp_dir().join(format!("clrscope-convert-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for name in ["cpuhot.pb.gz", "cpuhot.folded", "cpuhot.speedscope.json", "cpuhot.svg"] {
+    for name in [
+        "cpuhot.pb.gz",
+        "cpuhot.folded",
+        "cpuhot.speedscope.json",
+        "cpuhot.svg",
+    ] {
         let out = dir.join(name);
         let output = Command::new(env!("CARGO_BIN_EXE_clrscope"))
             .arg("convert")
@@ -23,8 +28,14 @@ fn golden_outputs_of_a_recorded_trace() {
             .unwrap();
         assert!(output.status.success(), "{name}: {output:?}");
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains("% of frames named by a method"), "{stderr}");
-        support::check_golden(&Path::new("convert").join(name), &std::fs::read(&out).unwrap());
+        assert!(
+            stderr.contains("% of managed frames named by a method"),
+            "{stderr}"
+        );
+        support::check_golden(
+            &Path::new("convert").join(name),
+            &std::fs::read(&out).unwrap(),
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

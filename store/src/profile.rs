@@ -122,12 +122,15 @@ impl Profile {
     }
 }
 
+/// What makes samples equal: the stack and the sorted labels.
+type SampleKey = (Vec<FunctionIndex>, Vec<(String, LabelValue)>);
+
 /// Builds a [`Profile`], interning functions and merging equal samples.
 #[derive(Debug)]
 pub struct ProfileBuilder {
     profile: Profile,
     function_index: HashMap<Function, FunctionIndex>,
-    sample_index: HashMap<(Vec<FunctionIndex>, Vec<(String, LabelValue)>), usize>,
+    sample_index: HashMap<SampleKey, usize>,
 }
 
 impl ProfileBuilder {
@@ -239,7 +242,13 @@ mod tests {
         assert_eq!(p.total(1), 4_000_000);
         let totals = p.function_totals(1);
         assert_eq!(totals[0].function, leaf);
-        assert_eq!((totals[0].self_value, totals[0].total_value), (3_000_000, 3_000_000));
-        assert_eq!((totals[1].self_value, totals[1].total_value), (1_000_000, 4_000_000));
+        assert_eq!(
+            (totals[0].self_value, totals[0].total_value),
+            (3_000_000, 3_000_000)
+        );
+        assert_eq!(
+            (totals[1].self_value, totals[1].total_value),
+            (1_000_000, 4_000_000)
+        );
     }
 }

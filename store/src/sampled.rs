@@ -28,17 +28,21 @@ pub struct Resolution {
     pub frames: u64,
     /// Frames that resolved to a method.
     pub methods: u64,
-    /// Frames inside a known module image, no method known.
-    pub in_image: u64,
+    /// Frames inside a managed module image (`.dll`), no method known.
+    pub in_managed_image: u64,
+    /// Frames in native code (the runtime's `.so` files) between managed frames: not managed
+    /// frames, so never nameable from method events.
+    pub native: u64,
 }
 
 impl Resolution {
-    /// Percentage of frames named by a method.
+    /// Percentage of managed frames (all frames but native ones) named by a method.
     pub fn method_percent(&self) -> f64 {
-        if self.frames == 0 {
+        let managed = self.frames - self.native;
+        if managed == 0 {
             return 100.0;
         }
-        self.methods as f64 * 100.0 / self.frames as f64
+        self.methods as f64 * 100.0 / managed as f64
     }
 }
 
@@ -171,7 +175,11 @@ pub fn time_profile(
                     None
                 }
                 FrameKind::Unknown { offset, .. } => {
-                    resolution.in_image += count;
+                    if is_managed_image(&map.function(frame.function).module) {
+                        resolution.in_managed_image += count;
+                    } else {
+                        resolution.native += count;
+                    }
                     Some(offset)
                 }
                 FrameKind::Unresolved => None,
@@ -198,6 +206,12 @@ pub fn time_profile(
         builder.add(stack, labels, &values);
     }
     (builder.build(), resolution)
+}
+
+/// .NET modules are `.dll` (or `.exe`) files; the runtime's own code lives in `.so` files.
+fn is_managed_image(file_name: &str) -> bool {
+    let lower = file_name.to_ascii_lowercase();
+    lower.ends_with(".dll") || lower.ends_with(".exe")
 }
 
 fn function_of(map: &CodeMap, frame: symbolizer::Frame) -> Function {
