@@ -34,6 +34,17 @@ pub async fn attach(
     let (live, _) = session::start(client, sampling_session(false))
         .await
         .with_context(|| format!("starting the sampler in pid {pid}"))?;
+    rundown(client, pid, recorder).await?;
+    Ok(live)
+}
+
+/// Runs a rundown-only session into `recorder`: the runtime lists every method and module it has
+/// loaded (ReadyToRun methods once their entry point is bound).
+pub async fn rundown(
+    client: &DiagnosticsClient,
+    pid: u32,
+    recorder: &mut Recorder,
+) -> anyhow::Result<()> {
     // A session needs a provider; the runtime's with no keywords adds nothing but the rundown.
     let rundown_only = CollectTracing::v2(vec![ProviderConfig::new(
         providers::RUNTIME,
@@ -55,7 +66,7 @@ pub async fn attach(
     if let Some(error) = sink.error() {
         anyhow::bail!("the rundown of pid {pid} did not parse: {error}");
     }
-    Ok(live)
+    Ok(())
 }
 
 /// The process's mapped files, so addresses outside any known method still name their module.

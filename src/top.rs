@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use collector::client::DiagnosticsClient;
 use collector::nettrace::AsyncNettraceReader;
 use store::sampled::{Recorder, TimeProfiles};
+use symbolizer::RundownRefreshPolicy;
 
 use crate::args::parse_duration;
 use crate::live;
@@ -41,6 +42,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         wall: args.r#type == TimeType::Wall,
     };
     let terminal = std::io::stdout().is_terminal();
+    // ReadyToRun code first run after attach has no JIT event: when frames land in a managed
+    // image without a known method, a fresh rundown names it (at most every 10 s).
+    let mut refresh = RundownRefreshPolicy::new(10_000_000_000, 1);
+    let mut misses_seen = 0;
     let started = Instant::now();
     let mut ticker = tokio::time::interval(args.interval);
     ticker.tick().await;
@@ -60,7 +65,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 }
                 None => anyhow::bail!("pid {} ended the session (did it exit?)", args.pid),
             },
-            _ = ticker.tick() => draw(&recorder, types, &args, started.elapsed(), terminal)?,
+            _ = ticker.tick() => {
+                let misses = draw(&recorder, types, &args, started.elapsed(), terminal)?;
+                refresh.record_misses(misses.saturating_sub(misses_seen));
+                misses_seen = misses;
+                if refresh.should_refresh(started.elapsed().as_nanos() as u64) {
+                    live::rundown(&client, args.pid, &mut recorder).await?;
+                }
+            }
             () = &mut deadline => break,
             _ = tokio::signal::ctrl_c() => break,
         }
@@ -72,15 +84,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Draws one frame; returns how many sampled frames lie in managed images without a known method.
 fn draw(
     recorder: &Recorder,
     types: TimeProfiles,
     args: &Args,
     elapsed: Duration,
     terminal: bool,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<u64> {
     let names = live::thread_names(args.pid);
-    let (profile, _) = recorder.profile(types, &names);
+    let (profile, resolution) = recorder.profile(types, &names);
     let value_type = 1;
     let total = profile.total(value_type).max(1) as f64;
     let mut out = std::io::stdout().lock();
@@ -112,5 +125,5 @@ fn draw(
         writeln!(out)?;
     }
     out.flush()?;
-    Ok(())
+    Ok(resolution.in_managed_image)
 }

@@ -278,7 +278,7 @@ struct Image {
 /// The code map of one process. Feed it events in stream order, then symbolize.
 ///
 /// Lookups take `&self` and may run from several threads. They go through a flat sorted index
-/// (about 5× faster than walking the tree, see `BENCH.md`) that a change to the code invalidates and
+/// (about 5× faster than walking the tree, see BENCHMARKS.md) that a change to the code invalidates and
 /// the lookups rebuild: after a change, lookups use the tree until they have paid for a rebuild
 /// (one per ~n/8 lookups), so interleaved loads and samples never rebuild on every sample.
 #[derive(Debug)]

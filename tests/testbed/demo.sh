@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# tests/testbed/demo.sh (`make demo`): starts the CpuHot test-bed target in the background, runs
-# `clrscope ps` against it, prints what it shows, and stops the target (also on Ctrl-C).
+# tests/testbed/demo.sh (`make demo`): starts the CpuHot test-bed target in the background (three
+# threads designed to use 60/30/10 % of the CPU), then shows what clrscope sees of it: `ps`, the
+# threads' stacks, a 5-second cpu profile as text and as an SVG flame graph. Stops the target at the
+# end (also on Ctrl-C).
 # Needs `make setup` and `make build` (the Makefile's demo target does both first).
 set -euo pipefail
 
@@ -45,13 +47,24 @@ done
 grep -q '"ready"' "$out" || { say "CpuHot not ready after 30 s"; cat "$out" >&2; exit 1; }
 say "ready: $(grep -m1 '"ready"' "$out")"
 say "diagnostic socket: $(ls "${TMPDIR:-/tmp}"/dotnet-diagnostic-"$pid"-*-socket 2>/dev/null || echo none)"
+run() {
+    echo
+    echo "\$ clrscope $*"
+    local status=0
+    "$CLRSCOPE" "$@" || status=$?
+    if [ "$status" -ne 0 ]; then
+        say "clrscope $1 failed (exit status $status)"
+        exit "$status"
+    fi
+}
+
+demo_dir=${CLRSCOPE_DEMO_DIR:-$ROOT/target/demo}
+mkdir -p "$demo_dir"
+run ps
+run stacks --pid "$pid"
+run top --pid "$pid" --duration 5s --rows 8
+run record --pid "$pid" --duration 5s -o "$demo_dir/cpuhot.svg"
+run record --pid "$pid" --duration 5s -o "$demo_dir/cpuhot.pb.gz"
 echo
-echo "\$ clrscope ps"
-status=0
-"$CLRSCOPE" ps || status=$?
-echo
-if [ "$status" -ne 0 ]; then
-    say "clrscope ps failed (exit status $status)"
-    exit "$status"
-fi
-say "(expected: a row for pid $pid, CpuHot)"
+say "designed split: SpinAlpha 60%, SpinBravo 30%, SpinCharlie 10% — compare with top's SELF% above"
+say "flame graph: $demo_dir/cpuhot.svg (open it in a browser); pprof: go tool pprof -top $demo_dir/cpuhot.pb.gz"
