@@ -28,10 +28,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let format = match args.format {
-        Some(format) => format,
-        None => Format::from_extension(&args.output)?,
-    };
+    let format = output::choose_format(&args.output, args.format)?;
     let file = std::fs::File::open(&args.input)
         .with_context(|| format!("opening {}", args.input.display()))?;
     let mut reader = NettraceReader::new(BufReader::with_capacity(1 << 20, file));
@@ -62,11 +59,5 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             args.input.display()
         );
     }
-    output::write_profile(&profile, &args.output, Some(format))?;
-    eprintln!(
-        "wrote {} ({format}): {}",
-        args.output.display(),
-        output::describe(&profile, &resolution)
-    );
-    Ok(())
+    output::write_profile(&profile, &resolution, &args.output, format)
 }

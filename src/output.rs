@@ -7,16 +7,23 @@ use std::path::Path;
 use anyhow::Context;
 use exporter::Format;
 use store::profile::Profile;
+use store::sampled::Resolution;
 
-pub fn write_profile(
-    profile: &Profile,
-    path: &Path,
-    format: Option<Format>,
-) -> anyhow::Result<Format> {
-    let format = match format {
+/// The format `--format` names, else the one the file's extension asks for.
+pub fn choose_format(path: &Path, format: Option<Format>) -> anyhow::Result<Format> {
+    Ok(match format {
         Some(format) => format,
         None => Format::from_extension(path)?,
-    };
+    })
+}
+
+/// Writes the profile and says on stderr what was written.
+pub fn write_profile(
+    profile: &Profile,
+    resolution: &Resolution,
+    path: &Path,
+    format: Format,
+) -> anyhow::Result<()> {
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -26,7 +33,12 @@ pub fn write_profile(
         .with_context(|| format!("creating {}", path.display()))?;
     exporter::write(profile, format, BufWriter::new(file))
         .with_context(|| format!("writing {}", path.display()))?;
-    Ok(format)
+    eprintln!(
+        "wrote {} ({format}): {}",
+        path.display(),
+        describe(profile, resolution)
+    );
+    Ok(())
 }
 
 /// The time profile types `record` and `convert` build.
@@ -46,7 +58,7 @@ pub fn time_profiles(types: &[TimeType]) -> store::sampled::TimeProfiles {
 }
 
 /// A one-line account of a profile for the terminal.
-pub fn describe(profile: &Profile, resolution: &store::sampled::Resolution) -> String {
+fn describe(profile: &Profile, resolution: &Resolution) -> String {
     format!(
         "{} samples, period {:.3} ms, {} functions, {:.1}% of managed frames named by a method \
          ({} native runtime frames)",

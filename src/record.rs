@@ -52,10 +52,7 @@ impl EventObserver for Counting {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     // Fail on a bad output name before profiling for half a minute.
-    let format = match args.format {
-        Some(format) => format,
-        None => Format::from_extension(&args.output)?,
-    };
+    let format = output::choose_format(&args.output, args.format)?;
     let client = DiagnosticsClient::for_pid(args.pid)?;
     let mut recorder = Recorder::default();
     live::load_images(args.pid, &mut recorder);
@@ -129,11 +126,5 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             duration.as_secs_f64()
         );
     }
-    output::write_profile(&profile, &args.output, Some(format))?;
-    eprintln!(
-        "wrote {} ({format}): {}",
-        args.output.display(),
-        output::describe(&profile, &resolution)
-    );
-    Ok(())
+    output::write_profile(&profile, &resolution, &args.output, format)
 }

@@ -18,7 +18,7 @@ pub use metrics::{
 };
 pub use runtime::{
     AllocationKind, ContentionStart, ContentionStop, ExceptionThrown, GcAllocationTick,
-    MethodEvent, MethodEventKind, ModuleEvent, ModuleEventKind, OptimizationTier, PdbInfo,
+    MethodEvent, MethodEventKind, ModuleEvent, ModuleEventKind, PdbInfo,
 };
 pub use sample::{SampleKind, ThreadSample};
 

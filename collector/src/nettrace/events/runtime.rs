@@ -19,27 +19,6 @@ pub enum MethodEventKind {
     DcEnd,
 }
 
-/// JIT optimization tier, bits 7–9 of MethodFlags.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OptimizationTier {
-    /// Precompiled (ReadyToRun) code, or a runtime that does not report tiers.
-    Unknown,
-    /// MinOpts.
-    MinOptJitted,
-    /// Fully optimized, not tiered.
-    Optimized,
-    /// Tier 0.
-    QuickJitted,
-    /// Tier 1.
-    OptimizedTier1,
-    /// Tier 1 on-stack replacement.
-    OptimizedTier1Osr,
-    /// Tier 0 with instrumentation (PGO).
-    QuickJittedInstrumented,
-    /// Tier 1 with instrumentation.
-    OptimizedTier1Instrumented,
-}
-
 /// MethodLoadVerbose / MethodUnloadVerbose / MethodDCStartVerbose / MethodDCEndVerbose.
 ///
 /// Layout: `u64 MethodID, u64 ModuleID, u64 MethodStartAddress, u32 MethodSize, u32 MethodToken,
@@ -97,38 +76,6 @@ impl MethodEvent {
     /// Jitted (flag 0x8); clear for ReadyToRun code.
     pub fn is_jitted(&self) -> bool {
         self.flags & 0x8 != 0
-    }
-
-    /// Dynamic method (LCG / IL stub), flag 0x1.
-    pub fn is_dynamic(&self) -> bool {
-        self.flags & 0x1 != 0
-    }
-
-    /// Generic instantiation, flag 0x2.
-    pub fn is_generic(&self) -> bool {
-        self.flags & 0x2 != 0
-    }
-
-    /// A JIT helper rather than a method, flag 0x10.
-    pub fn is_jit_helper(&self) -> bool {
-        self.flags & 0x10 != 0
-    }
-
-    /// The optimization tier (only meaningful for jitted code).
-    pub fn tier(&self) -> OptimizationTier {
-        if !self.is_jitted() {
-            return OptimizationTier::Unknown;
-        }
-        match (self.flags >> 7) & 0x7 {
-            1 => OptimizationTier::MinOptJitted,
-            2 => OptimizationTier::Optimized,
-            3 => OptimizationTier::QuickJitted,
-            4 => OptimizationTier::OptimizedTier1,
-            5 => OptimizationTier::OptimizedTier1Osr,
-            6 => OptimizationTier::QuickJittedInstrumented,
-            7 => OptimizationTier::OptimizedTier1Instrumented,
-            _ => OptimizationTier::Unknown,
-        }
     }
 }
 
