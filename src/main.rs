@@ -2,6 +2,7 @@
 
 mod args;
 mod convert;
+mod dump;
 mod inspect;
 mod live;
 mod output;
@@ -55,6 +56,8 @@ enum Command {
     Top(top::Args),
     /// Every managed thread's current stack (one sampler tick).
     Stacks(stacks::Args),
+    /// A core dump of a process, written by the runtime (Mini, WithHeap, Triage or Full).
+    Dump(dump::Args),
 }
 
 fn main() -> ExitCode {
@@ -82,6 +85,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Convert(args) => convert::run(args),
             Command::Top(args) => top::run(args).await,
             Command::Stacks(args) => stacks::run(args).await,
+            Command::Dump(args) => dump::run(args).await,
         }
     })
 }

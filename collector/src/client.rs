@@ -235,10 +235,22 @@ impl DiagnosticsClient {
             .map_err(|source| ClientError::Protocol { command, source })
     }
 
-    /// Asks the runtime to write a core dump (through `createdump`); this can take minutes.
-    pub async fn write_dump(&self, dump: CoreDump, timeout: Duration) -> Result<(), ClientError> {
-        self.status_command(Request::GenerateCoreDump(dump), timeout)
-            .await
+    /// Asks the runtime to write a core dump (through `createdump`); this can take minutes. A
+    /// runtime that does not know the request's version is asked again with the older ones.
+    pub async fn write_dump(
+        &self,
+        mut dump: CoreDump,
+        timeout: Duration,
+    ) -> Result<(), ClientError> {
+        loop {
+            match self
+                .status_command(Request::GenerateCoreDump(dump.clone()), timeout)
+                .await
+            {
+                Err(e) if e.is_unknown_command() && dump.version > 1 => dump.version -= 1,
+                done => return done,
+            }
+        }
     }
 
     /// A command whose OK reply carries only an HRESULT.
