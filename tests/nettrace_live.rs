@@ -90,6 +90,7 @@ async fn samples_arrive_while_the_session_runs_and_rundown_names_the_hot_method(
     )
     .await;
     let first = first_sample.expect("ThreadSample events");
+    eprintln!("first ThreadSample {first:?} after the session started");
     assert!(
         first < Duration::from_secs(1),
         "first sample arrived {first:?} after the session started"
