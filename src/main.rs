@@ -2,6 +2,7 @@
 
 mod args;
 mod convert;
+mod gcdump;
 mod inspect;
 mod live;
 mod output;
@@ -55,6 +56,8 @@ enum Command {
     Top(top::Args),
     /// Every managed thread's current stack (one sampler tick).
     Stacks(stacks::Args),
+    /// Heap snapshot of a process as a .gcdump file (`gcdump report FILE`: its type histogram).
+    Gcdump(gcdump::Args),
 }
 
 fn main() -> ExitCode {
@@ -82,6 +85,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Convert(args) => convert::run(args),
             Command::Top(args) => top::run(args).await,
             Command::Stacks(args) => stacks::run(args).await,
+            Command::Gcdump(args) => gcdump::run(args).await,
         }
     })
 }

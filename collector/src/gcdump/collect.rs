@@ -60,7 +60,6 @@ pub async fn snapshot(
         level::VERBOSE,
     )])
     .with_rundown(false)
-    .with_stackwalk(false)
     .with_circular_buffer_mb(BUFFER_MB);
     let (session, _) = session::start(client, config)
         .await

@@ -22,13 +22,17 @@ pub struct GcDumpFile {
 /// Parses a whole `.gcdump` file.
 pub fn read_gcdump(data: &[u8]) -> Result<GcDumpFile, GcDumpError> {
     let mut r = Reader { data, at: 0 };
-    let forward_refs = forward_reference_table(data)?;
     let sig_len = r.i32("the signature")?;
     if sig_len != SIGNATURE.len() as i32
         || r.take(SIGNATURE.len(), "the signature")? != SIGNATURE.as_bytes()
     {
         return Err(GcDumpError::NotGcDump);
     }
+    // A file cut short loses its trailer first: say so rather than where a label points.
+    let forward_refs = forward_reference_table(data).map_err(|_| GcDumpError::Truncated {
+        offset: data.len() as u64,
+        what: "the trailer that ends every .gcdump (the file is cut short or damaged)".into(),
+    })?;
 
     let (name, version, _) = r.object_start()?;
     if name != GCHEAPDUMP_TYPE {
@@ -92,13 +96,7 @@ pub fn read_gcdump(data: &[u8]) -> Result<GcDumpFile, GcDumpError> {
 /// locates the table (`i32 count`, then one 4-byte stream label per forward reference).
 fn forward_reference_table(data: &[u8]) -> Result<Vec<u32>, GcDumpError> {
     let mut r = Reader { data, at: 0 };
-    if data.len() < SIGNATURE.len() + 16 {
-        return Err(GcDumpError::Truncated {
-            offset: data.len() as u64,
-            what: "the file (shorter than any .gcdump)".into(),
-        });
-    }
-    r.goto(data.len() - 4)?;
+    r.goto(data.len().saturating_sub(4))?;
     let trailer = r.i32("the trailer label")?;
     r.goto(usize::try_from(trailer).map_err(|_| r.malformed("negative trailer label".into()))?)?;
     let table = r.i32("the forward reference table label")?;
