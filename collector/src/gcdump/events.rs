@@ -188,3 +188,140 @@ pub(crate) fn decode(ev: &Event<'_>) -> Result<Option<HeapEvent>, NettraceError>
 fn bounded(count: u32, remaining: usize, entry_size: usize) -> usize {
     (count as usize).min(remaining / entry_size.max(1))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nettrace::testutil::{utf16z, EventSpec, MetadataRecord, StreamBuilder};
+    use crate::nettrace::Parser;
+
+    /// Decodes one runtime event with a payload laid out by hand from the manifest.
+    fn decode_one(id: u32, payload: Vec<u8>) -> Result<Option<HeapEvent>, NettraceError> {
+        let mut b = StreamBuilder::new(8);
+        let m = MetadataRecord::new(1, RUNTIME_PROVIDER, id, "").no_field_list();
+        b.metadata_block(&[m.encode()], true);
+        b.event_block(&[EventSpec::new(1, 1, 1, 10, payload)], true);
+        let mut p = Parser::new();
+        p.feed(&b.finish()).unwrap();
+        let ev = p.next_event().unwrap().unwrap();
+        decode(&ev)
+    }
+
+    fn bulk_header(count: u32) -> Vec<u8> {
+        let mut p = 7u32.to_le_bytes().to_vec(); // Index
+        p.extend(count.to_le_bytes());
+        p.extend(1u16.to_le_bytes()); // ClrInstanceID
+        p
+    }
+
+    #[test]
+    fn gc_start_and_end() {
+        let mut p = Vec::new();
+        for v in [12u32, 2, 1, 0] {
+            p.extend(v.to_le_bytes()); // Count, Depth, Reason (Induced), Type (NonConcurrent)
+        }
+        p.extend(1u16.to_le_bytes());
+        let Some(HeapEvent::GcStart(start)) = decode_one(GC_START, p).unwrap() else {
+            panic!()
+        };
+        assert_eq!(start.count, 12);
+        assert!(start.is_induced_full_blocking());
+        let background = GcStart { kind: 1, ..start };
+        assert!(!background.is_induced_full_blocking());
+        let gen0 = GcStart { depth: 0, ..start };
+        assert!(!gen0.is_induced_full_blocking());
+        let p = [12u32, 2].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(decode_one(GC_END, p).unwrap(), Some(HeapEvent::GcEnd(12)));
+    }
+
+    #[test]
+    fn bulk_nodes_edges_types_and_roots() {
+        let mut p = bulk_header(2);
+        for v in [0x1000u64, 40, 0xaa, 2, 0x2000, 24, 0xbb, 0] {
+            p.extend(v.to_le_bytes());
+        }
+        assert_eq!(
+            decode_one(GC_BULK_NODE, p).unwrap(),
+            Some(HeapEvent::Nodes(vec![
+                BulkNode {
+                    address: 0x1000,
+                    size: 40,
+                    type_id: 0xaa,
+                    edge_count: 2
+                },
+                BulkNode {
+                    address: 0x2000,
+                    size: 24,
+                    type_id: 0xbb,
+                    edge_count: 0
+                },
+            ]))
+        );
+
+        let mut p = bulk_header(2);
+        for (target, field) in [(0x2000u64, 0u32), (0x3000, 1)] {
+            p.extend(target.to_le_bytes());
+            p.extend(field.to_le_bytes());
+        }
+        assert_eq!(
+            decode_one(GC_BULK_EDGE, p).unwrap(),
+            Some(HeapEvent::Edges(vec![0x2000, 0x3000]))
+        );
+
+        let mut p = 1u32.to_le_bytes().to_vec();
+        p.extend(1u16.to_le_bytes());
+        p.extend(0xaau64.to_le_bytes()); // TypeID
+        p.extend(0x77u64.to_le_bytes()); // ModuleID
+        p.extend(0x0200_0001u32.to_le_bytes()); // TypeNameID
+        p.extend(0u32.to_le_bytes()); // Flags
+        p.push(0x12); // CorElementType
+        p.extend(utf16z("System.Collections.Generic.List`1[System.Int32]"));
+        p.extend(1u32.to_le_bytes()); // one type parameter
+        p.extend(0xccu64.to_le_bytes());
+        assert_eq!(
+            decode_one(GC_BULK_TYPE, p).unwrap(),
+            Some(HeapEvent::Types(vec![BulkType {
+                type_id: 0xaa,
+                module_id: 0x77,
+                name: "System.Collections.Generic.List`1[System.Int32]".into(),
+            }]))
+        );
+
+        let mut p = bulk_header(1);
+        p.extend(0x1000u64.to_le_bytes());
+        p.push(1); // GCRootKind
+        p.extend(0u32.to_le_bytes());
+        p.extend(0x5555u64.to_le_bytes());
+        assert_eq!(
+            decode_one(GC_BULK_ROOT_EDGE, p).unwrap(),
+            Some(HeapEvent::Roots(vec![0x1000]))
+        );
+
+        let mut p = 1u32.to_le_bytes().to_vec();
+        p.extend(0x1u64.to_le_bytes()); // AppDomainID
+        p.extend(1u16.to_le_bytes());
+        for v in [0x9u64, 0x2000, 0xbb] {
+            p.extend(v.to_le_bytes()); // GCRootID, ObjectID, TypeID
+        }
+        p.extend(0u32.to_le_bytes());
+        p.extend(utf16z("s_cache"));
+        assert_eq!(
+            decode_one(GC_BULK_ROOT_STATIC_VAR, p).unwrap(),
+            Some(HeapEvent::Roots(vec![0x2000]))
+        );
+    }
+
+    #[test]
+    fn short_payloads_and_huge_counts_are_errors() {
+        // A count far beyond the payload: an error naming the event, not an allocation.
+        let mut p = bulk_header(u32::MAX);
+        p.extend([0; 32]);
+        assert!(decode_one(GC_BULK_NODE, p).is_err());
+        let mut p = bulk_header(3);
+        p.extend([0; 12 * 2 + 5]);
+        assert!(decode_one(GC_BULK_EDGE, p).is_err());
+        assert!(decode_one(GC_BULK_TYPE, vec![1, 0, 0, 0, 1, 0, 0xaa]).is_err());
+        assert!(decode_one(GC_END, vec![1, 2]).is_err());
+        assert_eq!(decode_one(999, vec![]).unwrap(), None);
+    }
+}
