@@ -169,3 +169,28 @@ fn cli_explains_a_missing_process() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("999999"), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_is_a_clear_error_and_leaves_the_process_usable() {
+    let target = alloc_target();
+    let client = DiagnosticsClient::for_pid(target.pid()).unwrap();
+    let too_short = SnapshotOptions {
+        timeout: std::time::Duration::from_millis(1),
+    };
+    let error = gcdump::snapshot(&client, too_short, |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, gcdump::GcDumpError::Timeout { .. }),
+        "{error}"
+    );
+    assert!(error.to_string().contains("--timeout"), "{error}");
+    // Our session was stopped: the next snapshot works.
+    let graph = gcdump::snapshot(&client, SnapshotOptions::default(), |_| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        graph.histogram().get("Alloc.LargeBlob").unwrap().count,
+        1_000
+    );
+}
