@@ -172,12 +172,15 @@ fn report(args: ReportArgs) -> anyhow::Result<()> {
     }
     writeln!(
         out,
-        "{}: pid {} ({}) on {}, by {}\n{} objects, {} ({} bytes), {} references, {} roots\n",
+        "{}: pid {} ({}) on {}{}\n{} objects, {} ({} bytes), {} references, {} roots\n",
         args.file.display(),
         dump.info.process_id,
         dump.info.process_name,
         dump.info.machine_name,
-        dump.info.creation_tool,
+        match dump.info.creation_tool.as_str() {
+            "" => String::new(),
+            tool => format!(", by {tool}"),
+        },
         histogram.objects,
         HumanBytes(histogram.bytes),
         histogram.bytes,

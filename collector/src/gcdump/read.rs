@@ -3,6 +3,8 @@
 //! trip checks both. Every count is checked against the bytes left before it is used, so a
 //! truncated or damaged file is an error that says where, never a panic or a huge allocation.
 
+use std::collections::HashMap;
+
 use super::format::{tag, DumpInfo, GCHEAPDUMP_TYPE, MEMORY_GRAPH_TYPE, SIGNATURE};
 use super::graph::HeapGraph;
 use super::GcDumpError;
@@ -21,7 +23,11 @@ pub struct GcDumpFile {
 
 /// Parses a whole `.gcdump` file.
 pub fn read_gcdump(data: &[u8]) -> Result<GcDumpFile, GcDumpError> {
-    let mut r = Reader { data, at: 0 };
+    let mut r = Reader {
+        data,
+        at: 0,
+        types: HashMap::new(),
+    };
     let sig_len = r.i32("the signature")?;
     if sig_len != SIGNATURE.len() as i32
         || r.take(SIGNATURE.len(), "the signature")? != SIGNATURE.as_bytes()
@@ -46,11 +52,8 @@ pub fn read_gcdump(data: &[u8]) -> Result<GcDumpFile, GcDumpError> {
     let raw = read_memory_graph(&mut r)?;
     let is_64 = r.u8("Is64Bit")? != 0;
     r.take(8, "the count and size multipliers")?;
-    for what in ["JSHeapInfo", "DotNetHeapInfo"] {
-        if r.u8(what)? != tag::NULL_REFERENCE {
-            return Err(r.unsupported(format!("a {what} object (only null is read)")));
-        }
-    }
+    skip_heap_info(&mut r, "JSHeapInfo")?;
+    skip_heap_info(&mut r, "DotNetHeapInfo")?;
     r.string("CollectionLog")?;
     let ticks = r.i64("TimeCollected")?;
     let machine_name = r.string("MachineName")?.unwrap_or_default();
@@ -95,7 +98,11 @@ pub fn read_gcdump(data: &[u8]) -> Result<GcDumpFile, GcDumpError> {
 /// The trailer's forward-reference table: the last 4 bytes locate the trailer, whose first label
 /// locates the table (`i32 count`, then one 4-byte stream label per forward reference).
 fn forward_reference_table(data: &[u8]) -> Result<Vec<u32>, GcDumpError> {
-    let mut r = Reader { data, at: 0 };
+    let mut r = Reader {
+        data,
+        at: 0,
+        types: HashMap::new(),
+    };
     r.goto(data.len().saturating_sub(4))?;
     let trailer = r.i32("the trailer label")?;
     r.goto(usize::try_from(trailer).map_err(|_| r.malformed("negative trailer label".into()))?)?;
@@ -105,6 +112,35 @@ fn forward_reference_table(data: &[u8]) -> Result<Vec<u32>, GcDumpError> {
     (0..count)
         .map(|_| r.i32("a forward reference").map(|v| v as u32))
         .collect()
+}
+
+/// JSHeapInfo (no fields) or DotNetHeapInfo (`i64 SizeOfAllSegments, i32 count`, then that many
+/// GCHeapDumpSegment objects of 6 or, from version 1, 7 `i64` bounds), or null: read past, since
+/// the histogram does not use them.
+fn skip_heap_info(r: &mut Reader<'_>, expected: &str) -> Result<(), GcDumpError> {
+    if r.null(expected)? {
+        return Ok(());
+    }
+    let (name, _, _) = r.object_start()?;
+    if name != expected {
+        return Err(r.unsupported(format!("a {name:?} where a {expected} belongs")));
+    }
+    if expected == "DotNetHeapInfo" {
+        r.i64("SizeOfAllSegments")?;
+        let segments = r.count(1, "the segment list")?;
+        for _ in 0..segments {
+            if r.null("a segment")? {
+                continue;
+            }
+            let (name, version, _) = r.object_start()?;
+            if name != "GCHeapDumpSegment" {
+                return Err(r.unsupported(format!("a {name:?} in the segment list")));
+            }
+            r.take(if version >= 1 { 56 } else { 48 }, "a segment")?;
+            r.object_end()?;
+        }
+    }
+    r.object_end()
 }
 
 /// A MemoryGraph as stored, before its nodes are decoded.
@@ -151,12 +187,7 @@ fn read_memory_graph<'a>(r: &mut Reader<'a>) -> Result<RawGraph<'a>, GcDumpError
     let addresses = (0..nodes)
         .map(|_| r.i64("an address").map(|v| v as u64))
         .collect::<Result<Vec<_>, _>>()?;
-    loop {
-        match r.u8("the end of the graph")? {
-            tag::END_OBJECT => break,
-            other => r.skip_tagged(other)?,
-        }
-    }
+    r.object_end()?;
     Ok(RawGraph {
         root,
         type_names,
@@ -299,6 +330,9 @@ impl BlobCursor<'_> {
 struct Reader<'a> {
     data: &'a [u8],
     at: usize,
+    /// Types read so far by the stream label of their definition, for back references:
+    /// (name, version, minimum reader version).
+    types: HashMap<u32, (String, i32, i32)>,
 }
 
 impl<'a> Reader<'a> {
@@ -385,15 +419,19 @@ impl<'a> Reader<'a> {
         Ok(Some(String::from_utf16_lossy(&units)))
     }
 
-    /// `BeginObject`, then the object's type: a `SerializationType` written in full
-    /// (`BeginObject, NullReference, i32 version, i32 minimumReaderVersion, string name,
-    /// EndObject`). Types are never back references in a file with one object per type.
+    /// `BeginObject`, then the object's type: a `SerializationType` written in full the first
+    /// time (`BeginObject, NullReference, i32 version, i32 minimumReaderVersion, string name,
+    /// EndObject`), later as `ObjectReference` and the label of that definition.
     fn object_start(&mut self) -> Result<(String, i32, i32), GcDumpError> {
         self.expect(tag::BEGIN_OBJECT, "an object")?;
+        let label = self.at as u32;
         match self.u8("an object's type")? {
             tag::BEGIN_OBJECT => {}
             tag::OBJECT_REFERENCE => {
-                return Err(self.unsupported("a type written as a back reference".into()))
+                let target = self.i32("a type reference")? as u32;
+                return self.types.get(&target).cloned().ok_or_else(|| {
+                    self.malformed(format!("a type reference to byte {target}, not a type"))
+                });
             }
             other => return Err(self.malformed(format!("tag {other} where a type begins"))),
         }
@@ -402,7 +440,28 @@ impl<'a> Reader<'a> {
         let min_reader = self.i32("a type's minimum reader version")?;
         let name = self.string("a type name")?.unwrap_or_default();
         self.expect(tag::END_OBJECT, "the end of a type")?;
+        self.types
+            .insert(label, (name.clone(), version, min_reader));
         Ok((name, version, min_reader))
+    }
+
+    /// Tagged fields newer than this reader, then the object's `EndObject`.
+    fn object_end(&mut self) -> Result<(), GcDumpError> {
+        loop {
+            match self.u8("the end of an object")? {
+                tag::END_OBJECT => return Ok(()),
+                other => self.skip_tagged(other)?,
+            }
+        }
+    }
+
+    /// A `NullReference` tag (consumed), or not (nothing consumed).
+    fn null(&mut self, what: &str) -> Result<bool, GcDumpError> {
+        let is_null = self.u8(what)? == tag::NULL_REFERENCE;
+        if !is_null {
+            self.at -= 1;
+        }
+        Ok(is_null)
     }
 
     fn expect(&mut self, expected: u8, what: &str) -> Result<(), GcDumpError> {

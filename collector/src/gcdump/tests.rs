@@ -101,3 +101,85 @@ fn garbage_is_a_clean_error() {
         let _ = read_gcdump(&damaged);
     }
 }
+
+/// A FastSerialization string as .NET writes an ASCII one.
+fn fs_string(out: &mut Vec<u8>, s: &str) {
+    out.extend((s.len() as i32).to_le_bytes());
+    out.extend(s.as_bytes());
+}
+
+#[test]
+fn reads_past_a_dotnet_heap_info_with_a_type_back_reference() {
+    // What PerfView and dotnet-gcdump write where clrscope writes null: a DotNetHeapInfo with
+    // two segments, the second naming its type by a back reference to the first's.
+    let graph = sample_graph();
+    let ours = written(&graph);
+    let info = info();
+    let log = format!(
+        "{} objects, {} references, {} roots",
+        graph.node_count(),
+        graph.edge_count(),
+        graph.roots().len()
+    );
+    // Everything after the DotNetHeapInfo null, up to the end of the file.
+    let tail = 4
+        + log.len()
+        + 8
+        + 4
+        + info.machine_name.len()
+        + 4
+        + info.process_name.len()
+        + 4
+        + 16
+        + 4
+        + 6
+        + 5
+        + info.creation_tool.len()
+        + 2
+        + 16;
+    let at = ours.len() - tail - 1;
+    assert_eq!(ours[at], 1, "the DotNetHeapInfo null");
+
+    let mut heap_info = vec![4, 4, 1];
+    heap_info.extend([0; 8]); // version 0, minimum reader version 0
+    fs_string(&mut heap_info, "DotNetHeapInfo");
+    heap_info.push(6);
+    heap_info.extend(1_000_000i64.to_le_bytes());
+    heap_info.extend(2i32.to_le_bytes());
+    heap_info.push(4);
+    let segment_type = (at + heap_info.len()) as i32;
+    heap_info.extend([4, 1]);
+    heap_info.extend(1i32.to_le_bytes());
+    heap_info.extend(1i32.to_le_bytes());
+    fs_string(&mut heap_info, "GCHeapDumpSegment");
+    heap_info.push(6);
+    heap_info.extend([0x11; 56]);
+    heap_info.push(6);
+    heap_info.extend([4, 2]);
+    heap_info.extend(segment_type.to_le_bytes());
+    heap_info.extend([0x22; 56]);
+    heap_info.push(6);
+    heap_info.push(6);
+
+    let mut theirs = ours[..at].to_vec();
+    theirs.extend(&heap_info);
+    theirs.extend(&ours[at + 1..]);
+    // The forward reference, the table and the trailer moved by the inserted bytes.
+    let shift = heap_info.len() as u32 - 1;
+    let end = theirs.len();
+    for field in [end - 12, end - 8, end - 4] {
+        let v = u32::from_le_bytes(theirs[field..field + 4].try_into().unwrap()) + shift;
+        theirs[field..field + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    let file = read_gcdump(&theirs).unwrap();
+    assert_eq!(file.info, info);
+    assert_eq!(file.graph.histogram(), graph.histogram());
+
+    // A back reference to something that is not a type is an error, not a guess.
+    let bad_at = at + heap_info.len() - 2 - 56 - 4;
+    theirs[bad_at..bad_at + 4].copy_from_slice(&7i32.to_le_bytes());
+    assert!(matches!(
+        read_gcdump(&theirs),
+        Err(GcDumpError::Malformed { .. })
+    ));
+}
