@@ -108,16 +108,20 @@ pub async fn snapshot(
             "the induced full GC had not started".to_string()
         }
     };
-    match tokio::time::timeout(in_time(started.elapsed()), walk).await {
-        Ok(result) => result?,
-        Err(_) => {
-            // Leave the runtime without our session before giving up.
-            let _ = client.stop_tracing(session_id).await;
-            return Err(GcDumpError::Timeout {
-                timeout: options.timeout,
-                seen: seen(&builder, induced),
-            });
-        }
+    let failure = match tokio::time::timeout(in_time(started.elapsed()), walk).await {
+        Ok(Ok(())) => None,
+        Ok(Err(error)) => Some(error),
+        Err(_) => Some(GcDumpError::Timeout {
+            timeout: options.timeout,
+            seen: seen(&builder, induced),
+        }),
+    };
+    if let Some(error) = failure {
+        // Leave the runtime without our session before giving up. The stream is closed first:
+        // the runtime flushes into it before it answers StopTracing, and nobody reads it now.
+        drop(reader);
+        let _ = client.stop_tracing(session_id).await;
+        return Err(error);
     }
     progress(SnapshotProgress {
         objects: builder.node_count(),
