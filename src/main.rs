@@ -3,6 +3,7 @@
 mod args;
 mod convert;
 mod dump;
+mod gcdump;
 mod inspect;
 mod live;
 mod output;
@@ -58,6 +59,8 @@ enum Command {
     Stacks(stacks::Args),
     /// A core dump of a process, written by the runtime (Mini, WithHeap, Triage or Full).
     Dump(dump::Args),
+    /// Heap snapshot of a process as a .gcdump file (`gcdump report FILE`: its type histogram).
+    Gcdump(gcdump::Args),
 }
 
 fn main() -> ExitCode {
@@ -86,6 +89,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Top(args) => top::run(args).await,
             Command::Stacks(args) => stacks::run(args).await,
             Command::Dump(args) => dump::run(args).await,
+            Command::Gcdump(args) => gcdump::run(args).await,
         }
     })
 }

@@ -9,10 +9,12 @@
 //! - [`providers`]: trace profiles and provider specifications.
 //! - [`samples`]: the sampler's stacks, counted, with the measured sampling period.
 //! - [`session`]: running one EventPipe session from start to rundown.
+//! - [`gcdump`]: heap snapshots and their type histograms.
 //! - [`processes`]: the .NET processes reachable from here, as `clrscope ps` lists them.
 
 pub mod client;
 pub mod discovery;
+pub mod gcdump;
 pub mod inspect;
 pub mod ipc;
 pub mod listen;

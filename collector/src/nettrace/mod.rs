@@ -39,7 +39,7 @@ mod v6;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 pub use block::EventHeader;
 pub use error::NettraceError;

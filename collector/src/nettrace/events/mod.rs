@@ -163,7 +163,7 @@ pub(crate) struct PayloadReader<'a> {
 }
 
 impl<'a> PayloadReader<'a> {
-    fn new(event: &'a Event<'a>) -> Self {
+    pub(crate) fn new(event: &'a Event<'a>) -> Self {
         PayloadReader {
             c: Cursor::new(event.payload, event.payload_offset),
             version: event.metadata.version,
@@ -182,6 +182,11 @@ impl<'a> PayloadReader<'a> {
             offset: f.offset,
             reason: f.reason,
         }
+    }
+
+    /// Bytes left in the payload, to bound counts read from it before allocating.
+    pub fn remaining(&self) -> usize {
+        self.c.remaining()
     }
 
     pub fn u8(&mut self) -> Result<u8, NettraceError> {

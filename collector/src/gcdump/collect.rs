@@ -1,0 +1,164 @@
+//! Taking a heap snapshot of a live process over EventPipe, the way dotnet-gcdump does: a session
+//! whose GCHeapCollect keyword makes the runtime induce a blocking gen-2 GC and walk the heap
+//! during it; the session is stopped once that GC has ended, and the stream drained.
+
+use std::time::{Duration, Instant};
+
+use crate::client::DiagnosticsClient;
+use crate::ipc::{CollectTracing, ProviderConfig};
+use crate::nettrace::AsyncNettraceReader;
+use crate::providers::{self, level};
+use crate::session;
+
+use super::events::{self, HeapEvent};
+use super::graph::{GraphBuilder, HeapGraph};
+use super::GcDumpError;
+
+/// GC | Type | GCHeapDump | GCHeapCollect | GCHeapAndTypeNames: induce the GC, walk the heap,
+/// name the types.
+pub const HEAP_SNAPSHOT_KEYWORDS: u64 = 0x198_0001;
+
+/// The runtime's buffer for the session: the heap walk is one burst of events; dotnet-gcdump
+/// asks for as much.
+const BUFFER_MB: u32 = 1024;
+
+/// How a snapshot is taken.
+#[derive(Debug, Clone, Copy)]
+pub struct SnapshotOptions {
+    /// From the start of the session until the induced GC has ended and the stream is drained.
+    pub timeout: Duration,
+}
+
+impl Default for SnapshotOptions {
+    fn default() -> Self {
+        SnapshotOptions {
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Where a snapshot stands, for progress displays.
+#[derive(Debug, Clone, Copy)]
+pub struct SnapshotProgress {
+    /// Objects reported so far.
+    pub objects: usize,
+    pub elapsed: Duration,
+    /// The induced GC has ended; the rest of the stream is being drained.
+    pub draining: bool,
+}
+
+/// Induces a full blocking GC in the process behind `client` and returns its heap.
+pub async fn snapshot(
+    client: &DiagnosticsClient,
+    options: SnapshotOptions,
+    mut progress: impl FnMut(SnapshotProgress),
+) -> Result<HeapGraph, GcDumpError> {
+    let started = Instant::now();
+    let config = CollectTracing::v2(vec![ProviderConfig::new(
+        providers::RUNTIME,
+        HEAP_SNAPSHOT_KEYWORDS,
+        level::VERBOSE,
+    )])
+    .with_rundown(false)
+    .with_circular_buffer_mb(BUFFER_MB);
+    let (session, _) = session::start(client, config)
+        .await
+        .map_err(GcDumpError::Session)?;
+    let session_id = session.id;
+    let mut reader = AsyncNettraceReader::new(session.stream);
+    let mut builder = GraphBuilder::default();
+    let mut induced: Option<u32> = None;
+    let mut last_report = Instant::now();
+
+    let walk = async {
+        loop {
+            let Some(event) = reader.next_event().await? else {
+                return Err(GcDumpError::EndedEarly);
+            };
+            let Some(heap_event) = events::decode(&event)? else {
+                continue;
+            };
+            match heap_event {
+                HeapEvent::GcStart(start)
+                    if induced.is_none() && start.is_induced_full_blocking() =>
+                {
+                    induced = Some(start.count);
+                }
+                HeapEvent::GcEnd(count) if induced == Some(count) => return Ok(()),
+                other => builder.add(other)?,
+            }
+            if last_report.elapsed() >= Duration::from_millis(100) {
+                last_report = Instant::now();
+                progress(SnapshotProgress {
+                    objects: builder.node_count(),
+                    elapsed: started.elapsed(),
+                    draining: false,
+                });
+            }
+        }
+    };
+    let in_time = |d: Duration| options.timeout.saturating_sub(d);
+    let seen = |b: &GraphBuilder, induced: Option<u32>| {
+        if induced.is_some() {
+            format!(
+                "the induced GC started and {} objects arrived",
+                b.node_count()
+            )
+        } else {
+            "the induced full GC had not started".to_string()
+        }
+    };
+    let failure = match tokio::time::timeout(in_time(started.elapsed()), walk).await {
+        Ok(Ok(())) => None,
+        Ok(Err(error)) => Some(error),
+        Err(_) => Some(GcDumpError::Timeout {
+            timeout: options.timeout,
+            seen: seen(&builder, induced),
+        }),
+    };
+    if let Some(error) = failure {
+        // Leave the runtime without our session before giving up. The stream is closed first:
+        // the runtime flushes into it before it answers StopTracing, and nobody reads it now.
+        drop(reader);
+        let _ = client.stop_tracing(session_id).await;
+        return Err(error);
+    }
+    progress(SnapshotProgress {
+        objects: builder.node_count(),
+        elapsed: started.elapsed(),
+        draining: true,
+    });
+
+    // The runtime flushes the session into the stream before it answers StopTracing: read the
+    // stream while waiting for the reply. Heap events still buffered arrive here too.
+    let stop = async {
+        client
+            .stop_tracing(session_id)
+            .await
+            .map_err(GcDumpError::Stop)
+    };
+    let drain = async {
+        while let Some(event) = reader.next_event().await? {
+            if let Some(heap_event) = events::decode(&event)? {
+                builder.add(heap_event)?;
+            }
+        }
+        Ok::<_, GcDumpError>(())
+    };
+    tokio::time::timeout(in_time(started.elapsed()), async {
+        tokio::try_join!(stop, drain)
+    })
+    .await
+    .map_err(|_| GcDumpError::Timeout {
+        timeout: options.timeout,
+        seen: "the induced GC ended but the runtime did not close the stream".into(),
+    })??;
+    let dropped = reader.parser().dropped_events();
+    if dropped > 0 {
+        return Err(GcDumpError::Incomplete(format!(
+            "the runtime dropped {dropped} events (its session buffer was full)"
+        )));
+    }
+    let pointer_size = reader.parser().trace().map_or(8, |t| t.pointer_size);
+    builder.finish(pointer_size)
+}
