@@ -12,8 +12,9 @@ use arrow::datatypes::{DataType, Field, Schema};
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 
 use super::error::{corrupt, io, Result, StoreError};
@@ -272,6 +273,9 @@ pub(crate) fn read_samples(info: &BlockInfo, dicts: &Dicts) -> Result<Vec<Record
     Ok(batches)
 }
 
+/// Integer columns stored as deltas rather than through a dictionary.
+const DELTA_COLUMNS: [&str; 3] = ["parent", "function", "time"];
+
 /// Creates a file only this user can read, as profiles name code and carry trace ids.
 fn create_private(path: &Path) -> Result<File> {
     OpenOptions::new()
@@ -285,10 +289,19 @@ fn create_private(path: &Path) -> Result<File> {
 fn write_table(dir: &Path, file: &str, batch: RecordBatch) -> Result<()> {
     let path = dir.join(file);
     let f = create_private(&path)?;
-    let props = WriterProperties::builder()
+    let mut props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
-        .set_max_row_group_row_count(Some(1 << 20))
-        .build();
+        .set_max_row_group_row_count(Some(1 << 20));
+    // Parents are mostly the previous node and times mostly repeat: deltas are near zero.
+    for name in DELTA_COLUMNS {
+        if batch.schema().column_with_name(name).is_some() {
+            let col = ColumnPath::from(name);
+            props = props
+                .set_column_dictionary_enabled(col.clone(), false)
+                .set_column_encoding(col, Encoding::DELTA_BINARY_PACKED);
+        }
+    }
+    let props = props.build();
     let parquet_err = |source| StoreError::Parquet {
         path: path.clone(),
         source,
