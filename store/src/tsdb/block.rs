@@ -205,18 +205,31 @@ pub(crate) fn read_dicts(info: &BlockInfo) -> Result<Dicts> {
         }
     }
     let path = dir.join(LABELS);
-    for batch in read_table(&path)? {
-        let sets = column::<UInt32Array>(&batch, "set", &path)?;
-        let keys = column::<StringArray>(&batch, "key", &path)?;
-        let strs = column::<StringArray>(&batch, "str", &path)?;
-        let nums = column::<Int64Array>(&batch, "num", &path)?;
+    let batches = read_table(&path)?;
+    let label_rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let sets = usize::try_from(info.meta.rows.label_sets).unwrap_or(usize::MAX);
+    // Only one set can be empty (they are interned), so each other set has a row: this bounds
+    // what a damaged meta.json can make us allocate.
+    if sets > label_rows + 1 {
+        return Err(corrupt(
+            &path,
+            "fewer label rows than meta.json's label sets",
+        ));
+    }
+    for batch in &batches {
+        let set_ids = column::<UInt32Array>(batch, "set", &path)?;
+        let keys = column::<StringArray>(batch, "key", &path)?;
+        let strs = column::<StringArray>(batch, "str", &path)?;
+        let nums = column::<Int64Array>(batch, "num", &path)?;
         for i in 0..batch.num_rows() {
-            let set = sets.value(i) as usize;
+            let set = set_ids.value(i) as usize;
             // Empty sets have no rows, so ids may skip; they never go backwards.
-            if set + 1 < dicts.label_sets.len() || set > u32::MAX as usize {
-                return Err(corrupt(&path, "label set ids are not ascending"));
+            if set >= sets || set + 1 < dicts.label_sets.len() {
+                return Err(corrupt(&path, "label set ids are out of order or range"));
             }
-            dicts.label_sets.resize(set + 1, Vec::new());
+            dicts
+                .label_sets
+                .resize(dicts.label_sets.len().max(set + 1), Vec::new());
             let value = if strs.is_valid(i) {
                 LabelValue::Str(strs.value(i).to_string())
             } else if nums.is_valid(i) {
@@ -230,11 +243,7 @@ pub(crate) fn read_dicts(info: &BlockInfo) -> Result<Dicts> {
             dicts.label_sets[set].push((keys.value(i).to_string(), value));
         }
     }
-    if dicts.label_sets.len() < info.meta.rows.label_sets as usize {
-        dicts
-            .label_sets
-            .resize(info.meta.rows.label_sets as usize, Vec::new());
-    }
+    dicts.label_sets.resize(sets, Vec::new());
     if dicts.functions.len() as u64 != info.meta.rows.functions
         || dicts.stacks.len() as u64 != info.meta.rows.stacks
         || dicts.label_sets.len() as u64 != info.meta.rows.label_sets

@@ -12,11 +12,12 @@ mod head;
 mod model;
 mod query;
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arrow::array::{Int64Array, UInt32Array};
@@ -43,6 +44,9 @@ pub struct BlockProblem {
 }
 
 /// A directory of blocks plus the head; see the module documentation.
+///
+/// Nothing is flushed on drop: call [`Store::flush`] on shutdown, or lose the head as a crash
+/// would. One `Store` per directory: nothing locks it against a second writer.
 #[derive(Debug)]
 pub struct Store {
     dir: PathBuf,
@@ -69,7 +73,8 @@ fn remove_dir(path: &Path) -> Result<()> {
 }
 
 impl Store {
-    /// Opens or creates a store in `dir` (mode 0700). Half-written blocks left by a crash are
+    /// Opens or creates a store in `dir` (created with mode 0700; an existing directory keeps
+    /// its mode). Half-written blocks left by a crash are
     /// removed; unreadable blocks are skipped and listed by [`Store::problems`].
     pub fn open(dir: impl Into<PathBuf>, options: StoreOptions) -> Result<Store> {
         options.check()?;
@@ -79,7 +84,6 @@ impl Store {
             .mode(0o700)
             .create(&dir)
             .map_err(io(&dir))?;
-        fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).map_err(io(&dir))?;
         let mut blocks = Vec::new();
         let mut problems = Vec::new();
         let mut next_sequence = 0;
@@ -315,18 +319,18 @@ impl Store {
         else {
             return Ok(0);
         };
-        let mut groups: HashMap<i64, Vec<usize>> = HashMap::new();
-        for (i, b) in self.blocks.iter().enumerate() {
+        let mut groups: HashMap<i64, Vec<BlockInfo>> = HashMap::new();
+        for b in &self.blocks {
             let part = b.meta.min_time.div_euclid(partition);
             if part < newest {
-                groups.entry(part).or_default().push(i);
+                groups.entry(part).or_default().push(b.clone());
             }
         }
-        let mut groups: Vec<Vec<usize>> = groups.into_values().filter(|g| g.len() > 1).collect();
-        groups.sort();
+        let mut groups: Vec<(i64, Vec<BlockInfo>)> =
+            groups.into_iter().filter(|(_, g)| g.len() > 1).collect();
+        groups.sort_by_key(|(part, _)| *part);
         let mut replaced = 0;
-        for group in groups {
-            let inputs: Vec<BlockInfo> = group.iter().map(|&i| self.blocks[i].clone()).collect();
+        for (_, inputs) in groups {
             let mut head = Head::new();
             let mut readable = Vec::new();
             for info in &inputs {
@@ -393,7 +397,7 @@ impl Store {
 
     /// Head and blocks that may hold rows for the query, read; unreadable blocks are reported
     /// and skipped.
-    fn sources(&self, query: &Query) -> Vec<(Arc<Dicts>, Vec<RecordBatch>)> {
+    fn sources(&self, query: &Query) -> Vec<(Cow<'_, Dicts>, Vec<RecordBatch>)> {
         let selects = |series: &[Series]| {
             series
                 .iter()
@@ -406,7 +410,7 @@ impl Store {
             && selects(&self.head.dicts.series)
         {
             out.push((
-                Arc::new(self.head.dicts.clone()),
+                Cow::Borrowed(&self.head.dicts),
                 vec![self.head.record_batch()],
             ));
         }
@@ -419,7 +423,7 @@ impl Store {
                 continue;
             }
             let read = block::read_dicts(info)
-                .and_then(|d| block::read_samples(info, &d).map(|s| (Arc::new(d), s)));
+                .and_then(|d| block::read_samples(info, &d).map(|s| (Cow::Owned(d), s)));
             match read {
                 Ok(source) => out.push(source),
                 Err(e) => self.report(info, e),
@@ -462,7 +466,12 @@ impl Store {
         Ok(totals
             .into_iter()
             .enumerate()
-            .map(|(i, t)| (query.from.saturating_add(i as i64 * step), t))
+            .map(|(i, t)| {
+                (
+                    query.from.saturating_add((i as i64).saturating_mul(step)),
+                    t,
+                )
+            })
             .collect())
     }
 

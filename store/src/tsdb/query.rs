@@ -108,7 +108,8 @@ pub(crate) fn add_timeline(
     query: &Query,
 ) {
     for_each_row(dicts, batches, query, |time, _, _, value| {
-        if let Some(t) = totals.get_mut(((time - query.from) / step) as usize) {
+        let at = (i128::from(time) - i128::from(query.from)) / i128::from(step);
+        if let Some(t) = usize::try_from(at).ok().and_then(|i| totals.get_mut(i)) {
             *t += value;
         }
     });

@@ -714,3 +714,63 @@ fn head_flushes_when_due_or_full() {
         .unwrap();
     assert_eq!(store.blocks().len(), 2);
 }
+
+/// Writes a block through the real writer with hand-made (inconsistent) dictionaries.
+fn crafted_block(dir: &Path, name: &str, dicts: &head::Dicts, stack: u32) {
+    let mut h = head::Head::new();
+    h.push_row(0, HOUR, stack, 0, 1);
+    let meta = BlockMeta {
+        format: FORMAT_NAME.into(),
+        format_major: FORMAT_MAJOR,
+        format_minor: FORMAT_MINOR,
+        min_time: HOUR,
+        max_time: HOUR,
+        samples_appended: 1,
+        rows: BlockRows {
+            samples: 1,
+            stacks: dicts.stacks.len() as u64,
+            functions: dicts.functions.len() as u64,
+            label_sets: dicts.label_sets.len() as u64,
+        },
+        series: dicts.series.clone(),
+        compacted_from: Vec::new(),
+    };
+    block::write(dir, name, dicts, h.record_batch(), &meta).unwrap();
+}
+
+#[test]
+fn references_past_a_dictionary_are_reported_not_followed() {
+    let dir = TempDir::new("refs");
+    fs::create_dir_all(&dir.0).unwrap();
+    let series = Series {
+        profile_type: ProfileType::known("cpu").unwrap(),
+        labels: Vec::new(),
+    };
+    let node = |parent, function| head::StackNode { parent, function };
+    let dicts = head::Dicts {
+        functions: vec![function("F")],
+        stacks: vec![node(head::NO_PARENT, 0)],
+        label_sets: vec![Vec::new()],
+        series: vec![series],
+    };
+    crafted_block(&dir.0, "00000000003600000000000-000001", &dicts, 7);
+    // A parent pointing forward would make a cycle.
+    let cyclic = head::Dicts {
+        stacks: vec![node(1, 0), node(0, 0)],
+        ..dicts.clone()
+    };
+    crafted_block(&dir.0, "00000000003600000000000-000002", &cyclic, 0);
+    crafted_block(&dir.0, "00000000003600000000000-000003", &dicts, 0);
+    let store = Store::open(&dir.0, keep_all()).unwrap();
+    assert_eq!(store.blocks().len(), 3);
+    let p = store.profile(&query(None, "cpu", 0, 2 * HOUR)).unwrap();
+    assert_eq!(flat(&p), [entry(&["F"], &[], 1)].into_iter().collect());
+    let problems = store.problems();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(problems
+        .iter()
+        .any(|p| p.message.contains("refers past a dictionary")));
+    assert!(problems
+        .iter()
+        .any(|p| p.message.contains("stack node 0 refers past")));
+}
