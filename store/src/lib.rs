@@ -2,6 +2,8 @@
 //!
 //! - [`profile`]: the profile every exporter reads.
 //! - [`sampled`]: cpu and wall profiles from the EventPipe sampler's stacks.
+//! - [`tsdb`]: the on-disk time series of profiles the agent writes and queries.
 
 pub mod profile;
 pub mod sampled;
+pub mod tsdb;

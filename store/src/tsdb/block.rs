@@ -1,0 +1,431 @@
+//! Blocks on disk: one directory per block holding `meta.json` and four Parquet files.
+//! See `store/FORMAT.md`.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Int64Array, StringArray, UInt32Array};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
+use serde::{Deserialize, Serialize};
+
+use super::error::{corrupt, io, Result, StoreError};
+use super::head::{Dicts, StackNode, EMPTY_STACK, NO_PARENT};
+use super::model::Series;
+use crate::profile::{Function, LabelValue};
+
+/// Major version this code writes and reads; a reader refuses other majors.
+pub const FORMAT_MAJOR: u32 = 1;
+/// Minor version: additions older readers may ignore.
+pub const FORMAT_MINOR: u32 = 0;
+/// Value of [`BlockMeta::format`].
+pub const FORMAT_NAME: &str = "clrscope-tsdb";
+
+pub(crate) const META: &str = "meta.json";
+pub(crate) const SAMPLES: &str = "samples.parquet";
+pub(crate) const STACKS: &str = "stacks.parquet";
+pub(crate) const FUNCTIONS: &str = "functions.parquet";
+pub(crate) const LABELS: &str = "labels.parquet";
+/// Suffix of a block directory still being written; such directories are removed on open.
+pub(crate) const TEMP_SUFFIX: &str = ".tmp";
+
+/// Row counts of a block's tables.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockRows {
+    pub samples: u64,
+    pub stacks: u64,
+    pub functions: u64,
+    pub label_sets: u64,
+}
+
+/// `meta.json`: enough to prune a block by time and series without opening its Parquet files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockMeta {
+    pub format: String,
+    pub format_major: u32,
+    pub format_minor: u32,
+    /// Oldest sample time, Unix nanoseconds, inclusive.
+    pub min_time: i64,
+    /// Newest sample time, Unix nanoseconds, inclusive.
+    pub max_time: i64,
+    /// Samples appended before merging equal stacks; `rows.samples` counts stored rows.
+    pub samples_appended: u64,
+    pub rows: BlockRows,
+    /// Series ids in `samples.parquet` index this list.
+    pub series: Vec<Series>,
+    /// Names of blocks this one replaces (compaction); those are deleted on open if still there.
+    #[serde(default)]
+    pub compacted_from: Vec<String>,
+}
+
+fn read_meta(dir: &Path) -> Result<BlockMeta> {
+    let path = dir.join(META);
+    let text = fs::read(&path).map_err(|e| corrupt(&path, e))?;
+    let value: serde_json::Value = serde_json::from_slice(&text).map_err(|e| corrupt(&path, e))?;
+    let major = value.get("format_major").and_then(|v| v.as_u64());
+    let name = value.get("format").and_then(|v| v.as_str());
+    if name != Some(FORMAT_NAME) {
+        return Err(corrupt(&path, format!("not a {FORMAT_NAME} block")));
+    }
+    if major != Some(u64::from(FORMAT_MAJOR)) {
+        let minor = value.get("format_minor").and_then(|v| v.as_u64());
+        return Err(StoreError::UnsupportedVersion {
+            path,
+            found: format!(
+                "{}.{}",
+                major.map_or("?".into(), |m| m.to_string()),
+                minor.map_or("?".into(), |m| m.to_string())
+            ),
+            supported: FORMAT_MAJOR,
+        });
+    }
+    let meta: BlockMeta = serde_json::from_value(value).map_err(|e| corrupt(&path, e))?;
+    if meta.min_time > meta.max_time {
+        return Err(corrupt(&path, "min_time is after max_time"));
+    }
+    Ok(meta)
+}
+
+/// A block found on disk whose metadata and Parquet footers check out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockInfo {
+    /// Directory name, `<min_time>-<sequence>`.
+    pub name: String,
+    pub path: PathBuf,
+    pub meta: BlockMeta,
+    /// Bytes of all its files.
+    pub bytes: u64,
+}
+
+/// Checks a block directory: its meta, and that every table's footer reads and agrees with it.
+pub(crate) fn inspect(dir: &Path) -> Result<BlockInfo> {
+    let meta = read_meta(dir)?;
+    let mut bytes = 0;
+    let expected = [
+        (SAMPLES, Some(meta.rows.samples)),
+        (STACKS, Some(meta.rows.stacks)),
+        (FUNCTIONS, Some(meta.rows.functions)),
+        // One row per label of a set, so not comparable with `rows.label_sets`.
+        (LABELS, None),
+    ];
+    for (file, rows) in expected {
+        let path = dir.join(file);
+        let f = File::open(&path).map_err(|e| corrupt(&path, e))?;
+        bytes += f.metadata().map_err(io(&path))?.len();
+        let builder = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| corrupt(&path, e))?;
+        let found = builder.metadata().file_metadata().num_rows();
+        if let Some(rows) = rows.filter(|&r| u64::try_from(found).ok() != Some(r)) {
+            return Err(corrupt(
+                &path,
+                format!("{found} rows where meta.json says {rows}"),
+            ));
+        }
+    }
+    bytes += fs::metadata(dir.join(META))
+        .map_err(io(dir.join(META)))?
+        .len();
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok(BlockInfo {
+        name,
+        path: dir.to_path_buf(),
+        meta,
+        bytes,
+    })
+}
+
+fn read_table(path: &Path) -> Result<Vec<RecordBatch>> {
+    let f = File::open(path).map_err(|e| corrupt(path, e))?;
+    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
+        .and_then(|b| b.with_batch_size(64 * 1024).build())
+        .map_err(|e| corrupt(path, e))?;
+    reader
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| corrupt(path, e))
+}
+
+fn column<'a, T: Array + 'static>(
+    batch: &'a RecordBatch,
+    name: &str,
+    path: &Path,
+) -> Result<&'a T> {
+    batch
+        .column_by_name(name)
+        .and_then(|c| c.as_any().downcast_ref::<T>())
+        .ok_or_else(|| corrupt(path, format!("column {name} missing or of the wrong type")))
+}
+
+/// Reads a block's dictionaries and validates every reference between them.
+pub(crate) fn read_dicts(info: &BlockInfo) -> Result<Dicts> {
+    let dir = &info.path;
+    let mut dicts = Dicts {
+        series: info.meta.series.clone(),
+        ..Dicts::default()
+    };
+    let path = dir.join(FUNCTIONS);
+    for batch in read_table(&path)? {
+        let names = column::<StringArray>(&batch, "name", &path)?;
+        let modules = column::<StringArray>(&batch, "module", &path)?;
+        for i in 0..batch.num_rows() {
+            dicts.functions.push(Function {
+                name: names.value(i).to_string(),
+                module: modules.value(i).to_string(),
+            });
+        }
+    }
+    let path = dir.join(STACKS);
+    for batch in read_table(&path)? {
+        let parents = column::<UInt32Array>(&batch, "parent", &path)?;
+        let functions = column::<UInt32Array>(&batch, "function", &path)?;
+        for i in 0..batch.num_rows() {
+            let id = dicts.stacks.len();
+            let node = StackNode {
+                parent: parents.value(i),
+                function: functions.value(i),
+            };
+            if (node.parent != NO_PARENT && node.parent as usize >= id)
+                || node.function as usize >= dicts.functions.len()
+            {
+                return Err(corrupt(
+                    &path,
+                    format!("stack node {id} refers past its table"),
+                ));
+            }
+            dicts.stacks.push(node);
+        }
+    }
+    let path = dir.join(LABELS);
+    let batches = read_table(&path)?;
+    let label_rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let sets = usize::try_from(info.meta.rows.label_sets).unwrap_or(usize::MAX);
+    // Only one set can be empty (they are interned), so each other set has a row: this bounds
+    // what a damaged meta.json can make us allocate.
+    if sets > label_rows + 1 {
+        return Err(corrupt(
+            &path,
+            "fewer label rows than meta.json's label sets",
+        ));
+    }
+    for batch in &batches {
+        let set_ids = column::<UInt32Array>(batch, "set", &path)?;
+        let keys = column::<StringArray>(batch, "key", &path)?;
+        let strs = column::<StringArray>(batch, "str", &path)?;
+        let nums = column::<Int64Array>(batch, "num", &path)?;
+        for i in 0..batch.num_rows() {
+            let set = set_ids.value(i) as usize;
+            // Empty sets have no rows, so ids may skip; they never go backwards.
+            if set >= sets || set + 1 < dicts.label_sets.len() {
+                return Err(corrupt(&path, "label set ids are out of order or range"));
+            }
+            dicts
+                .label_sets
+                .resize(dicts.label_sets.len().max(set + 1), Vec::new());
+            let value = if strs.is_valid(i) {
+                LabelValue::Str(strs.value(i).to_string())
+            } else if nums.is_valid(i) {
+                LabelValue::Num(nums.value(i))
+            } else {
+                return Err(corrupt(
+                    &path,
+                    format!("label row {i} has neither str nor num"),
+                ));
+            };
+            dicts.label_sets[set].push((keys.value(i).to_string(), value));
+        }
+    }
+    dicts.label_sets.resize(sets, Vec::new());
+    if dicts.functions.len() as u64 != info.meta.rows.functions
+        || dicts.stacks.len() as u64 != info.meta.rows.stacks
+        || dicts.label_sets.len() as u64 != info.meta.rows.label_sets
+    {
+        return Err(corrupt(dir, "dictionary sizes disagree with meta.json"));
+    }
+    Ok(dicts)
+}
+
+/// Sample rows of a block, every reference checked against `dicts`.
+pub(crate) fn read_samples(info: &BlockInfo, dicts: &Dicts) -> Result<Vec<RecordBatch>> {
+    let path = info.path.join(SAMPLES);
+    let batches = read_table(&path)?;
+    for batch in &batches {
+        let series = column::<UInt32Array>(batch, "series", &path)?;
+        column::<Int64Array>(batch, "time", &path)?;
+        let stacks = column::<UInt32Array>(batch, "stack", &path)?;
+        let labels = column::<UInt32Array>(batch, "labels", &path)?;
+        column::<Int64Array>(batch, "value", &path)?;
+        let bad = series
+            .values()
+            .iter()
+            .any(|&s| s as usize >= dicts.series.len())
+            || stacks
+                .values()
+                .iter()
+                .any(|&s| s != EMPTY_STACK && s as usize >= dicts.stacks.len())
+            || labels
+                .values()
+                .iter()
+                .any(|&l| l as usize >= dicts.label_sets.len());
+        if bad || batch.columns().iter().any(|c| c.null_count() > 0) {
+            return Err(corrupt(&path, "a sample row refers past a dictionary"));
+        }
+    }
+    Ok(batches)
+}
+
+/// Integer columns stored as deltas rather than through a dictionary.
+const DELTA_COLUMNS: [&str; 3] = ["parent", "function", "time"];
+
+/// Creates a file only this user can read, as profiles name code and carry trace ids.
+fn create_private(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io(path))
+}
+
+fn write_table(dir: &Path, file: &str, batch: RecordBatch) -> Result<()> {
+    let path = dir.join(file);
+    let f = create_private(&path)?;
+    let mut props = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
+        .set_max_row_group_row_count(Some(1 << 20));
+    // Parents are mostly the previous node and times mostly repeat: deltas are near zero.
+    for name in DELTA_COLUMNS {
+        if batch.schema().column_with_name(name).is_some() {
+            let col = ColumnPath::from(name);
+            props = props
+                .set_column_dictionary_enabled(col.clone(), false)
+                .set_column_encoding(col, Encoding::DELTA_BINARY_PACKED);
+        }
+    }
+    let props = props.build();
+    let parquet_err = |source| StoreError::Parquet {
+        path: path.clone(),
+        source,
+    };
+    let mut writer = ArrowWriter::try_new(f, batch.schema(), Some(props)).map_err(parquet_err)?;
+    writer.write(&batch).map_err(parquet_err)?;
+    let f = writer.into_inner().map_err(parquet_err)?;
+    f.sync_all().map_err(io(&path))
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))
+}
+
+/// Writes a block atomically: into `<name>.tmp`, fsynced, then renamed to `<name>`.
+pub(crate) fn write(
+    root: &Path,
+    name: &str,
+    dicts: &Dicts,
+    samples: RecordBatch,
+    meta: &BlockMeta,
+) -> Result<BlockInfo> {
+    let tmp = root.join(format!("{name}{TEMP_SUFFIX}"));
+    let dir = root.join(name);
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&tmp)
+        .map_err(io(&tmp))?;
+    write_table(&tmp, SAMPLES, samples)?;
+    write_table(&tmp, FUNCTIONS, functions_batch(dicts))?;
+    write_table(&tmp, STACKS, stacks_batch(dicts))?;
+    write_table(&tmp, LABELS, labels_batch(dicts))?;
+    let path = tmp.join(META);
+    let mut f = create_private(&path)?;
+    let json = serde_json::to_vec_pretty(meta).expect("block meta serializes");
+    f.write_all(&json)
+        .and_then(|()| f.sync_all())
+        .map_err(io(&path))?;
+    sync_dir(&tmp)?;
+    fs::rename(&tmp, &dir).map_err(io(&dir))?;
+    sync_dir(root)?;
+    inspect(&dir)
+}
+
+fn batch(fields: Vec<Field>, columns: Vec<ArrayRef>) -> RecordBatch {
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+        .expect("dictionary columns match their schema")
+}
+
+fn functions_batch(dicts: &Dicts) -> RecordBatch {
+    let names: StringArray = dicts
+        .functions
+        .iter()
+        .map(|f| Some(f.name.as_str()))
+        .collect();
+    let modules: StringArray = dicts
+        .functions
+        .iter()
+        .map(|f| Some(f.module.as_str()))
+        .collect();
+    batch(
+        vec![
+            Field::new("name", DataType::Utf8, false),
+            Field::new("module", DataType::Utf8, false),
+        ],
+        vec![Arc::new(names), Arc::new(modules)],
+    )
+}
+
+fn stacks_batch(dicts: &Dicts) -> RecordBatch {
+    let parents: UInt32Array = dicts.stacks.iter().map(|n| n.parent).collect();
+    let functions: UInt32Array = dicts.stacks.iter().map(|n| n.function).collect();
+    batch(
+        vec![
+            Field::new("parent", DataType::UInt32, false),
+            Field::new("function", DataType::UInt32, false),
+        ],
+        vec![Arc::new(parents), Arc::new(functions)],
+    )
+}
+
+fn labels_batch(dicts: &Dicts) -> RecordBatch {
+    let rows = || {
+        dicts
+            .label_sets
+            .iter()
+            .enumerate()
+            .flat_map(|(set, labels)| labels.iter().map(move |l| (set as u32, l)))
+    };
+    let sets: UInt32Array = rows().map(|(s, _)| s).collect();
+    let keys: StringArray = rows().map(|(_, (k, _))| Some(k.as_str())).collect();
+    let strs: StringArray = rows()
+        .map(|(_, (_, v))| match v {
+            LabelValue::Str(s) => Some(s.as_str()),
+            LabelValue::Num(_) => None,
+        })
+        .collect();
+    let nums: Int64Array = rows()
+        .map(|(_, (_, v))| match v {
+            LabelValue::Num(n) => Some(*n),
+            LabelValue::Str(_) => None,
+        })
+        .collect();
+    batch(
+        vec![
+            Field::new("set", DataType::UInt32, false),
+            Field::new("key", DataType::Utf8, false),
+            Field::new("str", DataType::Utf8, true),
+            Field::new("num", DataType::Int64, true),
+        ],
+        vec![
+            Arc::new(sets),
+            Arc::new(keys),
+            Arc::new(strs),
+            Arc::new(nums),
+        ],
+    )
+}

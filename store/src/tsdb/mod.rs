@@ -1,0 +1,512 @@
+//! The on-disk time series of profiles the agent keeps, so the flame graph of any past minute
+//! can be answered.
+//!
+//! Appended batches land in an in-memory Arrow head ([`head`]), which is flushed at least every
+//! `flush_interval` (and early past a byte budget) into one immutable block per time partition
+//! ([`block`]): Parquet sample rows referring to stack, function and label-set dictionaries.
+//! Whole blocks are the unit of retention and compaction. The layout is in `store/FORMAT.md`.
+
+mod block;
+mod error;
+mod head;
+mod model;
+mod query;
+
+use std::borrow::Cow;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::fs;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arrow::array::{Int64Array, UInt32Array};
+use arrow::compute::take_record_batch;
+use arrow::record_batch::RecordBatch;
+
+pub use block::{BlockInfo, BlockMeta, BlockRows, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME};
+pub use error::{Result, StoreError};
+pub use model::{parse_selector, Batch, BatchSample, ProfileType, Query, Series, StoreOptions};
+
+use crate::profile::{Profile, ProfileBuilder, ValueType};
+use error::io;
+use head::{Dicts, Head};
+
+/// Most points [`Store::series`] returns, so a tiny step cannot exhaust memory.
+pub const MAX_SERIES_POINTS: u64 = 1_000_000;
+
+/// A block that was skipped because it could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockProblem {
+    pub path: PathBuf,
+    /// What was wrong and what to do, from [`StoreError`].
+    pub message: String,
+}
+
+/// A directory of blocks plus the head; see the module documentation.
+///
+/// Nothing is flushed on drop: call [`Store::flush`] on shutdown, or lose the head as a crash
+/// would. One `Store` per directory: nothing locks it against a second writer.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+    options: StoreOptions,
+    head: Head,
+    /// Sorted oldest first.
+    blocks: Vec<BlockInfo>,
+    next_sequence: u64,
+    problems: Mutex<Vec<BlockProblem>>,
+}
+
+fn now_unix_nanos() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+fn nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+fn remove_dir(path: &Path) -> Result<()> {
+    fs::remove_dir_all(path).map_err(io(path))
+}
+
+impl Store {
+    /// Opens or creates a store in `dir` (created with mode 0700; an existing directory keeps
+    /// its mode). Half-written blocks left by a crash are
+    /// removed; unreadable blocks are skipped and listed by [`Store::problems`].
+    pub fn open(dir: impl Into<PathBuf>, options: StoreOptions) -> Result<Store> {
+        options.check()?;
+        let dir = dir.into();
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io(&dir))?;
+        let mut blocks = Vec::new();
+        let mut problems = Vec::new();
+        let mut next_sequence = 0;
+        for entry in fs::read_dir(&dir).map_err(io(&dir))? {
+            let entry = entry.map_err(io(&dir))?;
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !entry.file_type().map_err(io(&path))?.is_dir() {
+                continue;
+            }
+            if name.ends_with(block::TEMP_SUFFIX) {
+                remove_dir(&path)?;
+                continue;
+            }
+            if let Some(seq) = name.rsplit('-').next().and_then(|s| s.parse::<u64>().ok()) {
+                next_sequence = next_sequence.max(seq + 1);
+            }
+            match block::inspect(&path) {
+                Ok(info) => blocks.push(info),
+                Err(e) => problems.push(BlockProblem {
+                    path,
+                    message: e.to_string(),
+                }),
+            }
+        }
+        // A crash between writing a compacted block and deleting its inputs leaves both.
+        let replaced: HashSet<String> = blocks
+            .iter()
+            .flat_map(|b| b.meta.compacted_from.iter().cloned())
+            .collect();
+        for b in blocks.iter().filter(|b| replaced.contains(&b.name)) {
+            remove_dir(&b.path)?;
+        }
+        blocks.retain(|b| !replaced.contains(&b.name));
+        blocks.sort_by(|a, b| (a.meta.min_time, &a.name).cmp(&(b.meta.min_time, &b.name)));
+        Ok(Store {
+            dir,
+            options,
+            head: Head::new(),
+            blocks,
+            next_sequence,
+            problems: Mutex::new(problems),
+        })
+    }
+
+    /// Adds a batch to the head; flushes when the flush interval passed or the head is full.
+    pub fn append(&mut self, batch: &Batch) -> Result<()> {
+        self.head.append(batch)?;
+        if self.head.bytes >= self.options.head_bytes {
+            return self.flush();
+        }
+        self.flush_if_due()
+    }
+
+    /// Flushes if the oldest unflushed batch is `flush_interval` old; for the agent's timer,
+    /// so a quiet store still honours the interval.
+    pub fn flush_if_due(&mut self) -> Result<()> {
+        match self.head.since {
+            Some(since) if since.elapsed() >= self.options.flush_interval => self.flush(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes the head as one block per partition it touches, then applies retention and
+    /// compacts closed partitions. If the first block cannot be written the head is kept.
+    pub fn flush(&mut self) -> Result<()> {
+        if self.head.is_empty() {
+            self.head.since = None;
+            return Ok(());
+        }
+        let head = std::mem::replace(&mut self.head, Head::new());
+        let rows = head.record_batch();
+        let partition = nanos(self.options.partition);
+        let col = |name| rows.column_by_name(name).expect("samples schema");
+        let u32s = |name| {
+            col(name)
+                .as_any()
+                .downcast_ref::<UInt32Array>()
+                .expect("u32 column")
+                .values()
+                .clone()
+        };
+        let (series, stacks, labels) = (u32s("series"), u32s("stack"), u32s("labels"));
+        let times = col("time")
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .expect("i64 column")
+            .values()
+            .clone();
+        // Sorted by series and stack so equal values sit together for RLE and compression.
+        let key = |i: u32| {
+            let i = i as usize;
+            (
+                times[i].div_euclid(partition),
+                series[i],
+                stacks[i],
+                labels[i],
+                times[i],
+            )
+        };
+        let mut order: Vec<u32> = (0..rows.num_rows() as u32).collect();
+        order.sort_unstable_by_key(|&i| key(i));
+        let mut written = 0;
+        for group in order.chunk_by(|&a, &b| key(a).0 == key(b).0) {
+            let part = key(group[0]).0;
+            let taken = take_record_batch(&rows, &UInt32Array::from(group.to_vec()))
+                .expect("indices are in range");
+            let min_time = group.iter().map(|&i| times[i as usize]).min().unwrap_or(0);
+            let max_time = group.iter().map(|&i| times[i as usize]).max().unwrap_or(0);
+            let samples_appended = head
+                .appended_by_time
+                .iter()
+                .filter(|(t, _)| t.div_euclid(partition) == part)
+                .map(|(_, n)| n)
+                .sum();
+            match self.write_block(
+                &head.dicts,
+                taken,
+                min_time,
+                max_time,
+                samples_appended,
+                Vec::new(),
+            ) {
+                Ok(()) => written += 1,
+                Err(e) if written == 0 => {
+                    self.head = head;
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.apply_retention(now_unix_nanos())?;
+        self.compact()?;
+        Ok(())
+    }
+
+    fn write_block(
+        &mut self,
+        dicts: &Dicts,
+        samples: RecordBatch,
+        min_time: i64,
+        max_time: i64,
+        samples_appended: u64,
+        compacted_from: Vec<String>,
+    ) -> Result<()> {
+        let name = format!("{min_time:020}-{:06}", self.next_sequence);
+        self.next_sequence += 1;
+        let meta = BlockMeta {
+            format: FORMAT_NAME.to_string(),
+            format_major: FORMAT_MAJOR,
+            format_minor: FORMAT_MINOR,
+            min_time,
+            max_time,
+            samples_appended,
+            rows: BlockRows {
+                samples: samples.num_rows() as u64,
+                stacks: dicts.stacks.len() as u64,
+                functions: dicts.functions.len() as u64,
+                label_sets: dicts.label_sets.len() as u64,
+            },
+            series: dicts.series.clone(),
+            compacted_from,
+        };
+        let info = block::write(&self.dir, &name, dicts, samples, &meta)?;
+        let at = self
+            .blocks
+            .partition_point(|b| (b.meta.min_time, &b.name) < (min_time, &name));
+        self.blocks.insert(at, info);
+        Ok(())
+    }
+
+    /// Deletes blocks whose newest sample is older than `retention_age` before `now`, then the
+    /// oldest while all blocks exceed `retention_bytes`, always keeping the newest block.
+    /// Returns the names of the deleted blocks. Flushing calls this with the current time.
+    pub fn apply_retention(&mut self, now_unix_nanos: i64) -> Result<Vec<String>> {
+        let cutoff = now_unix_nanos.saturating_sub(nanos(self.options.retention_age));
+        let mut by_age: Vec<usize> = (0..self.blocks.len()).collect();
+        by_age.sort_by_key(|&i| {
+            (
+                self.blocks[i].meta.max_time,
+                self.blocks[i].meta.min_time,
+                i,
+            )
+        });
+        let mut doomed = HashSet::new();
+        let mut total: u64 = self.blocks.iter().map(|b| b.bytes).sum();
+        let mut left = self.blocks.len();
+        for &i in &by_age {
+            let b = &self.blocks[i];
+            let too_old = b.meta.max_time < cutoff;
+            let too_big = total > self.options.retention_bytes && left > 1;
+            if !too_old && !too_big {
+                break;
+            }
+            doomed.insert(i);
+            total -= b.bytes;
+            left -= 1;
+        }
+        let mut deleted = Vec::new();
+        for &i in &by_age {
+            if doomed.contains(&i) {
+                self.delete_block(&self.blocks[i])?;
+                deleted.push(self.blocks[i].name.clone());
+            }
+        }
+        let mut i = 0;
+        self.blocks.retain(|_| {
+            i += 1;
+            !doomed.contains(&(i - 1))
+        });
+        Ok(deleted)
+    }
+
+    /// Renames first, so a crash mid-delete leaves a temp directory (removed on open), never a
+    /// half block.
+    fn delete_block(&self, b: &BlockInfo) -> Result<()> {
+        let doomed = self
+            .dir
+            .join(format!("{}.del{}", b.name, block::TEMP_SUFFIX));
+        fs::rename(&b.path, &doomed).map_err(io(&b.path))?;
+        remove_dir(&doomed)
+    }
+
+    /// Merges the blocks of each partition older than the newest block's into one block.
+    /// Returns how many blocks were replaced. Flushing calls this.
+    pub fn compact(&mut self) -> Result<usize> {
+        let partition = nanos(self.options.partition);
+        let Some(newest) = self
+            .blocks
+            .iter()
+            .map(|b| b.meta.max_time.div_euclid(partition))
+            .max()
+        else {
+            return Ok(0);
+        };
+        let mut groups: HashMap<i64, Vec<BlockInfo>> = HashMap::new();
+        for b in &self.blocks {
+            let part = b.meta.min_time.div_euclid(partition);
+            if part < newest {
+                groups.entry(part).or_default().push(b.clone());
+            }
+        }
+        let mut groups: Vec<(i64, Vec<BlockInfo>)> =
+            groups.into_iter().filter(|(_, g)| g.len() > 1).collect();
+        groups.sort_by_key(|(part, _)| *part);
+        let mut replaced = 0;
+        for (_, inputs) in groups {
+            let mut head = Head::new();
+            let mut readable = Vec::new();
+            for info in &inputs {
+                match block::read_dicts(info)
+                    .and_then(|d| block::read_samples(info, &d).map(|s| (d, s)))
+                {
+                    Ok((dicts, samples)) => {
+                        head.absorb(&dicts, &samples, info.meta.samples_appended)?;
+                        readable.push(info.clone());
+                    }
+                    Err(e) => self.report(info, e),
+                }
+            }
+            if readable.len() < 2 {
+                continue;
+            }
+            let names: Vec<String> = readable.iter().map(|b| b.name.clone()).collect();
+            let rows = head.record_batch();
+            let (min, max) = (head.min_time, head.max_time);
+            self.write_block(
+                &head.dicts,
+                rows,
+                min,
+                max,
+                head.samples_appended,
+                names.clone(),
+            )?;
+            for b in &readable {
+                self.delete_block(b)?;
+            }
+            self.blocks.retain(|b| !names.contains(&b.name));
+            replaced += readable.len();
+        }
+        Ok(replaced)
+    }
+
+    fn report(&self, info: &BlockInfo, e: StoreError) {
+        let mut problems = self.problems.lock().unwrap_or_else(|p| p.into_inner());
+        if !problems.iter().any(|p| p.path == info.path) {
+            problems.push(BlockProblem {
+                path: info.path.clone(),
+                message: e.to_string(),
+            });
+        }
+    }
+
+    fn is_bad(&self, info: &BlockInfo) -> bool {
+        let problems = self.problems.lock().unwrap_or_else(|p| p.into_inner());
+        problems.iter().any(|p| p.path == info.path)
+    }
+
+    /// Blocks that could not be read, found on open or while querying.
+    pub fn problems(&self) -> Vec<BlockProblem> {
+        self.problems
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The readable blocks, oldest first.
+    pub fn blocks(&self) -> &[BlockInfo] {
+        &self.blocks
+    }
+
+    /// Head and blocks that may hold rows for the query, read; unreadable blocks are reported
+    /// and skipped.
+    fn sources(&self, query: &Query) -> Vec<(Cow<'_, Dicts>, Vec<RecordBatch>)> {
+        let selects = |series: &[Series]| {
+            series
+                .iter()
+                .any(|s| s.matches(&query.profile_type, &query.matchers))
+        };
+        let mut out = Vec::new();
+        if !self.head.is_empty()
+            && self.head.max_time >= query.from
+            && self.head.min_time < query.until
+            && selects(&self.head.dicts.series)
+        {
+            out.push((
+                Cow::Borrowed(&self.head.dicts),
+                vec![self.head.record_batch()],
+            ));
+        }
+        for info in &self.blocks {
+            if info.meta.max_time < query.from
+                || info.meta.min_time >= query.until
+                || !selects(&info.meta.series)
+                || self.is_bad(info)
+            {
+                continue;
+            }
+            let read = block::read_dicts(info)
+                .and_then(|d| block::read_samples(info, &d).map(|s| (Cow::Owned(d), s)));
+            match read {
+                Ok(source) => out.push(source),
+                Err(e) => self.report(info, e),
+            }
+        }
+        out
+    }
+
+    /// The merged profile of the matching series over the query's time range (head included),
+    /// with one sample type (the query's profile type) and per-sample labels kept.
+    pub fn profile(&self, query: &Query) -> Result<Profile> {
+        query.check()?;
+        let value_type = ValueType::new(&query.profile_type.name, &query.profile_type.unit);
+        let mut builder = ProfileBuilder::new(vec![value_type.clone()], value_type, 0);
+        builder.set_time_range(query.from, query.until.saturating_sub(query.from));
+        for (dicts, batches) in self.sources(query) {
+            query::merge_into(&mut builder, &dicts, &batches, query);
+        }
+        Ok(builder.build())
+    }
+
+    /// Totals per `step` from `query.from`: `(step start, total)` for a timeline.
+    pub fn series(&self, query: &Query, step: Duration) -> Result<Vec<(i64, i64)>> {
+        query.check()?;
+        let step = nanos(step);
+        if step <= 0 {
+            return Err(StoreError::InvalidQuery("step must be positive".into()));
+        }
+        let span = (query.until as i128 - query.from as i128) as u128;
+        let points = span.div_ceil(step as u128);
+        if points > u128::from(MAX_SERIES_POINTS) {
+            return Err(StoreError::InvalidQuery(format!(
+                "{points} points asked for, at most {MAX_SERIES_POINTS}: use a larger step"
+            )));
+        }
+        let mut totals = vec![0; points as usize];
+        for (dicts, batches) in self.sources(query) {
+            query::add_timeline(&mut totals, step, &dicts, &batches, query);
+        }
+        Ok(totals
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| {
+                (
+                    query.from.saturating_add((i as i64).saturating_mul(step)),
+                    t,
+                )
+            })
+            .collect())
+    }
+
+    fn all_series(&self) -> impl Iterator<Item = &Series> {
+        self.head
+            .dicts
+            .series
+            .iter()
+            .chain(self.blocks.iter().flat_map(|b| b.meta.series.iter()))
+    }
+
+    /// Series label names present in the store, sorted.
+    pub fn label_names(&self) -> Vec<String> {
+        let names: BTreeSet<&String> = self
+            .all_series()
+            .flat_map(|s| s.labels.iter().map(|(k, _)| k))
+            .collect();
+        names.into_iter().cloned().collect()
+    }
+
+    /// Values of one series label present in the store, sorted.
+    pub fn label_values(&self, name: &str) -> Vec<String> {
+        let values: BTreeSet<&String> = self
+            .all_series()
+            .flat_map(|s| s.labels.iter().filter(|(k, _)| k == name).map(|(_, v)| v))
+            .collect();
+        values.into_iter().cloned().collect()
+    }
+
+    /// Profile types present in the store, sorted.
+    pub fn profile_types(&self) -> Vec<ProfileType> {
+        let types: BTreeSet<&ProfileType> = self.all_series().map(|s| &s.profile_type).collect();
+        types.into_iter().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

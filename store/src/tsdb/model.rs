@@ -1,0 +1,229 @@
+//! What goes in (batches) and what comes out (queries), independent of how it is stored.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{Result, StoreError};
+use crate::profile::{Function, LabelValue};
+
+/// A profile type as Pyroscope names it: what is measured and in which unit.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ProfileType {
+    pub name: String,
+    pub unit: String,
+}
+
+impl ProfileType {
+    /// The profile types the collector produces, by name (`cpu`, `wall`, `alloc_samples`,
+    /// `alloc_size`, `exception`, `lock_count`, `lock_time`), so every writer uses one unit.
+    pub fn known(name: &str) -> Option<ProfileType> {
+        let unit = match name {
+            "cpu" | "wall" | "lock_time" => "nanoseconds",
+            "alloc_samples" | "exception" | "lock_count" => "count",
+            "alloc_size" => "bytes",
+            _ => return None,
+        };
+        Some(ProfileType {
+            name: name.to_string(),
+            unit: unit.to_string(),
+        })
+    }
+}
+
+/// One time series: a profile type of one labelled source (service, process, host, ...).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Series {
+    pub profile_type: ProfileType,
+    /// Sorted by key, keys unique.
+    pub labels: Vec<(String, String)>,
+}
+
+impl Series {
+    pub(crate) fn matches(
+        &self,
+        profile_type: &ProfileType,
+        matchers: &[(String, String)],
+    ) -> bool {
+        &self.profile_type == profile_type
+            && matchers
+                .iter()
+                .all(|(k, v)| self.labels.iter().any(|(sk, sv)| sk == k && sv == v))
+    }
+}
+
+/// One sample of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchSample {
+    /// Indices into [`Batch::functions`], leaf first.
+    pub stack: Vec<u32>,
+    pub value: i64,
+    /// Per-sample labels such as `thread_id`, `trace_id`, `span_id`, `span_name`; any order.
+    pub labels: Vec<(String, LabelValue)>,
+}
+
+/// What one profiling interval of one series produced; the unit of [`super::Store::append`].
+///
+/// Functions are listed once per batch and samples refer to them by index, which is how the
+/// sampler already holds them and keeps appends free of per-frame string copies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// `service_name`, `process_id`, `host_name` and any others; any order, keys unique.
+    pub series: Vec<(String, String)>,
+    pub profile_type: ProfileType,
+    /// When the interval was taken, Unix nanoseconds.
+    pub timestamp_unix_nanos: i64,
+    pub functions: Vec<Function>,
+    pub samples: Vec<BatchSample>,
+}
+
+/// A question for [`super::Store::profile`] or [`super::Store::series`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Query {
+    /// Inclusive, Unix nanoseconds.
+    pub from: i64,
+    /// Exclusive, Unix nanoseconds.
+    pub until: i64,
+    pub profile_type: ProfileType,
+    /// Series label equalities, all of which must hold; see [`parse_selector`].
+    pub matchers: Vec<(String, String)>,
+    /// Sample label equalities (e.g. `span_id`), all of which must hold.
+    pub sample_matchers: Vec<(String, LabelValue)>,
+}
+
+impl Query {
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.from >= self.until {
+            return Err(StoreError::InvalidQuery(format!(
+                "empty time range: from {} is not before until {}",
+                self.from, self.until
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn sample_labels_match(&self, labels: &[(String, LabelValue)]) -> bool {
+        self.sample_matchers
+            .iter()
+            .all(|m| labels.iter().any(|l| l == m))
+    }
+}
+
+/// Tuning of [`super::Store`]; [`Default`] suits one node agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// The longest the head stays in memory unflushed: what a SIGKILL can lose. At most 10 s.
+    pub flush_interval: Duration,
+    /// Time span of a partition; a block never straddles two, and compaction merges the
+    /// blocks of one partition into one.
+    pub partition: Duration,
+    /// Blocks whose newest sample is older than this are deleted.
+    pub retention_age: Duration,
+    /// Oldest blocks are deleted while the blocks take more bytes than this (never the newest).
+    pub retention_bytes: u64,
+    /// The head is flushed early once its estimated size passes this many bytes.
+    pub head_bytes: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            flush_interval: Duration::from_secs(10),
+            partition: Duration::from_secs(60),
+            retention_age: Duration::from_secs(7 * 24 * 3600),
+            retention_bytes: 1 << 30,
+            head_bytes: 64 << 20,
+        }
+    }
+}
+
+impl StoreOptions {
+    pub(crate) fn check(&self) -> Result<()> {
+        let fail = |m: &str| Err(StoreError::InvalidOptions(m.to_string()));
+        if self.flush_interval > Duration::from_secs(10) {
+            return fail("flush_interval must be at most 10 s: it bounds what a crash loses");
+        }
+        if self.partition.as_nanos() == 0 || self.partition.as_nanos() > i64::MAX as u128 {
+            return fail("partition must be between 1 ns and 292 years (one minute is usual)");
+        }
+        if self.head_bytes == 0 {
+            return fail("head_bytes must be positive");
+        }
+        Ok(())
+    }
+}
+
+/// Parses `{service_name="api",process_id="42"}` (braces optional, `\"` and `\\` escapes)
+/// into label equalities, so callers can take Pyroscope-style selectors from users.
+pub fn parse_selector(input: &str) -> Result<Vec<(String, String)>> {
+    let fail = |reason: &str| StoreError::InvalidSelector {
+        input: input.to_string(),
+        reason: reason.to_string(),
+    };
+    let mut s = input.trim();
+    if let Some(inner) = s.strip_prefix('{') {
+        s = inner
+            .strip_suffix('}')
+            .ok_or_else(|| fail("missing closing '}'"))?;
+    }
+    let mut chars = s.chars().peekable();
+    let mut out = Vec::new();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        if chars.peek().is_none() {
+            break;
+        }
+        let mut key = String::new();
+        while let Some(&c) = chars.peek() {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '.' {
+                key.push(c);
+                chars.next();
+            } else {
+                break;
+            }
+        }
+        if key.is_empty() {
+            return Err(fail("expected a label name"));
+        }
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        if chars.next() != Some('=') {
+            return Err(fail(&format!(
+                "expected '=' after {key} (only equality is supported)"
+            )));
+        }
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        if chars.next() != Some('"') {
+            return Err(fail(&format!(
+                "the value of {key} must be in double quotes"
+            )));
+        }
+        let mut value = String::new();
+        loop {
+            match chars.next() {
+                None => return Err(fail("unterminated string")),
+                Some('"') => break,
+                Some('\\') => match chars.next() {
+                    Some(c @ ('"' | '\\')) => value.push(c),
+                    _ => return Err(fail("only \\\" and \\\\ escapes are supported")),
+                },
+                Some(c) => value.push(c),
+            }
+        }
+        out.push((key, value));
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        match chars.next() {
+            None => break,
+            Some(',') => {}
+            Some(_) => return Err(fail("expected ',' between matchers")),
+        }
+    }
+    Ok(out)
+}

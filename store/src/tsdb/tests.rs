@@ -1,0 +1,776 @@
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::*;
+use crate::profile::{Function, LabelValue};
+
+const MINUTE: i64 = 60_000_000_000;
+const HOUR: i64 = 60 * MINUTE;
+
+/// A fresh directory, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("clrscope-tsdb-{}-{name}-{n}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        TempDir(dir.join("data"))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Some(parent) = self.0.parent() {
+            let _ = fs::remove_dir_all(parent);
+        }
+    }
+}
+
+/// Options that never delete by age or bytes, unless a test says so.
+fn keep_all() -> StoreOptions {
+    StoreOptions {
+        retention_age: Duration::from_secs(1 << 40),
+        retention_bytes: u64::MAX,
+        partition: Duration::from_secs(3600),
+        ..StoreOptions::default()
+    }
+}
+
+fn function(name: &str) -> Function {
+    Function {
+        name: name.to_string(),
+        module: "App.dll".to_string(),
+    }
+}
+
+/// Stack as function names (leaf first), value, sample labels.
+type TestSample<'a> = (&'a [&'a str], i64, &'a [(&'a str, LabelValue)]);
+
+/// A batch whose stacks are given as function names, leaf first.
+fn batch(service: &str, pt: &str, time: i64, samples: &[TestSample]) -> Batch {
+    let mut functions: Vec<Function> = Vec::new();
+    let mut out = Vec::new();
+    for (stack, value, labels) in samples {
+        let stack = stack
+            .iter()
+            .map(|name| {
+                let f = function(name);
+                match functions.iter().position(|g| *g == f) {
+                    Some(i) => i as u32,
+                    None => {
+                        functions.push(f);
+                        functions.len() as u32 - 1
+                    }
+                }
+            })
+            .collect();
+        out.push(BatchSample {
+            stack,
+            value: *value,
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        });
+    }
+    Batch {
+        series: vec![
+            ("service_name".into(), service.into()),
+            ("process_id".into(), "42".into()),
+            ("host_name".into(), "node-1".into()),
+        ],
+        profile_type: ProfileType::known(pt).expect("known type"),
+        timestamp_unix_nanos: time,
+        functions,
+        samples: out,
+    }
+}
+
+/// Stack names and sorted labels: what makes a sample.
+type FlatKey = (Vec<String>, Vec<(String, LabelValue)>);
+type Flat = BTreeMap<FlatKey, i64>;
+
+/// A profile as stack names and labels to value, independent of function order.
+fn flat(p: &Profile) -> Flat {
+    let mut out = Flat::new();
+    for s in &p.samples {
+        let names = s
+            .stack
+            .iter()
+            .map(|&f| p.functions[f as usize].name.clone())
+            .collect();
+        *out.entry((names, s.labels.clone())).or_insert(0) += s.values[0];
+    }
+    out
+}
+
+fn query(service: Option<&str>, pt: &str, from: i64, until: i64) -> Query {
+    Query {
+        from,
+        until,
+        profile_type: ProfileType::known(pt).unwrap(),
+        matchers: service
+            .map(|s| vec![("service_name".to_string(), s.to_string())])
+            .unwrap_or_default(),
+        sample_matchers: Vec::new(),
+    }
+}
+
+fn tid(n: i64) -> (&'static str, LabelValue) {
+    ("thread_id", LabelValue::Num(n))
+}
+
+fn entry(stack: &[&str], labels: &[(&str, LabelValue)], value: i64) -> (FlatKey, i64) {
+    let mut labels: Vec<(String, LabelValue)> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    labels.sort();
+    (
+        (stack.iter().map(|s| s.to_string()).collect(), labels),
+        value,
+    )
+}
+
+#[test]
+fn round_trip_through_head_blocks_and_reopen() {
+    let dir = TempDir::new("roundtrip");
+    let t0 = 10 * HOUR;
+    let span = ("span_id", LabelValue::Str("00f067aa0ba902b7".into()));
+    let mut store = Store::open(&dir.0, keep_all()).unwrap();
+    store
+        .append(&batch(
+            "api",
+            "cpu",
+            t0,
+            &[
+                (&["Hot", "Main"], 10, &[tid(1)]),
+                (&["Hot", "Main"], 5, &[tid(1)]),
+                (&["Cold", "Main"], 1, &[tid(2), span.clone()]),
+                (&[], 3, &[]),
+            ],
+        ))
+        .unwrap();
+    store
+        .append(&batch(
+            "api",
+            "cpu",
+            t0 + 1_000,
+            &[(&["Hot", "Main"], 7, &[tid(1)])],
+        ))
+        .unwrap();
+    store
+        .append(&batch("api", "wall", t0, &[(&["Sleep", "Main"], 99, &[])]))
+        .unwrap();
+    store
+        .append(&batch("worker", "cpu", t0, &[(&["Other"], 4, &[])]))
+        .unwrap();
+    let expected: Flat = [
+        entry(&["Hot", "Main"], &[tid(1)], 22),
+        entry(&["Cold", "Main"], &[tid(2), span.clone()], 1),
+        entry(&[], &[], 3),
+    ]
+    .into_iter()
+    .collect();
+    let q = query(Some("api"), "cpu", t0, t0 + MINUTE);
+    let from_head = store.profile(&q).unwrap();
+    assert_eq!(flat(&from_head), expected);
+    assert_eq!(
+        from_head.sample_types[0],
+        ValueType::new("cpu", "nanoseconds")
+    );
+    assert_eq!(
+        (from_head.start_unix_nanos, from_head.duration_nanos),
+        (t0, MINUTE)
+    );
+    assert!(store.blocks().is_empty());
+
+    store.flush().unwrap();
+    assert_eq!(store.blocks().len(), 1);
+    assert_eq!(flat(&store.profile(&q).unwrap()), expected);
+    assert_eq!(store.blocks()[0].meta.samples_appended, 7);
+    assert_eq!(store.blocks()[0].meta.rows.samples, 6);
+    drop(store);
+
+    let store = Store::open(&dir.0, keep_all()).unwrap();
+    assert!(store.problems().is_empty());
+    assert_eq!(flat(&store.profile(&q).unwrap()), expected);
+    let wall = store.profile(&query(None, "wall", t0, t0 + 1)).unwrap();
+    assert_eq!(
+        flat(&wall),
+        [entry(&["Sleep", "Main"], &[], 99)].into_iter().collect()
+    );
+    let mut by_span = q.clone();
+    by_span.sample_matchers = vec![("span_id".to_string(), span.1.clone())];
+    assert_eq!(
+        flat(&store.profile(&by_span).unwrap()),
+        [entry(&["Cold", "Main"], &[tid(2), span], 1)]
+            .into_iter()
+            .collect()
+    );
+    assert_eq!(
+        store
+            .profile(&query(None, "cpu", t0, t0 + MINUTE))
+            .unwrap()
+            .total(0),
+        30
+    );
+}
+
+#[test]
+fn repeated_stacks_are_stored_once() {
+    let dir = TempDir::new("dedup");
+    let mut store = Store::open(&dir.0, keep_all()).unwrap();
+    let deep: Vec<String> = (0..30).map(|i| format!("Frame{i}")).collect();
+    let deep: Vec<&str> = deep.iter().map(String::as_str).collect();
+    let mut other = deep.clone();
+    other[0] = "OtherLeaf";
+    for i in 0..1000 {
+        store
+            .append(&batch(
+                "api",
+                "cpu",
+                HOUR + i,
+                &[(&deep, 1, &[]), (&other, 2, &[])],
+            ))
+            .unwrap();
+    }
+    store.flush().unwrap();
+    let meta = &store.blocks()[0].meta;
+    assert_eq!(meta.rows.samples, 2000);
+    // 30 nodes for the first stack, one more for the other leaf.
+    assert_eq!(meta.rows.stacks, 31);
+    assert_eq!(meta.rows.functions, 31);
+    let p = store.profile(&query(None, "cpu", 0, 2 * HOUR)).unwrap();
+    assert_eq!(p.samples.len(), 2);
+    assert_eq!(p.total(0), 3000);
+}
+
+#[test]
+fn time_range_and_labels_prune_blocks() {
+    let dir = TempDir::new("prune");
+    let options = StoreOptions {
+        partition: Duration::from_secs(60),
+        ..keep_all()
+    };
+    let mut store = Store::open(&dir.0, options).unwrap();
+    store
+        .append(&batch("a", "cpu", HOUR, &[(&["A1"], 1, &[])]))
+        .unwrap();
+    store.flush().unwrap();
+    store
+        .append(&batch("b", "cpu", HOUR + 2 * MINUTE, &[(&["B1"], 2, &[])]))
+        .unwrap();
+    store.flush().unwrap();
+    store
+        .append(&batch("a", "cpu", 3 * HOUR, &[(&["A3"], 4, &[])]))
+        .unwrap();
+    store.flush().unwrap();
+    assert_eq!(store.blocks().len(), 3);
+    let total = |q: &Query| store.profile(q).unwrap().total(0);
+    assert_eq!(total(&query(None, "cpu", HOUR, HOUR + 1)), 1);
+    assert_eq!(total(&query(None, "cpu", HOUR, HOUR + 3 * MINUTE)), 3);
+    assert_eq!(total(&query(None, "cpu", 2 * HOUR, 4 * HOUR)), 4);
+    assert_eq!(total(&query(Some("a"), "cpu", 0, 4 * HOUR)), 5);
+    assert_eq!(total(&query(None, "wall", 0, 4 * HOUR)), 0);
+
+    // Damage service b's block: queries that prune it never notice.
+    let b_block = store.blocks()[1].path.clone();
+    fs::write(b_block.join(block::SAMPLES), b"garbage").unwrap();
+    assert_eq!(total(&query(Some("a"), "cpu", 0, 4 * HOUR)), 5);
+    assert_eq!(total(&query(None, "cpu", 2 * HOUR, 4 * HOUR)), 4);
+    assert!(store.problems().is_empty());
+    // A query that needs it reports it and answers from the rest.
+    assert_eq!(total(&query(None, "cpu", 0, 4 * HOUR)), 5);
+    let problems = store.problems();
+    assert_eq!(problems.len(), 1);
+    assert_eq!(problems[0].path, b_block);
+    assert!(
+        problems[0].message.contains("damaged"),
+        "{}",
+        problems[0].message
+    );
+}
+
+/// Three blocks, one per hour, each with one sample of value 1.
+fn three_hours(dir: &TempDir) -> Vec<u64> {
+    let mut store = Store::open(&dir.0, keep_all()).unwrap();
+    for h in 1..=3 {
+        store
+            .append(&batch("api", "cpu", h * HOUR, &[(&["F"], 1, &[])]))
+            .unwrap();
+        store.flush().unwrap();
+    }
+    store.blocks().iter().map(|b| b.bytes).collect()
+}
+
+#[test]
+fn retention_by_age_deletes_only_old_blocks() {
+    let dir = TempDir::new("age");
+    three_hours(&dir);
+    let options = StoreOptions {
+        retention_age: Duration::from_secs(90 * 60),
+        ..keep_all()
+    };
+    let mut store = Store::open(&dir.0, options).unwrap();
+    let names: Vec<String> = store.blocks().iter().map(|b| b.name.clone()).collect();
+    let deleted = store.apply_retention(3 * HOUR + 10 * MINUTE).unwrap();
+    assert_eq!(deleted, vec![names[0].clone()]);
+    assert!(!store.dir.join(&names[0]).exists());
+    let store = Store::open(&dir.0, keep_all()).unwrap();
+    let left: Vec<String> = store.blocks().iter().map(|b| b.name.clone()).collect();
+    assert_eq!(left, names[1..]);
+    assert_eq!(
+        store
+            .profile(&query(None, "cpu", 0, 4 * HOUR))
+            .unwrap()
+            .total(0),
+        2
+    );
+}
+
+#[test]
+fn retention_by_bytes_deletes_oldest_but_never_the_newest() {
+    let dir = TempDir::new("bytes");
+    let sizes = three_hours(&dir);
+    let options = StoreOptions {
+        retention_bytes: sizes[1] + sizes[2],
+        ..keep_all()
+    };
+    let mut store = Store::open(&dir.0, options).unwrap();
+    let names: Vec<String> = store.blocks().iter().map(|b| b.name.clone()).collect();
+    assert_eq!(store.apply_retention(0).unwrap(), vec![names[0].clone()]);
+    assert_eq!(store.apply_retention(0).unwrap(), Vec::<String>::new());
+    drop(store);
+    let options = StoreOptions {
+        retention_bytes: 0,
+        ..keep_all()
+    };
+    let mut store = Store::open(&dir.0, options).unwrap();
+    assert_eq!(store.apply_retention(0).unwrap(), vec![names[1].clone()]);
+    assert_eq!(store.blocks().len(), 1);
+    assert_eq!(store.blocks()[0].name, names[2]);
+    assert_eq!(
+        store
+            .profile(&query(None, "cpu", 0, 4 * HOUR))
+            .unwrap()
+            .total(0),
+        1
+    );
+}
+
+#[test]
+fn damaged_blocks_are_reported_and_skipped_on_open() {
+    let dir = TempDir::new("damaged");
+    three_hours(&dir);
+    let names: Vec<PathBuf> = fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    // Truncated Parquet file, garbage meta.json, and a block from a future format.
+    let samples = names[0].join(block::SAMPLES);
+    let len = fs::metadata(&samples).unwrap().len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&samples)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    fs::write(names[1].join(block::META), b"\x00\xffnot json").unwrap();
+    let meta = names[2].join(block::META);
+    let text = fs::read_to_string(&meta).unwrap();
+    fs::write(
+        &meta,
+        text.replace("\"format_major\": 1", "\"format_major\": 2"),
+    )
+    .unwrap();
+
+    let store = Store::open(&dir.0, keep_all()).unwrap();
+    assert!(store.blocks().is_empty());
+    let problems = store.problems();
+    assert_eq!(problems.len(), 3);
+    let message = |p: &PathBuf| &problems.iter().find(|q| &q.path == p).unwrap().message;
+    assert!(
+        message(&names[0]).contains("damaged"),
+        "{}",
+        message(&names[0])
+    );
+    assert!(
+        message(&names[1]).contains("meta.json"),
+        "{}",
+        message(&names[1])
+    );
+    assert!(
+        message(&names[2]).contains("format version 2.0"),
+        "{}",
+        message(&names[2])
+    );
+    assert_eq!(
+        store
+            .profile(&query(None, "cpu", 0, 4 * HOUR))
+            .unwrap()
+            .total(0),
+        0
+    );
+}
+
+#[test]
+fn leftovers_of_a_crash_are_ignored_and_cleaned() {
+    let dir = TempDir::new("crash");
+    three_hours(&dir);
+    // A block being written when the process died, and an interrupted compaction.
+    let tmp = dir
+        .0
+        .join(format!("{:020}-000099{}", 4 * HOUR, block::TEMP_SUFFIX));
+    fs::create_dir(&tmp).unwrap();
+    fs::write(tmp.join(block::SAMPLES), b"PAR1 half").unwrap();
+    let mut store = Store::open(&dir.0, keep_all()).unwrap();
+    assert!(!tmp.exists());
+    assert!(store.problems().is_empty());
+    assert_eq!(store.blocks().len(), 3);
+    let copy = dir.0.join("copy-of-first");
+    let first = store.blocks()[0].path.clone();
+    fs::create_dir(&copy).unwrap();
+    for f in fs::read_dir(&first).unwrap() {
+        let f = f.unwrap();
+        fs::copy(f.path(), copy.join(f.file_name())).unwrap();
+    }
+    let meta = copy.join(block::META);
+    let mut m: BlockMeta = serde_json::from_slice(&fs::read(&meta).unwrap()).unwrap();
+    m.compacted_from = vec![store.blocks()[0].name.clone()];
+    fs::write(&meta, serde_json::to_vec(&m).unwrap()).unwrap();
+    drop(store);
+    store = Store::open(&dir.0, keep_all()).unwrap();
+    assert!(!first.exists());
+    assert_eq!(store.blocks().len(), 3);
+    assert_eq!(
+        store
+            .profile(&query(None, "cpu", 0, 4 * HOUR))
+            .unwrap()
+            .total(0),
+        3
+    );
+}
+
+#[test]
+fn files_are_private() {
+    let dir = TempDir::new("perms");
+    three_hours(&dir);
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir.0), 0o700);
+    let store = Store::open(&dir.0, keep_all()).unwrap();
+    for b in store.blocks() {
+        assert_eq!(mode(&b.path), 0o700);
+        for f in fs::read_dir(&b.path).unwrap() {
+            assert_eq!(mode(&f.unwrap().path()), 0o600);
+        }
+    }
+}
+
+#[test]
+fn closed_partitions_are_compacted() {
+    let dir = TempDir::new("compact");
+    let options = StoreOptions {
+        partition: Duration::from_secs(60),
+        ..keep_all()
+    };
+    let mut store = Store::open(&dir.0, options).unwrap();
+    for i in 0..3 {
+        store
+            .append(&batch(
+                "api",
+                "cpu",
+                MINUTE + i,
+                &[(&["F", "Main"], 1, &[tid(i)])],
+            ))
+            .unwrap();
+        store.flush().unwrap();
+    }
+    assert_eq!(store.blocks().len(), 3);
+    // A batch in the next minute closes the first one, which the flush compacts.
+    store
+        .append(&batch(
+            "api",
+            "cpu",
+            2 * MINUTE,
+            &[(&["G", "Main"], 5, &[])],
+        ))
+        .unwrap();
+    store.flush().unwrap();
+    assert_eq!(store.blocks().len(), 2);
+    let merged = &store.blocks()[0].meta;
+    assert_eq!(merged.compacted_from.len(), 3);
+    assert_eq!((merged.min_time, merged.max_time), (MINUTE, MINUTE + 2));
+    assert_eq!(merged.samples_appended, 3);
+    assert_eq!(merged.rows.stacks, 2);
+    assert_eq!(store.compact().unwrap(), 0);
+    let store = Store::open(&dir.0, keep_all()).unwrap();
+    assert_eq!(store.blocks().len(), 2);
+    let p = store.profile(&query(None, "cpu", 0, 3 * MINUTE)).unwrap();
+    assert_eq!(p.total(0), 8);
+    assert_eq!(p.samples.len(), 4);
+}
+
+#[test]
+fn a_head_spanning_partitions_flushes_one_block_each() {
+    let dir = TempDir::new("split");
+    let options = StoreOptions {
+        partition: Duration::from_secs(60),
+        ..keep_all()
+    };
+    let mut store = Store::open(&dir.0, options).unwrap();
+    store
+        .append(&batch(
+            "api",
+            "cpu",
+            MINUTE,
+            &[(&["F"], 1, &[]), (&["G"], 1, &[])],
+        ))
+        .unwrap();
+    store
+        .append(&batch("api", "cpu", 2 * MINUTE + 1, &[(&["F"], 2, &[])]))
+        .unwrap();
+    store.flush().unwrap();
+    let metas: Vec<_> = store.blocks().iter().map(|b| b.meta.clone()).collect();
+    assert_eq!(metas.len(), 2);
+    assert_eq!((metas[0].min_time, metas[0].samples_appended), (MINUTE, 2));
+    assert_eq!(
+        (metas[1].min_time, metas[1].samples_appended),
+        (2 * MINUTE + 1, 1)
+    );
+}
+
+#[test]
+fn timeline_sums_per_step() {
+    let dir = TempDir::new("timeline");
+    let mut store = Store::open(&dir.0, keep_all()).unwrap();
+    for (t, v) in [(0, 1), (10, 2), (15, 4), (25, 8), (30, 16)] {
+        store
+            .append(&batch("api", "cpu", HOUR + t, &[(&["F"], v, &[])]))
+            .unwrap();
+    }
+    store.flush().unwrap();
+    store
+        .append(&batch("api", "cpu", HOUR + 29, &[(&["F"], 32, &[])]))
+        .unwrap();
+    let q = query(Some("api"), "cpu", HOUR, HOUR + 30);
+    let points = store.series(&q, Duration::from_nanos(10)).unwrap();
+    assert_eq!(points, vec![(HOUR, 1), (HOUR + 10, 6), (HOUR + 20, 40)]);
+    assert!(matches!(
+        store.series(&q, Duration::ZERO),
+        Err(StoreError::InvalidQuery(_))
+    ));
+    let wide = query(None, "cpu", 0, i64::MAX);
+    assert!(store
+        .series(&wide, Duration::from_nanos(1))
+        .unwrap_err()
+        .to_string()
+        .contains("larger step"));
+}
+
+#[test]
+fn labels_and_profile_types_are_listed() {
+    let dir = TempDir::new("labels");
+    let mut store = Store::open(&dir.0, keep_all()).unwrap();
+    store
+        .append(&batch("api", "cpu", HOUR, &[(&["F"], 1, &[])]))
+        .unwrap();
+    store.flush().unwrap();
+    store
+        .append(&batch("worker", "alloc_size", HOUR, &[(&["F"], 1, &[])]))
+        .unwrap();
+    assert_eq!(
+        store.label_names(),
+        vec!["host_name", "process_id", "service_name"]
+    );
+    assert_eq!(store.label_values("service_name"), vec!["api", "worker"]);
+    assert_eq!(store.label_values("nope"), Vec::<String>::new());
+    let types: Vec<String> = store.profile_types().into_iter().map(|t| t.name).collect();
+    assert_eq!(types, vec!["alloc_size", "cpu"]);
+}
+
+#[test]
+fn known_profile_types_have_units() {
+    let unit = |n| ProfileType::known(n).map(|t| t.unit);
+    assert_eq!(unit("cpu").as_deref(), Some("nanoseconds"));
+    assert_eq!(unit("wall").as_deref(), Some("nanoseconds"));
+    assert_eq!(unit("lock_time").as_deref(), Some("nanoseconds"));
+    assert_eq!(unit("alloc_samples").as_deref(), Some("count"));
+    assert_eq!(unit("exception").as_deref(), Some("count"));
+    assert_eq!(unit("lock_count").as_deref(), Some("count"));
+    assert_eq!(unit("alloc_size").as_deref(), Some("bytes"));
+    assert_eq!(unit("heap"), None);
+}
+
+#[test]
+fn selectors_parse() {
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        parse_selector(r#"{service_name="x", process_id="1"}"#).unwrap(),
+        pairs(&[("service_name", "x"), ("process_id", "1")])
+    );
+    assert_eq!(
+        parse_selector(r#"a="q\"\\""#).unwrap(),
+        pairs(&[("a", "q\"\\")])
+    );
+    assert_eq!(parse_selector("{}").unwrap(), pairs(&[]));
+    for bad in [
+        r#"{a="x""#,
+        r#"a!="x""#,
+        "a=x",
+        r#"a="x" b="y""#,
+        r#"="x""#,
+        r#"a="x"#,
+        r#"a="\n""#,
+    ] {
+        let err = parse_selector(bad).unwrap_err();
+        assert!(
+            matches!(err, StoreError::InvalidSelector { .. }),
+            "{bad}: {err}"
+        );
+    }
+}
+
+#[test]
+fn bad_input_is_refused_with_a_reason() {
+    let dir = TempDir::new("bad");
+    let too_slow = StoreOptions {
+        flush_interval: Duration::from_secs(11),
+        ..keep_all()
+    };
+    assert!(matches!(
+        Store::open(&dir.0, too_slow),
+        Err(StoreError::InvalidOptions(_))
+    ));
+    let no_partition = StoreOptions {
+        partition: Duration::ZERO,
+        ..keep_all()
+    };
+    assert!(matches!(
+        Store::open(&dir.0, no_partition),
+        Err(StoreError::InvalidOptions(_))
+    ));
+    let no_head = StoreOptions {
+        head_bytes: 0,
+        ..keep_all()
+    };
+    assert!(matches!(
+        Store::open(&dir.0, no_head),
+        Err(StoreError::InvalidOptions(_))
+    ));
+    let mut store = Store::open(&dir.0, keep_all()).unwrap();
+    let mut b = batch("api", "cpu", HOUR, &[(&["F"], 1, &[])]);
+    b.samples[0].stack = vec![7];
+    assert!(store
+        .append(&b)
+        .unwrap_err()
+        .to_string()
+        .contains("function 7"));
+    let mut b = batch("api", "cpu", HOUR, &[(&["F"], 1, &[])]);
+    b.series.push(("service_name".into(), "again".into()));
+    assert!(matches!(store.append(&b), Err(StoreError::InvalidBatch(_))));
+    assert!(matches!(
+        store.profile(&query(None, "cpu", HOUR, HOUR)),
+        Err(StoreError::InvalidQuery(_))
+    ));
+    let file = dir.0.join("file");
+    fs::write(&file, b"").unwrap();
+    assert!(matches!(
+        Store::open(file.join("sub"), keep_all()),
+        Err(StoreError::Io { .. })
+    ));
+}
+
+#[test]
+fn head_flushes_when_due_or_full() {
+    let dir = TempDir::new("due");
+    let options = StoreOptions {
+        flush_interval: Duration::from_secs(10),
+        ..keep_all()
+    };
+    let mut store = Store::open(&dir.0, options).unwrap();
+    store
+        .append(&batch("api", "cpu", HOUR, &[(&["F"], 1, &[])]))
+        .unwrap();
+    store.flush_if_due().unwrap();
+    assert!(store.blocks().is_empty());
+    store.options.flush_interval = Duration::ZERO;
+    store.flush_if_due().unwrap();
+    assert_eq!(store.blocks().len(), 1);
+    store.options.flush_interval = Duration::from_secs(10);
+    store.options.head_bytes = 1;
+    store
+        .append(&batch("api", "cpu", HOUR + 1, &[(&["F"], 1, &[])]))
+        .unwrap();
+    assert_eq!(store.blocks().len(), 2);
+}
+
+/// Writes a block through the real writer with hand-made (inconsistent) dictionaries.
+fn crafted_block(dir: &Path, name: &str, dicts: &head::Dicts, stack: u32) {
+    let mut h = head::Head::new();
+    h.push_row(0, HOUR, stack, 0, 1);
+    let meta = BlockMeta {
+        format: FORMAT_NAME.into(),
+        format_major: FORMAT_MAJOR,
+        format_minor: FORMAT_MINOR,
+        min_time: HOUR,
+        max_time: HOUR,
+        samples_appended: 1,
+        rows: BlockRows {
+            samples: 1,
+            stacks: dicts.stacks.len() as u64,
+            functions: dicts.functions.len() as u64,
+            label_sets: dicts.label_sets.len() as u64,
+        },
+        series: dicts.series.clone(),
+        compacted_from: Vec::new(),
+    };
+    block::write(dir, name, dicts, h.record_batch(), &meta).unwrap();
+}
+
+#[test]
+fn references_past_a_dictionary_are_reported_not_followed() {
+    let dir = TempDir::new("refs");
+    fs::create_dir_all(&dir.0).unwrap();
+    let series = Series {
+        profile_type: ProfileType::known("cpu").unwrap(),
+        labels: Vec::new(),
+    };
+    let node = |parent, function| head::StackNode { parent, function };
+    let dicts = head::Dicts {
+        functions: vec![function("F")],
+        stacks: vec![node(head::NO_PARENT, 0)],
+        label_sets: vec![Vec::new()],
+        series: vec![series],
+    };
+    crafted_block(&dir.0, "00000000003600000000000-000001", &dicts, 7);
+    // A parent pointing forward would make a cycle.
+    let cyclic = head::Dicts {
+        stacks: vec![node(1, 0), node(0, 0)],
+        ..dicts.clone()
+    };
+    crafted_block(&dir.0, "00000000003600000000000-000002", &cyclic, 0);
+    crafted_block(&dir.0, "00000000003600000000000-000003", &dicts, 0);
+    let store = Store::open(&dir.0, keep_all()).unwrap();
+    assert_eq!(store.blocks().len(), 3);
+    let p = store.profile(&query(None, "cpu", 0, 2 * HOUR)).unwrap();
+    assert_eq!(flat(&p), [entry(&["F"], &[], 1)].into_iter().collect());
+    let problems = store.problems();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(problems
+        .iter()
+        .any(|p| p.message.contains("refers past a dictionary")));
+    assert!(problems
+        .iter()
+        .any(|p| p.message.contains("stack node 0 refers past")));
+}
