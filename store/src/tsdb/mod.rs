@@ -7,6 +7,7 @@
 //! Whole blocks are the unit of retention and compaction. The layout is in `store/FORMAT.md`.
 
 mod block;
+mod diff;
 mod error;
 mod head;
 mod model;
@@ -25,6 +26,7 @@ use arrow::compute::take_record_batch;
 use arrow::record_batch::RecordBatch;
 
 pub use block::{BlockInfo, BlockMeta, BlockRows, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME};
+pub use diff::diff;
 pub use error::{Result, StoreError};
 pub use model::{parse_selector, Batch, BatchSample, ProfileType, Query, Series, StoreOptions};
 

@@ -774,3 +774,54 @@ fn references_past_a_dictionary_are_reported_not_followed() {
         .iter()
         .any(|p| p.message.contains("stack node 0 refers past")));
 }
+
+#[test]
+fn diff_lines_up_two_profiles() {
+    let dir = TempDir::new("diff");
+    let mut store = Store::open(&dir.0, keep_all()).unwrap();
+    store
+        .append(&batch(
+            "api",
+            "cpu",
+            HOUR,
+            &[(&["A", "Main"], 3, &[]), (&["B", "Main"], 1, &[])],
+        ))
+        .unwrap();
+    store
+        .append(&batch(
+            "api",
+            "cpu",
+            2 * HOUR,
+            &[(&["B", "Main"], 5, &[]), (&["C"], 2, &[])],
+        ))
+        .unwrap();
+    let a = store.profile(&query(None, "cpu", HOUR, HOUR + 1)).unwrap();
+    let b = store
+        .profile(&query(None, "cpu", 2 * HOUR, 2 * HOUR + 1))
+        .unwrap();
+    let d = diff(&a, &b, 0);
+    assert_eq!(d.sample_types[1], ValueType::new("new", "nanoseconds"));
+    assert_eq!((d.start_unix_nanos, d.duration_nanos), (HOUR, HOUR + 1));
+    let mut rows: Vec<(Vec<String>, Vec<i64>)> = d
+        .samples
+        .iter()
+        .map(|s| {
+            let names = s
+                .stack
+                .iter()
+                .map(|&f| d.functions[f as usize].name.clone())
+                .collect();
+            (names, s.values.clone())
+        })
+        .collect();
+    rows.sort();
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        rows,
+        vec![
+            (names(&["A", "Main"]), vec![3, 0]),
+            (names(&["B", "Main"]), vec![1, 5]),
+            (names(&["C"]), vec![0, 2]),
+        ]
+    );
+}
