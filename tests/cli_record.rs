@@ -15,6 +15,18 @@ fn clrscope(args: &[&str]) -> Output {
         .expect("run clrscope")
 }
 
+/// Runs `clrscope trace` with these arguments on another thread, so a second session can watch
+/// the same seconds as the one the test runs in the foreground.
+fn trace_beside(args: &[&str]) -> std::thread::JoinHandle<Output> {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    std::thread::spawn(move || {
+        let args: Vec<&str> = std::iter::once("trace")
+            .chain(args.iter().map(String::as_str))
+            .collect();
+        clrscope(&args)
+    })
+}
+
 fn out_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("clrscope-record-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -182,24 +194,17 @@ fn late_tiered_and_framework_methods_resolve() {
     let pid = target.pid().to_string();
     // A second session beside the recording watches the JIT, to prove LateHelper was compiled
     // (tier 0) and promoted (tier 1) while the recording ran.
-    let jit_trace = {
-        let pid = pid.clone();
-        let trace = trace.clone();
-        std::thread::spawn(move || {
-            clrscope(&[
-                "trace",
-                "--pid",
-                &pid,
-                "--duration",
-                "5s",
-                "--no-rundown",
-                "--providers",
-                "Microsoft-Windows-DotNETRuntime:0x18:5",
-                "-o",
-                path_str(&trace),
-            ])
-        })
-    };
+    let jit_trace = trace_beside(&[
+        "--pid",
+        &pid,
+        "--duration",
+        "5s",
+        "--no-rundown",
+        "--providers",
+        "Microsoft-Windows-DotNETRuntime:0x18:5",
+        "-o",
+        path_str(&trace),
+    ]);
     let output = clrscope(&[
         "record",
         "--pid",
@@ -289,23 +294,16 @@ fn convert_of_a_trace_gives_the_same_top_functions_as_record() {
     let converted = dir.join("converted.folded");
     let pid = target.pid().to_string();
     // Both sessions watch the same seconds of the same process.
-    let tracing = {
-        let pid = pid.clone();
-        let trace = trace.clone();
-        std::thread::spawn(move || {
-            clrscope(&[
-                "trace",
-                "--pid",
-                &pid,
-                "--duration",
-                "4s",
-                "--profile",
-                "Cpu",
-                "-o",
-                path_str(&trace),
-            ])
-        })
-    };
+    let tracing = trace_beside(&[
+        "--pid",
+        &pid,
+        "--duration",
+        "4s",
+        "--profile",
+        "Cpu",
+        "-o",
+        path_str(&trace),
+    ]);
     let output = clrscope(&[
         "record",
         "--pid",
