@@ -268,7 +268,7 @@ impl StreamBuilder {
     pub fn block(&mut self, name: &str, body: &[u8]) {
         self.begin_object(name, 2, 2);
         self.buf.extend((body.len() as u32).to_le_bytes());
-        while self.buf.len() % 4 != 0 {
+        while !self.buf.len().is_multiple_of(4) {
             self.buf.push(0);
         }
         self.buf.extend(body);
