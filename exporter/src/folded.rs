@@ -11,7 +11,8 @@
 //! - a line ends at a newline, so control characters (newline, tab, …) become `\u{FFFD}` (`�`);
 //! - readers take a trailing number after a space as a count (two of them as a differential
 //!   flame graph), so a space before a trailing number becomes a no-break space (U+00A0);
-//! - an empty name, or an empty stack, becomes `[unknown]`, so its samples still count.
+//! - an empty or blank name, or an empty stack, becomes `[unknown]`, so its samples still count
+//!   (readers trim lines, which would swallow a blank frame).
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -78,7 +79,7 @@ pub(crate) fn collapse(
 
 /// A name as one frame of a folded line (see the module documentation for the rules).
 fn sanitize(name: &str) -> Cow<'_, str> {
-    if name.is_empty() {
+    if name.trim().is_empty() {
         return Cow::Borrowed(UNKNOWN_FRAME);
     }
     let trailing_number = name
@@ -122,6 +123,7 @@ mod tests {
         assert_eq!(sanitize("A;B"), "A:B");
         assert_eq!(sanitize("A\nB\r\tC"), "A\u{FFFD}B\u{FFFD}\u{FFFD}C");
         assert_eq!(sanitize(""), UNKNOWN_FRAME);
+        assert_eq!(sanitize(" \u{3000}"), UNKNOWN_FRAME);
         assert_eq!(sanitize("Worker 3"), "Worker\u{A0}3");
         assert_eq!(sanitize("Worker 3.5"), "Worker\u{A0}3.5");
         assert_eq!(sanitize("Take 3 items"), "Take 3 items");

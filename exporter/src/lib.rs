@@ -7,7 +7,7 @@
 //! - [`speedscope`]: speedscope's JSON file format, for <https://www.speedscope.app>;
 //! - [`svg`]: an interactive flame graph drawn by inferno.
 //!
-//! [`write`] picks the writer from a [`Format`], which [`Format::from_extension`] derives from an
+//! [`write()`] picks the writer from a [`Format`], which [`Format::from_extension`] derives from an
 //! output path the way `clrscope record -o FILE` needs.
 //!
 //! Every writer checks the profile first (see [`ExportError`]): a profile whose samples point at
@@ -169,7 +169,7 @@ pub struct ExportOptions {
 }
 
 impl ExportOptions {
-    /// The defaults [`write`] uses for a format: per-thread profiles for speedscope, whose viewer
+    /// The defaults [`write()`] uses for a format: per-thread profiles for speedscope, whose viewer
     /// lists profiles side by side (as `dotnet-trace convert --format speedscope` does); merged
     /// threads elsewhere.
     pub fn defaults_for(format: Format) -> ExportOptions {

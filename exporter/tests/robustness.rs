@@ -171,6 +171,7 @@ fn empty_stacks_unicode_and_hostile_names_survive_every_format() {
         "",
         "Lambda 42",
         "\u{0}\u{1b}[31mred",
+        "  ",
     ];
     let functions: Vec<u32> = names
         .iter()
@@ -189,6 +190,7 @@ fn empty_stacks_unicode_and_hostile_names_survive_every_format() {
         &[1, 1_000_000],
     );
     b.add(vec![functions[1]], vec![], &[1, 1_000_000]);
+    b.add(vec![functions[5]], vec![], &[1, 1_000_000]);
     let profile = b.build();
 
     for format in FORMATS {
@@ -197,7 +199,7 @@ fn empty_stacks_unicode_and_hostile_names_survive_every_format() {
                 .unwrap_or_else(|e| panic!("{format}: {e}"));
             match format {
                 Format::Folded => {
-                    assert_eq!(out.lines().count(), 4);
+                    assert_eq!(out.lines().count(), if thread_label { 5 } else { 4 });
                     for line in out.lines() {
                         let (stack, count) = line.rsplit_once(' ').unwrap();
                         count.parse::<u64>().unwrap();
@@ -207,7 +209,13 @@ fn empty_stacks_unicode_and_hostile_names_survive_every_format() {
                     }
                     assert!(out.contains("Evil:Name\u{FFFD}With"));
                     assert!(out.contains("Lambda\u{A0}42 1000000\n"));
-                    assert!(out.contains("[unknown] 2000000\n"));
+                    if thread_label {
+                        assert!(out.contains("thread_id=1;[unknown] 2000000\n"));
+                        assert!(out.contains("no thread_id;[unknown] 1000000\n"));
+                    } else {
+                        // The empty stack and the blank name.
+                        assert!(out.contains("\n[unknown] 3000000\n"));
+                    }
                     if thread_label {
                         assert!(out.contains("thread_id=worker:1\u{FFFD}x;Lambda\u{A0}42"));
                         assert!(out.contains("no thread_id;Evil:Name"));
