@@ -59,6 +59,31 @@ pub(crate) fn samples_schema() -> SchemaRef {
     ]))
 }
 
+/// The columns of a batch with [`samples_schema`], typed.
+pub(crate) struct SampleColumns<'a> {
+    pub series: &'a UInt32Array,
+    pub time: &'a Int64Array,
+    pub stack: &'a UInt32Array,
+    pub labels: &'a UInt32Array,
+    pub value: &'a Int64Array,
+}
+
+impl<'a> SampleColumns<'a> {
+    /// `None` when the batch does not have the samples schema.
+    pub fn of(batch: &'a RecordBatch) -> Option<Self> {
+        fn typed<'b, T: Array + 'static>(batch: &'b RecordBatch, name: &str) -> Option<&'b T> {
+            batch.column_by_name(name)?.as_any().downcast_ref::<T>()
+        }
+        Some(SampleColumns {
+            series: typed(batch, "series")?,
+            time: typed(batch, "time")?,
+            stack: typed(batch, "stack")?,
+            labels: typed(batch, "labels")?,
+            value: typed(batch, "value")?,
+        })
+    }
+}
+
 /// Rough per-row and per-entry costs for the head's byte budget, hash maps included.
 const ROW_BYTES: usize = 28;
 const ENTRY_OVERHEAD: usize = 48;
@@ -260,25 +285,16 @@ impl Head {
         let mut series: Vec<Option<u32>> = vec![None; dicts.series.len()];
         let mut ids = Vec::new();
         for batch in samples {
-            let u32s = |name| {
-                batch
-                    .column_by_name(name)
-                    .and_then(|c| c.as_any().downcast_ref::<UInt32Array>())
-            };
-            let i64s = |name| {
-                batch
-                    .column_by_name(name)
-                    .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
-            };
-            let (Some(s), Some(t), Some(st), Some(l), Some(v)) = (
-                u32s("series"),
-                i64s("time"),
-                u32s("stack"),
-                u32s("labels"),
-                i64s("value"),
-            ) else {
+            let Some(columns) = SampleColumns::of(batch) else {
                 continue;
             };
+            let (s, t, st, l, v) = (
+                columns.series,
+                columns.time,
+                columns.stack,
+                columns.labels,
+                columns.value,
+            );
             for i in 0..batch.num_rows() {
                 let (s, st, l) = (s.value(i) as usize, st.value(i), l.value(i) as usize);
                 let series_id = match series[s] {

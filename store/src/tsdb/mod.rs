@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use arrow::array::{Int64Array, UInt32Array};
+use arrow::array::UInt32Array;
 use arrow::compute::take_record_batch;
 use arrow::record_batch::RecordBatch;
 
@@ -32,7 +32,7 @@ pub use model::{parse_selector, Batch, BatchSample, ProfileType, Query, Series, 
 
 use crate::profile::{Profile, ProfileBuilder, ValueType};
 use error::io;
-use head::{Dicts, Head};
+use head::{Dicts, Head, SampleColumns};
 
 /// Most points [`Store::series`] returns, so a tiny step cannot exhaust memory.
 pub const MAX_SERIES_POINTS: u64 = 1_000_000;
@@ -159,22 +159,12 @@ impl Store {
         let head = std::mem::replace(&mut self.head, Head::new());
         let rows = head.record_batch();
         let partition = nanos(self.options.partition);
-        let col = |name| rows.column_by_name(name).expect("samples schema");
-        let u32s = |name| {
-            col(name)
-                .as_any()
-                .downcast_ref::<UInt32Array>()
-                .expect("u32 column")
-                .values()
-                .clone()
-        };
-        let (series, stacks, labels) = (u32s("series"), u32s("stack"), u32s("labels"));
-        let times = col("time")
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .expect("i64 column")
-            .values()
-            .clone();
+        let columns =
+            SampleColumns::of(&rows).expect("the head's own batch has the samples schema");
+        let series = columns.series.values().clone();
+        let stacks = columns.stack.values().clone();
+        let labels = columns.labels.values().clone();
+        let times = columns.time.values().clone();
         // Sorted by series and stack so equal values sit together for RLE and compression.
         let key = |i: u32| {
             let i = i as usize;

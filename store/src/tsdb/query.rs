@@ -2,10 +2,9 @@
 
 use std::collections::HashMap;
 
-use arrow::array::{Int64Array, UInt32Array};
 use arrow::record_batch::RecordBatch;
 
-use super::head::Dicts;
+use super::head::{Dicts, SampleColumns};
 use super::model::Query;
 use crate::profile::{FunctionIndex, ProfileBuilder};
 
@@ -31,26 +30,17 @@ fn for_each_row(
         .map(|l| query.sample_labels_match(l))
         .collect();
     for batch in batches {
-        let u32s = |name| {
-            batch
-                .column_by_name(name)
-                .and_then(|c| c.as_any().downcast_ref::<UInt32Array>())
-        };
-        let i64s = |name| {
-            batch
-                .column_by_name(name)
-                .and_then(|c| c.as_any().downcast_ref::<Int64Array>())
-        };
         // Columns were validated when the block was read; a mismatch here skips the batch.
-        let (Some(s), Some(t), Some(st), Some(l), Some(v)) = (
-            u32s("series"),
-            i64s("time"),
-            u32s("stack"),
-            u32s("labels"),
-            i64s("value"),
-        ) else {
+        let Some(columns) = SampleColumns::of(batch) else {
             continue;
         };
+        let (s, t, st, l, v) = (
+            columns.series,
+            columns.time,
+            columns.stack,
+            columns.labels,
+            columns.value,
+        );
         let rows = s
             .values()
             .iter()
