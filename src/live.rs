@@ -7,17 +7,18 @@ use anyhow::Context;
 use collector::client::{DiagnosticsClient, EventPipeSession};
 use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::providers::{self, level};
-use collector::session::{self, ParsingWriter};
+use collector::session::{self, EventObserver, ParsingWriter};
 use store::sampled::Recorder;
-
-/// The runtime provider's Loader (0x8) and JIT (0x10) keywords: method and module events.
-pub const JIT_LOADER_KEYWORDS: u64 = 0x18;
 
 /// The sampler plus live JIT/Loader events at Verbose; `rundown` adds the rundown at its end.
 pub fn sampling_session(rundown: bool) -> CollectTracing {
     CollectTracing::v2(vec![
         ProviderConfig::new(providers::SAMPLE_PROFILER, 0, level::INFORMATIONAL),
-        ProviderConfig::new(providers::RUNTIME, JIT_LOADER_KEYWORDS, level::VERBOSE),
+        ProviderConfig::new(
+            providers::RUNTIME,
+            providers::RUNTIME_JIT_LOADER_KEYWORDS,
+            level::VERBOSE,
+        ),
     ])
     .with_rundown(rundown)
 }
@@ -34,16 +35,16 @@ pub async fn attach(
     let (live, _) = session::start(client, sampling_session(false))
         .await
         .with_context(|| format!("starting the sampler in pid {pid}"))?;
-    rundown(client, pid, recorder).await?;
+    rundown(client, pid, &mut *recorder).await?;
     Ok(live)
 }
 
-/// Runs a rundown-only session into `recorder`: the runtime lists every method and module it has
+/// Runs a rundown-only session into `observer`: the runtime lists every method and module it has
 /// loaded (ReadyToRun methods once their entry point is bound).
 pub async fn rundown(
     client: &DiagnosticsClient,
     pid: u32,
-    recorder: &mut Recorder,
+    observer: impl EventObserver + Unpin,
 ) -> anyhow::Result<()> {
     // A session needs a provider; the runtime's with no keywords adds nothing but the rundown.
     let rundown_only = CollectTracing::v2(vec![ProviderConfig::new(
@@ -52,7 +53,7 @@ pub async fn rundown(
         level::INFORMATIONAL,
     )])
     .with_rundown(true);
-    let mut sink = ParsingWriter::new(tokio::io::sink(), &mut *recorder);
+    let mut sink = ParsingWriter::new(tokio::io::sink(), observer);
     session::run(
         client,
         rundown_only,

@@ -1,5 +1,6 @@
 //! `clrscope`: command-line wiring only; the work lives in the crates.
 
+mod agent;
 mod args;
 mod convert;
 mod dump;
@@ -61,6 +62,8 @@ enum Command {
     Dump(dump::Args),
     /// Heap snapshot of a process as a .gcdump file (`gcdump report FILE`: its type histogram).
     Gcdump(gcdump::Args),
+    /// Profile every .NET process continuously into a local store, and serve queries.
+    Agent(agent::Args),
 }
 
 fn main() -> ExitCode {
@@ -90,6 +93,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Stacks(args) => stacks::run(args).await,
             Command::Dump(args) => dump::run(args).await,
             Command::Gcdump(args) => gcdump::run(args).await,
+            Command::Agent(args) => agent::run(args).await,
         }
     })
 }

@@ -1,5 +1,6 @@
 //! The collector: everything that talks to a .NET runtime.
 //!
+//! - [`attached`]: the processes an agent profiles right now.
 //! - [`ipc`]: the diagnostics IPC wire protocol (pure encode/decode, no I/O).
 //! - [`nettrace`]: the streaming NetTrace parser and event decoders.
 //! - [`inspect`]: what a nettrace file holds, for `clrscope inspect`.
@@ -7,11 +8,13 @@
 //! - [`listen`]: the reverse server runtimes dial with `DOTNET_DiagnosticPorts` (listen mode).
 //! - [`client`]: one command per connection, on either transport.
 //! - [`providers`]: trace profiles and provider specifications.
+//! - [`sampler`]: when the continuous sampler samples (duty cycle, boost).
 //! - [`samples`]: the sampler's stacks, counted, with the measured sampling period.
 //! - [`session`]: running one EventPipe session from start to rundown.
 //! - [`gcdump`]: heap snapshots and their type histograms.
 //! - [`processes`]: the .NET processes reachable from here, as `clrscope ps` lists them.
 
+pub mod attached;
 pub mod client;
 pub mod discovery;
 pub mod gcdump;
@@ -21,5 +24,6 @@ pub mod listen;
 pub mod nettrace;
 pub mod processes;
 pub mod providers;
+pub mod sampler;
 pub mod samples;
 pub mod session;

@@ -30,8 +30,14 @@ pub mod level {
 /// TraceEvent's `ClrTraceEventParser.Keywords.Default`: GC, loader, JIT, exceptions, contention,
 /// thread pool and the other keywords a CPU investigation wants.
 pub const RUNTIME_DEFAULT_KEYWORDS: u64 = 0x14_C14F_CCBD;
-/// The runtime provider's GC keyword.
+/// The runtime provider's GC keyword (GCAllocationTick at Verbose).
 pub const RUNTIME_GC_KEYWORD: u64 = 0x1;
+/// The runtime provider's Loader (0x8) and JIT (0x10) keywords: method and module events.
+pub const RUNTIME_JIT_LOADER_KEYWORDS: u64 = 0x18;
+/// The runtime provider's Contention keyword (ContentionStart/Stop).
+pub const RUNTIME_CONTENTION_KEYWORD: u64 = 0x4000;
+/// The runtime provider's Exception keyword (ExceptionThrown).
+pub const RUNTIME_EXCEPTION_KEYWORD: u64 = 0x8000;
 /// The keywords `EventPipeProvider` enables when none are given (all of 0xF00000000000).
 const SAMPLE_PROFILER_KEYWORDS: u64 = 0xF000_0000_0000;
 /// DiagnosticSourceEventSource: Messages | Events.

@@ -10,7 +10,7 @@ use collector::nettrace::events::KnownEvent;
 use collector::nettrace::{Event, NettraceError, TraceInfo};
 use collector::samples::SampleAggregator;
 use collector::session::EventObserver;
-use symbolizer::{CodeMap, FrameKind, FunctionKind, ImageRange};
+use symbolizer::{CodeMap, Frame, FrameKind, FunctionId, FunctionKind, ImageRange};
 
 use crate::profile::{Function, LabelValue, Profile, ProfileBuilder, ValueType};
 
@@ -151,10 +151,7 @@ pub fn time_profile(
         builder.set_time_range(start, end - start);
     }
 
-    let mut resolution = Resolution::default();
-    let mut frames = Vec::new();
-    // Frames repeat across stacks: name each distinct function once.
-    let mut names: HashMap<(symbolizer::FunctionId, Option<u64>), u32> = HashMap::new();
+    let mut namer = FrameNamer::default();
     // Stack order decides function and sample order: sort so equal input gives equal output.
     let mut stacks: Vec<_> = samples.stacks().collect();
     stacks.sort_unstable_by(|(a, _), (b, _)| {
@@ -164,31 +161,8 @@ pub fn time_profile(
         if types.cpu && !types.wall && !key.managed {
             continue;
         }
-        map.symbolize_stack_into(&key.ips, &mut frames);
+        let stack = namer.stack(map, &key.ips, count, |f| builder.function(f));
         let count_i = count as i64;
-        let mut stack = Vec::with_capacity(frames.len());
-        for &frame in &frames {
-            resolution.frames += count;
-            let offset = match frame.kind {
-                FrameKind::Managed { .. } => {
-                    resolution.methods += count;
-                    None
-                }
-                FrameKind::Unknown { offset, .. } => {
-                    if is_managed_image(&map.function(frame.function).module) {
-                        resolution.in_managed_image += count;
-                    } else {
-                        resolution.native += count;
-                    }
-                    Some(offset)
-                }
-                FrameKind::Unresolved => None,
-            };
-            let index = *names
-                .entry((frame.function, offset))
-                .or_insert_with(|| builder.function(function_of(map, frame)));
-            stack.push(index);
-        }
         let mut values = vec![count_i];
         if types.cpu {
             values.push(if key.managed { count_i * period } else { 0 });
@@ -196,16 +170,69 @@ pub fn time_profile(
         if types.wall {
             values.push(count_i * period);
         }
-        let mut labels = vec![(
-            "thread_id".to_string(),
-            LabelValue::Num(key.thread_id as i64),
-        )];
-        if let Some(name) = thread_names.get(&key.thread_id) {
-            labels.push(("thread_name".to_string(), LabelValue::Str(name.clone())));
-        }
-        builder.add(stack, labels, &values);
+        builder.add(stack, thread_labels(key.thread_id, thread_names), &values);
     }
-    (builder.build(), resolution)
+    (builder.build(), namer.resolution)
+}
+
+/// Labels `thread_id` and, where known, `thread_name`.
+pub fn thread_labels(
+    thread_id: u64,
+    thread_names: &HashMap<u64, String>,
+) -> Vec<(String, LabelValue)> {
+    let mut labels = vec![("thread_id".to_string(), LabelValue::Num(thread_id as i64))];
+    if let Some(name) = thread_names.get(&thread_id) {
+        labels.push(("thread_name".to_string(), LabelValue::Str(name.clone())));
+    }
+    labels
+}
+
+/// Names the frames of raw stacks, each distinct frame once, and counts how well they resolved.
+#[derive(Debug, Default)]
+pub struct FrameNamer {
+    /// Frames repeat across stacks: each distinct (function, offset) is named once.
+    names: HashMap<(FunctionId, Option<u64>), u32>,
+    frames: Vec<Frame>,
+    pub resolution: Resolution,
+}
+
+impl FrameNamer {
+    /// The function indices (leaf first) of a stack of IPs seen `weight` times; `intern` adds a
+    /// function the namer has not named yet to the caller's table and returns its index.
+    pub fn stack(
+        &mut self,
+        map: &CodeMap,
+        ips: &[u64],
+        weight: u64,
+        mut intern: impl FnMut(Function) -> u32,
+    ) -> Vec<u32> {
+        map.symbolize_stack_into(ips, &mut self.frames);
+        let mut stack = Vec::with_capacity(self.frames.len());
+        for &frame in &self.frames {
+            self.resolution.frames += weight;
+            let offset = match frame.kind {
+                FrameKind::Managed { .. } => {
+                    self.resolution.methods += weight;
+                    None
+                }
+                FrameKind::Unknown { offset, .. } => {
+                    if is_managed_image(&map.function(frame.function).module) {
+                        self.resolution.in_managed_image += weight;
+                    } else {
+                        self.resolution.native += weight;
+                    }
+                    Some(offset)
+                }
+                FrameKind::Unresolved => None,
+            };
+            let index = *self
+                .names
+                .entry((frame.function, offset))
+                .or_insert_with(|| intern(function_of(map, frame)));
+            stack.push(index);
+        }
+        stack
+    }
 }
 
 /// .NET modules are `.dll` (or `.exe`) files; the runtime's own code lives in `.so` files.
@@ -214,7 +241,7 @@ fn is_managed_image(file_name: &str) -> bool {
     lower.ends_with(".dll") || lower.ends_with(".exe")
 }
 
-fn function_of(map: &CodeMap, frame: symbolizer::Frame) -> Function {
+fn function_of(map: &CodeMap, frame: Frame) -> Function {
     let function = map.function(frame.function);
     let name = match (frame.kind, function.kind) {
         (FrameKind::Managed { .. }, _) => function.display_name().to_string(),

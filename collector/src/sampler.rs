@@ -1,0 +1,256 @@
+//! When the continuous sampler samples: a duty cycle, and a boost that overrides it.
+//!
+//! The EventPipe sampler suspends the runtime every millisecond while a session with the
+//! SampleProfiler provider exists, and that interval cannot be changed over IPC on .NET ≤ 10.
+//! A low rate therefore comes from sampling for a short window out of every period (the duty
+//! cycle) with no sampler session in between. A boost samples without pause until a deadline.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// The longest one sampling window may last, boosted or not: windows are the unit in which
+/// samples are symbolized and stored, so this bounds both memory and how stale the store is.
+pub const MAX_WINDOW: Duration = Duration::from_secs(10);
+
+/// Sample for `window` out of every `period`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DutyCycle {
+    #[serde(with = "duration_ms", rename = "window_ms")]
+    pub window: Duration,
+    #[serde(with = "duration_ms", rename = "period_ms")]
+    pub period: Duration,
+}
+
+/// Why a duty cycle was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DutyCycleError {
+    #[error(
+        "the sampling window must be at least 10 ms (got {0:?}): the sampler ticks every 1 ms"
+    )]
+    WindowTooShort(Duration),
+    #[error("the sampling window ({window:?}) must not be longer than the period ({period:?})")]
+    WindowLongerThanPeriod { window: Duration, period: Duration },
+    #[error(
+        "the sampling window must be at most {max:?} (got {0:?}); use a boost to sample without \
+         pause",
+        max = MAX_WINDOW
+    )]
+    WindowTooLong(Duration),
+}
+
+impl DutyCycle {
+    /// 1 s out of every 10 s: about 100 samples per second per thread on average, the rate
+    /// continuous profilers commonly use, at a tenth of the sampler's full-time cost.
+    pub const DEFAULT: DutyCycle = DutyCycle {
+        window: Duration::from_secs(1),
+        period: Duration::from_secs(10),
+    };
+
+    pub fn new(window: Duration, period: Duration) -> Result<DutyCycle, DutyCycleError> {
+        if window < Duration::from_millis(10) {
+            return Err(DutyCycleError::WindowTooShort(window));
+        }
+        if window > MAX_WINDOW {
+            return Err(DutyCycleError::WindowTooLong(window));
+        }
+        if window > period {
+            return Err(DutyCycleError::WindowLongerThanPeriod { window, period });
+        }
+        Ok(DutyCycle { window, period })
+    }
+
+    /// The share of time the sampler runs, 0 to 1.
+    pub fn fraction(&self) -> f64 {
+        self.window.as_secs_f64() / self.period.as_secs_f64()
+    }
+}
+
+impl Default for DutyCycle {
+    fn default() -> Self {
+        DutyCycle::DEFAULT
+    }
+}
+
+mod duration_ms {
+    use std::time::Duration;
+
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+}
+
+/// What the sampler of one process does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SamplerStep {
+    /// Sample until this instant.
+    Sample { until: Instant, boosted: bool },
+    /// Sample nothing until this instant (or until a boost arrives).
+    Pause { until: Instant },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ControlState {
+    duty: DutyCycle,
+    boosted_until: Option<Instant>,
+}
+
+/// The sampler settings of one process, shared between its sampling loop and whoever may change
+/// them (the HTTP API, collection rules). Cloning shares.
+#[derive(Debug, Clone)]
+pub struct SamplerControl {
+    state: Arc<watch::Sender<ControlState>>,
+}
+
+/// What [`SamplerControl::status`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct SamplerStatus {
+    pub duty: DutyCycle,
+    /// Seconds of boost left, if boosted.
+    pub boost_seconds_left: Option<f64>,
+}
+
+impl SamplerControl {
+    pub fn new(duty: DutyCycle) -> Self {
+        SamplerControl {
+            state: Arc::new(watch::Sender::new(ControlState {
+                duty,
+                boosted_until: None,
+            })),
+        }
+    }
+
+    /// Samples without pause for `duration` from now; a longer boost already running is kept.
+    pub fn boost(&self, duration: Duration) {
+        let until = Instant::now() + duration;
+        self.state.send_modify(|s| {
+            s.boosted_until = Some(s.boosted_until.map_or(until, |u| u.max(until)));
+        });
+    }
+
+    /// Ends a boost early.
+    pub fn cancel_boost(&self) {
+        self.state.send_modify(|s| s.boosted_until = None);
+    }
+
+    pub fn status(&self) -> SamplerStatus {
+        let state = *self.state.borrow();
+        let now = Instant::now();
+        SamplerStatus {
+            duty: state.duty,
+            boost_seconds_left: state
+                .boosted_until
+                .filter(|&u| u > now)
+                .map(|u| (u - now).as_secs_f64()),
+        }
+    }
+
+    /// The step to take at `now`, given when the current period started.
+    pub fn step(&self, period_start: Instant, now: Instant) -> SamplerStep {
+        let state = *self.state.borrow();
+        plan(state, period_start, now)
+    }
+
+    /// Resolves when the settings change (a boost arrives); pending forever if nobody can change
+    /// them any more.
+    pub async fn changed(&self) {
+        let mut rx = self.state.subscribe();
+        rx.borrow_and_update();
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+fn plan(state: ControlState, period_start: Instant, now: Instant) -> SamplerStep {
+    if let Some(until) = state.boosted_until.filter(|&u| u > now) {
+        return SamplerStep::Sample {
+            until: until.min(now + MAX_WINDOW),
+            boosted: true,
+        };
+    }
+    let window_end = period_start + state.duty.window;
+    if now < window_end {
+        return SamplerStep::Sample {
+            until: window_end,
+            boosted: false,
+        };
+    }
+    SamplerStep::Pause {
+        until: period_start + state.duty.period,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[test]
+    fn duty_cycle_checks() {
+        assert!(DutyCycle::new(Duration::from_millis(5), secs(1)).is_err());
+        assert!(DutyCycle::new(secs(2), secs(1)).is_err());
+        assert!(DutyCycle::new(secs(11), secs(60)).is_err());
+        let duty = DutyCycle::new(secs(1), secs(4)).unwrap();
+        assert_eq!(duty.fraction(), 0.25);
+        assert_eq!(DutyCycle::default().fraction(), 0.1);
+    }
+
+    #[test]
+    fn samples_the_window_then_pauses_to_the_end_of_the_period() {
+        let t0 = Instant::now();
+        let control = SamplerControl::new(DutyCycle::new(secs(1), secs(10)).unwrap());
+        assert_eq!(
+            control.step(t0, t0),
+            SamplerStep::Sample {
+                until: t0 + secs(1),
+                boosted: false
+            }
+        );
+        assert_eq!(
+            control.step(t0, t0 + secs(1)),
+            SamplerStep::Pause {
+                until: t0 + secs(10)
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_boost_samples_in_bounded_windows_until_it_ends() {
+        let control = SamplerControl::new(DutyCycle::default());
+        let waiter = {
+            let control = control.clone();
+            tokio::spawn(async move { control.changed().await })
+        };
+        tokio::task::yield_now().await;
+        control.boost(secs(25));
+        waiter.await.unwrap();
+        let now = Instant::now();
+        let period_start = now - secs(5);
+        match control.step(period_start, now) {
+            SamplerStep::Sample { until, boosted } => {
+                assert!(boosted);
+                assert_eq!(until, now + MAX_WINDOW);
+            }
+            other => panic!("{other:?}"),
+        }
+        let left = control.status().boost_seconds_left.unwrap();
+        assert!(left > 24.0 && left <= 25.0, "{left}");
+        // A shorter boost does not cut a longer one.
+        control.boost(secs(1));
+        assert!(control.status().boost_seconds_left.unwrap() > 24.0);
+        control.cancel_boost();
+        assert_eq!(control.status().boost_seconds_left, None);
+        assert!(matches!(
+            control.step(period_start, now),
+            SamplerStep::Pause { .. }
+        ));
+    }
+}

@@ -1,0 +1,152 @@
+//! Finding runtimes to profile: rescanning for their own sockets (connect mode) and accepting
+//! the ones that dial the agent's socket (listen mode). Each gets a [`process::profile`] task;
+//! both loops wait for their tasks when the agent stops.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use collector::client::DiagnosticsClient;
+use collector::discovery;
+use collector::listen::{ListenOptions, ListenServer, RuntimeEvent, RuntimeInfo};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::task::JoinSet;
+
+use super::process::{self, Outcome, Target};
+use super::Agent;
+
+type Tasks = JoinSet<(PathBuf, anyhow::Result<Outcome>)>;
+
+/// Starts profiling `target` unless a task for `key` runs already.
+fn spawn(
+    tasks: &mut Tasks,
+    known: &mut HashSet<PathBuf>,
+    agent: &Arc<Agent>,
+    key: PathBuf,
+    target: Target,
+) {
+    if !known.insert(key.clone()) {
+        return;
+    }
+    let agent = agent.clone();
+    tasks.spawn(async move {
+        let pid = target.pid;
+        let result = process::profile(target, agent).await;
+        if let Err(error) = &result {
+            tracing::warn!(pid, error = %format!("{error:#}"), "profiling stopped");
+        }
+        (key, result)
+    });
+}
+
+/// Waits for every process task (they end on the agent's stop signal).
+async fn drain(mut tasks: Tasks) {
+    while tasks.join_next().await.is_some() {}
+}
+
+/// Rescans for default diagnostic sockets every `interval` and profiles each new one.
+pub async fn connect_mode(agent: Arc<Agent>, interval: Duration) -> anyhow::Result<()> {
+    let mut tasks = Tasks::new();
+    // Sockets seen, with their task. A socket's name holds the pid and start time, so a
+    // restarted process is a new entry; a task that failed is forgotten to be retried.
+    let mut known = HashSet::new();
+    let mut shutdown = agent.shutdown.clone();
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            Some(done) = tasks.join_next() => {
+                if let Ok((socket, Err(_))) = done {
+                    known.remove(&socket);
+                }
+                continue;
+            }
+            _ = shutdown.wait_for(|stop| *stop) => break,
+        }
+        let sockets = match discovery::scan(Path::new("/proc")) {
+            Ok(sockets) => sockets,
+            Err(error) => {
+                tracing::warn!(%error, "scanning for .NET processes failed");
+                continue;
+            }
+        };
+        let present: HashSet<&PathBuf> = sockets.iter().map(|s| &s.path).collect();
+        known.retain(|path| present.contains(path));
+        for socket in &sockets {
+            if socket.path_too_long() {
+                continue;
+            }
+            let target = Target {
+                client: DiagnosticsClient::for_socket(&socket.path),
+                pid: u64::from(socket.pid),
+                transport: "connect",
+            };
+            spawn(&mut tasks, &mut known, &agent, socket.path.clone(), target);
+        }
+    }
+    drain(tasks).await;
+    Ok(())
+}
+
+/// Binds the listen socket (mode 0600), resuming runtimes that wait for a tool at startup.
+pub async fn bind_listen(path: &Path) -> anyhow::Result<ListenServer> {
+    ListenServer::bind(
+        path,
+        ListenOptions {
+            resume_on_attach: true,
+        },
+    )
+    .await
+    .with_context(|| format!("listening on {}", path.display()))
+}
+
+/// Profiles every runtime that dials `server`.
+pub async fn listen_mode(agent: Arc<Agent>, server: ListenServer) -> anyhow::Result<()> {
+    let mut tasks = Tasks::new();
+    let mut events = server.subscribe();
+    let mut shutdown = agent.shutdown.clone();
+    // Listen-mode runtimes have no socket of their own: they are known by cookie.
+    let mut known = HashSet::new();
+    let start = |tasks: &mut Tasks, known: &mut HashSet<PathBuf>, info: RuntimeInfo| {
+        let target = Target {
+            client: server.client(info),
+            pid: info.pid,
+            transport: "listen",
+        };
+        spawn(
+            tasks,
+            known,
+            &agent,
+            PathBuf::from(info.cookie.to_string()),
+            target,
+        );
+    };
+    for info in server.runtimes() {
+        start(&mut tasks, &mut known, info);
+    }
+    loop {
+        tokio::select! {
+            event = events.recv() => match event {
+                Ok(RuntimeEvent::Attached(info)) => start(&mut tasks, &mut known, info),
+                Ok(RuntimeEvent::Detached(_)) => {}
+                // Missed announcements: look at who is connected now.
+                Err(RecvError::Lagged(_)) => {
+                    for info in server.runtimes() {
+                        start(&mut tasks, &mut known, info);
+                    }
+                }
+                Err(RecvError::Closed) => break,
+            },
+            // A runtime is never seen again once its task ends: restarts get a new cookie.
+            Some(Ok((key, _))) = tasks.join_next() => {
+                known.remove(&key);
+            }
+            _ = shutdown.wait_for(|stop| *stop) => break,
+        }
+    }
+    drain(tasks).await;
+    Ok(())
+}

@@ -1,0 +1,464 @@
+//! One attached process: a long-lived light session, a duty-cycled sampler, and the store
+//! batches they yield, until the process exits or the agent stops.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use collector::attached::AttachedProcess;
+use collector::client::DiagnosticsClient;
+use collector::ipc::{CollectTracing, ProviderConfig};
+use collector::nettrace::events::KnownEvent;
+use collector::nettrace::Event;
+use collector::providers::{self, level};
+use collector::sampler::{SamplerControl, SamplerStep};
+use collector::samples::SampleAggregator;
+use collector::session::{self, EventObserver, ParsingWriter};
+use store::continuous::{Batches, EventProfiles, ProcessProfiler};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::writer::BatchSink;
+use super::Agent;
+use crate::live;
+
+/// How long after a sampler window its stacks are named: methods compiled during the window are
+/// announced on the light session, whose events arrive up to a few hundred milliseconds later.
+const SYMBOLIZE_DELAY: Duration = Duration::from_secs(1);
+
+/// How long the runtime may take to end a stopped session's stream.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A runtime to profile and how it was found.
+pub struct Target {
+    pub client: DiagnosticsClient,
+    /// The pid as seen from the agent (listen mode: the pid the runtime advertised).
+    pub pid: u64,
+    /// `connect` or `listen`.
+    pub transport: &'static str,
+}
+
+/// How a process's profiling ended without an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The filters exclude it.
+    Filtered,
+    /// The same runtime is already attached (found through another transport).
+    AlreadyAttached,
+    /// It ran until the process exited or the agent stopped.
+    Profiled,
+}
+
+/// The profiler shared between the light session's observer and the sampling loop.
+#[derive(Clone)]
+struct SharedProfiler(Arc<Mutex<ProcessProfiler>>);
+
+impl SharedProfiler {
+    fn lock(&self) -> MutexGuard<'_, ProcessProfiler> {
+        // The profiler's maps stay consistent between calls, so a panic cannot corrupt them.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl EventObserver for SharedProfiler {
+    fn on_event(&mut self, event: &Event<'_>) {
+        self.lock().observe(event);
+    }
+}
+
+/// Collects one sampler window's stacks.
+struct WindowSamples(SampleAggregator);
+
+impl EventObserver for WindowSamples {
+    fn on_event(&mut self, event: &Event<'_>) {
+        if let Ok(Some(KnownEvent::ThreadSample(sample))) = event.known() {
+            self.0.add(event, &sample);
+        }
+    }
+}
+
+/// JIT/Loader events for the code map, plus the events of the switched-on event profiles.
+fn light_session(events: EventProfiles) -> CollectTracing {
+    let mut keywords = providers::RUNTIME_JIT_LOADER_KEYWORDS;
+    if events.alloc {
+        keywords |= providers::RUNTIME_GC_KEYWORD;
+    }
+    if events.exceptions {
+        keywords |= providers::RUNTIME_EXCEPTION_KEYWORD;
+    }
+    if events.locks {
+        keywords |= providers::RUNTIME_CONTENTION_KEYWORD;
+    }
+    // Verbose: MethodLoadVerbose names methods, and GCAllocationTick is a Verbose event.
+    CollectTracing::v2(vec![ProviderConfig::new(
+        providers::RUNTIME,
+        keywords,
+        level::VERBOSE,
+    )])
+    .with_rundown(false)
+}
+
+/// The sampler alone: the light session already carries everything else.
+fn sampler_session() -> CollectTracing {
+    CollectTracing::v2(vec![ProviderConfig::new(
+        providers::SAMPLE_PROFILER,
+        0,
+        level::INFORMATIONAL,
+    )])
+    .with_rundown(false)
+}
+
+/// The service name OpenTelemetry SDKs in the process would report: `OTEL_SERVICE_NAME`, else
+/// `service.name` in `OTEL_RESOURCE_ATTRIBUTES` (percent-decoded).
+pub fn service_name(environment: &[(String, String)]) -> Option<String> {
+    let get = |key: &str| {
+        environment
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.trim())
+            .filter(|v| !v.is_empty())
+    };
+    if let Some(name) = get("OTEL_SERVICE_NAME") {
+        return Some(name.to_string());
+    }
+    get("OTEL_RESOURCE_ATTRIBUTES")?
+        .split(',')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(key, _)| key.trim() == "service.name")
+        .map(|(_, value)| percent_decode(value.trim()))
+        .filter(|v| !v.is_empty())
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `pid` when `/proc/pid` from here is the process the runtime describes (listen-mode pids come
+/// from the runtime's own pid namespace and may name another process here).
+fn local_proc(pid: u64, command_line: &str) -> Option<u32> {
+    let pid = u32::try_from(pid).ok()?;
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> = raw
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let first = args.first()?;
+    // The runtime reports argv[0] as a full path; /proc may hold it as typed.
+    let file_name = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+    let reported = command_line.split(' ').next().unwrap_or("");
+    let rest_matches = command_line.ends_with(&args[1..].join(" "));
+    (file_name(first) == file_name(reported) && rest_matches).then_some(pid)
+}
+
+fn unix_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Profiles one process until it exits or the agent stops.
+pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcome> {
+    let client = &target.client;
+    let info = client
+        .process_info()
+        .await
+        .context("asking the runtime who it is (ProcessInfo)")?;
+    let name = info
+        .managed_entrypoint_assembly_name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| {
+            let argv0 = info.command_line.split(' ').next().unwrap_or("");
+            argv0.rsplit('/').next().unwrap_or(argv0).to_string()
+        });
+    if !agent
+        .settings
+        .filters
+        .accept(target.pid, &name, &info.command_line)
+    {
+        return Ok(Outcome::Filtered);
+    }
+    let environment = match client.environment().await {
+        Ok(environment) => environment,
+        Err(error) => {
+            tracing::warn!(pid = target.pid, %error, "cannot read the environment; service_name falls back to the process name");
+            Vec::new()
+        }
+    };
+    let service = service_name(&environment).unwrap_or_else(|| name.clone());
+    let sampler = SamplerControl::new(agent.settings.duty);
+    let Some(_registration) = agent.processes.register(AttachedProcess {
+        pid: target.pid,
+        name: name.clone(),
+        service_name: service.clone(),
+        command_line: info.command_line.clone(),
+        runtime_version: info.clr_product_version.clone(),
+        runtime_cookie: info.runtime_cookie.to_string(),
+        transport: target.transport,
+        attached_unix_ms: unix_millis(),
+        sampler: sampler.clone(),
+    }) else {
+        return Ok(Outcome::AlreadyAttached);
+    };
+    tracing::info!(pid = target.pid, %name, service = %service, transport = target.transport, "attached");
+
+    let series = vec![
+        ("host_name".to_string(), agent.settings.host_name.clone()),
+        ("process_id".to_string(), target.pid.to_string()),
+        ("service_name".to_string(), service),
+    ];
+    let profiler = SharedProfiler(Arc::new(Mutex::new(ProcessProfiler::new(
+        series,
+        agent.settings.events,
+    ))));
+    let proc_pid = local_proc(target.pid, &info.command_line);
+    if let Some(maps) =
+        proc_pid.and_then(|p| std::fs::read_to_string(format!("/proc/{p}/maps")).ok())
+    {
+        profiler
+            .lock()
+            .set_images(symbolizer::parse_proc_maps(&maps));
+    }
+
+    let mut light = {
+        let client = client.clone();
+        let mut sink = ParsingWriter::new(tokio::io::sink(), profiler.clone());
+        let config = light_session(agent.settings.events);
+        let mut shutdown = agent.shutdown.clone();
+        tokio::spawn(async move {
+            let stop = async {
+                let _ = shutdown.wait_for(|stop| *stop).await;
+            };
+            session::run(&client, config, &mut sink, stop, STOP_TIMEOUT, |_| {}).await
+        })
+    };
+    // Started after the light session, so code loaded in between is named by one or the other.
+    let pid32 = u32::try_from(target.pid).unwrap_or(0);
+    if let Err(error) = live::rundown(client, pid32, profiler.clone()).await {
+        tracing::warn!(pid = target.pid, error = %format!("{error:#}"), "rundown failed; frames of code loaded before attaching stay unnamed");
+    }
+
+    let sampling = SamplingLoop {
+        client,
+        pid: target.pid,
+        proc_pid,
+        sampler,
+        profiler: profiler.clone(),
+        sink: agent.sink.clone(),
+        shutdown: agent.shutdown.clone(),
+    };
+    let result = tokio::select! {
+        result = sampling.run() => result,
+        ended = &mut light => {
+            match ended {
+                Ok(Ok(_)) => tracing::info!(pid = target.pid, "process exited"),
+                Ok(Err(error)) => tracing::info!(pid = target.pid, %error, "session ended; detaching"),
+                Err(error) => tracing::warn!(pid = target.pid, %error, "light session task failed"),
+            }
+            Ok(())
+        }
+    };
+    if !light.is_finished() {
+        // The agent is stopping: the light session stops on the same signal.
+        let _ = light.await;
+    }
+    let names = thread_names(proc_pid);
+    send(&agent.sink, profiler.lock().take_event_batches(&names));
+    tracing::info!(pid = target.pid, "detached");
+    result.map(|()| Outcome::Profiled)
+}
+
+fn thread_names(proc_pid: Option<u32>) -> HashMap<u64, String> {
+    proc_pid.map(live::thread_names).unwrap_or_default()
+}
+
+fn send(sink: &BatchSink, batches: Batches) {
+    for batch in batches.batches {
+        sink.send(batch);
+    }
+}
+
+struct SamplingLoop<'a> {
+    client: &'a DiagnosticsClient,
+    pid: u64,
+    proc_pid: Option<u32>,
+    sampler: SamplerControl,
+    profiler: SharedProfiler,
+    sink: BatchSink,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl SamplingLoop<'_> {
+    /// Samples by the duty cycle (or boost) and flushes event profiles once per period, until
+    /// the agent stops.
+    async fn run(mut self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let mut period_start = Instant::now();
+        loop {
+            if *self.shutdown.borrow() {
+                return Ok(());
+            }
+            let now = Instant::now();
+            match self.sampler.step(period_start, now) {
+                SamplerStep::Sample { until, boosted } => {
+                    let now_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    if self.profiler.lock().wants_rundown(now_ns) {
+                        let pid = u32::try_from(self.pid).unwrap_or(0);
+                        if let Err(error) =
+                            live::rundown(self.client, pid, self.profiler.clone()).await
+                        {
+                            tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "refreshing method names failed");
+                        }
+                    }
+                    match self.window(until).await {
+                        Ok(samples) => self.symbolize_later(samples),
+                        Err(error) => {
+                            tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "sampler window failed; trying again next period");
+                            self.pause(period_start + self.sampler.status().duty.period)
+                                .await;
+                            period_start = Instant::now();
+                        }
+                    }
+                    if boosted {
+                        period_start = Instant::now();
+                    }
+                }
+                SamplerStep::Pause { until } => {
+                    let names = thread_names(self.proc_pid);
+                    send(&self.sink, self.profiler.lock().take_event_batches(&names));
+                    if until <= now {
+                        period_start = now;
+                        continue;
+                    }
+                    if self.pause(until).await {
+                        period_start = until;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits until `until`, a boost or the agent's stop; true if the time ran out.
+    async fn pause(&mut self, until: Instant) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep_until(until) => true,
+            () = self.sampler.changed() => false,
+            _ = self.shutdown.changed() => false,
+        }
+    }
+
+    /// Runs one sampler session until `until` or the agent's stop.
+    async fn window(&mut self, until: Instant) -> anyhow::Result<SampleAggregator> {
+        let mut sink =
+            ParsingWriter::new(tokio::io::sink(), WindowSamples(SampleAggregator::new(0)));
+        let mut shutdown = self.shutdown.clone();
+        let stop = async {
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {}
+                _ = shutdown.wait_for(|stop| *stop) => {}
+            }
+        };
+        session::run(
+            self.client,
+            sampler_session(),
+            &mut sink,
+            stop,
+            STOP_TIMEOUT,
+            |_| {},
+        )
+        .await
+        .context("sampling")?;
+        if let Some(error) = sink.error() {
+            anyhow::bail!("the sampler's stream did not parse: {error}");
+        }
+        let interval = sink.parser().trace().map(|t| t.expected_cpu_sampling_rate);
+        let (_, WindowSamples(mut samples)) = sink.into_parts();
+        if let Some(interval) = interval {
+            samples.set_expected_interval(interval);
+        }
+        Ok(samples)
+    }
+
+    /// Names the window's stacks once the light session has caught up, and stores them.
+    fn symbolize_later(&self, samples: SampleAggregator) {
+        if samples.samples() == 0 {
+            return;
+        }
+        let profiler = self.profiler.clone();
+        let sink = self.sink.clone();
+        let proc_pid = self.proc_pid;
+        let pid = self.pid;
+        tokio::spawn(async move {
+            tokio::time::sleep(SYMBOLIZE_DELAY).await;
+            let names = thread_names(proc_pid);
+            let batches = profiler.lock().sample_batches(&samples, &names);
+            tracing::debug!(
+                pid,
+                samples = samples.samples(),
+                named = format!("{:.1}%", batches.resolution.method_percent()),
+                "sampler window stored"
+            );
+            send(&sink, batches);
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn service_name_follows_opentelemetry() {
+        assert_eq!(service_name(&env(&[])), None);
+        assert_eq!(
+            service_name(&env(&[(
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "deployment.environment=prod,service.name=shop%20api"
+            ),])),
+            Some("shop api".to_string())
+        );
+        assert_eq!(
+            service_name(&env(&[
+                ("OTEL_SERVICE_NAME", "checkout"),
+                ("OTEL_RESOURCE_ATTRIBUTES", "service.name=other"),
+            ])),
+            Some("checkout".to_string())
+        );
+        assert_eq!(
+            service_name(&env(&[
+                ("OTEL_SERVICE_NAME", " "),
+                ("OTEL_RESOURCE_ATTRIBUTES", "a=b")
+            ])),
+            None
+        );
+        assert_eq!(percent_decode("a%2Cb%zz%"), "a,b%zz%");
+    }
+}

@@ -1,0 +1,103 @@
+//! The one writer of the store: a thread fed by a bounded channel of batches, which also
+//! flushes on time, applies retention and compacts.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use store::tsdb::{Batch, Store};
+
+/// Batches waiting for the writer. At one batch per profile type per process per period this is
+/// minutes of slack for dozens of processes; past it batches are dropped and counted.
+pub const QUEUE_BATCHES: usize = 4096;
+
+/// How often the writer checks whether the head is due for a flush.
+const TICK: Duration = Duration::from_secs(1);
+
+/// How often retention and compaction run.
+const MAINTENANCE_EVERY: Duration = Duration::from_secs(60);
+
+/// Where the per-process tasks put their batches. Cloning shares the queue.
+#[derive(Debug, Clone)]
+pub struct BatchSink {
+    queue: SyncSender<Batch>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl BatchSink {
+    /// Queues a batch without waiting; a full queue drops it (counted, logged).
+    pub fn send(&self, batch: Batch) {
+        match self.queue.try_send(batch) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                if dropped.is_power_of_two() {
+                    tracing::warn!(
+                        dropped,
+                        "the store cannot keep up (slow disk?); profile batches are being dropped"
+                    );
+                }
+            }
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+
+    /// Batches dropped because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+}
+
+/// Starts the writer thread. It ends, after a last flush, once every [`BatchSink`] is dropped.
+pub fn spawn(store: Arc<RwLock<Store>>) -> std::io::Result<(BatchSink, JoinHandle<()>)> {
+    let (queue, batches) = sync_channel(QUEUE_BATCHES);
+    let handle = std::thread::Builder::new()
+        .name("store-writer".into())
+        .spawn(move || write_loop(&store, &batches))?;
+    let sink = BatchSink {
+        queue,
+        dropped: Arc::default(),
+    };
+    Ok((sink, handle))
+}
+
+fn write_loop(store: &RwLock<Store>, batches: &Receiver<Batch>) {
+    let write = || store.write().unwrap_or_else(|p| p.into_inner());
+    let mut last_maintenance = Instant::now();
+    loop {
+        let result = match batches.recv_timeout(TICK) {
+            Ok(batch) => write().append(&batch),
+            Err(RecvTimeoutError::Timeout) => write().flush_if_due(),
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        if let Err(error) = result {
+            tracing::error!(%error, "writing profiles to the store failed");
+        }
+        if last_maintenance.elapsed() >= MAINTENANCE_EVERY {
+            last_maintenance = Instant::now();
+            maintain(&mut write());
+        }
+    }
+    if let Err(error) = write().flush() {
+        tracing::error!(%error, "the last flush of the store failed; the newest profiles are lost");
+    }
+}
+
+/// Deletes what retention says is too old or too much, then merges small blocks.
+fn maintain(store: &mut Store) {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    match store.apply_retention(now) {
+        Ok(deleted) if !deleted.is_empty() => {
+            tracing::info!(blocks = deleted.len(), "retention deleted old blocks")
+        }
+        Ok(_) => {}
+        Err(error) => tracing::error!(%error, "applying retention failed"),
+    }
+    if let Err(error) = store.compact() {
+        tracing::error!(%error, "compacting blocks failed");
+    }
+}

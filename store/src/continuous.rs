@@ -1,0 +1,496 @@
+//! The always-on profile of one process: events from its sessions in, store batches out.
+//!
+//! A [`ProcessProfiler`] holds the process's code map (fed by the light session's JIT/Loader
+//! events and by rundowns) and counts the stacks of the light session's allocation, exception and
+//! contention events. Sampler windows arrive as [`SampleAggregator`]s. Both turn into
+//! [`Batch`]es with frames named once per batch, ready for [`crate::tsdb::Store::append`].
+
+use std::collections::HashMap;
+
+use collector::nettrace::events::KnownEvent;
+use collector::nettrace::Event;
+use collector::samples::SampleAggregator;
+use symbolizer::{CodeMap, ImageRange, RundownRefreshPolicy};
+
+use crate::profile::{Function, LabelValue};
+use crate::sampled::{thread_labels, FrameNamer, Resolution};
+use crate::tsdb::{Batch, BatchSample, ProfileType};
+
+/// Distinct event stacks kept between two [`ProcessProfiler::take_event_batches`]; events past it
+/// are counted in [`ProcessProfiler::dropped_events`], so a storm of distinct stacks cannot
+/// exhaust memory.
+pub const MAX_EVENT_STACKS: usize = 50_000;
+
+/// Threads whose ContentionStart waits for its Stop; the runtime emits a Stop for each Start, so
+/// only a broken stream (or a session started mid-wait) leaves more.
+const MAX_OPEN_CONTENTIONS: usize = 4_096;
+
+/// A rundown is asked for when this many sampled frames fell in a managed image without a known
+/// method (ReadyToRun code the live session never named) ...
+const RUNDOWN_MIN_MISSES: u64 = 100;
+/// ... and the last rundown is at least this old.
+const RUNDOWN_MIN_INTERVAL_NS: u64 = 60_000_000_000;
+
+/// Which event profiles the light session feeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventProfiles {
+    /// `alloc_samples` and `alloc_size` from GCAllocationTick, labelled `type`.
+    pub alloc: bool,
+    /// `exception` from ExceptionThrown, labelled `type`.
+    pub exceptions: bool,
+    /// `lock_count` and `lock_time` from ContentionStart/Stop, at the waiter's stack.
+    pub locks: bool,
+}
+
+impl Default for EventProfiles {
+    fn default() -> Self {
+        EventProfiles {
+            alloc: true,
+            exceptions: true,
+            locks: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum EventKind {
+    Alloc,
+    Exception,
+    Lock,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct EventKey {
+    kind: EventKind,
+    /// The allocated or thrown type.
+    type_name: Option<Box<str>>,
+    thread_id: u64,
+    ips: Box<[u64]>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct EventTotals {
+    count: i64,
+    /// Bytes (alloc) or nanoseconds (lock).
+    amount: i64,
+}
+
+#[derive(Debug)]
+struct OpenContention {
+    at: i64,
+    ips: Box<[u64]>,
+}
+
+/// What one cycle of one process produced: its batches and how well their frames resolved.
+#[derive(Debug, Default)]
+pub struct Batches {
+    pub batches: Vec<Batch>,
+    pub resolution: Resolution,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct ProcessProfiler {
+    series: Vec<(String, String)>,
+    profiles: EventProfiles,
+    map: CodeMap,
+    events: HashMap<EventKey, EventTotals>,
+    /// When the first event still in `events` happened, Unix nanoseconds.
+    events_since: Option<i64>,
+    /// The ContentionStart of each thread waiting for a lock.
+    contention_starts: HashMap<u64, OpenContention>,
+    dropped_events: u64,
+    rejected_events: u64,
+    refresh: RundownRefreshPolicy,
+}
+
+impl ProcessProfiler {
+    /// `series`: the labels of every batch (`service_name`, `process_id`, `host_name`).
+    pub fn new(series: Vec<(String, String)>, profiles: EventProfiles) -> Self {
+        ProcessProfiler {
+            series,
+            profiles,
+            map: CodeMap::new(),
+            events: HashMap::new(),
+            events_since: None,
+            contention_starts: HashMap::new(),
+            dropped_events: 0,
+            rejected_events: 0,
+            refresh: RundownRefreshPolicy::new(RUNDOWN_MIN_INTERVAL_NS, RUNDOWN_MIN_MISSES),
+        }
+    }
+
+    pub fn series(&self) -> &[(String, String)] {
+        &self.series
+    }
+
+    /// The process's mapped images, so addresses in no known method still name their module.
+    pub fn set_images(&mut self, images: Vec<ImageRange>) {
+        self.map.set_images(images);
+    }
+
+    pub fn code_map(&self) -> &CodeMap {
+        &self.map
+    }
+
+    /// Events with a distinct stack that did not fit under [`MAX_EVENT_STACKS`].
+    pub fn dropped_events(&self) -> u64 {
+        self.dropped_events
+    }
+
+    /// Events whose payload did not decode or that the code map refused.
+    pub fn rejected_events(&self) -> u64 {
+        self.rejected_events
+    }
+
+    /// Takes one event of the light session or of a rundown.
+    pub fn observe(&mut self, event: &Event<'_>) {
+        let known = match event.known() {
+            Ok(Some(known)) => known,
+            Ok(None) => return,
+            Err(_) => {
+                self.rejected_events += 1;
+                return;
+            }
+        };
+        let thread = event.header.thread_id;
+        let (kind, type_name, amount) = match known {
+            KnownEvent::AllocationTick(tick) if self.profiles.alloc => {
+                let bytes = tick
+                    .allocation_amount64
+                    .unwrap_or(u64::from(tick.allocation_amount));
+                (
+                    EventKind::Alloc,
+                    tick.type_name,
+                    i64::try_from(bytes).unwrap_or(i64::MAX),
+                )
+            }
+            KnownEvent::ExceptionThrown(thrown) if self.profiles.exceptions => {
+                (EventKind::Exception, Some(thrown.exception_type), 0)
+            }
+            KnownEvent::ContentionStart(_) if self.profiles.locks => {
+                // The runtime gives ContentionStop no stack: keep the waiter's stack from here.
+                if let Some(stack) = event.stack().filter(|s| !s.is_empty()) {
+                    if self.contention_starts.len() < MAX_OPEN_CONTENTIONS {
+                        let start = OpenContention {
+                            at: event.unix_nanos(),
+                            ips: stack.ips().collect(),
+                        };
+                        self.contention_starts.insert(thread, start);
+                    }
+                }
+                return;
+            }
+            KnownEvent::ContentionStop(stop) if self.profiles.locks => {
+                let Some(start) = self.contention_starts.remove(&thread) else {
+                    return;
+                };
+                let waited = match stop.duration_ns {
+                    Some(ns) => ns.max(0.0) as i64,
+                    None => event.unix_nanos().saturating_sub(start.at).max(0),
+                };
+                let key = EventKey {
+                    kind: EventKind::Lock,
+                    type_name: None,
+                    thread_id: thread,
+                    ips: start.ips,
+                };
+                self.count(key, waited, start.at);
+                return;
+            }
+            KnownEvent::Method(_) | KnownEvent::Module(_) => {
+                let timestamp = event.header.timestamp as u64;
+                if symbolizer::nettrace::apply(&mut self.map, &known, timestamp).is_err() {
+                    self.rejected_events += 1;
+                }
+                return;
+            }
+            _ => return,
+        };
+        let Some(stack) = event.stack().filter(|s| !s.is_empty()) else {
+            return;
+        };
+        let key = EventKey {
+            kind,
+            type_name: type_name.map(String::into_boxed_str),
+            thread_id: thread,
+            ips: stack.ips().collect(),
+        };
+        self.count(key, amount, event.unix_nanos());
+    }
+
+    fn count(&mut self, key: EventKey, amount: i64, at_unix_nanos: i64) {
+        let full = self.events.len() >= MAX_EVENT_STACKS;
+        match self.events.get_mut(&key) {
+            Some(totals) => {
+                totals.count += 1;
+                totals.amount = totals.amount.saturating_add(amount);
+            }
+            None if full => {
+                self.dropped_events += 1;
+                return;
+            }
+            None => {
+                self.events.insert(key, EventTotals { count: 1, amount });
+            }
+        }
+        self.events_since.get_or_insert(at_unix_nanos);
+    }
+
+    /// The batches of the event profiles counted since the last call, then starts afresh.
+    pub fn take_event_batches(&mut self, thread_names: &HashMap<u64, String>) -> Batches {
+        let events = std::mem::take(&mut self.events);
+        let Some(timestamp) = self.events_since.take() else {
+            return Batches::default();
+        };
+        let mut table = FunctionTable::default();
+        let mut by_type: HashMap<&'static str, Vec<BatchSample>> = HashMap::new();
+        // Sorted so equal input gives equal batches.
+        let mut events: Vec<_> = events.into_iter().collect();
+        events.sort_unstable_by(|(a, _), (b, _)| {
+            (a.kind as u8, &a.type_name, a.thread_id, &a.ips).cmp(&(
+                b.kind as u8,
+                &b.type_name,
+                b.thread_id,
+                &b.ips,
+            ))
+        });
+        for (key, totals) in events {
+            let stack = table.stack(&self.map, &key.ips, totals.count as u64);
+            let mut labels = thread_labels(key.thread_id, thread_names);
+            if let Some(type_name) = key.type_name {
+                labels.push(("type".to_string(), LabelValue::Str(type_name.into())));
+            }
+            let mut push = |profile_type: &'static str, value: i64| {
+                by_type.entry(profile_type).or_default().push(BatchSample {
+                    stack: stack.clone(),
+                    value,
+                    labels: labels.clone(),
+                });
+            };
+            match key.kind {
+                EventKind::Alloc => {
+                    push("alloc_samples", totals.count);
+                    push("alloc_size", totals.amount);
+                }
+                EventKind::Exception => push("exception", totals.count),
+                EventKind::Lock => {
+                    push("lock_count", totals.count);
+                    push("lock_time", totals.amount);
+                }
+            }
+        }
+        let mut types: Vec<_> = by_type.into_iter().collect();
+        types.sort_unstable_by_key(|(name, _)| *name);
+        self.finish(table, timestamp, types)
+    }
+
+    /// The `cpu` and `wall` batches of one sampler window. `cpu` counts samples of threads
+    /// running managed code, `wall` every sample; each sample stands for one measured period.
+    pub fn sample_batches(
+        &mut self,
+        samples: &SampleAggregator,
+        thread_names: &HashMap<u64, String>,
+    ) -> Batches {
+        let Some((timestamp, _)) = samples.time_range() else {
+            return Batches::default();
+        };
+        let period = samples.period_ns();
+        let mut table = FunctionTable::default();
+        let mut stacks: Vec<_> = samples.stacks().collect();
+        stacks.sort_unstable_by(|(a, _), (b, _)| {
+            (a.thread_id, a.managed, &a.ips).cmp(&(b.thread_id, b.managed, &b.ips))
+        });
+        let mut cpu = Vec::new();
+        let mut wall = Vec::with_capacity(stacks.len());
+        for (key, count) in stacks {
+            let stack = table.stack(&self.map, &key.ips, count);
+            let sample = BatchSample {
+                stack,
+                value: (count as i64).saturating_mul(period),
+                labels: thread_labels(key.thread_id, thread_names),
+            };
+            if key.managed {
+                cpu.push(sample.clone());
+            }
+            wall.push(sample);
+        }
+        let batches = self.finish(table, timestamp, vec![("cpu", cpu), ("wall", wall)]);
+        self.refresh
+            .record_misses(batches.resolution.in_managed_image);
+        batches
+    }
+
+    /// Whether code the sampler saw in managed images is worth a rundown to name it;
+    /// `now_ns` is a monotonic clock.
+    pub fn wants_rundown(&mut self, now_ns: u64) -> bool {
+        self.refresh.should_refresh(now_ns)
+    }
+
+    fn finish(
+        &self,
+        table: FunctionTable,
+        timestamp_unix_nanos: i64,
+        types: Vec<(&'static str, Vec<BatchSample>)>,
+    ) -> Batches {
+        let batches = types
+            .into_iter()
+            .filter(|(_, samples)| !samples.is_empty())
+            .map(|(name, samples)| Batch {
+                series: self.series.clone(),
+                profile_type: ProfileType::known(name).expect("a known profile type"),
+                timestamp_unix_nanos,
+                functions: table.functions.clone(),
+                samples,
+            })
+            .collect();
+        Batches {
+            batches,
+            resolution: table.namer.resolution,
+        }
+    }
+}
+
+/// The functions of one cycle's batches, named once each.
+#[derive(Debug, Default)]
+struct FunctionTable {
+    namer: FrameNamer,
+    functions: Vec<Function>,
+}
+
+impl FunctionTable {
+    fn stack(&mut self, map: &CodeMap, ips: &[u64], weight: u64) -> Vec<u32> {
+        let functions = &mut self.functions;
+        self.namer.stack(map, ips, weight, |function| {
+            functions.push(function);
+            u32::try_from(functions.len() - 1).unwrap_or(u32::MAX)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use collector::nettrace::NettraceReader;
+
+    fn fixture(name: &str) -> NettraceReader<std::fs::File> {
+        let path = format!(
+            "{}/../collector/tests/fixtures/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        NettraceReader::new(std::fs::File::open(path).unwrap())
+    }
+
+    fn series() -> Vec<(String, String)> {
+        vec![
+            ("service_name".into(), "test".into()),
+            ("process_id".into(), "1".into()),
+        ]
+    }
+
+    fn top_leaf(batch: &Batch) -> (String, i64) {
+        let mut by_leaf: HashMap<&str, i64> = HashMap::new();
+        for s in &batch.samples {
+            *by_leaf
+                .entry(&batch.functions[s.stack[0] as usize].name)
+                .or_default() += s.value;
+        }
+        let (name, value) = by_leaf.into_iter().max_by_key(|(_, v)| *v).unwrap();
+        (name.to_string(), value)
+    }
+
+    #[test]
+    fn sampler_window_becomes_cpu_and_wall_batches() {
+        let mut reader = fixture("cpuhot-jit-rundown.nettrace");
+        let mut profiler = ProcessProfiler::new(series(), EventProfiles::default());
+        let mut samples = SampleAggregator::new(0);
+        while let Some(event) = reader.next_event().unwrap() {
+            match event.known() {
+                Ok(Some(KnownEvent::ThreadSample(s))) => samples.add(&event, &s),
+                _ => profiler.observe(&event),
+            }
+        }
+        let out = profiler.sample_batches(&samples, &HashMap::new());
+        let names: Vec<&str> = out
+            .batches
+            .iter()
+            .map(|b| b.profile_type.name.as_str())
+            .collect();
+        assert_eq!(names, ["cpu", "wall"]);
+        assert!(
+            out.resolution.method_percent() >= 99.0,
+            "{:?}",
+            out.resolution
+        );
+        let cpu = &out.batches[0];
+        assert_eq!(cpu.series, series());
+        let total: i64 = cpu.samples.iter().map(|s| s.value).sum();
+        let (hot, value) = top_leaf(cpu);
+        assert_eq!(hot, "CpuHot.Program.SpinAlpha(Spinner)");
+        assert!(value * 100 / total >= 90);
+        let wall_total: i64 = out.batches[1].samples.iter().map(|s| s.value).sum();
+        assert!(wall_total > total);
+        assert_eq!(
+            cpu.timestamp_unix_nanos,
+            samples.time_range().unwrap().0,
+            "a batch is stamped with its first sample"
+        );
+    }
+
+    #[test]
+    fn exceptions_and_locks_become_typed_batches_once() {
+        let mut reader = fixture("faults.nettrace");
+        let mut profiler = ProcessProfiler::new(series(), EventProfiles::default());
+        while let Some(event) = reader.next_event().unwrap() {
+            profiler.observe(&event);
+        }
+        let out = profiler.take_event_batches(&HashMap::new());
+        let by_name: HashMap<&str, &Batch> = out
+            .batches
+            .iter()
+            .map(|b| (b.profile_type.name.as_str(), b))
+            .collect();
+        let exception = by_name["exception"];
+        let types: std::collections::BTreeSet<String> = exception
+            .samples
+            .iter()
+            .flat_map(|s| &s.labels)
+            .filter(|(k, _)| k == "type")
+            .map(|(_, v)| format!("{v:?}"))
+            .collect();
+        assert!(
+            types
+                .iter()
+                .any(|t| t.contains("Faults.InjectedFaultException")),
+            "{types:?}"
+        );
+        let lock_time: i64 = by_name["lock_time"].samples.iter().map(|s| s.value).sum();
+        let lock_count: i64 = by_name["lock_count"].samples.iter().map(|s| s.value).sum();
+        assert!(
+            lock_count > 0 && lock_time > lock_count * 1_000,
+            "{lock_count} {lock_time}"
+        );
+        assert!(profiler
+            .take_event_batches(&HashMap::new())
+            .batches
+            .is_empty());
+    }
+
+    #[test]
+    fn switched_off_profiles_count_nothing() {
+        let mut reader = fixture("faults.nettrace");
+        let off = EventProfiles {
+            alloc: false,
+            exceptions: false,
+            locks: false,
+        };
+        let mut profiler = ProcessProfiler::new(series(), off);
+        while let Some(event) = reader.next_event().unwrap() {
+            profiler.observe(&event);
+        }
+        assert!(profiler
+            .take_event_batches(&HashMap::new())
+            .batches
+            .is_empty());
+    }
+}
