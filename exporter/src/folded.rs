@@ -36,23 +36,54 @@ pub fn write_folded(
     Ok(())
 }
 
+/// Writes the differential folded stacks of a profile as `store::tsdb::diff` builds it (sample
+/// type 0 the base, 1 the new values): `stack base new`, the input of differential flame graphs
+/// (`flamegraph.pl`, inferno). Stacks with neither value positive are left out.
+pub fn write_diff_folded(diff: &Profile, mut out: impl Write) -> Result<(), ExportError> {
+    let columns = [
+        resolve_sample_type(diff, Some(0))?,
+        resolve_sample_type(diff, Some(1))?,
+    ];
+    for (stack, [base, new]) in collapse_columns(diff, None, columns)? {
+        if base > 0 || new > 0 {
+            writeln!(out, "{stack} {base} {new}")?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
 /// Folded stack → total value, sorted by stack, totals positive. Totals saturate at `i64::MAX`.
 pub(crate) fn collapse(
     profile: &Profile,
     options: &ExportOptions,
 ) -> Result<BTreeMap<String, i64>, ExportError> {
-    check(profile)?;
     let index = resolve_sample_type(profile, options.sample_type)?;
+    let stacks = collapse_columns(profile, options.thread_label.as_deref(), [index])?;
+    Ok(stacks
+        .into_iter()
+        .filter_map(|(stack, [total])| (total > 0).then_some((stack, total)))
+        .collect())
+}
+
+/// Folded stack → totals of the sample types `columns` (valid indices), sorted by stack, with
+/// a thread root frame per stack when `thread_label` is set. Totals saturate.
+fn collapse_columns<const N: usize>(
+    profile: &Profile,
+    thread_label: Option<&str>,
+    columns: [usize; N],
+) -> Result<BTreeMap<String, [i64; N]>, ExportError> {
+    check(profile)?;
     let names: Vec<Cow<str>> = profile
         .functions
         .iter()
         .map(|f| sanitize(&f.name))
         .collect();
-    let mut stacks: BTreeMap<String, i64> = BTreeMap::new();
+    let mut stacks: BTreeMap<String, [i64; N]> = BTreeMap::new();
     let mut line = String::new();
     for sample in &profile.samples {
         line.clear();
-        if let Some(label) = &options.thread_label {
+        if let Some(label) = thread_label {
             line.push_str(&sanitize(&ThreadKey::of(sample, label).describe(label)));
             line.push(';');
         }
@@ -65,15 +96,14 @@ pub(crate) fn collapse(
             }
             line.push_str(&names[f as usize]);
         }
-        let value = sample.values[index];
-        match stacks.get_mut(line.as_str()) {
-            Some(total) => *total = total.saturating_add(value),
-            None => {
-                stacks.insert(line.clone(), value);
-            }
+        let totals = match stacks.get_mut(line.as_str()) {
+            Some(totals) => totals,
+            None => stacks.entry(line.clone()).or_insert([0; N]),
+        };
+        for (total, &column) in totals.iter_mut().zip(&columns) {
+            *total = total.saturating_add(sample.values[column]);
         }
     }
-    stacks.retain(|_, total| *total > 0);
     Ok(stacks)
 }
 
@@ -115,7 +145,48 @@ fn looks_like_count(s: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use store::profile::{Function, ProfileBuilder, ValueType};
+
     use super::*;
+
+    #[test]
+    fn diff_lines_carry_base_and_new() {
+        let profile = |stacks: &[(&[&str], i64)]| {
+            let cpu = || ValueType::new("cpu", "nanoseconds");
+            let mut b = ProfileBuilder::new(vec![cpu()], cpu(), 1);
+            for (names, value) in stacks {
+                let stack = names
+                    .iter()
+                    .map(|name| {
+                        b.function(Function {
+                            name: name.to_string(),
+                            module: "Shop.dll".into(),
+                        })
+                    })
+                    .collect();
+                b.add(stack, Vec::new(), &[*value]);
+            }
+            b.build()
+        };
+        let main = "Shop.Program.Main()";
+        let base = profile(&[(&["Shop.Cart.Total()", main], 30), (&[main], 5)]);
+        let new = profile(&[
+            (&["Shop.Cart.Total()", main], 10),
+            (&["Shop.Tax.Rate()", main], 7),
+        ]);
+        let mut out = Vec::new();
+        write_diff_folded(&store::tsdb::diff(&base, &new, 0), &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "Shop.Program.Main() 5 0\n\
+             Shop.Program.Main();Shop.Cart.Total() 30 10\n\
+             Shop.Program.Main();Shop.Tax.Rate() 0 7\n"
+        );
+        assert!(matches!(
+            write_diff_folded(&base, Vec::new()),
+            Err(ExportError::SampleTypeOutOfRange { index: 1, .. })
+        ));
+    }
 
     #[test]
     fn names_that_would_break_a_line_are_rewritten_visibly() {

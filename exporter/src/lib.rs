@@ -5,10 +5,14 @@
 //! - [`pprof`]: gzip-compressed `perftools.profiles.Profile`, for `go tool pprof`, Pyroscope, Grafana;
 //! - [`folded`]: Brendan Gregg's collapsed stacks, for `flamegraph.pl`, inferno and scripts;
 //! - [`speedscope`]: speedscope's JSON file format, for <https://www.speedscope.app>;
-//! - [`svg`]: an interactive flame graph drawn by inferno.
+//! - [`svg`]: an interactive flame graph drawn by inferno;
+//! - [`tree`]: a JSON flame-graph tree, root first, for the agent's web UI.
 //!
-//! [`write()`] picks the writer from a [`Format`], which [`Format::from_extension`] derives from an
-//! output path the way `clrscope record -o FILE` needs.
+//! [`write()`] picks the writer of a file format from a [`Format`], which
+//! [`Format::from_extension`] derives from an output path the way `clrscope record -o FILE`
+//! needs. The JSON tree is no file format (`.json` means speedscope) and has a differential
+//! variant, so it is called directly: [`tree::write_tree`], [`tree::write_diff_tree`].
+//! Differential folded stacks (`stack base new`) come from [`folded::write_diff_folded`].
 //!
 //! Every writer checks the profile first (see [`ExportError`]): a profile whose samples point at
 //! missing functions or carry the wrong number of values is refused with an error instead of
@@ -25,6 +29,7 @@ pub mod folded;
 pub mod pprof;
 pub mod speedscope;
 pub mod svg;
+pub mod tree;
 
 /// The label key under which the store records the OS thread id of a sample.
 pub const THREAD_ID_LABEL: &str = "thread_id";
