@@ -15,8 +15,20 @@ pub struct ProfileType {
 }
 
 impl ProfileType {
-    /// The profile types the collector produces, by name (`cpu`, `wall`, `alloc_samples`,
-    /// `alloc_size`, `exception`, `lock_count`, `lock_time`), so every writer uses one unit.
+    /// The names of the profile types the collector produces, which [`ProfileType::known`]
+    /// accepts; for messages that list them.
+    pub const KNOWN_NAMES: [&'static str; 7] = [
+        "cpu",
+        "wall",
+        "alloc_samples",
+        "alloc_size",
+        "exception",
+        "lock_count",
+        "lock_time",
+    ];
+
+    /// The profile types the collector produces, by name ([`ProfileType::KNOWN_NAMES`]), so
+    /// every writer uses one unit.
     pub fn known(name: &str) -> Option<ProfileType> {
         let unit = match name {
             "cpu" | "wall" | "lock_time" => "nanoseconds",

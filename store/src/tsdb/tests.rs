@@ -606,6 +606,9 @@ fn known_profile_types_have_units() {
     assert_eq!(unit("lock_count").as_deref(), Some("count"));
     assert_eq!(unit("alloc_size").as_deref(), Some("bytes"));
     assert_eq!(unit("heap"), None);
+    for name in ProfileType::KNOWN_NAMES {
+        assert!(unit(name).is_some(), "{name}");
+    }
 }
 
 #[test]
