@@ -1,1 +1,56 @@
 //! The agent's HTTP surface: dotnet-monitor-compatible API, profile queries, metrics and the web UI.
+//!
+//! So far: the profile query API over the agent's [`store::tsdb::Store`]. The agent owns the store
+//! behind an `Arc<RwLock<Store>>` (its writer appends, queries read) and serves it with
+//!
+//! ```no_run
+//! # async fn agent(store: std::sync::Arc<std::sync::RwLock<store::tsdb::Store>>) -> std::io::Result<()> {
+//! let listener = tokio::net::TcpListener::bind(ui::DEFAULT_API_ADDR).await?;
+//! let router = ui::router(ui::ApiState::new(store));
+//! ui::serve(listener, router, async { tokio::signal::ctrl_c().await.ok(); }).await
+//! # }
+//! ```
+//!
+//! Queries run on the blocking thread pool under the store's read lock, at most as many at once
+//! as there are cores ([`ApiState::query_permits`]); the async runtime never waits on the store.
+//!
+//! # Routes
+//!
+//! All `GET`; `ui/API.md` has examples. Errors are RFC 7807 `application/problem+json`
+//! (`{type, title, status, detail}`), unknown routes (404) and methods (405) included.
+//!
+//! | route | parameters | answer |
+//! |---|---|---|
+//! | `/api/v1/profile-types` | — | `[{"name":"cpu","unit":"nanoseconds"}, …]`, the types stored |
+//! | `/api/v1/labels` | — | series label names, sorted |
+//! | `/api/v1/labels/{name}/values` | — | that label's values in the whole store, sorted |
+//! | `/api/v1/series` | `type`, `query`, `from`, `until`, `step`, `span_id`, `trace_id` | `{"unit", "step_ms", "points": [[unix_ms, total], …]}` |
+//! | `/api/v1/profile` | `type`, `query`, `from`, `until`, `format`, `span_id`, `trace_id` | the merged profile |
+//! | `/api/v1/diff` | `type`, `query`, `base_from`, `base_until`, `from`, `until`, `format`, `span_id`, `trace_id` | the base range against the new one |
+//!
+//! - `type` (required): a profile type, e.g. `cpu`; one the store holds or one clrscope records
+//!   (an unknown name is refused with the list).
+//! - `query`: series selector, `{service_name="api",process_id="42"}`; default: every series.
+//! - `from`, `until`: `now`, `now-5m`, Unix milliseconds or RFC 3339; `from` inclusive, `until`
+//!   exclusive. Default `until` is now; default `from` is 1 h before `until` for `/series`, 1 min
+//!   for `/profile` and `/diff`. `base_until` defaults to `from` and `base_from` to the same length
+//!   before it, so a bare `/diff` compares the last minute with the one before.
+//! - `step`: `10s`, `1m`, … (whole milliseconds); default 10 s, longer when the range would
+//!   give more than 1000 points. More than [`store::tsdb::MAX_SERIES_POINTS`] points is refused.
+//! - `span_id`, `trace_id`: keep only samples carrying that sample label.
+//! - `format`: `/profile` takes `json` (default: the flame-graph tree of [`exporter::tree`]),
+//!   `pprof` (gzip, `application/octet-stream`, downloaded as `TYPE.pb.gz`), `folded`
+//!   (`text/plain`), `svg` (`image/svg+xml`) and `speedscope` (`application/json`); `/diff` takes
+//!   `json` (every node with `base_self`/`base_total` too), `pprof` (sample types `base` and
+//!   `new`) and `folded` (`stack base new` lines).
+//! - A route refuses parameters it does not take, and any given twice.
+
+mod error;
+mod query;
+mod server;
+pub mod time;
+
+pub use error::{ApiError, PROBLEM_JSON};
+pub use query::query_routes;
+pub use server::{router, serve, ApiState, DEFAULT_API_ADDR};
+pub use time::parse_duration;

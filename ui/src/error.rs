@@ -1,0 +1,171 @@
+//! Why a request failed, answered as an RFC 7807 `application/problem+json` body.
+
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use exporter::ExportError;
+use serde::Serialize;
+use store::tsdb::StoreError;
+
+/// The media type of every error body.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// Why a request failed; each variant's message says what to change.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApiError {
+    #[error("missing query parameter `{name}`: {hint}")]
+    MissingParameter {
+        name: &'static str,
+        hint: &'static str,
+    },
+
+    #[error("invalid query parameter {name}={value:?}: {reason}")]
+    InvalidParameter {
+        name: &'static str,
+        value: String,
+        reason: String,
+    },
+
+    /// The query string or path did not fit the route (an unknown parameter, bad encoding).
+    #[error("{0}")]
+    BadRequest(String),
+
+    #[error("unknown profile type {name:?}: {known}")]
+    UnknownProfileType { name: String, known: String },
+
+    #[error("unsupported format {format:?}: this route answers in {formats}")]
+    UnknownFormat {
+        format: String,
+        formats: &'static str,
+    },
+
+    #[error(
+        "empty time range: {from_name}={from} is not before {until_name}={until}; \
+         give {from_name} earlier than {until_name}"
+    )]
+    EmptyRange {
+        from_name: &'static str,
+        from: String,
+        until_name: &'static str,
+        until: String,
+    },
+
+    #[error(transparent)]
+    Store(#[from] StoreError),
+
+    #[error(transparent)]
+    Export(#[from] ExportError),
+
+    #[error(
+        "no route for {method} {path}; profile queries are under /api/v1/: profile-types, \
+         labels, labels/{{name}}/values, series, profile, diff"
+    )]
+    NotFound { method: String, path: String },
+
+    #[error("{method} is not allowed on {path}: this route answers GET")]
+    MethodNotAllowed { method: String, path: String },
+
+    /// The store cannot be read: its writer panicked or the agent is shutting down.
+    #[error("the profile store is unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl ApiError {
+    /// The HTTP status and the `type` slug and `title` of the problem.
+    fn kind(&self) -> (StatusCode, &'static str, &'static str) {
+        use StatusCode as S;
+        match self {
+            ApiError::MissingParameter { .. } => (
+                S::BAD_REQUEST,
+                "missing-parameter",
+                "Missing query parameter",
+            ),
+            ApiError::InvalidParameter { .. } => (
+                S::BAD_REQUEST,
+                "invalid-parameter",
+                "Invalid query parameter",
+            ),
+            ApiError::BadRequest(_) => (S::BAD_REQUEST, "bad-request", "Bad request"),
+            ApiError::UnknownProfileType { .. } => (
+                S::BAD_REQUEST,
+                "unknown-profile-type",
+                "Unknown profile type",
+            ),
+            ApiError::UnknownFormat { .. } => (
+                S::BAD_REQUEST,
+                "unknown-format",
+                "Unsupported output format",
+            ),
+            ApiError::EmptyRange { .. } => (S::BAD_REQUEST, "empty-range", "Empty time range"),
+            ApiError::Store(StoreError::InvalidSelector { .. }) => {
+                (S::BAD_REQUEST, "invalid-selector", "Invalid label selector")
+            }
+            ApiError::Store(StoreError::InvalidQuery(_)) => {
+                (S::BAD_REQUEST, "invalid-query", "Invalid query")
+            }
+            ApiError::Store(_) => (S::INTERNAL_SERVER_ERROR, "store-error", "Store error"),
+            ApiError::Export(ExportError::NothingToDraw { .. }) => {
+                (S::NOT_FOUND, "no-data", "No samples to draw")
+            }
+            ApiError::Export(_) => (
+                S::INTERNAL_SERVER_ERROR,
+                "export-error",
+                "Profile could not be written",
+            ),
+            ApiError::NotFound { .. } => (S::NOT_FOUND, "not-found", "Not found"),
+            ApiError::MethodNotAllowed { .. } => (
+                S::METHOD_NOT_ALLOWED,
+                "method-not-allowed",
+                "Method not allowed",
+            ),
+            ApiError::Unavailable(_) => (
+                S::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "Profile store unavailable",
+            ),
+        }
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        ApiError::BadRequest(rejection.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        ApiError::BadRequest(rejection.body_text())
+    }
+}
+
+/// An RFC 7807 problem details object.
+#[derive(Debug, Serialize)]
+struct Problem {
+    r#type: String,
+    title: &'static str,
+    status: u16,
+    detail: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, slug, title) = self.kind();
+        let detail = self.to_string();
+        if status.is_server_error() {
+            tracing::error!(status = status.as_u16(), "{detail}");
+        } else {
+            tracing::debug!(status = status.as_u16(), "{detail}");
+        }
+        let problem = Problem {
+            r#type: format!("urn:clrscope:problem:{slug}"),
+            title,
+            status: status.as_u16(),
+            detail,
+        };
+        // A struct of strings and a number always serializes.
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        (status, [(header::CONTENT_TYPE, PROBLEM_JSON)], body).into_response()
+    }
+}

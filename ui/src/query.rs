@@ -1,0 +1,413 @@
+//! The profile query routes under `/api/v1/` (listed in the crate documentation).
+
+use std::time::Duration;
+
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderName, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use exporter::{folded, tree, Format};
+use serde::Serialize;
+use store::profile::{LabelValue, Profile};
+use store::tsdb::{self, parse_selector, ProfileType, Store};
+
+use crate::error::ApiError;
+use crate::server::ApiState;
+use crate::time::{duration_nanos, format_time, now_unix_nanos, parse_duration, parse_time};
+
+const SECOND: i64 = 1_000_000_000;
+const MILLISECOND: i64 = 1_000_000;
+/// How far back `/profile` and `/diff` look without `from`.
+const PROFILE_SPAN: i64 = 60 * SECOND;
+/// How far back `/series` looks without `from`.
+const SERIES_SPAN: i64 = 3600 * SECOND;
+/// The smallest default step of `/series`.
+const MIN_DEFAULT_STEP: Duration = Duration::from_secs(10);
+/// At most this many points without an explicit `step`.
+const DEFAULT_MAX_POINTS: u64 = 1000;
+
+/// The parameters that select samples: [`Selection::parse`].
+const SELECTION: [&str; 6] = ["type", "query", "from", "until", "span_id", "trace_id"];
+/// Sample labels a request can filter on, each a parameter of the same name.
+const SAMPLE_FILTERS: [&str; 2] = ["span_id", "trace_id"];
+
+/// The profile query routes, for [`crate::router`] to merge.
+pub fn query_routes() -> Router<ApiState> {
+    Router::new()
+        .route("/api/v1/profile-types", get(profile_types))
+        .route("/api/v1/labels", get(label_names))
+        .route("/api/v1/labels/{name}/values", get(label_values))
+        .route("/api/v1/series", get(series))
+        .route("/api/v1/profile", get(profile))
+        .route("/api/v1/diff", get(diff))
+}
+
+type QueryPairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
+
+async fn profile_types(
+    State(state): State<ApiState>,
+    params: QueryPairs,
+) -> Result<Json<Vec<ProfileType>>, ApiError> {
+    listing(state, params, Store::profile_types).await
+}
+
+async fn label_names(
+    State(state): State<ApiState>,
+    params: QueryPairs,
+) -> Result<Json<Vec<String>>, ApiError> {
+    listing(state, params, Store::label_names).await
+}
+
+async fn label_values(
+    State(state): State<ApiState>,
+    name: Result<Path<String>, PathRejection>,
+    params: QueryPairs,
+) -> Result<Json<Vec<String>>, ApiError> {
+    let Path(name) = name?;
+    listing(state, params, move |store| store.label_values(&name)).await
+}
+
+/// What a route without parameters lists: the store's whole catalogue, not filtered by series
+/// or time (the store keeps no such index).
+async fn listing<T: Send + 'static>(
+    state: ApiState,
+    params: QueryPairs,
+    list: impl FnOnce(&Store) -> Vec<T> + Send + 'static,
+) -> Result<Json<Vec<T>>, ApiError> {
+    Params::new(params, &[])?;
+    Ok(Json(state.query(move |store| Ok(list(store))).await?))
+}
+
+#[derive(Debug, Serialize)]
+struct SeriesBody {
+    unit: String,
+    step_ms: i64,
+    /// `[start of step in Unix ms, total]`.
+    points: Vec<(i64, i64)>,
+}
+
+async fn series(
+    State(state): State<ApiState>,
+    params: QueryPairs,
+) -> Result<Json<SeriesBody>, ApiError> {
+    let params = Params::new(params, &[&SELECTION[..], &["step"]].concat())?;
+    let selection = Selection::parse(&params)?;
+    let now = now_unix_nanos();
+    let (from, until) = params.range(["from", "until"], now, SERIES_SPAN, now)?;
+    let step = params.step(until - from)?;
+    state
+        .query(move |store| {
+            let query = selection.query(store, from, until)?;
+            let points = store.series(&query, step)?;
+            Ok(Json(SeriesBody {
+                unit: query.profile_type.unit,
+                step_ms: duration_nanos(step) / MILLISECOND,
+                points: points
+                    .into_iter()
+                    .map(|(t, v)| (t.div_euclid(MILLISECOND), v))
+                    .collect(),
+            }))
+        })
+        .await
+}
+
+async fn profile(State(state): State<ApiState>, params: QueryPairs) -> Result<Response, ApiError> {
+    let params = Params::new(params, &[&SELECTION[..], &["format"]].concat())?;
+    let selection = Selection::parse(&params)?;
+    let output = Output::parse(params.get("format"), Output::PROFILE)?;
+    let now = now_unix_nanos();
+    let (from, until) = params.range(["from", "until"], now, PROFILE_SPAN, now)?;
+    let name = selection.type_name.clone();
+    let body = state
+        .query(move |store| {
+            let profile = store.profile(&selection.query(store, from, until)?)?;
+            output.render(&profile)
+        })
+        .await?;
+    Ok(output.respond(&name, body))
+}
+
+async fn diff(State(state): State<ApiState>, params: QueryPairs) -> Result<Response, ApiError> {
+    let params = Params::new(
+        params,
+        &[&SELECTION[..], &["base_from", "base_until", "format"]].concat(),
+    )?;
+    let selection = Selection::parse(&params)?;
+    let output = Output::parse(params.get("format"), Output::DIFF)?;
+    let now = now_unix_nanos();
+    let (from, until) = params.range(["from", "until"], now, PROFILE_SPAN, now)?;
+    // Without a base range: the range of equal length just before.
+    let (base_from, base_until) =
+        params.range(["base_from", "base_until"], from, until - from, now)?;
+    let name = format!("{}-diff", selection.type_name);
+    let body = state
+        .query(move |store| {
+            let new = selection.query(store, from, until)?;
+            let base = tsdb::Query {
+                from: base_from,
+                until: base_until,
+                ..new.clone()
+            };
+            let diff = tsdb::diff(&store.profile(&base)?, &store.profile(&new)?, 0);
+            output.render_diff(&diff)
+        })
+        .await?;
+    Ok(output.respond(&name, body))
+}
+
+/// A route's query parameters: only those it takes, each at most once.
+struct Params(Vec<(String, String)>);
+
+impl Params {
+    fn new(query: QueryPairs, allowed: &[&str]) -> Result<Params, ApiError> {
+        let Query(pairs) = query?;
+        for (i, (name, _)) in pairs.iter().enumerate() {
+            if !allowed.contains(&name.as_str()) {
+                let takes = if allowed.is_empty() {
+                    "no query parameters".to_string()
+                } else {
+                    allowed.join(", ")
+                };
+                return Err(ApiError::BadRequest(format!(
+                    "unknown query parameter `{name}`: this route takes {takes}"
+                )));
+            }
+            if pairs[..i].iter().any(|(earlier, _)| earlier == name) {
+                return Err(ApiError::BadRequest(format!(
+                    "query parameter `{name}` is given more than once"
+                )));
+            }
+        }
+        Ok(Params(pairs))
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn invalid(&self, name: &'static str, reason: String) -> ApiError {
+        ApiError::InvalidParameter {
+            name,
+            value: self.get(name).unwrap_or_default().to_string(),
+            reason,
+        }
+    }
+
+    /// A time parameter in Unix nanoseconds, `default` when absent.
+    fn time(&self, name: &'static str, default: i64, now: i64) -> Result<i64, ApiError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(text) => parse_time(text, now).map_err(|reason| self.invalid(name, reason)),
+        }
+    }
+
+    /// The range named `[from, until]`: until defaults to `default_until`, from to `span`
+    /// before until; from must come first.
+    fn range(
+        &self,
+        [from_name, until_name]: [&'static str; 2],
+        default_until: i64,
+        span: i64,
+        now: i64,
+    ) -> Result<(i64, i64), ApiError> {
+        let until = self.time(until_name, default_until, now)?;
+        let from = self.time(from_name, until.saturating_sub(span), now)?;
+        if from >= until {
+            return Err(ApiError::EmptyRange {
+                from_name,
+                from: format_time(from),
+                until_name,
+                until: format_time(until),
+            });
+        }
+        Ok((from, until))
+    }
+
+    /// `step`, whole milliseconds; by default 10 s, or longer so that a range gives at most
+    /// [`DEFAULT_MAX_POINTS`] points.
+    fn step(&self, span: i64) -> Result<Duration, ApiError> {
+        let Some(text) = self.get("step") else {
+            let seconds = span
+                .unsigned_abs()
+                .div_ceil(DEFAULT_MAX_POINTS)
+                .div_ceil(SECOND.unsigned_abs());
+            return Ok(Duration::from_secs(seconds).max(MIN_DEFAULT_STEP));
+        };
+        let step = parse_duration(text).map_err(|reason| self.invalid("step", reason))?;
+        if step.is_zero() || step.as_nanos() % MILLISECOND as u128 != 0 {
+            return Err(self.invalid(
+                "step",
+                "the step must be a positive whole number of milliseconds, e.g. 10s".into(),
+            ));
+        }
+        Ok(step)
+    }
+}
+
+/// The samples a request selects, before the store names the profile type's unit.
+struct Selection {
+    type_name: String,
+    matchers: Vec<(String, String)>,
+    sample_matchers: Vec<(String, LabelValue)>,
+}
+
+impl Selection {
+    /// Reads `type`, `query` and the sample filters (`span_id`, `trace_id`).
+    fn parse(params: &Params) -> Result<Selection, ApiError> {
+        let type_name = params.get("type").ok_or(ApiError::MissingParameter {
+            name: "type",
+            hint: "name the profile type, e.g. type=cpu; GET /api/v1/profile-types lists those stored",
+        })?;
+        Ok(Selection {
+            type_name: type_name.to_string(),
+            matchers: parse_selector(params.get("query").unwrap_or_default())?,
+            sample_matchers: SAMPLE_FILTERS
+                .iter()
+                .filter_map(|&key| {
+                    let value = params.get(key)?;
+                    Some((key.to_string(), LabelValue::Str(value.to_string())))
+                })
+                .collect(),
+        })
+    }
+
+    /// The store query over `[from, until)`: a profile type the store holds, else one clrscope
+    /// records (which then selects nothing).
+    fn query(self, store: &Store, from: i64, until: i64) -> Result<tsdb::Query, ApiError> {
+        let stored = store.profile_types();
+        let profile_type = stored
+            .iter()
+            .find(|t| t.name == self.type_name)
+            .cloned()
+            .or_else(|| ProfileType::known(&self.type_name))
+            .ok_or_else(|| {
+                let names = |types: Vec<&str>| {
+                    if types.is_empty() {
+                        "none".to_string()
+                    } else {
+                        types.join(", ")
+                    }
+                };
+                let stored: Vec<&str> = stored.iter().map(|t| t.name.as_str()).collect();
+                let others = ProfileType::KNOWN_NAMES
+                    .into_iter()
+                    .filter(|n| !stored.contains(n))
+                    .collect();
+                ApiError::UnknownProfileType {
+                    name: self.type_name.clone(),
+                    known: format!(
+                        "the store holds {}; clrscope also records {}",
+                        names(stored.clone()),
+                        names(others)
+                    ),
+                }
+            })?;
+        Ok(tsdb::Query {
+            from,
+            until,
+            profile_type,
+            matchers: self.matchers,
+            sample_matchers: self.sample_matchers,
+        })
+    }
+}
+
+/// What a profile route answers with: the web UI's JSON tree or one of the exporter's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Output {
+    Tree,
+    File(Format),
+}
+
+impl Output {
+    /// The formats of `/profile`, the first the default, and their names for messages.
+    const PROFILE: (&[Output], &str) = (
+        &[
+            Output::Tree,
+            Output::File(Format::Pprof),
+            Output::File(Format::Folded),
+            Output::File(Format::Svg),
+            Output::File(Format::Speedscope),
+        ],
+        "json, pprof, folded, svg, speedscope",
+    );
+    /// The formats of `/diff`, which hold both sides of a comparison.
+    const DIFF: (&[Output], &str) = (
+        &[
+            Output::Tree,
+            Output::File(Format::Pprof),
+            Output::File(Format::Folded),
+        ],
+        "json, pprof, folded",
+    );
+
+    fn parse(
+        name: Option<&str>,
+        (allowed, names): (&[Output], &'static str),
+    ) -> Result<Output, ApiError> {
+        let Some(name) = name else {
+            return Ok(allowed[0]);
+        };
+        let output = match name.to_ascii_lowercase().as_str() {
+            "json" => Some(Output::Tree),
+            other => other.parse().ok().map(Output::File),
+        };
+        output
+            .filter(|o| allowed.contains(o))
+            .ok_or_else(|| ApiError::UnknownFormat {
+                format: name.to_string(),
+                formats: names,
+            })
+    }
+
+    fn render(self, profile: &Profile) -> Result<Vec<u8>, ApiError> {
+        let mut out = Vec::new();
+        match self {
+            Output::Tree => tree::write_tree(profile, None, &mut out)?,
+            Output::File(format) => exporter::write(profile, format, &mut out)?,
+        }
+        Ok(out)
+    }
+
+    /// Writes a profile of [`tsdb::diff`]; only the [`Output::DIFF`] formats reach here.
+    fn render_diff(self, diff: &Profile) -> Result<Vec<u8>, ApiError> {
+        let mut out = Vec::new();
+        match self {
+            Output::Tree => tree::write_diff_tree(diff, &mut out)?,
+            Output::File(Format::Folded) => folded::write_diff_folded(diff, &mut out)?,
+            Output::File(format) => exporter::write(diff, format, &mut out)?,
+        }
+        Ok(out)
+    }
+
+    /// The body with its content type; pprof as a download named after `name`.
+    fn respond(self, name: &str, body: Vec<u8>) -> Response {
+        let content_type = match self {
+            Output::Tree | Output::File(Format::Speedscope) => "application/json",
+            Output::File(Format::Pprof) => "application/octet-stream",
+            Output::File(Format::Folded) => "text/plain; charset=utf-8",
+            Output::File(Format::Svg) => "image/svg+xml",
+        };
+        let mut headers: Vec<(HeaderName, HeaderValue)> =
+            vec![(header::CONTENT_TYPE, HeaderValue::from_static(content_type))];
+        if self == Output::File(Format::Pprof) {
+            let file: String = name
+                .chars()
+                .map(|c| match c {
+                    'a'..='z' | 'A'..='Z' | '0'..='9' | '_' | '-' => c,
+                    _ => '_',
+                })
+                .collect();
+            let disposition = format!("attachment; filename=\"{file}.pb.gz\"");
+            if let Ok(value) = HeaderValue::try_from(disposition) {
+                headers.push((header::CONTENT_DISPOSITION, value));
+            }
+        }
+        (axum::http::HeaderMap::from_iter(headers), body).into_response()
+    }
+}

@@ -1,0 +1,106 @@
+//! The router, its shared state and the server loop.
+
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::{Arc, RwLock};
+
+use axum::http::{Method, Uri};
+use axum::Router;
+use store::tsdb::Store;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower_http::trace::TraceLayer;
+
+use crate::error::ApiError;
+use crate::query::query_routes;
+
+/// Where the agent serves its API and UI unless told otherwise: loopback only, so nothing is
+/// exposed beyond the node until the operator asks for it.
+pub const DEFAULT_API_ADDR: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 52323));
+
+/// What every handler can reach. Cloned per request (all fields are shared handles).
+#[derive(Debug, Clone)]
+pub struct ApiState {
+    /// The agent's store: its writer appends under the write lock, queries take the read lock.
+    pub store: Arc<RwLock<Store>>,
+    /// One permit per query allowed to run at once; the others wait for a permit, so a burst of
+    /// requests cannot start more store scans (and their memory) than the machine has cores.
+    pub query_permits: Arc<Semaphore>,
+}
+
+impl ApiState {
+    /// State over `store`, running as many queries at once as there are cores.
+    pub fn new(store: Arc<RwLock<Store>>) -> ApiState {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        ApiState {
+            store,
+            query_permits: Arc::new(Semaphore::new(cores)),
+        }
+    }
+
+    /// Runs `query` on the blocking thread pool with read access to the store, once a query
+    /// permit is free, so the async runtime never waits on the store.
+    pub(crate) async fn query<T, F>(&self, query: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Store) -> Result<T, ApiError> + Send + 'static,
+    {
+        let permit = Arc::clone(&self.query_permits)
+            .acquire_owned()
+            .await
+            .map_err(|_| ApiError::Unavailable("the agent is shutting down".into()))?;
+        let store = Arc::clone(&self.store);
+        let task = tokio::task::spawn_blocking(move || {
+            // Held until the scan ends, even if the client has gone away meanwhile.
+            let _permit = permit;
+            let store = store.read().map_err(|_| {
+                ApiError::Unavailable(
+                    "its writer panicked while holding it; restart the agent".into(),
+                )
+            })?;
+            query(&store)
+        });
+        task.await
+            .map_err(|e| ApiError::Unavailable(format!("the query task failed: {e}")))?
+    }
+}
+
+/// The whole API: [`query_routes`], with problem+json answers for unknown routes and methods,
+/// and request tracing. Routes of later parts (dotnet-monitor's API, agent control, the web UI
+/// at `/`) merge in here; an auth layer wraps the result.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .merge(query_routes())
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::NotFound {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+    }
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::MethodNotAllowed {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` completes, then stops accepting connections
+/// and returns once the requests in flight are answered.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    tracing::info!(addr = %listener.local_addr()?, "serving the HTTP API");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,145 @@
+//! Durations and points in time as people type them, for the HTTP API and the command line.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use chrono::{DateTime, SecondsFormat};
+
+/// Parses `30s`, `1500ms`, `2m`, `1h`, `1m30s` or a bare number of seconds (`2.5`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let invalid = || format!("invalid duration {text:?}: use e.g. 30s, 1500ms, 2m, 1h or 1m30s");
+    if let Ok(seconds) = text.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds).map_err(|_| invalid());
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(invalid)?;
+        let (number, tail) = rest.split_at(digits);
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let value: f64 = number.parse().map_err(|_| invalid())?;
+        let seconds = match unit {
+            "ms" => value / 1000.0,
+            "s" => value,
+            "m" => value * 60.0,
+            "h" => value * 3600.0,
+            _ => return Err(invalid()),
+        };
+        total += Duration::try_from_secs_f64(seconds).map_err(|_| invalid())?;
+        rest = tail;
+    }
+    if text.is_empty() {
+        return Err(invalid());
+    }
+    Ok(total)
+}
+
+/// A duration in nanoseconds, saturating at `i64::MAX` (292 years).
+pub fn duration_nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+/// The current time, Unix nanoseconds.
+pub fn now_unix_nanos() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, duration_nanos)
+}
+
+/// Parses a point in time into Unix nanoseconds: `now`, `now-5m` (any [`parse_duration`]
+/// duration), integer Unix milliseconds (`1764464880000`) or RFC 3339
+/// (`2025-11-30T01:08:00Z`, `2025-11-30T02:08:00.5+01:00`).
+pub fn parse_time(text: &str, now_unix_nanos: i64) -> Result<i64, String> {
+    let text = text.trim();
+    let invalid = |why: &str| {
+        format!(
+            "invalid time {text:?}{why}: use now, now-5m, Unix milliseconds \
+             (e.g. 1764464880000) or RFC 3339 (e.g. 2025-11-30T01:08:00Z)"
+        )
+    };
+    let out_of_range = || invalid(" (out of range)");
+    if text == "now" {
+        return Ok(now_unix_nanos);
+    }
+    if let Some(ago) = text.strip_prefix("now-") {
+        let ago = parse_duration(ago).map_err(|e| invalid(&format!(" ({e})")))?;
+        return now_unix_nanos
+            .checked_sub(duration_nanos(ago))
+            .ok_or_else(out_of_range);
+    }
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        return text
+            .parse::<i64>()
+            .ok()
+            .and_then(|ms| ms.checked_mul(1_000_000))
+            .ok_or_else(out_of_range);
+    }
+    DateTime::parse_from_rfc3339(text)
+        .map_err(|_| invalid(""))?
+        .timestamp_nanos_opt()
+        .ok_or_else(out_of_range)
+}
+
+/// A Unix-nanosecond time as RFC 3339 UTC, for messages.
+pub fn format_time(unix_nanos: i64) -> String {
+    DateTime::from_timestamp_nanos(unix_nanos).to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("2.5"), Ok(Duration::from_millis(2500)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        for bad in ["", "s", "10x", "-1", "1m30", "abc"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn times() {
+        // 2025-11-30T01:08:00Z
+        const T: i64 = 1_764_464_880_000_000_000;
+        let now = T + 3_600_000_000_000;
+        assert_eq!(parse_time("now", now), Ok(now));
+        assert_eq!(parse_time(" now-1h ", now), Ok(T));
+        assert_eq!(parse_time("now-1m30s", now), Ok(now - 90_000_000_000));
+        assert_eq!(parse_time("1764464880000", now), Ok(T));
+        assert_eq!(parse_time("2025-11-30T01:08:00Z", now), Ok(T));
+        assert_eq!(
+            parse_time("2025-11-30T02:08:00.5+01:00", now),
+            Ok(T + 500_000_000)
+        );
+        assert_eq!(format_time(T + 500_000_000), "2025-11-30T01:08:00.500Z");
+        for bad in [
+            "",
+            "now-",
+            "now+5m",
+            "now-5x",
+            "yesterday",
+            "-5",
+            "2025-11-30",
+            "1.5",
+        ] {
+            let e = parse_time(bad, now).unwrap_err();
+            assert!(e.contains("RFC 3339"), "{bad:?}: {e}");
+        }
+        assert!(parse_time("99999999999999999", now)
+            .unwrap_err()
+            .contains("out of range"));
+        assert!(parse_time("9999-01-01T00:00:00Z", now)
+            .unwrap_err()
+            .contains("out of range"));
+    }
+}
