@@ -254,14 +254,15 @@ mod tests {
         })
     }
 
+    fn cpu_builder() -> ProfileBuilder {
+        let cpu = || ValueType::new("cpu", "nanoseconds");
+        ProfileBuilder::new(vec![cpu()], cpu(), 1_000_000)
+    }
+
     /// A web request handler: `Main` → `HandleOrder` → `Serialize` (hot) and `Validate`, plus
     /// a recursive `Walk`, a sample without a stack and one with no value.
     fn shop() -> Profile {
-        let mut b = ProfileBuilder::new(
-            vec![ValueType::new("cpu", "nanoseconds")],
-            ValueType::new("cpu", "nanoseconds"),
-            1_000_000,
-        );
+        let mut b = cpu_builder();
         let main = function(&mut b, "Shop.Program.Main(System.String[])");
         let handle = function(&mut b, "Shop.OrderController.HandleOrder(Shop.Order)");
         let serialize = function(
@@ -342,11 +343,7 @@ mod tests {
     #[test]
     fn diff_nodes_carry_base_and_new() {
         let base = shop();
-        let mut b = ProfileBuilder::new(
-            vec![ValueType::new("cpu", "nanoseconds")],
-            ValueType::new("cpu", "nanoseconds"),
-            1_000_000,
-        );
+        let mut b = cpu_builder();
         let main = function(&mut b, "Shop.Program.Main(System.String[])");
         let handle = function(&mut b, "Shop.OrderController.HandleOrder(Shop.Order)");
         let validate = function(&mut b, "Shop.OrderValidator.Validate(Shop.Order)");
@@ -425,12 +422,7 @@ mod tests {
 
     #[test]
     fn empty_profile_and_bad_sample_type() {
-        let p = ProfileBuilder::new(
-            vec![ValueType::new("cpu", "nanoseconds")],
-            ValueType::new("cpu", "nanoseconds"),
-            1,
-        )
-        .build();
+        let p = cpu_builder().build();
         assert_eq!(
             tree_json(&p),
             json!({"unit": "nanoseconds", "total": 0,
