@@ -4,10 +4,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, SecondsFormat};
 
-/// Parses `30s`, `1500ms`, `2m`, `1h`, `1m30s` or a bare number of seconds (`2.5`).
+/// Parses `30s`, `1500ms`, `2m`, `1h`, `7d`, `1m30s` or a bare number of seconds (`2.5`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let invalid = || format!("invalid duration {text:?}: use e.g. 30s, 1500ms, 2m, 1h or 1m30s");
+    let invalid =
+        || format!("invalid duration {text:?}: use e.g. 30s, 1500ms, 2m, 1h, 7d or 1m30s");
     if let Ok(seconds) = text.parse::<f64>() {
         return Duration::try_from_secs_f64(seconds).map_err(|_| invalid());
     }
@@ -28,6 +29,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             "s" => value,
             "m" => value * 60.0,
             "h" => value * 3600.0,
+            "d" => value * 86400.0,
             _ => return Err(invalid()),
         };
         total += Duration::try_from_secs_f64(seconds).map_err(|_| invalid())?;
@@ -102,6 +104,7 @@ mod tests {
         assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("2.5"), Ok(Duration::from_millis(2500)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86400)));
         for bad in ["", "s", "10x", "-1", "1m30", "abc"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
         }
