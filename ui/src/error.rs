@@ -69,6 +69,10 @@ pub enum ApiError {
     /// The store cannot be read: its writer panicked or the agent is shutting down.
     #[error("the profile store is unavailable: {0}")]
     Unavailable(String),
+
+    /// A bug: a query failed in a way no request can cause.
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl ApiError {
@@ -119,6 +123,7 @@ impl ApiError {
                 "method-not-allowed",
                 "Method not allowed",
             ),
+            ApiError::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal-error", "Internal error"),
             ApiError::Unavailable(_) => (
                 S::SERVICE_UNAVAILABLE,
                 "unavailable",

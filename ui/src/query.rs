@@ -77,7 +77,7 @@ async fn listing<T: Send + 'static>(
     list: impl FnOnce(&Store) -> Vec<T> + Send + 'static,
 ) -> Result<Json<Vec<T>>, ApiError> {
     Params::new(params, &[])?;
-    Ok(Json(state.query(move |store| Ok(list(store))).await?))
+    Ok(Json(state.query(move |store| Ok(list(&store))).await?))
 }
 
 #[derive(Debug, Serialize)]
@@ -99,8 +99,9 @@ async fn series(
     let step = params.step(until - from)?;
     state
         .query(move |store| {
-            let query = selection.query(store, from, until)?;
+            let query = selection.query(&store, from, until)?;
             let points = store.series(&query, step)?;
+            drop(store);
             Ok(Json(SeriesBody {
                 unit: query.profile_type.unit,
                 step_ms: duration_nanos(step) / MILLISECOND,
@@ -122,7 +123,8 @@ async fn profile(State(state): State<ApiState>, params: QueryPairs) -> Result<Re
     let name = selection.type_name.clone();
     let body = state
         .query(move |store| {
-            let profile = store.profile(&selection.query(store, from, until)?)?;
+            let profile = store.profile(&selection.query(&store, from, until)?)?;
+            drop(store);
             output.render(&profile)
         })
         .await?;
@@ -144,14 +146,15 @@ async fn diff(State(state): State<ApiState>, params: QueryPairs) -> Result<Respo
     let name = format!("{}-diff", selection.type_name);
     let body = state
         .query(move |store| {
-            let new = selection.query(store, from, until)?;
+            let new = selection.query(&store, from, until)?;
             let base = tsdb::Query {
                 from: base_from,
                 until: base_until,
                 ..new.clone()
             };
-            let diff = tsdb::diff(&store.profile(&base)?, &store.profile(&new)?, 0);
-            output.render_diff(&diff)
+            let (base, new) = (store.profile(&base)?, store.profile(&new)?);
+            drop(store);
+            output.render_diff(&tsdb::diff(&base, &new, 0))
         })
         .await?;
     Ok(output.respond(&name, body))

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use axum::http::{Method, Uri};
 use axum::Router;
@@ -39,12 +39,14 @@ impl ApiState {
         }
     }
 
-    /// Runs `query` on the blocking thread pool with read access to the store, once a query
-    /// permit is free, so the async runtime never waits on the store.
+    /// Runs `query` on the blocking thread pool with the store's read guard, once a query
+    /// permit is free, so the async runtime never waits on the store. `query` drops the guard
+    /// as soon as it has read what it needs, so that writing the answer does not hold up the
+    /// store's writer.
     pub(crate) async fn query<T, F>(&self, query: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
-        F: FnOnce(&Store) -> Result<T, ApiError> + Send + 'static,
+        F: FnOnce(RwLockReadGuard<'_, Store>) -> Result<T, ApiError> + Send + 'static,
     {
         let permit = Arc::clone(&self.query_permits)
             .acquire_owned()
@@ -52,17 +54,17 @@ impl ApiState {
             .map_err(|_| ApiError::Unavailable("the agent is shutting down".into()))?;
         let store = Arc::clone(&self.store);
         let task = tokio::task::spawn_blocking(move || {
-            // Held until the scan ends, even if the client has gone away meanwhile.
+            // Held until the answer is written, even if the client has gone away meanwhile.
             let _permit = permit;
             let store = store.read().map_err(|_| {
                 ApiError::Unavailable(
                     "its writer panicked while holding it; restart the agent".into(),
                 )
             })?;
-            query(&store)
+            query(store)
         });
         task.await
-            .map_err(|e| ApiError::Unavailable(format!("the query task failed: {e}")))?
+            .map_err(|e| ApiError::Internal(format!("the query task failed: {e}")))?
     }
 }
 
