@@ -19,10 +19,10 @@ pub fn diff(base: &Profile, new: &Profile, sample_type: usize) -> Profile {
         ValueType::new("base", unit(base)),
         0,
     );
+    // Saturating: the widest ranges a query can name span more than i64 nanoseconds.
+    let end = |p: &Profile| p.start_unix_nanos.saturating_add(p.duration_nanos);
     let start = base.start_unix_nanos.min(new.start_unix_nanos);
-    let end = (base.start_unix_nanos + base.duration_nanos)
-        .max(new.start_unix_nanos + new.duration_nanos);
-    builder.set_time_range(start, end - start);
+    builder.set_time_range(start, end(base).max(end(new)).saturating_sub(start));
     for (side, profile) in [base, new].into_iter().enumerate() {
         for sample in &profile.samples {
             let stack = sample

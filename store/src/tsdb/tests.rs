@@ -827,4 +827,10 @@ fn diff_lines_up_two_profiles() {
             (names(&["C"]), vec![0, 2]),
         ]
     );
+    let everything = store
+        .profile(&query(None, "cpu", i64::MIN, i64::MAX))
+        .unwrap();
+    let d = diff(&a, &everything, 0);
+    assert_eq!((d.start_unix_nanos, d.duration_nanos), (i64::MIN, i64::MAX));
+    assert_eq!(d.total(1), 11);
 }
