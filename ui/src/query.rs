@@ -28,8 +28,8 @@ const MIN_DEFAULT_STEP: Duration = Duration::from_secs(10);
 /// At most this many points without an explicit `step`.
 const DEFAULT_MAX_POINTS: u64 = 1000;
 
-/// The parameters that select samples: [`Selection::parse`].
-const SELECTION: [&str; 6] = ["type", "query", "from", "until", "span_id", "trace_id"];
+/// The parameters every profile route takes: what [`Selection::parse`] reads and the range.
+const COMMON_PARAMS: [&str; 6] = ["type", "query", "from", "until", "span_id", "trace_id"];
 /// Sample labels a request can filter on, each a parameter of the same name.
 const SAMPLE_FILTERS: [&str; 2] = ["span_id", "trace_id"];
 
@@ -92,11 +92,11 @@ async fn series(
     State(state): State<ApiState>,
     params: QueryPairs,
 ) -> Result<Json<SeriesBody>, ApiError> {
-    let params = Params::new(params, &[&SELECTION[..], &["step"]].concat())?;
+    let params = Params::new(params, &[&COMMON_PARAMS[..], &["step"]].concat())?;
     let selection = Selection::parse(&params)?;
     let now = now_unix_nanos();
     let (from, until) = params.range(["from", "until"], now, SERIES_SPAN, now)?;
-    let step = params.step(until - from)?;
+    let step = params.step(until.saturating_sub(from))?;
     state
         .query(move |store| {
             let query = selection.query(&store, from, until)?;
@@ -115,7 +115,7 @@ async fn series(
 }
 
 async fn profile(State(state): State<ApiState>, params: QueryPairs) -> Result<Response, ApiError> {
-    let params = Params::new(params, &[&SELECTION[..], &["format"]].concat())?;
+    let params = Params::new(params, &[&COMMON_PARAMS[..], &["format"]].concat())?;
     let selection = Selection::parse(&params)?;
     let output = Output::parse(params.get("format"), Output::PROFILE)?;
     let now = now_unix_nanos();
@@ -134,15 +134,19 @@ async fn profile(State(state): State<ApiState>, params: QueryPairs) -> Result<Re
 async fn diff(State(state): State<ApiState>, params: QueryPairs) -> Result<Response, ApiError> {
     let params = Params::new(
         params,
-        &[&SELECTION[..], &["base_from", "base_until", "format"]].concat(),
+        &[&COMMON_PARAMS[..], &["base_from", "base_until", "format"]].concat(),
     )?;
     let selection = Selection::parse(&params)?;
     let output = Output::parse(params.get("format"), Output::DIFF)?;
     let now = now_unix_nanos();
     let (from, until) = params.range(["from", "until"], now, PROFILE_SPAN, now)?;
     // Without a base range: the range of equal length just before.
-    let (base_from, base_until) =
-        params.range(["base_from", "base_until"], from, until - from, now)?;
+    let (base_from, base_until) = params.range(
+        ["base_from", "base_until"],
+        from,
+        until.saturating_sub(from),
+        now,
+    )?;
     let name = format!("{}-diff", selection.type_name);
     let body = state
         .query(move |store| {

@@ -353,6 +353,19 @@ async fn series_points_add_up_to_the_stored_totals() {
         .json();
     assert_eq!(day["step_ms"], 87_000);
     assert_eq!(day["points"].as_array().unwrap().len(), 994);
+
+    // The widest range times can name neither overflows nor loses a sample.
+    let (from, until) = ("1678-01-01T00:00:00Z", "2262-01-01T00:00:00Z");
+    let all = [("type", "cpu"), ("from", from), ("until", until)];
+    let wide = server.get("/api/v1/series", &all).await.json();
+    let points = wide["points"].as_array().unwrap();
+    let sum: i64 = points.iter().map(|p| p[1].as_i64().unwrap()).sum();
+    let everything = Query {
+        matchers: Vec::new(),
+        ..cpu_query(i64::MIN, i64::MAX)
+    };
+    assert_eq!(sum, server.total(&everything));
+    assert_eq!(server.get("/api/v1/diff", &all).await.status, 200);
     server.stop().await;
 }
 
