@@ -166,6 +166,22 @@ impl Answer {
         })
     }
 
+    /// The body as a gzip-compressed pprof profile.
+    fn pprof(&self) -> proto::Profile {
+        let mut bytes = Vec::new();
+        flate2::read::GzDecoder::new(self.body.as_slice())
+            .read_to_end(&mut bytes)
+            .unwrap();
+        proto::Profile::decode(bytes.as_slice()).unwrap()
+    }
+
+    /// The sum of a series answer's points.
+    fn points_sum(&self) -> i64 {
+        let body = self.json();
+        let points = body["points"].as_array().unwrap();
+        points.iter().map(|p| p[1].as_i64().unwrap()).sum()
+    }
+
     fn text(&self) -> String {
         String::from_utf8(self.body.clone()).unwrap()
     }
@@ -336,15 +352,11 @@ async fn series_points_add_up_to_the_stored_totals() {
             "/api/v1/series",
             &[("type", "cpu"), ("query", CHECKOUT), ("from", "now-5m")],
         )
-        .await
-        .json();
-    let points = recent["points"].as_array().unwrap();
-    assert_eq!(
-        (recent["step_ms"].as_i64(), points.len()),
-        (Some(10_000), 30)
-    );
-    let sum: i64 = points.iter().map(|p| p[1].as_i64().unwrap()).sum();
-    assert_eq!(sum, 3 * PERIOD);
+        .await;
+    let body = recent.json();
+    assert_eq!(body["step_ms"], 10_000);
+    assert_eq!(body["points"].as_array().unwrap().len(), 30);
+    assert_eq!(recent.points_sum(), 3 * PERIOD);
 
     // A day without a step: the default grows so there are at most 1000 points.
     let day = server
@@ -357,14 +369,12 @@ async fn series_points_add_up_to_the_stored_totals() {
     // The widest range times can name neither overflows nor loses a sample.
     let (from, until) = ("1678-01-01T00:00:00Z", "2262-01-01T00:00:00Z");
     let all = [("type", "cpu"), ("from", from), ("until", until)];
-    let wide = server.get("/api/v1/series", &all).await.json();
-    let points = wide["points"].as_array().unwrap();
-    let sum: i64 = points.iter().map(|p| p[1].as_i64().unwrap()).sum();
+    let wide = server.get("/api/v1/series", &all).await;
     let everything = Query {
         matchers: Vec::new(),
         ..cpu_query(i64::MIN, i64::MAX)
     };
-    assert_eq!(sum, server.total(&everything));
+    assert_eq!(wide.points_sum(), server.total(&everything));
     assert_eq!(server.get("/api/v1/diff", &all).await.status, 200);
     server.stop().await;
 }
@@ -381,11 +391,7 @@ async fn pprof_decodes_with_the_hot_function_on_top() {
         answer.headers["content-disposition"],
         "attachment; filename=\"cpu.pb.gz\""
     );
-    let mut bytes = Vec::new();
-    flate2::read::GzDecoder::new(answer.body.as_slice())
-        .read_to_end(&mut bytes)
-        .unwrap();
-    let p = proto::Profile::decode(bytes.as_slice()).unwrap();
+    let p = answer.pprof();
     let string = |i: i64| p.string_table[i as usize].as_str();
     assert_eq!(string(p.sample_type[0].r#type), "cpu");
     assert_eq!(string(p.sample_type[0].unit), "nanoseconds");
@@ -585,11 +591,7 @@ async fn diff_shows_what_changed() {
         pprof.headers["content-disposition"],
         "attachment; filename=\"cpu-diff.pb.gz\""
     );
-    let mut bytes = Vec::new();
-    flate2::read::GzDecoder::new(pprof.body.as_slice())
-        .read_to_end(&mut bytes)
-        .unwrap();
-    let p = proto::Profile::decode(bytes.as_slice()).unwrap();
+    let p = pprof.pprof();
     let kinds: Vec<&str> = p
         .sample_type
         .iter()
