@@ -35,6 +35,10 @@ pub struct Args {
     /// --diagnostic-port.
     #[arg(long, requires = "diagnostic_port")]
     no_connect: bool,
+    /// Where the HTTP API listens: http://HOST:PORT (port 0 picks a free one). Binding beyond
+    /// loopback exposes the profiles to the network.
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:52323")]
+    urls: String,
     /// Where profiles are stored (created 0700).
     #[arg(long, value_name = "DIR", default_value = "./clrscope-data")]
     data_dir: PathBuf,
@@ -87,6 +91,10 @@ pub struct Filters {
 }
 
 impl Filters {
+    pub fn is_empty(&self) -> bool {
+        self.pids.is_empty() && self.names.is_empty() && self.command_lines.is_empty()
+    }
+
     pub fn accept(&self, pid: u64, name: &str, command_line: &str) -> bool {
         (self.pids.is_empty() || self.pids.contains(&pid))
             && (self.names.is_empty() || self.names.iter().any(|n| n == name))
@@ -113,6 +121,21 @@ pub struct Agent {
     pub shutdown: watch::Receiver<bool>,
 }
 
+/// `http://HOST:PORT` or `HOST:PORT` to a socket address (HOST an IP address or `localhost`).
+fn parse_url(url: &str) -> anyhow::Result<std::net::SocketAddr> {
+    if url.starts_with("https://") {
+        anyhow::bail!("--urls {url}: TLS is not supported yet; use http:// on loopback");
+    }
+    let authority = url
+        .strip_prefix("http://")
+        .unwrap_or(url)
+        .trim_end_matches('/');
+    let authority = authority.replace("localhost", "127.0.0.1");
+    authority.parse().with_context(|| {
+        format!("--urls {url}: expected http://IP:PORT, e.g. http://127.0.0.1:52323")
+    })
+}
+
 fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
@@ -123,6 +146,7 @@ fn host_name() -> String {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let duty = DutyCycle::new(args.sample_window, args.sample_period)?;
+    let api_addr = parse_url(&args.urls)?;
     let options = StoreOptions {
         flush_interval: args.flush_interval,
         retention_age: args.retention,
@@ -135,6 +159,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         tracing::warn!(path = %problem.path.display(), "skipping an unreadable block: {}", problem.message);
     }
     let store = Arc::new(RwLock::new(store));
+    let listener = tokio::net::TcpListener::bind(api_addr)
+        .await
+        .with_context(|| {
+            format!("binding the HTTP API to {api_addr} (is another agent running?)")
+        })?;
+    let api_addr = listener.local_addr()?;
+    if !api_addr.ip().is_loopback() {
+        tracing::warn!(%api_addr, "the HTTP API listens beyond loopback without authentication: anyone who can reach it can read the profiles");
+    }
     let (sink, writer) = writer::spawn(store.clone()).context("starting the store writer")?;
     let (stop, shutdown) = watch::channel(false);
     let agent = Arc::new(Agent {
@@ -157,6 +190,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         shutdown,
     });
 
+    let api = {
+        let state = ui::ApiState::new(store.clone()).with_processes(agent.processes.clone());
+        let mut shutdown = agent.shutdown.clone();
+        let stopped = async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        };
+        tokio::spawn(ui::serve(listener, ui::router(state), stopped))
+    };
+    let filtered = !agent.settings.filters.is_empty();
     let mut tasks = tokio::task::JoinSet::new();
     if !args.no_connect {
         tasks.spawn(discover::connect_mode(agent.clone(), args.rescan_interval));
@@ -166,11 +208,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         tasks.spawn(discover::listen_mode(agent.clone(), server));
     }
     eprintln!(
-        "clrscope agent: profiling {} ({:.0}% duty: {:?} every {:?}); data in {}",
+        "clrscope agent: API on http://{api_addr}; profiling {} ({:.0}% duty: {:?} every {:?}); \
+         data in {}",
         match (&args.diagnostic_port, args.no_connect) {
             (Some(p), true) => format!("runtimes dialling {}", p.display()),
-            (Some(p), false) => format!("every .NET process and runtimes dialling {}", p.display()),
-            (None, _) => "every .NET process".to_string(),
+            (Some(p), false) => format!(".NET processes and runtimes dialling {}", p.display()),
+            (None, _) => ".NET processes".to_string(),
+        } + if filtered {
+            " that match the filters"
+        } else {
+            ""
         },
         duty.fraction() * 100.0,
         duty.window,
@@ -181,6 +228,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     wait_for_stop_signal().await?;
     eprintln!("clrscope agent: stopping (sessions end, the store is flushed)");
     let _ = stop.send(true);
+    if let Ok(Err(error)) = api.await {
+        tracing::warn!(%error, "the HTTP API ended with an error");
+    }
     while let Some(result) = tasks.join_next().await {
         if let Ok(Err(error)) = result {
             tracing::warn!(error = %format!("{error:#}"), "discovery ended with an error");

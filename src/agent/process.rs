@@ -153,9 +153,15 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// `pid` when `/proc/pid` from here is the process the runtime describes (listen-mode pids come
+/// The process as `/proc` shows it from here: its pid and command line.
+struct LocalProcess {
+    pid: u32,
+    command_line: String,
+}
+
+/// `/proc/pid` from here, when it is the process the runtime describes (listen-mode pids come
 /// from the runtime's own pid namespace and may name another process here).
-fn local_proc(pid: u64, command_line: &str) -> Option<u32> {
+fn local_proc(pid: u64, reported_command_line: &str) -> Option<LocalProcess> {
     let pid = u32::try_from(pid).ok()?;
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let args: Vec<String> = raw
@@ -163,12 +169,20 @@ fn local_proc(pid: u64, command_line: &str) -> Option<u32> {
         .filter(|a| !a.is_empty())
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
-    let first = args.first()?;
-    // The runtime reports argv[0] as a full path; /proc may hold it as typed.
+    // The runtime reports argv[0] as a full path, /proc as typed; and a runtime asked very
+    // early in its startup reports argv[0] alone.
     let file_name = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
-    let reported = command_line.split(' ').next().unwrap_or("");
-    let rest_matches = command_line.ends_with(&args[1..].join(" "));
-    (file_name(first) == file_name(reported) && rest_matches).then_some(pid)
+    let reported_argv0 = reported_command_line.split(' ').next().unwrap_or("");
+    let rest = args.get(1..).unwrap_or_default().join(" ");
+    let same = file_name(args.first()?) == file_name(reported_argv0)
+        && (reported_command_line == reported_argv0 || reported_command_line.ends_with(&rest));
+    same.then(|| LocalProcess {
+        pid,
+        command_line: std::iter::once(reported_argv0.to_string())
+            .chain(args.into_iter().skip(1))
+            .collect::<Vec<_>>()
+            .join(" "),
+    })
 }
 
 fn unix_millis() -> i64 {
@@ -192,10 +206,14 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
             let argv0 = info.command_line.split(' ').next().unwrap_or("");
             argv0.rsplit('/').next().unwrap_or(argv0).to_string()
         });
+    let local = local_proc(target.pid, &info.command_line);
+    let command_line = local
+        .as_ref()
+        .map_or(info.command_line.as_str(), |l| l.command_line.as_str());
     if !agent
         .settings
         .filters
-        .accept(target.pid, &name, &info.command_line)
+        .accept(target.pid, &name, command_line)
     {
         return Ok(Outcome::Filtered);
     }
@@ -212,7 +230,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         pid: target.pid,
         name: name.clone(),
         service_name: service.clone(),
-        command_line: info.command_line.clone(),
+        command_line: command_line.to_string(),
         runtime_version: info.clr_product_version.clone(),
         runtime_cookie: info.runtime_cookie.to_string(),
         transport: target.transport,
@@ -232,7 +250,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         series,
         agent.settings.events,
     ))));
-    let proc_pid = local_proc(target.pid, &info.command_line);
+    let proc_pid = local.map(|l| l.pid);
     if let Some(maps) =
         proc_pid.and_then(|p| std::fs::read_to_string(format!("/proc/{p}/maps")).ok())
     {

@@ -151,6 +151,8 @@ pub struct HttpResponse {
     /// Header names lower-cased, in order.
     pub headers: Vec<(String, String)>,
     pub body: String,
+    /// The body as received (for binary answers such as pprof).
+    pub bytes: Vec<u8>,
 }
 
 impl HttpResponse {
@@ -173,6 +175,11 @@ impl HttpResponse {
 /// talking to the AsyncWeb target without an HTTP client crate. `Connection: close`; no chunked
 /// bodies. Panics on I/O errors.
 pub fn http_get(port: u16, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
+    http_request(port, "GET", path, headers)
+}
+
+/// [`http_get`] with any method (no request body).
+pub fn http_request(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
     use std::io::Write;
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
         .unwrap_or_else(|e| panic!("connect 127.0.0.1:{port}: {e}"));
@@ -180,29 +187,31 @@ pub fn http_get(port: u16, path: &str, headers: &[(&str, &str)]) -> HttpResponse
         .set_read_timeout(Some(Duration::from_secs(30)))
         .expect("set_read_timeout");
     let mut request =
-        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
+        format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
     for (k, v) in headers {
         request.push_str(&format!("{k}: {v}\r\n"));
     }
     request.push_str("\r\n");
     stream
         .write_all(request.as_bytes())
-        .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
     let mut raw = Vec::new();
     stream
         .read_to_end(&mut raw)
-        .unwrap_or_else(|e| panic!("GET {path}: reading the response: {e}"));
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = raw
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("GET {path}: malformed response {raw:?}"));
+        .unwrap_or_else(|e| panic!("{method} {path}: reading the response: {e}"));
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("{method} {path}: malformed response {raw:?}"));
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let bytes = raw[split + 4..].to_vec();
     let mut head_lines = head.split("\r\n");
     let status_line = head_lines.next().unwrap_or("");
     let status = status_line
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("GET {path}: bad status line {status_line:?}"));
+        .unwrap_or_else(|| panic!("{method} {path}: bad status line {status_line:?}"));
     let headers = head_lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
@@ -210,7 +219,8 @@ pub fn http_get(port: u16, path: &str, headers: &[(&str, &str)]) -> HttpResponse
     HttpResponse {
         status,
         headers,
-        body: body.to_string(),
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+        bytes,
     }
 }
 

@@ -59,9 +59,13 @@ pub enum ApiError {
 
     #[error(
         "no route for {method} {path}; profile queries are under /api/v1/: profile-types, \
-         labels, labels/{{name}}/values, series, profile, diff"
+         labels, labels/{{name}}/values, series, profile, diff; attached processes under \
+         /api/v1/processes"
     )]
     NotFound { method: String, path: String },
+
+    #[error("no attached process has pid {pid}; GET /api/v1/processes lists them")]
+    ProcessNotFound { pid: u64 },
 
     #[error("{method} is not allowed on {path}: this route answers GET")]
     MethodNotAllowed { method: String, path: String },
@@ -118,6 +122,9 @@ impl ApiError {
                 "Profile could not be written",
             ),
             ApiError::NotFound { .. } => (S::NOT_FOUND, "not-found", "Not found"),
+            ApiError::ProcessNotFound { .. } => {
+                (S::NOT_FOUND, "process-not-found", "Process not attached")
+            }
             ApiError::MethodNotAllowed { .. } => (
                 S::METHOD_NOT_ALLOWED,
                 "method-not-allowed",

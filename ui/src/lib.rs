@@ -46,11 +46,13 @@
 //! - A route refuses parameters it does not take, and any given twice.
 
 mod error;
+pub mod processes;
 mod query;
 mod server;
 pub mod time;
 
 pub use error::{ApiError, PROBLEM_JSON};
+pub use processes::process_routes;
 pub use query::query_routes;
 pub use server::{router, serve, ApiState, DEFAULT_API_ADDR};
 pub use time::parse_duration;

@@ -6,12 +6,14 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use axum::http::{Method, Uri};
 use axum::Router;
+use collector::attached::AttachedProcesses;
 use store::tsdb::Store;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower_http::trace::TraceLayer;
 
 use crate::error::ApiError;
+use crate::processes::process_routes;
 use crate::query::query_routes;
 
 /// Where the agent serves its API and UI unless told otherwise: loopback only, so nothing is
@@ -24,6 +26,8 @@ pub const DEFAULT_API_ADDR: SocketAddr =
 pub struct ApiState {
     /// The agent's store: its writer appends under the write lock, queries take the read lock.
     pub store: Arc<RwLock<Store>>,
+    /// The processes the agent profiles, for the process routes; empty without an agent.
+    pub processes: AttachedProcesses,
     /// One permit per query allowed to run at once; the others wait for a permit, so a burst of
     /// requests cannot start more store scans (and their memory) than the machine has cores.
     pub query_permits: Arc<Semaphore>,
@@ -35,8 +39,14 @@ impl ApiState {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         ApiState {
             store,
+            processes: AttachedProcesses::default(),
             query_permits: Arc::new(Semaphore::new(cores)),
         }
+    }
+
+    /// The same state, listing and controlling the agent's `processes`.
+    pub fn with_processes(self, processes: AttachedProcesses) -> ApiState {
+        ApiState { processes, ..self }
     }
 
     /// Runs `query` on the blocking thread pool with the store's read guard, once a query
@@ -68,12 +78,13 @@ impl ApiState {
     }
 }
 
-/// The whole API: [`query_routes`], with problem+json answers for unknown routes and methods,
+/// The whole API: [`query_routes`] and [`process_routes`], with problem+json answers for unknown routes and methods,
 /// and request tracing. Routes of later parts (dotnet-monitor's API, agent control, the web UI
 /// at `/`) merge in here; an auth layer wraps the result.
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .merge(query_routes())
+        .merge(process_routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(TraceLayer::new_for_http())
