@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/testbed/demo.sh (`make demo`): starts the CpuHot test-bed target in the background (three
 # threads designed to use 60/30/10 % of the CPU), then shows what clrscope sees of it: `ps`, the
-# threads' stacks, a 5-second cpu profile as text and as an SVG flame graph. Stops the target at the
-# end (also on Ctrl-C).
+# threads' stacks, a 5-second cpu profile as text and as an SVG flame graph, then the always-on
+# agent profiling it and answering a query over HTTP. Stops everything at the end (also on Ctrl-C).
 # Needs `make setup` and `make build` (the Makefile's demo target does both first).
 set -euo pipefail
 
@@ -19,7 +19,12 @@ say() { printf 'demo: %s\n' "$*" >&2; }
 
 out=$(mktemp "${TMPDIR:-/tmp}/clrscope-demo.XXXXXX")
 pid=""
+agent=""
 cleanup() {
+    if [ -n "$agent" ] && kill -0 "$agent" 2>/dev/null; then
+        kill -INT "$agent" 2>/dev/null || true
+        wait "$agent" 2>/dev/null || true
+    fi
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
         say "stopping CpuHot (pid $pid)"
         kill -TERM "$pid" 2>/dev/null || true
@@ -68,3 +73,26 @@ run record --pid "$pid" --duration 5s -o "$demo_dir/cpuhot.pb.gz"
 echo
 say "designed split: SpinAlpha 60%, SpinBravo 30%, SpinCharlie 10% — compare with top's SELF% above"
 say "flame graph: $demo_dir/cpuhot.svg (open it in a browser); pprof: go tool pprof -top $demo_dir/cpuhot.pb.gz"
+
+echo
+echo "\$ clrscope agent --pid $pid --sample-period 2s --urls http://127.0.0.1:0 --data-dir $demo_dir/agent-data"
+agent_log=$demo_dir/agent.log
+"$CLRSCOPE" agent --pid "$pid" --sample-period 2s --urls http://127.0.0.1:0 \
+    --data-dir "$demo_dir/agent-data" 2>"$agent_log" &
+agent=$!
+for _ in $(seq 50); do grep -q 'API on' "$agent_log" && break; sleep 0.1; done
+api=$(grep -o 'http://127.0.0.1:[0-9]*' "$agent_log" | head -1)
+[ -n "$api" ] || { say "the agent did not start:"; cat "$agent_log" >&2; exit 1; }
+head -1 "$agent_log"
+say "letting the agent sample for 12 s…"
+sleep 12
+echo
+echo "\$ curl '$api/api/v1/processes'"
+curl -sf "$api/api/v1/processes"
+echo
+echo "\$ curl '$api/api/v1/profile?type=cpu&from=now-1m&format=folded'   (self time per leaf)"
+curl -sf "$api/api/v1/profile?type=cpu&from=now-1m&format=folded" |
+    awk '{n=split($0,f,";"); split(f[n],leaf," "); t[leaf[1]]+=$NF; all+=$NF}
+         END {for (k in t) printf "  %5.1f%%  %s\n", 100*t[k]/all, k}' | sort -rn | head -5
+curl -sf "$api/api/v1/profile?type=cpu&from=now-1m&format=svg" -o "$demo_dir/agent-cpuhot.svg"
+say "the agent's flame graph of the last minute: $demo_dir/agent-cpuhot.svg"

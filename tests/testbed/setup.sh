@@ -11,6 +11,7 @@
 #   * `mcs` (Debian mono-devel) to compile the C# target apps without an SDK;
 #   * `go` (Debian golang-go), whose `go tool pprof` is the real pprof reader the tests check
 #     clrscope's pprof files against;
+#   * `curl` (Debian curl), with which the demo asks the agent's HTTP API;
 #   * .testbed/bin/dotnet -> the chosen host, and .testbed/runtime.env describing it (rewritten only
 #     when its content changes, so make recompiles targets when the runtime changes);
 #   * .testbed/targets/<Name>/<Name>.dll + <Name>.runtimeconfig.json for tests/targets/<Name>.cs.
@@ -159,6 +160,14 @@ ensure_go() {
     command -v go >/dev/null 2>&1 || die "golang-go installed but go is not on PATH"
 }
 
+# curl (the demo asks the agent's HTTP API with it)
+
+ensure_curl() {
+    command -v curl >/dev/null 2>&1 && return
+    say "installing curl (Debian curl)…"
+    apt_install curl
+}
+
 write_runtime_env() {
     local env_file=$TESTBED/runtime.env new
     new=$(printf 'DOTNET_HOST=%s\nNETCORE_VERSION=%s\nNETCORE_DIR=%s\nMCS=%s\n' \
@@ -173,6 +182,7 @@ cmd_runtime() {
     ensure_runtime
     ensure_mcs
     ensure_go
+    ensure_curl
     write_runtime_env
 }
 

@@ -1,6 +1,7 @@
 //! The agent's HTTP surface: dotnet-monitor-compatible API, profile queries, metrics and the web UI.
 //!
-//! So far: the profile query API over the agent's [`store::tsdb::Store`]. The agent owns the store
+//! So far: the profile query API over the agent's [`store::tsdb::Store`] ([`query_routes`]) and
+//! the attached processes with their samplers ([`processes`]). The agent owns the store
 //! behind an `Arc<RwLock<Store>>` (its writer appends, queries read) and serves it with
 //!
 //! ```no_run
