@@ -92,7 +92,7 @@ curl -sf "$api/api/v1/processes"
 echo
 echo "\$ curl '$api/api/v1/profile?type=cpu&from=now-1m&format=folded'   (self time per leaf)"
 curl -sf "$api/api/v1/profile?type=cpu&from=now-1m&format=folded" |
-    awk '{n=split($0,f,";"); split(f[n],leaf," "); t[leaf[1]]+=$NF; all+=$NF}
+    awk '{n=split($0,f,";"); leaf=f[n]; sub(/ [0-9]+$/, "", leaf); t[leaf]+=$NF; all+=$NF}
          END {for (k in t) printf "  %5.1f%%  %s\n", 100*t[k]/all, k}' | sort -rn | head -5
 curl -sf "$api/api/v1/profile?type=cpu&from=now-1m&format=svg" -o "$demo_dir/agent-cpuhot.svg"
 say "the agent's flame graph of the last minute: $demo_dir/agent-cpuhot.svg"
