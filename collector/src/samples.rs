@@ -26,10 +26,22 @@ pub struct StackKey {
     pub ips: Box<[u64]>,
 }
 
+/// When one sample was taken: an index into [`SampleAggregator::stacks_by_index`] and the
+/// sample's raw timestamp (the runtime's QPC ticks, shared by all sessions of one process).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SampleTime {
+    pub stack: u32,
+    pub timestamp: i64,
+}
+
 /// Counts the sampler's stacks and measures its period.
 #[derive(Debug, Default)]
 pub struct SampleAggregator {
-    stacks: HashMap<StackKey, u64>,
+    /// Each distinct stack's index into `counts`.
+    stacks: HashMap<StackKey, u32>,
+    counts: Vec<u64>,
+    /// Every sample's time, when asked for ([`SampleAggregator::keep_times`]).
+    times: Option<Vec<SampleTime>>,
     samples: u64,
     ticks: u64,
     interval_ns: i64,
@@ -49,6 +61,13 @@ impl SampleAggregator {
             interval_ns,
             ..Default::default()
         }
+    }
+
+    /// Also keeps when each sample was taken (16 bytes per sample), so samples can be joined to
+    /// what else happened on their thread at that time.
+    pub fn keep_times(mut self) -> Self {
+        self.times = Some(Vec::new());
+        self
     }
 
     /// Sets the sampler interval the trace states (its Trace object), once it is known.
@@ -79,7 +98,18 @@ impl SampleAggregator {
             managed: sample.kind == SampleKind::Managed,
             ips: stack.ips().collect(),
         };
-        *self.stacks.entry(key).or_default() += 1;
+        let next = u32::try_from(self.counts.len()).unwrap_or(u32::MAX);
+        let index = *self.stacks.entry(key).or_insert(next);
+        match self.counts.get_mut(index as usize) {
+            Some(count) => *count += 1,
+            None => self.counts.push(1),
+        }
+        if let Some(times) = &mut self.times {
+            times.push(SampleTime {
+                stack: index,
+                timestamp: event.header.timestamp,
+            });
+        }
     }
 
     /// Samples with a stack.
@@ -111,7 +141,20 @@ impl SampleAggregator {
 
     /// Each distinct stack with its sample count.
     pub fn stacks(&self) -> impl Iterator<Item = (&StackKey, u64)> {
-        self.stacks.iter().map(|(key, &count)| (key, count))
+        self.stacks
+            .iter()
+            .map(|(key, &index)| (key, self.counts[index as usize]))
+    }
+
+    /// Each distinct stack with its index (what [`SampleTime::stack`] refers to).
+    pub fn stacks_by_index(&self) -> impl Iterator<Item = (u32, &StackKey)> {
+        self.stacks.iter().map(|(key, &index)| (index, key))
+    }
+
+    /// Every sample's stack and time, in arrival order, if [`keep_times`](Self::keep_times) was
+    /// asked for.
+    pub fn times(&self) -> Option<&[SampleTime]> {
+        self.times.as_deref()
     }
 
     /// Distinct thread ids seen.
@@ -136,7 +179,7 @@ mod tests {
             "/tests/fixtures/cpuhot-samples.nettrace"
         );
         let mut reader = NettraceReader::new(std::fs::File::open(path).unwrap());
-        let mut agg = SampleAggregator::new(1_000_000);
+        let mut agg = SampleAggregator::new(1_000_000).keep_times();
         let mut events = 0;
         while let Some(event) = reader.next_event().unwrap() {
             if let Some(KnownEvent::ThreadSample(sample)) = event.known().unwrap() {
@@ -163,5 +206,18 @@ mod tests {
             .map(|(_, n)| n)
             .sum();
         assert!(managed > 150, "{managed} managed samples");
+
+        // The kept times account for every counted sample, stack by stack, in time order.
+        let times = agg.times().unwrap();
+        assert_eq!(times.len() as u64, agg.samples());
+        assert!(times.windows(2).all(|w| w[0].timestamp <= w[1].timestamp));
+        let mut per_stack: HashMap<u32, u64> = HashMap::new();
+        for t in times {
+            *per_stack.entry(t.stack).or_default() += 1;
+        }
+        let counts: HashMap<&StackKey, u64> = agg.stacks().collect();
+        for (index, key) in agg.stacks_by_index() {
+            assert_eq!(per_stack[&index], counts[key]);
+        }
     }
 }
