@@ -1,5 +1,6 @@
 //! The collector: everything that talks to a .NET runtime.
 //!
+//! - [`activity`]: trace linkage, which span was current on a thread at a time.
 //! - [`ipc`]: the diagnostics IPC wire protocol (pure encode/decode, no I/O).
 //! - [`nettrace`]: the streaming NetTrace parser and event decoders.
 //! - [`inspect`]: what a nettrace file holds, for `clrscope inspect`.
@@ -12,6 +13,7 @@
 //! - [`gcdump`]: heap snapshots and their type histograms.
 //! - [`processes`]: the .NET processes reachable from here, as `clrscope ps` lists them.
 
+pub mod activity;
 pub mod client;
 pub mod discovery;
 pub mod gcdump;

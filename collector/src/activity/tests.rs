@@ -1,0 +1,314 @@
+//! The tracker on synthetic event sequences shaped like the runtime's (see the module docs for the
+//! order the runtime writes them in), and on a recorded AsyncWeb trace.
+
+use super::*;
+
+fn guid(n: u32) -> Guid {
+    Guid::from_fields(n, 0, 0, [0, 0, 0, 0, 0, 0, 0x9d, 0x59])
+}
+
+fn span(n: u8, name: &str) -> Span {
+    Span {
+        trace_id: TraceId([n; 16]),
+        span_id: SpanId([n; 8]),
+        name: name.into(),
+    }
+}
+
+fn start(thread: u64, timestamp: i64, activity: u32, restore: u32, n: u8) -> ActivityEvent {
+    ActivityEvent::SpanStart {
+        thread,
+        timestamp,
+        activity: guid(activity),
+        restore: if restore == 0 {
+            Guid::NIL
+        } else {
+            guid(restore)
+        },
+        span: span(n, &format!("op{n}")),
+    }
+}
+
+fn stop(thread: u64, timestamp: i64, activity: u32) -> ActivityEvent {
+    ActivityEvent::SpanStop {
+        thread,
+        timestamp,
+        activity: guid(activity),
+        span_id: None,
+    }
+}
+
+fn switch(thread: u64, timestamp: i64, activity: u32) -> ActivityEvent {
+    ActivityEvent::ThreadSwitch {
+        thread,
+        timestamp,
+        activity: if activity == 0 {
+            Guid::NIL
+        } else {
+            guid(activity)
+        },
+    }
+}
+
+/// The span id byte of the span current on `thread` at `t` (0: none).
+fn at(tracker: &SpanTracker, thread: u64, t: i64) -> u8 {
+    tracker.span_at(thread, t).map_or(0, |s| s.span_id.0[0])
+}
+
+fn feed(events: impl IntoIterator<Item = ActivityEvent>) -> SpanTracker {
+    let mut tracker = SpanTracker::default();
+    for e in events {
+        tracker.apply(e);
+    }
+    tracker
+}
+
+#[test]
+fn synchronous_nesting_resolves_to_the_innermost_span() {
+    // As the runtime writes them: each start and stop preceded by the thread's switch.
+    let with_switches = feed([
+        switch(1, 10, 1),
+        start(1, 11, 1, 0, 1),
+        switch(1, 20, 2),
+        start(1, 21, 2, 1, 2),
+        switch(1, 30, 1),
+        stop(1, 31, 2),
+        switch(1, 40, 0),
+        stop(1, 41, 1),
+    ]);
+    // Without SetActivityId events the starts and stops alone move the thread.
+    let without = feed([
+        start(1, 11, 1, 0, 1),
+        start(1, 21, 2, 1, 2),
+        stop(1, 31, 2),
+        stop(1, 41, 1),
+    ]);
+    for tracker in [&with_switches, &without] {
+        assert_eq!(at(tracker, 1, 5), 0, "before anything is known");
+        assert_eq!(at(tracker, 1, 15), 1);
+        assert_eq!(at(tracker, 1, 25), 2, "the inner span while it runs");
+        assert_eq!(
+            at(tracker, 1, 35),
+            1,
+            "back to the outer one after the inner stop"
+        );
+        assert_eq!(at(tracker, 1, 45), 0);
+        let s = tracker.stats();
+        assert_eq!((s.spans_started, s.spans_stopped), (2, 2));
+    }
+    assert_eq!(
+        with_switches.span_at(1, 25).unwrap().name.as_ref(),
+        "op2",
+        "the inner span's own name"
+    );
+}
+
+#[test]
+fn an_async_hop_follows_the_continuation_to_its_thread() {
+    let t = feed([
+        // thread 1 starts the request span, then awaits (leaves the context)
+        switch(1, 10, 7),
+        start(1, 11, 7, 0, 7),
+        switch(1, 20, 0),
+        // thread 2 runs the continuation and stops the span
+        switch(2, 30, 7),
+        switch(2, 40, 0),
+        stop(2, 41, 7),
+    ]);
+    assert_eq!(at(&t, 1, 15), 7);
+    assert_eq!(at(&t, 1, 25), 0, "thread 1 is free after the await");
+    assert_eq!(
+        at(&t, 2, 25),
+        0,
+        "thread 2 not known before its first switch"
+    );
+    assert_eq!(at(&t, 2, 35), 7, "the continuation runs in the span");
+    assert_eq!(at(&t, 2, 45), 0);
+    assert_eq!(at(&t, 3, 35), 0, "an unknown thread");
+}
+
+#[test]
+fn a_stop_without_its_start_changes_nothing() {
+    let t = feed([stop(1, 10, 9), switch(1, 20, 9)]);
+    assert_eq!(t.stats().unmatched_stops, 1);
+    assert_eq!(t.span_count(), 0);
+    assert_eq!(at(&t, 1, 25), 0, "an activity id with no known span");
+}
+
+#[test]
+fn a_reused_thread_serves_one_span_after_another() {
+    let t = feed([
+        switch(1, 10, 1),
+        start(1, 11, 1, 0, 1),
+        switch(1, 20, 0),
+        switch(1, 30, 2),
+        start(1, 31, 2, 0, 2),
+        switch(1, 40, 0),
+        // the first request's continuation comes back to the same thread
+        switch(1, 50, 1),
+        switch(1, 60, 0),
+        stop(1, 61, 1),
+    ]);
+    assert_eq!(at(&t, 1, 15), 1);
+    assert_eq!(at(&t, 1, 25), 0);
+    assert_eq!(at(&t, 1, 35), 2);
+    assert_eq!(at(&t, 1, 55), 1);
+    assert_eq!(at(&t, 1, 65), 0);
+    assert_eq!(
+        at(&t, 1, 20),
+        0,
+        "a switch applies from its own timestamp on"
+    );
+}
+
+#[test]
+fn a_span_stopped_from_another_flow_is_matched_by_its_span_id() {
+    // The runtime could not find the activity in the stopping flow: the stop has a nil id.
+    let mut t = feed([switch(1, 10, 3), start(1, 11, 3, 0, 3)]);
+    t.apply(ActivityEvent::SpanStop {
+        thread: 2,
+        timestamp: 20,
+        activity: Guid::NIL,
+        span_id: Some(SpanId([3; 8])),
+    });
+    assert_eq!(t.stats().spans_stopped, 1);
+    assert_eq!(at(&t, 1, 15), 3);
+    assert_eq!(
+        at(&t, 1, 25),
+        0,
+        "thread 1 still carries the id, but the span is over"
+    );
+}
+
+#[test]
+fn a_start_without_an_activity_id_is_counted_not_tracked() {
+    let t = feed([ActivityEvent::SpanStart {
+        thread: 1,
+        timestamp: 10,
+        activity: Guid::NIL,
+        restore: Guid::NIL,
+        span: span(1, "op"),
+    }]);
+    assert_eq!(t.stats().starts_without_activity_id, 1);
+    assert_eq!((t.span_count(), at(&t, 1, 15)), (0, 0));
+}
+
+#[test]
+fn switches_out_of_time_order_are_placed_by_time() {
+    let t = feed([
+        start(1, 10, 1, 0, 1),
+        switch(1, 30, 0),
+        switch(1, 20, 2),
+        start(2, 5, 2, 0, 2),
+    ]);
+    assert_eq!(at(&t, 1, 15), 1);
+    assert_eq!(at(&t, 1, 25), 2);
+    assert_eq!(at(&t, 1, 35), 0);
+}
+
+#[test]
+fn state_stays_bounded_over_a_long_run() {
+    // Ticks are nanoseconds here: the retention covers 200 requests, the open age 10 000.
+    let limits = TrackerLimits {
+        retention: Duration::from_micros(2),
+        max_open_age: Duration::from_micros(100),
+        max_spans: 4000,
+        max_threads: 20,
+        max_switches: 4000,
+    };
+    let mut t = SpanTracker::new(limits.clone());
+    let mut ts = 0i64;
+    for request in 1..=200_000u32 {
+        let thread = u64::from(request % 8);
+        let other = u64::from(request % 8 + 8);
+        ts += 10;
+        t.apply(switch(thread, ts, request));
+        t.apply(start(thread, ts + 1, request, 0, 1));
+        t.apply(switch(thread, ts + 2, 0));
+        t.apply(switch(other, ts + 3, request));
+        t.apply(switch(other, ts + 4, 0));
+        // every tenth request never stops (a lost stop event)
+        if request % 10 != 0 {
+            t.apply(stop(other, ts + 5, request));
+        }
+        // short-lived threads come and go
+        if request % 1000 == 0 {
+            t.apply(switch(1000 + u64::from(request), ts + 6, request));
+        }
+        assert!(t.span_count() <= limits.max_spans + SWEEP_EVERY);
+        assert!(t.switch_count() <= limits.max_switches + SWEEP_EVERY);
+        assert!(t.threads.len() <= limits.max_threads);
+    }
+    let s = t.stats();
+    assert!(s.expired_spans > 15_000, "lost stops expire: {s:?}");
+    assert_eq!(s.evicted_spans, 0, "the caps were not needed: {s:?}");
+    assert!(
+        s.evicted_threads > 0,
+        "short-lived threads make room: {s:?}"
+    );
+    // The recent past still resolves.
+    let last = 200_000u32;
+    assert_eq!(
+        t.span_at(u64::from(last % 8 + 8), ts + 3)
+            .map(|s| s.name.as_ref()),
+        Some("op1")
+    );
+}
+
+#[test]
+fn the_span_cap_drops_the_oldest_spans() {
+    let limits = TrackerLimits {
+        max_spans: 100,
+        ..TrackerLimits::default()
+    };
+    let mut t = SpanTracker::new(limits);
+    for n in 1..=10_000u32 {
+        t.apply(start(1, i64::from(n), n, 0, 1));
+    }
+    assert!(t.span_count() <= 100 + SWEEP_EVERY);
+    assert!(t.stats().evicted_spans >= 10_000 - 100 - SWEEP_EVERY as u64);
+    assert_eq!(at(&t, 1, 10_000), 1, "the newest span is kept");
+}
+
+#[test]
+fn the_switch_cap_keeps_every_threads_newest_state() {
+    let limits = TrackerLimits {
+        max_switches: 64,
+        ..TrackerLimits::default()
+    };
+    let mut t = SpanTracker::new(limits);
+    t.apply(switch(99, 1, 5));
+    t.apply(start(99, 2, 5, 0, 5));
+    for i in 0..10_000 {
+        t.apply(switch(1, 10 + i, (i % 2) as u32 * 6));
+    }
+    assert!(t.stats().evicted_switches > 0);
+    assert_eq!(
+        at(&t, 99, 20_000),
+        5,
+        "a long-running span keeps its thread's state"
+    );
+}
+
+#[test]
+fn ids_parse_only_as_w3c_hex() {
+    let trace = TraceId::from_hex("0af7651916cd43dd8448eb211c80319c").unwrap();
+    assert_eq!(trace.to_string(), "0af7651916cd43dd8448eb211c80319c");
+    let span = SpanId::from_hex("B7AD6B7169203331").unwrap();
+    assert_eq!(span.to_string(), "b7ad6b7169203331", "labels are lowercase");
+    for bad in [
+        "",
+        "b7ad6b716920333",
+        "b7ad6b71692033311",
+        "b7ad6b716920333g",
+        "0000000000000000",
+        "+7ad6b7169203331",
+        "b7ad6b71692033é",
+    ] {
+        assert_eq!(SpanId::from_hex(bad), None, "{bad:?}");
+    }
+    assert_eq!(TraceId::from_hex("00000000000000000000000000000000"), None);
+    assert_eq!(operation_name("X.HttpRequestIn.Start"), "X.HttpRequestIn");
+    assert_eq!(operation_name("X.HttpRequestIn.Stop"), "X.HttpRequestIn");
+    assert_eq!(operation_name("AsyncWeb.Alpha"), "AsyncWeb.Alpha");
+}
