@@ -282,7 +282,8 @@ impl Default for TrackerLimits {
 pub struct TrackerStats {
     pub spans_started: u64,
     pub spans_stopped: u64,
-    /// Stops of spans the tracker did not know (started before the session, or already shed).
+    /// Stops whose start never came within the retention (spans started before the session, or
+    /// already shed).
     pub unmatched_stops: u64,
     /// Starts without an EventSource activity id: TasksFlowActivityIds off, or the runtime's
     /// activity depth limit (100) reached; such spans cannot be followed across threads.
@@ -307,6 +308,15 @@ struct SpanEntry {
     stopped: Option<i64>,
 }
 
+/// How a stop that came before its start is matched when the start comes. A span's start and
+/// stop are often written by different threads (an await in between), and the runtime flushes
+/// each thread's buffer on its own, so across threads the stream is not in time order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum EarlyStop {
+    Activity(Guid),
+    Span(SpanId),
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Switch {
     timestamp: i64,
@@ -322,6 +332,8 @@ pub struct SpanTracker {
     spans: HashMap<Guid, SpanEntry>,
     /// Span id → EventSource activity id, for stops without an activity id.
     by_span_id: HashMap<SpanId, Guid>,
+    /// Stops seen before their start, with their time.
+    early_stops: HashMap<EarlyStop, i64>,
     /// Per thread, switches in time order; the last one is the thread's current state.
     threads: HashMap<u64, VecDeque<Switch>>,
     switch_count: usize,
@@ -347,6 +359,7 @@ impl SpanTracker {
             ticks_per_second: 1_000_000_000,
             spans: HashMap::new(),
             by_span_id: HashMap::new(),
+            early_stops: HashMap::new(),
             threads: HashMap::new(),
             switch_count: 0,
             latest: i64::MIN,
@@ -389,6 +402,11 @@ impl SpanTracker {
                     return;
                 }
                 self.stats.spans_started += 1;
+                let stopped = self
+                    .early_stops
+                    .remove(&EarlyStop::Activity(activity))
+                    .or_else(|| self.early_stops.remove(&EarlyStop::Span(span.span_id)));
+                self.stats.spans_stopped += u64::from(stopped.is_some());
                 self.by_span_id.insert(span.span_id, activity);
                 self.spans.insert(
                     activity,
@@ -396,7 +414,7 @@ impl SpanTracker {
                         span,
                         restore,
                         started: timestamp,
-                        stopped: None,
+                        stopped,
                     },
                 );
                 self.switch(thread, timestamp, activity);
@@ -413,7 +431,15 @@ impl SpanTracker {
                     .or_else(|| span_id.and_then(|id| self.by_span_id.get(&id).copied()));
                 let Some((key, entry)) = key.and_then(|k| self.spans.get_mut(&k).map(|e| (k, e)))
                 else {
-                    self.stats.unmatched_stops += 1;
+                    let early = match span_id {
+                        _ if !activity.is_nil() => Some(EarlyStop::Activity(activity)),
+                        Some(id) => Some(EarlyStop::Span(id)),
+                        None => None,
+                    };
+                    match early {
+                        Some(early) => _ = self.early_stops.insert(early, timestamp),
+                        None => self.stats.unmatched_stops += 1,
+                    }
                     return;
                 };
                 if entry.stopped.is_none() {
@@ -558,18 +584,15 @@ impl SpanTracker {
             }
         });
         self.stats.expired_spans += expired;
-        if self.spans.len() > self.limits.max_spans {
-            let excess = self.spans.len() - self.limits.max_spans;
-            let mut by_age: Vec<(i64, Guid)> =
-                self.spans.iter().map(|(k, e)| (e.started, *k)).collect();
-            by_age.select_nth_unstable(excess - 1);
-            for (_, key) in &by_age[..excess] {
-                self.spans.remove(key);
-            }
-            self.stats.evicted_spans += excess as u64;
-        }
+        self.stats.evicted_spans +=
+            evict_oldest(&mut self.spans, self.limits.max_spans, |e| e.started);
         let spans = &self.spans;
         self.by_span_id.retain(|_, key| spans.contains_key(key));
+        let before = self.early_stops.len();
+        self.early_stops.retain(|_, &mut stopped| stopped > cutoff);
+        let unmatched = before - self.early_stops.len()
+            + evict_oldest(&mut self.early_stops, self.limits.max_spans, |&t| t) as usize;
+        self.stats.unmatched_stops += unmatched as u64;
 
         // Keep each thread's switches from the last one at or before the cutoff onwards: they
         // answer every query within the retention. A thread whose only state is that old and
@@ -604,6 +627,23 @@ impl SpanTracker {
         }
         self.switch_count = kept;
     }
+}
+
+/// Removes the oldest entries (by `time`) beyond `max`; returns how many.
+fn evict_oldest<K: Copy + Eq + std::hash::Hash, V>(
+    map: &mut HashMap<K, V>,
+    max: usize,
+    time: impl Fn(&V) -> i64,
+) -> u64 {
+    let Some(excess) = map.len().checked_sub(max).filter(|&n| n > 0) else {
+        return 0;
+    };
+    let mut by_age: Vec<(i64, K)> = map.iter().map(|(k, v)| (time(v), *k)).collect();
+    by_age.select_nth_unstable_by_key(excess - 1, |&(t, _)| t);
+    for (_, key) in &by_age[..excess] {
+        map.remove(key);
+    }
+    excess as u64
 }
 
 impl EventObserver for SpanTracker {

@@ -129,10 +129,58 @@ fn an_async_hop_follows_the_continuation_to_its_thread() {
 
 #[test]
 fn a_stop_without_its_start_changes_nothing() {
-    let t = feed([stop(1, 10, 9), switch(1, 20, 9)]);
-    assert_eq!(t.stats().unmatched_stops, 1);
+    let limits = TrackerLimits {
+        retention: Duration::from_nanos(100),
+        ..TrackerLimits::default()
+    };
+    let mut t = SpanTracker::new(limits);
+    t.apply(stop(1, 10, 9));
+    t.apply(switch(1, 20, 9));
     assert_eq!(t.span_count(), 0);
     assert_eq!(at(&t, 1, 25), 0, "an activity id with no known span");
+    // Once the retention has passed, the stop is given up on.
+    for i in 0..SWEEP_EVERY as i64 {
+        t.apply(switch(2, 1000 + i, 0));
+    }
+    assert_eq!(t.stats().unmatched_stops, 1);
+    assert_eq!(t.early_stops.len(), 0);
+}
+
+#[test]
+fn a_stop_that_arrives_before_its_start_still_ends_the_span() {
+    // Thread 2 stopped the span; its buffer reached the stream before thread 1's.
+    let t = feed([
+        switch(2, 30, 4),
+        switch(2, 40, 0),
+        stop(2, 41, 4),
+        switch(1, 10, 4),
+        start(1, 11, 4, 0, 4),
+        switch(1, 20, 0),
+    ]);
+    assert_eq!(
+        at(&t, 2, 35),
+        4,
+        "the span is known once its start has come"
+    );
+    assert_eq!(at(&t, 1, 15), 4);
+    let s = t.stats();
+    assert_eq!(
+        (s.spans_started, s.spans_stopped, s.unmatched_stops),
+        (1, 1, 0)
+    );
+    assert_eq!(t.early_stops.len(), 0);
+    // Matched by span id when the stop had no activity id.
+    let mut t = SpanTracker::default();
+    t.apply(ActivityEvent::SpanStop {
+        thread: 2,
+        timestamp: 50,
+        activity: Guid::NIL,
+        span_id: Some(SpanId([5; 8])),
+    });
+    t.apply(start(1, 11, 5, 0, 5));
+    assert_eq!(t.stats().spans_stopped, 1);
+    assert_eq!(at(&t, 1, 45), 5);
+    assert_eq!(at(&t, 1, 55), 0, "over once the stop's time has passed");
 }
 
 #[test]
