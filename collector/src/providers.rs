@@ -542,6 +542,28 @@ mod tests {
     }
 
     #[test]
+    fn linkage_asks_for_span_events_and_activity_id_changes() {
+        let providers = linkage();
+        assert_eq!(providers.len(), 2);
+        let ds = &providers[0];
+        assert_eq!((ds.name.as_str(), ds.keywords), (DIAGNOSTIC_SOURCE, 0x2));
+        assert_eq!(
+            ds.arguments.as_deref(),
+            Some(r#"FilterAndPayloadSpecs="[AS]*/-Propagate:-TraceId;SpanId""#)
+        );
+        let tpl = &providers[1];
+        assert_eq!((tpl.name.as_str(), tpl.keywords), (TPL, 0x40080));
+        assert_eq!(tpl.level, level::INFORMATIONAL);
+        // The agent adds them to a session that has other providers.
+        let mut session = SessionProviders::default();
+        session.add_profile(TraceProfile::Cpu, 5).unwrap();
+        for p in linkage() {
+            session.add(p).unwrap();
+        }
+        assert_eq!(session.providers.len(), 4);
+    }
+
+    #[test]
     fn merging_keeps_the_widest_configuration() {
         let mut session = SessionProviders::default();
         session.add(ProviderConfig::new("P", 0x1, 4)).unwrap();

@@ -2,6 +2,7 @@
 //! order the runtime writes them in), and on a recorded AsyncWeb trace.
 
 use super::*;
+use crate::nettrace::events::EventKind;
 
 fn guid(n: u32) -> Guid {
     Guid::from_fields(n, 0, 0, [0, 0, 0, 0, 0, 0, 0x9d, 0x59])
@@ -359,4 +360,191 @@ fn ids_parse_only_as_w3c_hex() {
     assert_eq!(operation_name("X.HttpRequestIn.Start"), "X.HttpRequestIn");
     assert_eq!(operation_name("X.HttpRequestIn.Stop"), "X.HttpRequestIn");
     assert_eq!(operation_name("AsyncWeb.Alpha"), "AsyncWeb.Alpha");
+}
+
+/// One request of `asyncweb-linkage.nettrace` as AsyncWeb reported it (its request line).
+struct Request {
+    kind: String,
+    trace_id: String,
+    span_id: String,
+    inner_span_id: Option<String>,
+    hosting_span_id: String,
+    tid_before: u64,
+    tid_after: u64,
+}
+
+fn fixture_requests() -> Vec<Request> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/asyncweb-linkage.requests.jsonl"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let text = |k: &str| v[k].as_str().map(str::to_string);
+            Request {
+                kind: text("kind").unwrap(),
+                trace_id: text("trace_id").unwrap(),
+                span_id: text("span_id").unwrap(),
+                inner_span_id: text("inner_span_id"),
+                hosting_span_id: text("hosting_span_id").unwrap(),
+                tid_before: v["tid_before"].as_u64().unwrap(),
+                tid_after: v["tid_after"].as_u64().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// Where and when a span of the fixture started and stopped, from the events themselves.
+#[derive(Default)]
+struct Seen {
+    start: Option<(u64, i64)>,
+    stop: Option<(u64, i64)>,
+}
+
+/// `asyncweb-linkage.nettrace` fed to a tracker, with each span's start and stop.
+fn recorded() -> (SpanTracker, HashMap<String, Seen>, Vec<(u64, i64)>) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/asyncweb-linkage.nettrace"
+    );
+    let mut reader = crate::nettrace::NettraceReader::new(std::fs::File::open(path).unwrap());
+    let mut tracker = SpanTracker::default();
+    let mut seen: HashMap<String, Seen> = HashMap::new();
+    let mut samples = Vec::new();
+    while let Some(event) = reader.next_event().unwrap() {
+        tracker.observe(&event).unwrap();
+        let (thread, ts) = (event.header.thread_id, event.header.timestamp);
+        match ActivityEvent::from_event(&event).unwrap() {
+            Some(ActivityEvent::SpanStart { span, .. }) => {
+                seen.entry(span.span_id.to_string()).or_default().start = Some((thread, ts));
+            }
+            Some(ActivityEvent::SpanStop {
+                span_id: Some(id), ..
+            }) => {
+                seen.entry(id.to_string()).or_default().stop = Some((thread, ts));
+            }
+            _ if event.metadata.kind == EventKind::ThreadSample => samples.push((thread, ts)),
+            _ => {}
+        }
+    }
+    (tracker, seen, samples)
+}
+
+#[test]
+fn the_recorded_trace_follows_each_request_across_its_threads() {
+    let (tracker, seen, _) = recorded();
+    let stats = tracker.stats();
+    assert_eq!(stats.rejected_events, 0, "{stats:?}");
+    assert_eq!(stats.spans_started, 103, "every ActivityStart of the trace");
+    assert_eq!(stats.starts_without_activity_id, 0);
+
+    let name = |t: u64, ts: i64| tracker.span_at(t, ts).map(|s| s.name.to_string());
+    let id = |t: u64, ts: i64| tracker.span_at(t, ts).map(|s| s.span_id.to_string());
+    let mut checked = [0; 3];
+    for r in fixture_requests() {
+        let span = &seen[&r.span_id];
+        // The span starts where the request started, and is current there.
+        if let Some((thread, ts)) = span.start {
+            assert_eq!(thread, r.tid_before);
+            assert_eq!(id(thread, ts).as_ref(), Some(&r.span_id));
+            let found = tracker.span_at(thread, ts).unwrap();
+            assert_eq!(found.trace_id.to_string(), r.trace_id);
+            assert_eq!(
+                found.name.as_ref(),
+                format!("AsyncWeb.{}", capitalized(&r.kind))
+            );
+            checked[0] += 1;
+        }
+        if let Some((thread, ts)) = seen.get(&r.hosting_span_id).and_then(|s| s.start) {
+            assert_eq!(thread, r.tid_before);
+            assert_eq!(
+                name(thread, ts).as_deref(),
+                Some("Microsoft.AspNetCore.Hosting.HttpRequestIn")
+            );
+        }
+        // The continuation after the await: on the other thread, the span is current again
+        // up to its stop (the switch back to the hosting span comes just before the stop).
+        if let (Some((_, start)), Some((thread, stop))) = (span.start, span.stop) {
+            assert_eq!(thread, r.tid_after);
+            assert_ne!(r.tid_before, r.tid_after);
+            let resumed = (start..stop)
+                .rev()
+                .step_by(1000)
+                .find(|&ts| id(thread, ts).as_ref() == Some(&r.span_id));
+            assert!(resumed.is_some(), "{} never current on {thread}", r.span_id);
+            assert_eq!(
+                id(thread, stop).as_ref(),
+                Some(&r.hosting_span_id),
+                "back in the hosting span at the stop"
+            );
+            checked[1] += 1;
+        }
+        // /charlie: the inner span is innermost while it runs, the outer one again after it.
+        let inner = r.inner_span_id.as_ref().and_then(|i| seen.get(i));
+        if let Some(Seen {
+            start: Some((thread, start)),
+            stop: Some((_, stop)),
+        }) = inner
+        {
+            assert_eq!(*thread, r.tid_after);
+            assert_eq!(id(*thread, *start), r.inner_span_id);
+            assert_eq!(id(*thread, (start + stop) / 2), r.inner_span_id);
+            assert_eq!(id(*thread, *stop).as_ref(), Some(&r.span_id));
+            checked[2] += 1;
+        }
+    }
+    assert!(
+        checked[0] >= 20 && checked[1] >= 20 && checked[2] >= 5,
+        "{checked:?}"
+    );
+}
+
+fn capitalized(kind: &str) -> String {
+    let mut c = kind.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn recorded_samples_join_only_the_spans_of_their_own_thread() {
+    let (tracker, _, samples) = recorded();
+    let requests = fixture_requests();
+    let mut threads_of: HashMap<String, [u64; 2]> = HashMap::new();
+    for r in &requests {
+        let tids = [r.tid_before, r.tid_after];
+        let ids = [
+            Some(&r.span_id),
+            r.inner_span_id.as_ref(),
+            Some(&r.hosting_span_id),
+        ];
+        for id in ids.into_iter().flatten() {
+            threads_of.insert(id.clone(), tids);
+        }
+    }
+    let mut joined = 0;
+    for &(thread, ts) in &samples {
+        let Some(span) = tracker.span_at(thread, ts) else {
+            continue;
+        };
+        if let Some(tids) = threads_of.get(&span.span_id.to_string()) {
+            assert!(
+                tids.contains(&thread),
+                "sample on {thread} joined {} of a request on {tids:?}",
+                span.span_id
+            );
+            joined += 1;
+        }
+    }
+    eprintln!(
+        "{joined} of {} samples joined a request's span",
+        samples.len()
+    );
+    assert!(
+        joined >= 50,
+        "{joined} of {} samples joined a request",
+        samples.len()
+    );
 }
