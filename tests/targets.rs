@@ -230,6 +230,7 @@ fn asyncweb_serves_spans_and_switches_threads() {
         assert!(is_hex(&line["hosting_span_id"], 16), "{line}");
         assert_ne!(line["span_id"], line["hosting_span_id"]);
         assert!(line["parent_span_id"].is_null());
+        assert!(line["inner_span_id"].is_null(), "{line}");
         // the continuation after the await runs on another thread-pool thread
         assert_eq!(line["switched_thread"], true, "{line}");
         assert_ne!(line["tid_before"], line["tid_after"]);
@@ -243,6 +244,15 @@ fn asyncweb_serves_spans_and_switches_threads() {
             );
         }
     }
+
+    // /charlie: an inner span nested in the request's span, after the await
+    let body = http_get(port, "/charlie", &[]).json();
+    assert_eq!(body["kind"], "charlie");
+    assert!(is_hex(&body["inner_span_id"], 16), "{body}");
+    assert_ne!(body["inner_span_id"], body["span_id"]);
+    assert_eq!(body["switched_thread"], true, "{body}");
+    t.wait_for_json(secs(10), |v| v.get("request").is_some())
+        .expect("request line");
 
     // an incoming W3C traceparent is honoured, ?status sets the status code
     let trace = "0af7651916cd43dd8448eb211c80319c";

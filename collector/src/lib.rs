@@ -1,5 +1,6 @@
 //! The collector: everything that talks to a .NET runtime.
 //!
+//! - [`activity`]: trace linkage, which span was current on a thread at a time.
 //! - [`attached`]: the processes an agent profiles right now.
 //! - [`ipc`]: the diagnostics IPC wire protocol (pure encode/decode, no I/O).
 //! - [`nettrace`]: the streaming NetTrace parser and event decoders.
@@ -14,6 +15,7 @@
 //! - [`gcdump`]: heap snapshots and their type histograms.
 //! - [`processes`]: the .NET processes reachable from here, as `clrscope ps` lists them.
 
+pub mod activity;
 pub mod attached;
 pub mod client;
 pub mod discovery;

@@ -15,7 +15,7 @@ pub const RUNTIME: &str = "Microsoft-Windows-DotNETRuntime";
 pub const RUNTIME_PRIVATE: &str = "Microsoft-Windows-DotNETRuntimePrivate";
 pub const DIAGNOSTIC_SOURCE: &str = "Microsoft-Diagnostics-DiagnosticSource";
 pub const EXTENSIONS_LOGGING: &str = "Microsoft-Extensions-Logging";
-pub const TPL: &str = "System.Threading.Tasks.TplEventSource";
+pub const TPL: &str = crate::nettrace::events::TPL_PROVIDER;
 
 /// EventLevel values.
 pub mod level {
@@ -46,6 +46,15 @@ const DIAGNOSTIC_SOURCE_KEYWORDS: u64 = 0x3;
 const LOGGING_KEYWORDS: u64 = 0xC;
 /// TplEventSource's TasksFlowActivityIds: lets activity ids follow async work.
 const TPL_FLOW_ACTIVITY_IDS: u64 = 0x80;
+/// TplEventSource's DebugActivityId: a `SetActivityId` event whenever a thread's id changes.
+const TPL_DEBUG_ACTIVITY_ID: u64 = 0x40000;
+/// DiagnosticSourceEventSource's Events keyword (the forwarded activities and writes).
+const DIAGNOSTIC_SOURCE_EVENTS: u64 = 0x2;
+/// Every ActivitySource's spans as `ActivityStart`/`ActivityStop` with their W3C ids; the
+/// operation name is the event's own `ActivityName` field. `Propagate` is the least a listener can
+/// ask for: spans nobody else samples are created without being recorded, so the `traceparent`
+/// sampled flag the service sends on stays what its own tracing decided.
+const LINKAGE_FILTER_AND_PAYLOAD_SPECS: &str = "[AS]*/-Propagate:-TraceId;SpanId";
 /// EventCounter providers of the `Metrics` profile.
 const METRIC_PROVIDERS: [&str; 3] = [
     "System.Runtime",
@@ -74,6 +83,32 @@ const HTTP_FILTER_AND_PAYLOAD_SPECS: &str = concat!(
     "HttpHandlerDiagnosticListener/System.Net.Http.HttpRequestOut.Stop@Activity2Stop:-",
     ";ActivityDuration=*Activity.Duration.Ticks;ActivityId=*Activity.Id\r\n",
 );
+
+/// The providers that let [`crate::activity::SpanTracker`] link samples to spans: ActivitySource
+/// span starts and stops from DiagnosticSourceEventSource, and TplEventSource's activity-id flow
+/// with a `SetActivityId` event at every change of a thread's activity id. Add them to a
+/// session that runs while sampling (any session of the same process: timestamps are shared).
+///
+/// The DiagnosticSourceEventSource arguments are process-wide: another session enabling that
+/// provider with other `FilterAndPayloadSpecs` replaces these for every session until it ends.
+pub fn linkage() -> Vec<ProviderConfig> {
+    vec![
+        ProviderConfig::new(
+            DIAGNOSTIC_SOURCE,
+            DIAGNOSTIC_SOURCE_EVENTS,
+            level::INFORMATIONAL,
+        )
+        .with_arguments(encode_arguments(&[(
+            "FilterAndPayloadSpecs",
+            LINKAGE_FILTER_AND_PAYLOAD_SPECS,
+        )])),
+        ProviderConfig::new(
+            TPL,
+            TPL_FLOW_ACTIVITY_IDS | TPL_DEBUG_ACTIVITY_ID,
+            level::INFORMATIONAL,
+        ),
+    ]
+}
 
 /// Why a provider specification or profile name was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -510,6 +545,28 @@ mod tests {
             session.providers[3].arguments.as_deref(),
             Some("EventCounterIntervalSec=5")
         );
+    }
+
+    #[test]
+    fn linkage_asks_for_span_events_and_activity_id_changes() {
+        let providers = linkage();
+        assert_eq!(providers.len(), 2);
+        let ds = &providers[0];
+        assert_eq!((ds.name.as_str(), ds.keywords), (DIAGNOSTIC_SOURCE, 0x2));
+        assert_eq!(
+            ds.arguments.as_deref(),
+            Some(r#"FilterAndPayloadSpecs="[AS]*/-Propagate:-TraceId;SpanId""#)
+        );
+        let tpl = &providers[1];
+        assert_eq!((tpl.name.as_str(), tpl.keywords), (TPL, 0x40080));
+        assert_eq!(tpl.level, level::INFORMATIONAL);
+        // The agent adds them to a session that has other providers.
+        let mut session = SessionProviders::default();
+        session.add_profile(TraceProfile::Cpu, 5).unwrap();
+        for p in linkage() {
+            session.add(p).unwrap();
+        }
+        assert_eq!(session.providers.len(), 4);
     }
 
     #[test]

@@ -23,43 +23,59 @@
 //             started the request stays blocked (AsyncWeb.Program.HoldWorkerUntilResumed) until the
 //             continuation has started (at most 200 ms; the pool keeps >= 16 workers for this).
 //     /bravo  the same with span "AsyncWeb.Bravo", AsyncWeb.Handlers.BravoHot and --bravo-ms.
+//     /charlie  span "AsyncWeb.Charlie" with NESTED SYNCHRONOUS SPANS, for --charlie-ms in total:
+//             AsyncWeb.Handlers.CharlieOuterHot for a quarter, `await Task.Delay(1)` (resumes on another
+//             thread-pool thread, as above), then an inner span "AsyncWeb.Charlie.Inner" (a child of
+//             AsyncWeb.Charlie, started and stopped synchronously on that thread) around
+//             AsyncWeb.Handlers.CharlieInnerHot for half, then CharlieOuterHot again for the last quarter
+//             once the inner span has stopped.
 //     other   404, no inner span (the hosting events are still emitted).
-//   `?status=NNN` (100..599) on /alpha or /bravo sets the response status code (e.g. 500 to test
+//   `?status=NNN` (100..599) on /alpha, /bravo or /charlie sets the response status code (e.g. 500 to test
 //   AspNetResponseStatus triggers). The response body is the request's JSON line (below).
 //   Activity.DefaultIdFormat = W3C (forced); an ActivityListener samples sources "AsyncWeb" and
 //   "Microsoft.AspNetCore" (AllDataAndRecorded), so spans are really created.
 //   Meter "AsyncWeb": Histogram<double> "asyncweb.request.duration" (unit ms) and Counter<long>
-//   "asyncweb.requests", each recorded once per request with tags kind (alpha|bravo|none) and status.
-//   --self-load N: thread "SelfLoad" sends N requests per second (alternately /alpha and /bravo) with
-//   HttpClient, so a test gets load without an external tool (at most 64 in flight).
+//   "asyncweb.requests", each recorded once per request with tags kind (alpha|bravo|charlie|none) and
+//   status.
+//   --self-load N: thread "SelfLoad" sends N requests per second with HttpClient, cycling through the
+//   paths of --self-load-paths (default /alpha and /bravo alternately), so a test gets load without an
+//   external tool (at most 64 in flight).
 //
 // Arguments
 //   --port P                port to listen on (default: probe a free one)
 //   --alpha-ms MS           busy time of an /alpha request, split before/after the await (default 4)
 //   --bravo-ms MS           busy time of a /bravo request (default 2)
+//   --charlie-ms MS         busy time of a /charlie request, outer and inner span together (default 4)
 //   --self-load N           requests per second from the built-in load generator (default 0: none)
+//   --self-load-paths LIST  comma-separated paths the load generator cycles through, each one of
+//                           alpha, bravo, charlie (default alpha,bravo)
 //   --no-request-lines      do not print a line per request (for high loads)
 //   --duration-seconds N    run N seconds, then exit 0 (default: until killed; Ctrl-C exits cleanly)
 //
 // Lines printed to stdout (one JSON object per line)
 //   ready, once the listener accepts requests:
 //     {"ready":"AsyncWeb","pid":1234,"runtime":"8.0.4","port":40123,"url":"http://127.0.0.1:40123/",
-//      "endpoints":{"/alpha":"AsyncWeb.Handlers.AlphaHot","/bravo":"AsyncWeb.Handlers.BravoHot"},
-//      "alpha_ms":4,"bravo_ms":2,"activity_source":"AsyncWeb","spans":["AsyncWeb.Alpha","AsyncWeb.Bravo"],
+//      "endpoints":{"/alpha":"AsyncWeb.Handlers.AlphaHot","/bravo":"AsyncWeb.Handlers.BravoHot",
+//                   "/charlie":"AsyncWeb.Handlers.CharlieOuterHot"},
+//      "alpha_ms":4,"bravo_ms":2,"charlie_ms":4,"activity_source":"AsyncWeb",
+//      "spans":["AsyncWeb.Alpha","AsyncWeb.Bravo","AsyncWeb.Charlie","AsyncWeb.Charlie.Inner"],
+//      "inner_spans":{"AsyncWeb.Charlie.Inner":{"parent":"AsyncWeb.Charlie","hot":"AsyncWeb.Handlers.CharlieInnerHot"}},
 //      "meter":"AsyncWeb","histogram":"asyncweb.request.duration","histogram_unit":"ms",
 //      "counter":"asyncweb.requests","diagnostic_listener":"Microsoft.AspNetCore",
 //      "hosting_activity":"Microsoft.AspNetCore.Hosting.HttpRequestIn","id_format":"W3C",
-//      "self_load_per_second":0,"request_lines":true}
+//      "self_load_per_second":0,"self_load_paths":["/alpha","/bravo"],"request_lines":true}
 //   one per request (unless --no-request-lines), printed before the response is sent:
 //     {"request":1,"kind":"alpha","method":"GET","path":"/alpha","status":200,
-//      "trace_id":"<32 hex>","span_id":"<16 hex, the AsyncWeb.Alpha span>",
+//      "trace_id":"<32 hex>","span_id":"<16 hex, the request's AsyncWeb.Alpha|Bravo|Charlie span>",
+//      "inner_span_id":"<16 hex, the AsyncWeb.Charlie.Inner span of a /charlie request; else null>",
 //      "hosting_span_id":"<16 hex, the HttpRequestIn span = parent of span_id>",
 //      "parent_span_id":"<16 hex of the incoming traceparent, or null>",
 //      "tid_before":1250,"tid_after":1252,"thread_before":7,"thread_after":9,"switched_thread":true,
 //      "duration_ms":4.8}
 //     tid_*: OS thread ids before/after the await; thread_*: managed thread ids; switched_thread is
-//     true unless the 200 ms guard expired. For 404s kind is null and span_id, tid_* and thread_* are null.
-//   every second: {"progress":"AsyncWeb","elapsed_s":1,"requests":{"alpha":10,"bravo":10,"none":0},
+//     true unless the 200 ms guard expired. For 404s kind is null and span_id, inner_span_id, tid_* and
+//     thread_* are null.
+//   every second: {"progress":"AsyncWeb","elapsed_s":1,"requests":{"alpha":10,"bravo":10,"charlie":0,"none":0},
 //                  "self_load":{"sent":20,"ok":20,"failed":0}}   (totals so far)
 //   at exit: {"exit":"AsyncWeb","elapsed_s":5.001,"requests":{...},"self_load":{...}}
 using System;
@@ -203,18 +219,47 @@ namespace AsyncWeb
             } while (Stopwatch.GetTimestamp() < until);
             Sink = h;
         }
+
+        /// <summary>Busy for MS milliseconds (integer square roots); the /charlie hot method of the outer
+        /// span "AsyncWeb.Charlie".</summary>
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        public static void CharlieOuterHot(double ms)
+        {
+            long until = Stopwatch.GetTimestamp() + (long)(ms * Stopwatch.Frequency / 1000.0);
+            long acc = 0;
+            do
+            {
+                for (int k = 1; k < 1000; k++) acc += (long)Math.Sqrt(k * 7919.0);
+            } while (Stopwatch.GetTimestamp() < until);
+            Sink = acc;
+        }
+
+        /// <summary>Busy for MS milliseconds (a xorshift generator); the /charlie hot method of the inner
+        /// span "AsyncWeb.Charlie.Inner".</summary>
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        public static void CharlieInnerHot(double ms)
+        {
+            long until = Stopwatch.GetTimestamp() + (long)(ms * Stopwatch.Frequency / 1000.0);
+            ulong x = 88172645463325252UL;
+            do
+            {
+                for (int k = 0; k < 1000; k++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; }
+            } while (Stopwatch.GetTimestamp() < until);
+            Sink = x;
+        }
     }
 
     static class Program
     {
         const string Usage =
-            "usage: AsyncWeb [--port P] [--alpha-ms 4] [--bravo-ms 2] [--self-load N] [--no-request-lines]\n" +
-            "                [--duration-seconds N]\n" +
-            "  HTTP server on 127.0.0.1 with /alpha and /bravo async handlers, spans, metrics and the\n" +
+            "usage: AsyncWeb [--port P] [--alpha-ms 4] [--bravo-ms 2] [--charlie-ms 4] [--self-load N]\n" +
+            "                [--self-load-paths alpha,bravo] [--no-request-lines] [--duration-seconds N]\n" +
+            "  HTTP server on 127.0.0.1 with /alpha, /bravo and /charlie async handlers, spans, metrics and the\n" +
             "  ASP.NET Core hosting diagnostic events; see the top of AsyncWeb.cs for the lines it prints";
 
         const int ResumeGuardMs = 200;
         const int MinThreads = 16;
+        const string InnerSpanName = "AsyncWeb.Charlie.Inner";
 
         static readonly ActivitySource Source = new ActivitySource("AsyncWeb");
         static readonly Meter Meter = new Meter("AsyncWeb");
@@ -222,20 +267,25 @@ namespace AsyncWeb
             "asyncweb.request.duration", "ms", "Duration of AsyncWeb requests");
         static readonly Counter<long> Requests = Meter.CreateCounter<long>("asyncweb.requests", null, "AsyncWeb requests handled");
 
-        static double alphaMs, bravoMs;
+        static readonly string[] Kinds = { "alpha", "bravo", "charlie" };
+
+        static double alphaMs, bravoMs, charlieMs;
         static bool requestLines;
         static int port;
-        static long requestSeq, alphaCount, bravoCount, noneCount;
+        static long requestSeq, alphaCount, bravoCount, charlieCount, noneCount;
         static long loadSent, loadOk, loadFailed;
 
         static int Main(string[] argv)
         {
             var args = new Args("AsyncWeb", Usage, argv,
-                new[] { "port", "alpha-ms", "bravo-ms", "self-load" }, new[] { "no-request-lines" });
+                new[] { "port", "alpha-ms", "bravo-ms", "charlie-ms", "self-load", "self-load-paths" },
+                new[] { "no-request-lines" });
             int requestedPort = args.Int("port", 0, 0, 65535);
             alphaMs = args.Double("alpha-ms", 4, 0, 10000);
             bravoMs = args.Double("bravo-ms", 2, 0, 10000);
+            charlieMs = args.Double("charlie-ms", 4, 0, 10000);
             double selfLoad = args.Double("self-load", 0, 0, 10000);
+            string[] selfLoadPaths = SelfLoadPaths(args);
             requestLines = !args.Has("no-request-lines");
             double? duration = args.DurationSeconds();
             Lifetime.Install();
@@ -263,7 +313,7 @@ namespace AsyncWeb
             Thread load = null;
             if (selfLoad > 0)
             {
-                load = new Thread(() => SelfLoad(selfLoad)) { Name = "SelfLoad", IsBackground = true };
+                load = new Thread(() => SelfLoad(selfLoad, selfLoadPaths)) { Name = "SelfLoad", IsBackground = true };
                 load.Start();
             }
 
@@ -271,11 +321,18 @@ namespace AsyncWeb
             Out.Line(Out.Ready("AsyncWeb")
                 .Add("port", port)
                 .Add("url", url)
-                .Add("endpoints", new Json().Add("/alpha", "AsyncWeb.Handlers.AlphaHot").Add("/bravo", "AsyncWeb.Handlers.BravoHot"))
+                .Add("endpoints", new Json()
+                    .Add("/alpha", "AsyncWeb.Handlers.AlphaHot")
+                    .Add("/bravo", "AsyncWeb.Handlers.BravoHot")
+                    .Add("/charlie", "AsyncWeb.Handlers.CharlieOuterHot"))
                 .Add("alpha_ms", alphaMs)
                 .Add("bravo_ms", bravoMs)
+                .Add("charlie_ms", charlieMs)
                 .Add("activity_source", "AsyncWeb")
-                .Add("spans", new[] { "AsyncWeb.Alpha", "AsyncWeb.Bravo" })
+                .Add("spans", new[] { "AsyncWeb.Alpha", "AsyncWeb.Bravo", "AsyncWeb.Charlie", InnerSpanName })
+                .Add("inner_spans", new Json().Add(InnerSpanName, new Json()
+                    .Add("parent", "AsyncWeb.Charlie")
+                    .Add("hot", "AsyncWeb.Handlers.CharlieInnerHot")))
                 .Add("meter", "AsyncWeb")
                 .Add("histogram", "asyncweb.request.duration")
                 .Add("histogram_unit", "ms")
@@ -284,6 +341,7 @@ namespace AsyncWeb
                 .Add("hosting_activity", Hosting.ActivityName)
                 .Add("id_format", Activity.DefaultIdFormat.ToString())
                 .Add("self_load_per_second", selfLoad)
+                .Add("self_load_paths", selfLoadPaths)
                 .Add("request_lines", requestLines));
 
             double elapsed = Lifetime.Run(duration, second => Out.Line(Totals(new Json().Add("progress", "AsyncWeb").Add("elapsed_s", second))));
@@ -305,11 +363,27 @@ namespace AsyncWeb
             return ActivitySamplingResult.AllDataAndRecorded;
         }
 
+        /// <summary>--self-load-paths: "alpha,bravo" -> { "/alpha", "/bravo" }; each entry must be a kind.</summary>
+        static string[] SelfLoadPaths(Args args)
+        {
+            string[] names = args.String("self-load-paths", "alpha,bravo").Split(',');
+            var paths = new string[names.Length];
+            for (int i = 0; i < names.Length; i++)
+            {
+                string name = names[i].Trim();
+                if (Array.IndexOf(Kinds, name) < 0)
+                    args.Fail("--self-load-paths: \"" + name + "\" is not one of alpha, bravo, charlie");
+                paths[i] = "/" + name;
+            }
+            return paths;
+        }
+
         static Json Totals(Json j)
         {
             return j.Add("requests", new Json()
                     .Add("alpha", Interlocked.Read(ref alphaCount))
                     .Add("bravo", Interlocked.Read(ref bravoCount))
+                    .Add("charlie", Interlocked.Read(ref charlieCount))
                     .Add("none", Interlocked.Read(ref noneCount)))
                 .Add("self_load", new Json()
                     .Add("sent", Interlocked.Read(ref loadSent))
@@ -388,12 +462,25 @@ namespace AsyncWeb
             resumed.Wait(ResumeGuardMs);
         }
 
+        static string SpanName(string kind)
+        {
+            return kind == "alpha" ? "AsyncWeb.Alpha" : kind == "bravo" ? "AsyncWeb.Bravo" : "AsyncWeb.Charlie";
+        }
+
+        /// <summary>The hot method of a request kind (for /charlie: the outer span's).</summary>
+        static void Hot(string kind, double ms)
+        {
+            if (kind == "alpha") Handlers.AlphaHot(ms);
+            else if (kind == "bravo") Handlers.BravoHot(ms);
+            else Handlers.CharlieOuterHot(ms);
+        }
+
         static async Task HandleAsync(HttpListenerContext raw, long seq, ManualResetEventSlim resumed)
         {
             var start = Stopwatch.GetTimestamp();
             string path = raw.Request.Url.AbsolutePath;
             string query = raw.Request.Url.Query ?? "";
-            string kind = path == "/alpha" ? "alpha" : path == "/bravo" ? "bravo" : null;
+            string kind = path.Length > 1 && Array.IndexOf(Kinds, path.Substring(1)) >= 0 ? path.Substring(1) : null;
             int status = kind != null ? 200 : 404;
             string statusParam = raw.Request.QueryString["status"];
             int parsed;
@@ -428,18 +515,34 @@ namespace AsyncWeb
             {
                 if (kind != null)
                 {
-                    using (Activity span = Source.StartActivity(kind == "alpha" ? "AsyncWeb.Alpha" : "AsyncWeb.Bravo", ActivityKind.Internal))
+                    using (Activity span = Source.StartActivity(SpanName(kind), ActivityKind.Internal))
                     {
-                        double ms = kind == "alpha" ? alphaMs : bravoMs;
+                        double ms = kind == "alpha" ? alphaMs : kind == "bravo" ? bravoMs : charlieMs;
+                        // /charlie keeps half of its time for the inner span, after the await
+                        double before = kind == "charlie" ? ms / 4 : ms / 2;
                         int tidBefore = Native.CurrentTid();
                         int threadBefore = Thread.CurrentThread.ManagedThreadId;
-                        if (kind == "alpha") Handlers.AlphaHot(ms / 2); else Handlers.BravoHot(ms / 2);
+                        Hot(kind, before);
                         await Task.Delay(1);
                         resumed.Set();
                         int tidAfter = Native.CurrentTid();
                         int threadAfter = Thread.CurrentThread.ManagedThreadId;
-                        if (kind == "alpha") Handlers.AlphaHot(ms - ms / 2); else Handlers.BravoHot(ms - ms / 2);
+                        string innerSpanId = null;
+                        if (kind == "charlie")
+                        {
+                            using (Activity inner = Source.StartActivity(InnerSpanName, ActivityKind.Internal))
+                            {
+                                Handlers.CharlieInnerHot(ms / 2);
+                                innerSpanId = inner != null ? inner.SpanId.ToHexString() : null;
+                            }
+                            Hot(kind, ms - before - ms / 2);
+                        }
+                        else
+                        {
+                            Hot(kind, ms - before);
+                        }
                         line.Add("span_id", span != null ? span.SpanId.ToHexString() : null)
+                            .Add("inner_span_id", innerSpanId)
                             .Add("hosting_span_id", hosting.Activity.SpanId.ToHexString())
                             .Add("parent_span_id", traceparent != null ? hosting.Activity.ParentSpanId.ToHexString() : null)
                             .Add("tid_before", tidBefore).Add("tid_after", tidAfter)
@@ -450,6 +553,7 @@ namespace AsyncWeb
                 else
                 {
                     line.Add("span_id", null)
+                        .Add("inner_span_id", null)
                         .Add("hosting_span_id", hosting.Activity.SpanId.ToHexString())
                         .Add("parent_span_id", traceparent != null ? hosting.Activity.ParentSpanId.ToHexString() : null)
                         .Add("tid_before", null).Add("tid_after", null)
@@ -472,6 +576,7 @@ namespace AsyncWeb
             Requests.Add(1, kindTag, statusTag);
             if (kind == "alpha") Interlocked.Increment(ref alphaCount);
             else if (kind == "bravo") Interlocked.Increment(ref bravoCount);
+            else if (kind == "charlie") Interlocked.Increment(ref charlieCount);
             else Interlocked.Increment(ref noneCount);
 
             line.Add("duration_ms", Math.Round(durationMs, 3));
@@ -492,8 +597,8 @@ namespace AsyncWeb
             }
         }
 
-        /// <summary>The built-in load generator: N requests per second, alternately /alpha and /bravo.</summary>
-        static void SelfLoad(double perSecond)
+        /// <summary>The built-in load generator: N requests per second, cycling through PATHS.</summary>
+        static void SelfLoad(double perSecond, string[] paths)
         {
             var client = new HttpClient { Timeout = TimeSpan.FromSeconds(10) };
             var inFlight = new SemaphoreSlim(64);
@@ -507,7 +612,7 @@ namespace AsyncWeb
                 while (sent < due && !Lifetime.Stopping)
                 {
                     if (!inFlight.Wait(0)) { sent = due; break; } // saturated: skip rather than queue up
-                    string url = baseUrl + (sent % 2 == 0 ? "/alpha" : "/bravo");
+                    string url = baseUrl + paths[(int)(sent % paths.Length)];
                     sent++;
                     Interlocked.Increment(ref loadSent);
                     client.GetAsync(url).ContinueWith(t =>

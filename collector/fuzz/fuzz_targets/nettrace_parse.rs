@@ -1,8 +1,10 @@
 //! Arbitrary bytes as a nettrace stream, fed in chunks whose sizes the input also picks: the
-//! parser and every decoder must return errors, never panic, and never allocate beyond limits.
+//! parser, every decoder and the span tracker must return errors, never panic, and never allocate
+//! beyond limits.
 
 #![no_main]
 
+use collector::activity::SpanTracker;
 use collector::nettrace::Parser;
 use libfuzzer_sys::fuzz_target;
 
@@ -12,6 +14,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let chunk = 1 + usize::from(chunk_seed) * 97;
     let mut parser = Parser::new();
+    let mut tracker = SpanTracker::default();
     for piece in stream.chunks(chunk) {
         if parser.feed(piece).is_err() {
             return;
@@ -25,6 +28,8 @@ fuzz_target!(|data: &[u8]| {
                         let _ = stack.ips().count();
                     }
                     let _ = event.unix_nanos();
+                    let _ = tracker.observe(&event);
+                    let _ = tracker.span_at(event.header.thread_id, event.header.timestamp);
                 }
                 Ok(None) => break,
                 Err(_) => return,

@@ -95,6 +95,11 @@ impl Clock {
         t.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
     }
 
+    /// QPC ticks per second.
+    pub(crate) fn frequency(&self) -> i64 {
+        self.frequency
+    }
+
     /// A QPC duration in nanoseconds.
     pub fn duration_nanos(&self, qpc_delta: i64) -> i64 {
         let n = i128::from(qpc_delta) * 1_000_000_000 / i128::from(self.frequency);

@@ -4,12 +4,13 @@
 //! the runtime manifest (`src/coreclr/vm/ClrEtwAll.man`, as read by TraceEvent's
 //! `ClrTraceEventParser`): ids and layouts are documented on each type. EventSource events
 //! (counters, metrics, DiagnosticSource) are self-describing and are read by field name, so
-//! later versions that append fields still decode.
+//! later versions that append fields still decode; TPL's `SetActivityId` has one fixed field.
 
 mod diagnostic_source;
 mod metrics;
 mod runtime;
 mod sample;
+mod tpl;
 
 pub use diagnostic_source::{DiagnosticSourceEvent, DiagnosticSourceKind};
 pub use metrics::{
@@ -21,6 +22,7 @@ pub use runtime::{
     MethodEvent, MethodEventKind, ModuleEvent, ModuleEventKind, PdbInfo,
 };
 pub use sample::{SampleKind, ThreadSample};
+pub use tpl::ThreadActivityChange;
 
 use super::cursor::{Cursor, ReadFault};
 use super::error::NettraceError;
@@ -36,6 +38,8 @@ pub const SAMPLE_PROFILER_PROVIDER: &str = "Microsoft-DotNETCore-SampleProfiler"
 pub const METRICS_PROVIDER: &str = "System.Diagnostics.Metrics";
 /// EventSource bridging DiagnosticSource/Activity events.
 pub const DIAGNOSTIC_SOURCE_PROVIDER: &str = "Microsoft-Diagnostics-DiagnosticSource";
+/// The Task Parallel Library's EventSource.
+pub const TPL_PROVIDER: &str = "System.Threading.Tasks.TplEventSource";
 
 /// A decoded event of a kind clrscope knows.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,6 +65,8 @@ pub enum KnownEvent {
     Metrics(MetricsEvent),
     /// A DiagnosticSourceEventSource event.
     DiagnosticSource(DiagnosticSourceEvent),
+    /// TplEventSource `SetActivityId`: the writing thread's EventSource activity id changes.
+    ThreadActivityChange(ThreadActivityChange),
 }
 
 /// Which typed decoder applies to an event, decided once per metadata record
@@ -92,6 +98,8 @@ pub enum EventKind {
     Metrics(MetricsEventKind),
     /// A DiagnosticSourceEventSource event.
     DiagnosticSource(DiagnosticSourceKind),
+    /// TplEventSource `SetActivityId`.
+    ThreadActivityChange,
 }
 
 impl EventKind {
@@ -122,6 +130,9 @@ impl EventKind {
                 .map_or(EventKind::Unknown, EventKind::Metrics),
             DIAGNOSTIC_SOURCE_PROVIDER => DiagnosticSourceKind::from_name(event_name)
                 .map_or(EventKind::Unknown, EventKind::DiagnosticSource),
+            TPL_PROVIDER if event_id == tpl::SET_ACTIVITY_ID_EVENT => {
+                EventKind::ThreadActivityChange
+            }
             _ if event_name == "EventCounters" => EventKind::EventCounters,
             _ => EventKind::Unknown,
         }
@@ -148,6 +159,9 @@ pub(crate) fn decode_known(ev: &Event<'_>) -> Result<Option<KnownEvent>, Nettrac
         EventKind::Metrics(kind) => KnownEvent::Metrics(MetricsEvent::decode(kind, &ev.decode()?)),
         EventKind::DiagnosticSource(kind) => {
             KnownEvent::DiagnosticSource(DiagnosticSourceEvent::decode(kind, &ev.decode()?))
+        }
+        EventKind::ThreadActivityChange => {
+            KnownEvent::ThreadActivityChange(ThreadActivityChange::decode(r())?)
         }
     }))
 }

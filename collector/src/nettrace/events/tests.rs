@@ -1,7 +1,7 @@
 //! Typed decoders against payloads laid out by hand from the manifest templates.
 
 use super::*;
-use crate::nettrace::testutil::{utf16z, EventSpec, MetadataRecord, StreamBuilder};
+use crate::nettrace::testutil::{scalar_fields, utf16z, EventSpec, MetadataRecord, StreamBuilder};
 use crate::nettrace::{Guid, Parser};
 
 /// Decodes one event of `provider`/`id` (minimal metadata unless `name` is given).
@@ -289,4 +289,43 @@ fn diagnostic_source_from_v4_metadata_without_fields() {
     assert_eq!(d.source_name, "Microsoft.AspNetCore");
     assert_eq!(d.argument("Method"), Some("GET"));
     assert_eq!(d.arguments.len(), 2);
+}
+
+#[test]
+fn tpl_set_activity_id() {
+    let id = Guid::from_fields(0x1012, 0, 0, [0, 0, 0, 0, 0xdf, 0xba, 0x9d, 0x59]);
+    let fields = scalar_fields(&[(17, "NewId")]);
+    let ev = decode_with(
+        8,
+        TPL_PROVIDER,
+        25,
+        "SetActivityId",
+        0,
+        Some(fields.clone()),
+        id.to_bytes_le().to_vec(),
+    );
+    assert_eq!(
+        ev.unwrap(),
+        Some(KnownEvent::ThreadActivityChange(ThreadActivityChange {
+            new_id: id
+        }))
+    );
+    // A short payload is an error naming the event, never a panic.
+    let err = decode_with(
+        8,
+        TPL_PROVIDER,
+        25,
+        "SetActivityId",
+        0,
+        Some(fields),
+        vec![1; 15],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("SetActivityId"), "{err}");
+    // Other TPL events are not decoded.
+    assert_eq!(
+        EventKind::classify(TPL_PROVIDER, 10, "TaskWaitBegin"),
+        EventKind::Unknown
+    );
 }

@@ -1,0 +1,246 @@
+//! Trace linkage on a real .NET 8 process: AsyncWeb under load, one EventPipe session with the
+//! sampler, live JIT/Loader events, the linkage providers and the rundown; every sample joined to
+//! the span current on its thread at its time, checked against the spans the target itself
+//! reports for each request.
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use collector::activity::{Span, SpanTracker};
+use collector::client::DiagnosticsClient;
+use collector::ipc::{CollectTracing, ProviderConfig};
+use collector::nettrace::events::EventKind;
+use collector::nettrace::Event;
+use collector::providers::{self, level};
+use collector::session::{self, EventObserver, ParsingWriter};
+use serde_json::Value;
+use store::sampled::Recorder;
+use support::Target;
+
+/// The runtime provider's Loader (0x8) and JIT (0x10) keywords.
+const JIT_LOADER: u64 = 0x18;
+
+#[derive(Debug)]
+struct Sampled {
+    thread: u64,
+    timestamp: i64,
+    ips: Vec<u64>,
+}
+
+/// Names the code (recorder), tracks spans, and keeps every sample with its time.
+#[derive(Default)]
+struct Linking {
+    recorder: Recorder,
+    tracker: SpanTracker,
+    samples: Vec<Sampled>,
+    /// Threads that started spans: as the span start events' headers name them.
+    span_start_threads: HashSet<u64>,
+}
+
+impl EventObserver for Linking {
+    fn on_event(&mut self, event: &Event<'_>) {
+        self.recorder.on_event(event);
+        self.tracker.on_event(event);
+        match event.metadata.kind {
+            EventKind::ThreadSample => self.samples.push(Sampled {
+                thread: event.header.thread_id,
+                timestamp: event.header.timestamp,
+                ips: event.stack().map(|s| s.ips().collect()).unwrap_or_default(),
+            }),
+            EventKind::DiagnosticSource(kind) if kind.is_start() => {
+                self.span_start_threads.insert(event.header.thread_id);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Precision and recall of the samples inside one hot method.
+#[derive(Debug, Default)]
+struct Score {
+    samples: u64,
+    /// Samples joined to one of the expected spans.
+    right: u64,
+    /// Samples joined to any span.
+    linked: u64,
+}
+
+impl Score {
+    fn add(&mut self, span: Option<&Span>, expected: &HashSet<String>) {
+        self.samples += 1;
+        if let Some(span) = span {
+            self.linked += 1;
+            self.right += u64::from(expected.contains(&span.span_id.to_string()));
+        }
+    }
+
+    fn precision(&self) -> f64 {
+        percent(self.right, self.samples)
+    }
+
+    fn recall(&self) -> f64 {
+        percent(self.linked, self.samples)
+    }
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        return 0.0;
+    }
+    part as f64 * 100.0 / whole as f64
+}
+
+/// The span ids of each kind's requests (key `span_id`, or `inner_span_id` for the nested span),
+/// and the OS thread ids the requests ran on.
+fn request_spans(lines: &[Value], kind: &str, key: &str) -> HashSet<String> {
+    lines
+        .iter()
+        .filter(|l| l["kind"] == kind)
+        .filter_map(|l| l[key].as_str().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samples_join_the_span_running_on_their_thread() {
+    let mut target = Target::builder("AsyncWeb")
+        .args([
+            "--self-load",
+            "60",
+            "--self-load-paths",
+            "alpha,bravo,charlie",
+        ])
+        .start();
+    // Let the first requests JIT the HTTP stacks on both sides before measuring.
+    target
+        .wait_for_json(Duration::from_secs(20), |v| {
+            v["self_load"]["ok"].as_u64() >= Some(30)
+        })
+        .expect("30 requests answered");
+    let pid = target.pid();
+
+    let mut linking = Linking::default();
+    if let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
+        linking
+            .recorder
+            .set_images(symbolizer::parse_proc_maps(&maps));
+    }
+    let mut providers = vec![
+        ProviderConfig::new(providers::SAMPLE_PROFILER, 0, level::INFORMATIONAL),
+        ProviderConfig::new(providers::RUNTIME, JIT_LOADER, level::VERBOSE),
+    ];
+    providers.extend(providers::linkage());
+    let config = CollectTracing::v2(providers).with_rundown(true);
+    let client = DiagnosticsClient::for_pid(pid).unwrap();
+    let mut sink = ParsingWriter::new(tokio::io::sink(), &mut linking);
+    session::run(
+        &client,
+        config,
+        &mut sink,
+        tokio::time::sleep(Duration::from_secs(5)),
+        Duration::from_secs(120),
+        |_| {},
+    )
+    .await
+    .expect("the session runs and stops");
+    assert!(sink.error().is_none(), "{:?}", sink.error());
+    drop(sink);
+
+    // Requests in flight when the session stopped print their lines right after.
+    std::thread::sleep(Duration::from_millis(500));
+    let lines: Vec<Value> = target
+        .drain_lines()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("request").is_some())
+        .collect();
+    assert_eq!(target.dropped_lines(), 0);
+
+    // Both kinds of events name threads by OS thread id: the span starts happen on the threads
+    // the target reports (gettid) before its awaits, and hot-method samples on those threads.
+    let request_threads: HashSet<u64> = lines
+        .iter()
+        .flat_map(|l| [&l["tid_before"], &l["tid_after"]])
+        .filter_map(Value::as_u64)
+        .collect();
+    let before: HashSet<u64> = lines
+        .iter()
+        .filter_map(|l| l["tid_before"].as_u64())
+        .collect();
+    assert!(
+        linking
+            .span_start_threads
+            .iter()
+            .any(|t| before.contains(t)),
+        "span starts on {:?}, requests started on {before:?}",
+        linking.span_start_threads
+    );
+
+    let hot = [
+        ("AsyncWeb.Handlers.AlphaHot", "alpha", "span_id"),
+        ("AsyncWeb.Handlers.BravoHot", "bravo", "span_id"),
+        ("AsyncWeb.Handlers.CharlieOuterHot", "charlie", "span_id"),
+        (
+            "AsyncWeb.Handlers.CharlieInnerHot",
+            "charlie",
+            "inner_span_id",
+        ),
+    ];
+    let expected: Vec<HashSet<String>> = hot
+        .iter()
+        .map(|(_, kind, key)| request_spans(&lines, kind, key))
+        .collect();
+    let mut scores: Vec<Score> = hot.iter().map(|_| Score::default()).collect();
+    let mut on_request_threads = 0u64;
+    let mut hot_samples = 0u64;
+    let map = linking.recorder.code_map();
+    let mut frames = Vec::new();
+    for sample in &linking.samples {
+        map.symbolize_stack_into(&sample.ips, &mut frames);
+        let names: Vec<String> = frames
+            .iter()
+            .map(|f| {
+                let function = map.function(f.function);
+                format!("{}.{}", function.namespace, function.name)
+            })
+            .collect();
+        let Some(i) = hot
+            .iter()
+            .position(|(method, _, _)| names.iter().any(|n| n == method))
+        else {
+            continue;
+        };
+        hot_samples += 1;
+        on_request_threads += u64::from(request_threads.contains(&sample.thread));
+        let span = linking.tracker.span_at(sample.thread, sample.timestamp);
+        scores[i].add(span, &expected[i]);
+    }
+
+    let stats = linking.tracker.stats();
+    eprintln!(
+        "{} requests, {} samples, {hot_samples} in hot methods; tracker: {stats:?}",
+        lines.len(),
+        linking.samples.len()
+    );
+    for ((method, kind, key), score) in hot.iter().zip(&scores) {
+        eprintln!(
+            "{method}: {} samples, precision {:.1}% (span is the {kind} request's {key}), \
+             recall {:.1}% (any span)",
+            score.samples,
+            score.precision(),
+            score.recall()
+        );
+    }
+    assert!(
+        percent(on_request_threads, hot_samples) > 95.0,
+        "samples name threads by the OS thread ids the target reports: \
+         {on_request_threads} of {hot_samples}"
+    );
+    assert_eq!(stats.rejected_events, 0, "{stats:?}");
+    for ((method, _, _), score) in hot.iter().zip(&scores) {
+        assert!(score.samples >= 30, "{method}: only {score:?}");
+        assert!(score.precision() >= 90.0, "{method}: {score:?}");
+        assert!(score.recall() >= 80.0, "{method}: {score:?}");
+    }
+}
