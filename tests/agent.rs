@@ -443,3 +443,157 @@ fn processes_that_start_late_exit_and_restart_are_followed() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&socket);
 }
+
+/// One sample of `go tool pprof -traces`: its labels, frames (leaf first) and value in ms.
+struct TracedSample {
+    labels: HashMap<String, String>,
+    frames: Vec<String>,
+    millis: f64,
+}
+
+fn pprof_traces(pprof: &[u8], name: &str) -> Vec<TracedSample> {
+    let path = std::env::temp_dir().join(format!(
+        "clrscope-agent-{name}-{}.pb.gz",
+        std::process::id()
+    ));
+    std::fs::write(&path, pprof).unwrap();
+    let output = Command::new("go")
+        .args(["tool", "pprof", "-traces"])
+        .arg(&path)
+        .output()
+        .expect("go tool pprof (installed by `make setup`)");
+    let _ = std::fs::remove_file(&path);
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    let mut samples = Vec::new();
+    for block in text.split("-----------+").skip(1) {
+        let mut sample = TracedSample {
+            labels: HashMap::new(),
+            frames: Vec::new(),
+            millis: 0.0,
+        };
+        for line in block.lines().skip(1) {
+            let trimmed = line.trim();
+            if let Some((key, value)) = trimmed.split_once(":  ") {
+                sample
+                    .labels
+                    .insert(key.trim().to_string(), value.trim().to_string());
+            } else if line.starts_with("    ") && !line.starts_with("             ") {
+                // "    1.22ms   Leaf.Frame(...)": the value, then the leaf frame.
+                let (value, frame) = trimmed.split_once(char::is_whitespace).unwrap();
+                sample.millis = parse_millis(value);
+                sample.frames.push(frame.trim().to_string());
+            } else if !trimmed.is_empty() {
+                sample.frames.push(trimmed.to_string());
+            }
+        }
+        // The listing ends with a separator line too.
+        if !sample.frames.is_empty() {
+            samples.push(sample);
+        }
+    }
+    samples
+}
+
+fn parse_millis(value: &str) -> f64 {
+    let split = value
+        .find(|c: char| c.is_ascii_alphabetic())
+        .unwrap_or(value.len());
+    let number: f64 = value[..split].parse().unwrap_or(0.0);
+    match &value[split..] {
+        "s" => number * 1000.0,
+        "us" | "µs" => number / 1000.0,
+        "ns" => number / 1e6,
+        _ => number,
+    }
+}
+
+#[test]
+fn samples_carry_the_span_of_the_request_they_ran_for() {
+    let mut web = Target::builder("AsyncWeb")
+        .args(["--self-load", "40"])
+        .start();
+    let dir = data_dir("linkage");
+    let pid = format!("--pid={}", web.pid());
+    let agent = Agent::start(&dir, &[pid.as_str(), "--sample-period", "2s"]);
+    agent.wait_for_data("cpu", web.pid(), 400_000_000, Duration::from_secs(60));
+    let query = encode(&format!("{{process_id=\"{}\"}}", web.pid()));
+    let pprof = agent.get(&format!(
+        "/api/v1/profile?type=cpu&format=pprof&query={query}"
+    ));
+    let samples = pprof_traces(&pprof.bytes, "linkage");
+
+    // The target logs every request's span (the AsyncWeb.Alpha/Bravo span its hot method runs in).
+    let mut kinds: HashMap<String, String> = HashMap::new();
+    for line in web.drain_lines() {
+        if let Ok(request) = serde_json::from_str::<Value>(&line) {
+            if let (Some(kind), Some(span)) =
+                (request["kind"].as_str(), request["span_id"].as_str())
+            {
+                kinds.insert(span.to_string(), kind.to_string());
+            }
+        }
+    }
+    for (kind, method) in [
+        ("alpha", "AsyncWeb.Handlers.AlphaHot"),
+        ("bravo", "AsyncWeb.Handlers.BravoHot"),
+    ] {
+        let inside: Vec<&TracedSample> = samples
+            .iter()
+            .filter(|s| s.frames.iter().any(|f| f.starts_with(method)))
+            .collect();
+        let all: f64 = inside.iter().map(|s| s.millis).sum();
+        let with_span: f64 = inside
+            .iter()
+            .filter(|s| s.labels.contains_key("span_id"))
+            .map(|s| s.millis)
+            .sum();
+        let right: f64 = inside
+            .iter()
+            .filter(|s| {
+                s.labels
+                    .get("span_id")
+                    .and_then(|id| kinds.get(id))
+                    .map(String::as_str)
+                    == Some(kind)
+            })
+            .map(|s| s.millis)
+            .sum();
+        let (precision, recall) = (right * 100.0 / with_span, with_span * 100.0 / all);
+        eprintln!("{method}: {all:.1} ms of cpu, precision {precision:.1}%, recall {recall:.1}%");
+        assert!(all > 0.0, "no samples in {method}");
+        assert!(
+            precision >= 90.0 && recall >= 80.0,
+            "{method}: precision {precision:.1}%, recall {recall:.1}%"
+        );
+    }
+
+    // The profile of one span holds that span's samples and nothing else.
+    let (span_id, _) = samples
+        .iter()
+        .filter_map(|s| Some((s.labels.get("span_id")?.clone(), s.millis)))
+        .fold(HashMap::<String, f64>::new(), |mut m, (id, ms)| {
+            *m.entry(id).or_default() += ms;
+            m
+        })
+        .into_iter()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .expect("some sample carries a span");
+    let one = agent.get(&format!(
+        "/api/v1/profile?type=cpu&format=pprof&query={query}&span_id={span_id}"
+    ));
+    let traced = pprof_traces(&one.bytes, "one-span");
+    assert!(!traced.is_empty());
+    for sample in &traced {
+        assert_eq!(
+            sample.labels.get("span_id"),
+            Some(&span_id),
+            "{:?} {:?}",
+            sample.labels,
+            sample.frames
+        );
+        assert!(sample.labels.contains_key("trace_id") && sample.labels.contains_key("span_name"));
+    }
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -70,6 +70,10 @@ pub struct Args {
     /// No lock_count/lock_time profiles (monitor contention).
     #[arg(long)]
     no_locks: bool,
+    /// Do not tag samples with the trace and span their thread ran (saves the DiagnosticSource
+    /// span and TPL context-switch events; see BENCHMARKS.md for their cost).
+    #[arg(long)]
+    no_trace_linkage: bool,
     /// Delete profiles older than this.
     #[arg(long, value_parser = parse_duration, default_value = "7d")]
     retention: Duration,
@@ -110,6 +114,8 @@ pub struct Settings {
     pub events: EventProfiles,
     pub filters: Filters,
     pub host_name: String,
+    /// Join samples to the spans their threads ran.
+    pub linkage: bool,
 }
 
 /// What the agent's tasks share.
@@ -184,6 +190,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 command_lines: args.command_lines,
             },
             host_name: host_name(),
+            linkage: !args.no_trace_linkage,
         },
         processes: AttachedProcesses::default(),
         sink,

@@ -6,13 +6,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
+use collector::activity::TrackerLimits;
 use collector::attached::AttachedProcess;
 use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::nettrace::events::KnownEvent;
 use collector::nettrace::Event;
 use collector::providers::{self, level};
-use collector::sampler::{SamplerControl, SamplerStep};
+use collector::sampler::{SamplerControl, SamplerStep, MAX_WINDOW};
 use collector::samples::SampleAggregator;
 use collector::session::{self, EventObserver, ParsingWriter};
 use store::continuous::{Batches, EventProfiles, ProcessProfiler};
@@ -78,8 +79,9 @@ impl EventObserver for WindowSamples {
     }
 }
 
-/// JIT/Loader events for the code map, plus the events of the switched-on event profiles.
-fn light_session(events: EventProfiles) -> CollectTracing {
+/// JIT/Loader events for the code map, plus the events of the switched-on event profiles and,
+/// with trace linkage, the span and context-switch events.
+fn light_session(events: EventProfiles, linkage: bool) -> CollectTracing {
     let mut keywords = providers::RUNTIME_JIT_LOADER_KEYWORDS;
     if events.alloc {
         keywords |= providers::RUNTIME_GC_KEYWORD;
@@ -91,12 +93,15 @@ fn light_session(events: EventProfiles) -> CollectTracing {
         keywords |= providers::RUNTIME_CONTENTION_KEYWORD;
     }
     // Verbose: MethodLoadVerbose names methods, and GCAllocationTick is a Verbose event.
-    CollectTracing::v2(vec![ProviderConfig::new(
+    let mut session = vec![ProviderConfig::new(
         providers::RUNTIME,
         keywords,
         level::VERBOSE,
-    )])
-    .with_rundown(false)
+    )];
+    if linkage {
+        session.extend(providers::linkage());
+    }
+    CollectTracing::v2(session).with_rundown(false)
 }
 
 /// The sampler alone: the light session already carries everything else.
@@ -246,9 +251,15 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         ("process_id".to_string(), target.pid.to_string()),
         ("service_name".to_string(), service),
     ];
+    // Samples are joined to spans up to a whole (boosted) window plus the naming delay late.
+    let linkage = agent.settings.linkage.then(|| TrackerLimits {
+        retention: MAX_WINDOW + SYMBOLIZE_DELAY + Duration::from_secs(5),
+        ..TrackerLimits::default()
+    });
     let profiler = SharedProfiler(Arc::new(Mutex::new(ProcessProfiler::new(
         series,
         agent.settings.events,
+        linkage,
     ))));
     let proc_pid = local.map(|l| l.pid);
     if let Some(maps) =
@@ -262,7 +273,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
     let mut light = {
         let client = client.clone();
         let mut sink = ParsingWriter::new(tokio::io::sink(), profiler.clone());
-        let config = light_session(agent.settings.events);
+        let config = light_session(agent.settings.events, agent.settings.linkage);
         let mut shutdown = agent.shutdown.clone();
         tokio::spawn(async move {
             let stop = async {
@@ -285,6 +296,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         profiler: profiler.clone(),
         sink: agent.sink.clone(),
         shutdown: agent.shutdown.clone(),
+        keep_times: agent.settings.linkage,
     };
     let result = tokio::select! {
         result = sampling.run() => result,
@@ -325,6 +337,8 @@ struct SamplingLoop<'a> {
     profiler: SharedProfiler,
     sink: BatchSink,
     shutdown: watch::Receiver<bool>,
+    /// Keep each sample's time, to join it to the span its thread ran.
+    keep_times: bool,
 }
 
 impl SamplingLoop<'_> {
@@ -388,8 +402,11 @@ impl SamplingLoop<'_> {
 
     /// Runs one sampler session until `until` or the agent's stop.
     async fn window(&mut self, until: Instant) -> anyhow::Result<SampleAggregator> {
-        let mut sink =
-            ParsingWriter::new(tokio::io::sink(), WindowSamples(SampleAggregator::new(0)));
+        let mut samples = SampleAggregator::new(0);
+        if self.keep_times {
+            samples = samples.keep_times();
+        }
+        let mut sink = ParsingWriter::new(tokio::io::sink(), WindowSamples(samples));
         let mut shutdown = self.shutdown.clone();
         let stop = async {
             tokio::select! {

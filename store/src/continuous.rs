@@ -7,9 +7,10 @@
 
 use std::collections::HashMap;
 
+use collector::activity::{Span, SpanTracker, TrackerLimits};
 use collector::nettrace::events::KnownEvent;
 use collector::nettrace::Event;
-use collector::samples::SampleAggregator;
+use collector::samples::{SampleAggregator, StackKey};
 use symbolizer::{CodeMap, ImageRange, RundownRefreshPolicy};
 
 use crate::profile::{Function, LabelValue};
@@ -102,11 +103,18 @@ pub struct ProcessProfiler {
     dropped_events: u64,
     rejected_events: u64,
     refresh: RundownRefreshPolicy,
+    /// Which span each thread ran, when trace linkage is on.
+    spans: Option<SpanTracker>,
 }
 
 impl ProcessProfiler {
-    /// `series`: the labels of every batch (`service_name`, `process_id`, `host_name`).
-    pub fn new(series: Vec<(String, String)>, profiles: EventProfiles) -> Self {
+    /// `series`: the labels of every batch (`service_name`, `process_id`, `host_name`);
+    /// `linkage`: join samples to spans, keeping this much span history.
+    pub fn new(
+        series: Vec<(String, String)>,
+        profiles: EventProfiles,
+        linkage: Option<TrackerLimits>,
+    ) -> Self {
         ProcessProfiler {
             series,
             profiles,
@@ -117,7 +125,13 @@ impl ProcessProfiler {
             dropped_events: 0,
             rejected_events: 0,
             refresh: RundownRefreshPolicy::new(RUNDOWN_MIN_INTERVAL_NS, RUNDOWN_MIN_MISSES),
+            spans: linkage.map(SpanTracker::new),
         }
+    }
+
+    /// The span tracker, when trace linkage is on.
+    pub fn spans(&self) -> Option<&SpanTracker> {
+        self.spans.as_ref()
     }
 
     pub fn series(&self) -> &[(String, String)] {
@@ -145,6 +159,10 @@ impl ProcessProfiler {
 
     /// Takes one event of the light session or of a rundown.
     pub fn observe(&mut self, event: &Event<'_>) {
+        if let Some(spans) = &mut self.spans {
+            // Counted in the tracker's stats; one bad payload must not stop the profile.
+            let _ = spans.observe(event);
+        }
         let known = match event.known() {
             Ok(Some(known)) => known,
             Ok(None) => return,
@@ -287,6 +305,8 @@ impl ProcessProfiler {
 
     /// The `cpu` and `wall` batches of one sampler window. `cpu` counts samples of threads
     /// running managed code, `wall` every sample; each sample stands for one measured period.
+    /// With trace linkage on and the window's sample times kept, each sample also carries the
+    /// span its thread ran at that time (`trace_id`, `span_id`, `span_name`).
     pub fn sample_batches(
         &mut self,
         samples: &SampleAggregator,
@@ -297,18 +317,31 @@ impl ProcessProfiler {
         };
         let period = samples.period_ns();
         let mut table = FunctionTable::default();
-        let mut stacks: Vec<_> = samples.stacks().collect();
-        stacks.sort_unstable_by(|(a, _), (b, _)| {
-            (a.thread_id, a.managed, &a.ips).cmp(&(b.thread_id, b.managed, &b.ips))
-        });
         let mut cpu = Vec::new();
-        let mut wall = Vec::with_capacity(stacks.len());
-        for (key, count) in stacks {
+        let mut wall = Vec::new();
+        for (key, span, count) in self.spanned_stacks(samples) {
             let stack = table.stack(&self.map, &key.ips, count);
+            let mut labels = thread_labels(key.thread_id, thread_names);
+            if let Some(span) = span {
+                labels.extend([
+                    (
+                        "trace_id".to_string(),
+                        LabelValue::Str(span.trace_id.to_string()),
+                    ),
+                    (
+                        "span_id".to_string(),
+                        LabelValue::Str(span.span_id.to_string()),
+                    ),
+                    (
+                        "span_name".to_string(),
+                        LabelValue::Str(span.name.to_string()),
+                    ),
+                ]);
+            }
             let sample = BatchSample {
                 stack,
                 value: (count as i64).saturating_mul(period),
-                labels: thread_labels(key.thread_id, thread_names),
+                labels,
             };
             if key.managed {
                 cpu.push(sample.clone());
@@ -319,6 +352,58 @@ impl ProcessProfiler {
         self.refresh
             .record_misses(batches.resolution.in_managed_image);
         batches
+    }
+
+    /// The window's stacks, split by the span each sample ran in when that is known, sorted so
+    /// equal input gives equal batches.
+    fn spanned_stacks<'a>(
+        &self,
+        samples: &'a SampleAggregator,
+    ) -> Vec<(&'a StackKey, Option<Span>, u64)> {
+        let mut groups: Vec<(&StackKey, Option<Span>, u64)> = match (&self.spans, samples.times()) {
+            (Some(tracker), Some(times)) => {
+                let mut keys: Vec<Option<&StackKey>> = Vec::new();
+                for (index, key) in samples.stacks_by_index() {
+                    let index = index as usize;
+                    if keys.len() <= index {
+                        keys.resize(index + 1, None);
+                    }
+                    keys[index] = Some(key);
+                }
+                let mut counts: HashMap<(u32, Option<[u8; 8]>), (Option<Span>, u64)> =
+                    HashMap::new();
+                for time in times {
+                    let Some(Some(key)) = keys.get(time.stack as usize) else {
+                        continue;
+                    };
+                    let span = tracker.span_at(key.thread_id, time.timestamp);
+                    counts
+                        .entry((time.stack, span.map(|s| s.span_id.0)))
+                        .or_insert_with(|| (span.cloned(), 0))
+                        .1 += 1;
+                }
+                counts
+                    .into_iter()
+                    .filter_map(|((stack, _), (span, count))| {
+                        Some((keys[stack as usize]?, span, count))
+                    })
+                    .collect()
+            }
+            _ => samples
+                .stacks()
+                .map(|(key, count)| (key, None, count))
+                .collect(),
+        };
+        groups.sort_unstable_by(|(a, sa, _), (b, sb, _)| {
+            let span = |s: &Option<Span>| s.as_ref().map(|s| (s.trace_id, s.span_id));
+            (a.thread_id, a.managed, &a.ips, span(sa)).cmp(&(
+                b.thread_id,
+                b.managed,
+                &b.ips,
+                span(sb),
+            ))
+        });
+        groups
     }
 
     /// Whether code the sampler saw in managed images is worth a rundown to name it;
@@ -402,7 +487,7 @@ mod tests {
     #[test]
     fn sampler_window_becomes_cpu_and_wall_batches() {
         let mut reader = fixture("cpuhot-jit-rundown.nettrace");
-        let mut profiler = ProcessProfiler::new(series(), EventProfiles::default());
+        let mut profiler = ProcessProfiler::new(series(), EventProfiles::default(), None);
         let mut samples = SampleAggregator::new(0);
         while let Some(event) = reader.next_event().unwrap() {
             match event.known() {
@@ -440,7 +525,7 @@ mod tests {
     #[test]
     fn exceptions_and_locks_become_typed_batches_once() {
         let mut reader = fixture("faults.nettrace");
-        let mut profiler = ProcessProfiler::new(series(), EventProfiles::default());
+        let mut profiler = ProcessProfiler::new(series(), EventProfiles::default(), None);
         while let Some(event) = reader.next_event().unwrap() {
             profiler.observe(&event);
         }
@@ -477,6 +562,59 @@ mod tests {
     }
 
     #[test]
+    fn samples_carry_the_span_their_thread_ran() {
+        let mut reader = fixture("asyncweb-linkage.nettrace");
+        let linkage = Some(TrackerLimits::default());
+        let mut profiler = ProcessProfiler::new(series(), EventProfiles::default(), linkage);
+        let mut samples = SampleAggregator::new(0).keep_times();
+        while let Some(event) = reader.next_event().unwrap() {
+            match event.known() {
+                Ok(Some(KnownEvent::ThreadSample(s))) => samples.add(&event, &s),
+                _ => profiler.observe(&event),
+            }
+        }
+        let requests = std::fs::read_to_string(format!(
+            "{}/../collector/tests/fixtures/asyncweb-linkage.requests.jsonl",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let out = profiler.sample_batches(&samples, &HashMap::new());
+        let wall = out
+            .batches
+            .iter()
+            .find(|b| b.profile_type.name == "wall")
+            .unwrap();
+        let label = |s: &BatchSample, name: &str| {
+            s.labels
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| match v {
+                    LabelValue::Str(text) => text.clone(),
+                    LabelValue::Num(n) => n.to_string(),
+                })
+        };
+        let spanned: Vec<&BatchSample> = wall
+            .samples
+            .iter()
+            .filter(|s| label(s, "span_id").is_some())
+            .collect();
+        assert!(!spanned.is_empty());
+        for sample in &spanned {
+            let span_id = label(sample, "span_id").unwrap();
+            let trace_id = label(sample, "trace_id").unwrap();
+            // Every span the samples name is a request the target logged (or its hosting span).
+            assert!(
+                requests.contains(&span_id) && requests.contains(&trace_id),
+                "{span_id} / {trace_id} not among the requests"
+            );
+            assert!(label(sample, "span_name").is_some_and(|n| !n.is_empty()));
+        }
+        // Splitting by span keeps every sample.
+        let total: i64 = wall.samples.iter().map(|s| s.value).sum();
+        assert_eq!(total, samples.samples() as i64 * samples.period_ns());
+    }
+
+    #[test]
     fn switched_off_profiles_count_nothing() {
         let mut reader = fixture("faults.nettrace");
         let off = EventProfiles {
@@ -484,7 +622,7 @@ mod tests {
             exceptions: false,
             locks: false,
         };
-        let mut profiler = ProcessProfiler::new(series(), off);
+        let mut profiler = ProcessProfiler::new(series(), off, None);
         while let Some(event) = reader.next_event().unwrap() {
             profiler.observe(&event);
         }
