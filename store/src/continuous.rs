@@ -82,6 +82,9 @@ struct OpenContention {
     ips: Box<[u64]>,
 }
 
+/// A stack index of a sampler window and the span id its samples ran in.
+type StackInSpan = (u32, Option<[u8; 8]>);
+
 /// What one cycle of one process produced: its batches and how well their frames resolved.
 #[derive(Debug, Default)]
 pub struct Batches {
