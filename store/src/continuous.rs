@@ -373,8 +373,7 @@ impl ProcessProfiler {
                     }
                     keys[index] = Some(key);
                 }
-                let mut counts: HashMap<(u32, Option<[u8; 8]>), (Option<Span>, u64)> =
-                    HashMap::new();
+                let mut counts: HashMap<StackInSpan, (Option<Span>, u64)> = HashMap::new();
                 for time in times {
                     let Some(Some(key)) = keys.get(time.stack as usize) else {
                         continue;
