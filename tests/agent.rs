@@ -515,7 +515,10 @@ fn samples_carry_the_span_of_the_request_they_ran_for() {
         .start();
     let dir = data_dir("linkage");
     let pid = format!("--pid={}", web.pid());
-    let agent = Agent::start(&dir, &[pid.as_str(), "--sample-period", "2s"]);
+    let agent = Agent::start(
+        &dir,
+        &[pid.as_str(), "--trace-linkage", "--sample-period", "2s"],
+    );
     agent.wait_for_data("cpu", web.pid(), 400_000_000, Duration::from_secs(60));
     let query = encode(&format!("{{process_id=\"{}\"}}", web.pid()));
     let pprof = agent.get(&format!(

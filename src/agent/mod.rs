@@ -70,10 +70,12 @@ pub struct Args {
     /// No lock_count/lock_time profiles (monitor contention).
     #[arg(long)]
     no_locks: bool,
-    /// Do not tag samples with the trace and span their thread ran (saves the DiagnosticSource
-    /// span and TPL context-switch events; see BENCHMARKS.md for their cost).
+    /// Tag cpu and wall samples with the trace and span their thread ran. Off by default: the
+    /// DiagnosticSource span and TPL context-switch events it needs cost 0.1–0.3 ms of CPU per
+    /// request on .NET 8 (BENCHMARKS.md, "Trace linkage"), and listening to every ActivitySource
+    /// makes libraries create spans they otherwise skip.
     #[arg(long)]
-    no_trace_linkage: bool,
+    trace_linkage: bool,
     /// Delete profiles older than this.
     #[arg(long, value_parser = parse_duration, default_value = "7d")]
     retention: Duration,
@@ -190,7 +192,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 command_lines: args.command_lines,
             },
             host_name: host_name(),
-            linkage: !args.no_trace_linkage,
+            linkage: args.trace_linkage,
         },
         processes: AttachedProcesses::default(),
         sink,
