@@ -130,7 +130,7 @@ async fn samples_join_the_span_running_on_their_thread() {
         ProviderConfig::new(providers::SAMPLE_PROFILER, 0, level::INFORMATIONAL),
         ProviderConfig::new(providers::RUNTIME, JIT_LOADER, level::VERBOSE),
     ];
-    providers.extend(providers::linkage());
+    providers.extend(providers::linkage(&[]).unwrap());
     let config = CollectTracing::v2(providers).with_rundown(true);
     let client = DiagnosticsClient::for_pid(pid).unwrap();
     let mut sink = ParsingWriter::new(tokio::io::sink(), &mut linking);
@@ -255,7 +255,7 @@ enum Mode {
     Off,
     /// The runtime provider at the light session's keywords.
     Light,
-    /// The same plus `providers::linkage()`.
+    /// The same plus `providers::linkage(&[])`.
     Linkage,
 }
 
@@ -265,7 +265,11 @@ impl Mode {
         match self {
             Mode::Off => None,
             Mode::Light => Some(vec![light]),
-            Mode::Linkage => Some(std::iter::once(light).chain(providers::linkage()).collect()),
+            Mode::Linkage => Some(
+                std::iter::once(light)
+                    .chain(providers::linkage(&[]).unwrap())
+                    .collect(),
+            ),
         }
     }
 }
