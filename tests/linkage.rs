@@ -8,7 +8,7 @@ mod support;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use collector::activity::{Span, SpanTracker};
+use collector::activity::{ActivityEvent, Span, SpanTracker};
 use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::nettrace::events::EventKind;
@@ -243,6 +243,45 @@ async fn samples_join_the_span_running_on_their_thread() {
         assert!(score.precision() >= 90.0, "{method}: {score:?}");
         assert!(score.recall() >= 80.0, "{method}: {score:?}");
     }
+}
+
+/// Span names of the span starts a session sees.
+#[derive(Default)]
+struct SpanNames(HashSet<String>);
+
+impl EventObserver for SpanNames {
+    fn on_event(&mut self, event: &Event<'_>) {
+        if let Ok(Some(ActivityEvent::SpanStart { span, .. })) = ActivityEvent::from_event(event) {
+            self.0.insert(span.name.to_string());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linkage_can_listen_to_named_sources_only() {
+    let target = Target::builder("AsyncWeb")
+        .args(["--self-load", "40", "--no-request-lines"])
+        .start();
+    let client = DiagnosticsClient::for_pid(target.pid()).unwrap();
+    let mut names = SpanNames::default();
+    let mut sink = ParsingWriter::new(tokio::io::sink(), &mut names);
+    let config = CollectTracing::v2(providers::linkage(&["AsyncWeb"]).unwrap()).with_rundown(false);
+    session::run(
+        &client,
+        config,
+        &mut sink,
+        tokio::time::sleep(Duration::from_secs(2)),
+        Duration::from_secs(60),
+        |_| {},
+    )
+    .await
+    .unwrap();
+    drop(sink);
+    // The target's own source only: not its hosting spans, nor HttpClient's, which the
+    // wildcard would have made HttpClient create.
+    let mut seen: Vec<&String> = names.0.iter().collect();
+    seen.sort();
+    assert_eq!(seen, ["AsyncWeb.Alpha", "AsyncWeb.Bravo"]);
 }
 
 /// Light-session keywords of the runtime provider the linkage providers come on top of in the

@@ -91,11 +91,11 @@ const HTTP_FILTER_AND_PAYLOAD_SPECS: &str = concat!(
 /// another session enabling that provider with other `FilterAndPayloadSpecs` replaces these for
 /// every session until it ends.
 pub fn linkage(activity_sources: &[&str]) -> Result<Vec<ProviderConfig>, ProviderSpecError> {
-    // These characters delimit the parts of a spec line: a name holding one would select
-    // something else.
+    // These characters delimit a spec line, its source and its transforms, or the quoted
+    // argument: a name holding one would select something else.
     if let Some(bad) = activity_sources
         .iter()
-        .find(|s| s.is_empty() || s.contains(['/', ':', '+', '-', '*', '\r', '\n']))
+        .find(|s| s.is_empty() || s.contains(['/', ':', '+', '*', '"', '\r', '\n']))
     {
         return Err(ProviderSpecError::BadActivitySource(bad.to_string()));
     }
@@ -145,7 +145,7 @@ pub enum ProviderSpecError {
     #[error("provider {0} is given twice with arguments; give its arguments once")]
     ConflictingArguments(String),
     #[error(
-        "activity source name {0:?} is empty or holds one of / : + - * or a line break, which \
+        "activity source name {0:?} is empty or holds one of / : + * \" or a line break, which \
          DiagnosticSourceEventSource's FilterAndPayloadSpecs would read as syntax"
     )]
     BadActivitySource(String),
@@ -587,16 +587,16 @@ mod tests {
         assert_eq!(session.providers.len(), 4);
 
         // Named sources: one spec line each.
-        let named = linkage(&["Shop.Orders", "Microsoft.AspNetCore"]).unwrap();
+        let named = linkage(&["shop-orders", "Microsoft.AspNetCore"]).unwrap();
         assert_eq!(
             named[0].arguments.as_deref(),
             Some(concat!(
-                r#"FilterAndPayloadSpecs="[AS]Shop.Orders/-Propagate:-TraceId;SpanId"#,
+                r#"FilterAndPayloadSpecs="[AS]shop-orders/-Propagate:-TraceId;SpanId"#,
                 "\r\n",
                 r#"[AS]Microsoft.AspNetCore/-Propagate:-TraceId;SpanId""#
             ))
         );
-        for bad in ["", "a/b", "a:b", "a+op", "*", "a\nb"] {
+        for bad in ["", "a/b", "a:b", "a+op", "*", "a\"b", "a\nb"] {
             assert_eq!(
                 linkage(&[bad]),
                 Err(ProviderSpecError::BadActivitySource(bad.to_string()))
