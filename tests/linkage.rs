@@ -92,6 +92,29 @@ fn percent(part: u64, whole: u64) -> f64 {
     part as f64 * 100.0 / whole as f64
 }
 
+/// Runs one session until `stop`, parsing its stream into `observer`.
+async fn observe_session(
+    pid: u32,
+    config: CollectTracing,
+    stop: impl std::future::Future<Output = ()>,
+    observer: impl EventObserver + Unpin,
+) -> session::SessionSummary {
+    let client = DiagnosticsClient::for_pid(pid).unwrap();
+    let mut sink = ParsingWriter::new(tokio::io::sink(), observer);
+    let summary = session::run(
+        &client,
+        config,
+        &mut sink,
+        stop,
+        Duration::from_secs(120),
+        |_| {},
+    )
+    .await
+    .expect("the session runs and stops");
+    assert!(sink.error().is_none(), "{:?}", sink.error());
+    summary
+}
+
 /// The span ids of each kind's requests (key `span_id`, or `inner_span_id` for the nested span),
 /// and the OS thread ids the requests ran on.
 fn request_spans(lines: &[Value], kind: &str, key: &str) -> HashSet<String> {
@@ -131,21 +154,13 @@ async fn samples_join_the_span_running_on_their_thread() {
         ProviderConfig::new(providers::RUNTIME, JIT_LOADER, level::VERBOSE),
     ];
     providers.extend(providers::linkage(&[]).unwrap());
-    let config = CollectTracing::v2(providers).with_rundown(true);
-    let client = DiagnosticsClient::for_pid(pid).unwrap();
-    let mut sink = ParsingWriter::new(tokio::io::sink(), &mut linking);
-    session::run(
-        &client,
-        config,
-        &mut sink,
+    observe_session(
+        pid,
+        CollectTracing::v2(providers).with_rundown(true),
         tokio::time::sleep(Duration::from_secs(5)),
-        Duration::from_secs(120),
-        |_| {},
+        &mut linking,
     )
-    .await
-    .expect("the session runs and stops");
-    assert!(sink.error().is_none(), "{:?}", sink.error());
-    drop(sink);
+    .await;
 
     // Requests in flight when the session stopped print their lines right after.
     std::thread::sleep(Duration::from_millis(500));
@@ -262,21 +277,14 @@ async fn linkage_can_listen_to_named_sources_only() {
     let target = Target::builder("AsyncWeb")
         .args(["--self-load", "40", "--no-request-lines"])
         .start();
-    let client = DiagnosticsClient::for_pid(target.pid()).unwrap();
     let mut names = SpanNames::default();
-    let mut sink = ParsingWriter::new(tokio::io::sink(), &mut names);
-    let config = CollectTracing::v2(providers::linkage(&["AsyncWeb"]).unwrap()).with_rundown(false);
-    session::run(
-        &client,
-        config,
-        &mut sink,
+    observe_session(
+        target.pid(),
+        CollectTracing::v2(providers::linkage(&["AsyncWeb"]).unwrap()).with_rundown(false),
         tokio::time::sleep(Duration::from_secs(2)),
-        Duration::from_secs(60),
-        |_| {},
+        &mut names,
     )
-    .await
-    .unwrap();
-    drop(sink);
+    .await;
     // The target's own source only: not its hosting spans, nor HttpClient's, which the
     // wildcard would have made HttpClient create.
     let mut seen: Vec<&String> = names.0.iter().collect();
@@ -358,24 +366,11 @@ async fn window(target: &mut Target, mode: Mode, measure: Duration) -> Window {
     let pid = target.pid();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let session = mode.providers().map(|providers| {
-        tokio::spawn(async move {
-            let client = DiagnosticsClient::for_pid(pid).unwrap();
-            let mut sink = ParsingWriter::new(tokio::io::sink(), SpanTracker::default());
-            let summary = session::run(
-                &client,
-                CollectTracing::v2(providers).with_rundown(false),
-                &mut sink,
-                async {
-                    let _ = stop_rx.await;
-                },
-                Duration::from_secs(60),
-                |_| {},
-            )
-            .await
-            .unwrap();
-            assert!(sink.error().is_none());
-            summary
-        })
+        let config = CollectTracing::v2(providers).with_rundown(false);
+        let stop = async {
+            let _ = stop_rx.await;
+        };
+        tokio::spawn(observe_session(pid, config, stop, SpanTracker::default()))
     });
     let warm_up = Duration::from_secs(2);
     tokio::time::sleep(warm_up).await;
