@@ -8,7 +8,7 @@ mod support;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use collector::activity::{Span, SpanTracker};
+use collector::activity::{ActivityEvent, Span, SpanTracker};
 use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::nettrace::events::EventKind;
@@ -92,6 +92,29 @@ fn percent(part: u64, whole: u64) -> f64 {
     part as f64 * 100.0 / whole as f64
 }
 
+/// Runs one session until `stop`, parsing its stream into `observer`.
+async fn observe_session(
+    pid: u32,
+    config: CollectTracing,
+    stop: impl std::future::Future<Output = ()>,
+    observer: impl EventObserver + Unpin,
+) -> session::SessionSummary {
+    let client = DiagnosticsClient::for_pid(pid).unwrap();
+    let mut sink = ParsingWriter::new(tokio::io::sink(), observer);
+    let summary = session::run(
+        &client,
+        config,
+        &mut sink,
+        stop,
+        Duration::from_secs(120),
+        |_| {},
+    )
+    .await
+    .expect("the session runs and stops");
+    assert!(sink.error().is_none(), "{:?}", sink.error());
+    summary
+}
+
 /// The span ids of each kind's requests (key `span_id`, or `inner_span_id` for the nested span),
 /// and the OS thread ids the requests ran on.
 fn request_spans(lines: &[Value], kind: &str, key: &str) -> HashSet<String> {
@@ -130,22 +153,14 @@ async fn samples_join_the_span_running_on_their_thread() {
         ProviderConfig::new(providers::SAMPLE_PROFILER, 0, level::INFORMATIONAL),
         ProviderConfig::new(providers::RUNTIME, JIT_LOADER, level::VERBOSE),
     ];
-    providers.extend(providers::linkage());
-    let config = CollectTracing::v2(providers).with_rundown(true);
-    let client = DiagnosticsClient::for_pid(pid).unwrap();
-    let mut sink = ParsingWriter::new(tokio::io::sink(), &mut linking);
-    session::run(
-        &client,
-        config,
-        &mut sink,
+    providers.extend(providers::linkage(&[]).unwrap());
+    observe_session(
+        pid,
+        CollectTracing::v2(providers).with_rundown(true),
         tokio::time::sleep(Duration::from_secs(5)),
-        Duration::from_secs(120),
-        |_| {},
+        &mut linking,
     )
-    .await
-    .expect("the session runs and stops");
-    assert!(sink.error().is_none(), "{:?}", sink.error());
-    drop(sink);
+    .await;
 
     // Requests in flight when the session stopped print their lines right after.
     std::thread::sleep(Duration::from_millis(500));
@@ -242,5 +257,222 @@ async fn samples_join_the_span_running_on_their_thread() {
         assert!(score.samples >= 30, "{method}: only {score:?}");
         assert!(score.precision() >= 90.0, "{method}: {score:?}");
         assert!(score.recall() >= 80.0, "{method}: {score:?}");
+    }
+}
+
+/// Span names of the span starts a session sees.
+#[derive(Default)]
+struct SpanNames(HashSet<String>);
+
+impl EventObserver for SpanNames {
+    fn on_event(&mut self, event: &Event<'_>) {
+        if let Ok(Some(ActivityEvent::SpanStart { span, .. })) = ActivityEvent::from_event(event) {
+            self.0.insert(span.name.to_string());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linkage_can_listen_to_named_sources_only() {
+    let target = Target::builder("AsyncWeb")
+        .args(["--self-load", "40", "--no-request-lines"])
+        .start();
+    let mut names = SpanNames::default();
+    observe_session(
+        target.pid(),
+        CollectTracing::v2(providers::linkage(&["AsyncWeb"]).unwrap()).with_rundown(false),
+        tokio::time::sleep(Duration::from_secs(2)),
+        &mut names,
+    )
+    .await;
+    // The target's own source only: not its hosting spans, nor HttpClient's, which the
+    // wildcard would have made HttpClient create.
+    let mut seen: Vec<&String> = names.0.iter().collect();
+    seen.sort();
+    assert_eq!(seen, ["AsyncWeb.Alpha", "AsyncWeb.Bravo"]);
+}
+
+/// Light-session keywords of the runtime provider the linkage providers come on top of in the
+/// agent: GC (0x1), Loader (0x8), JIT (0x10), Contention (0x4000), Exception (0x8000).
+const LIGHT_SESSION: u64 = 0xC019;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// No session at all.
+    Off,
+    /// The runtime provider at the light session's keywords.
+    Light,
+    /// The same plus `providers::linkage(&[])`.
+    Linkage,
+}
+
+impl Mode {
+    fn providers(self) -> Option<Vec<ProviderConfig>> {
+        let light = ProviderConfig::new(providers::RUNTIME, LIGHT_SESSION, level::INFORMATIONAL);
+        match self {
+            Mode::Off => None,
+            Mode::Light => Some(vec![light]),
+            Mode::Linkage => Some(
+                std::iter::once(light)
+                    .chain(providers::linkage(&[]).unwrap())
+                    .collect(),
+            ),
+        }
+    }
+}
+
+/// User + system CPU time of a process, in ms (`/proc/PID/stat` fields 14 and 15, in clock
+/// ticks of 10 ms: USER_HZ is 100 on Linux).
+fn cpu_ms(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    ticks as f64 * 10.0
+}
+
+/// Requests answered so far (from the target's next progress line), when, and the CPU time the
+/// target and this process (the session's consumer, as the agent would be) have used.
+fn totals(target: &mut Target) -> (std::time::Instant, u64, f64, f64) {
+    target.drain_lines();
+    let progress = target
+        .wait_for_json(Duration::from_secs(20), |v| v.get("progress").is_some())
+        .expect("progress line");
+    let requests = ["alpha", "bravo", "charlie", "none"]
+        .iter()
+        .filter_map(|k| progress["requests"][k].as_u64())
+        .sum();
+    let target_cpu = cpu_ms(&target.pid().to_string());
+    (
+        std::time::Instant::now(),
+        requests,
+        target_cpu,
+        cpu_ms("self"),
+    )
+}
+
+/// What one measuring window saw.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    requests_per_second: f64,
+    target_cpu_ms_per_request: f64,
+    /// CPU of this process (parsing the session and tracking spans) per second.
+    consumer_cpu_ms_per_second: f64,
+    session_kib_per_second: f64,
+}
+
+/// Runs `mode` for a warm-up and a measuring window; the session (if any) is parsed and its
+/// linkage events tracked in this process, as the agent would.
+async fn window(target: &mut Target, mode: Mode, measure: Duration) -> Window {
+    let pid = target.pid();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let session = mode.providers().map(|providers| {
+        let config = CollectTracing::v2(providers).with_rundown(false);
+        let stop = async {
+            let _ = stop_rx.await;
+        };
+        tokio::spawn(observe_session(pid, config, stop, SpanTracker::default()))
+    });
+    let warm_up = Duration::from_secs(2);
+    tokio::time::sleep(warm_up).await;
+    let (t0, r0, cpu0, own0) = tokio::task::block_in_place(|| totals(target));
+    tokio::time::sleep(measure).await;
+    let (t1, r1, cpu1, own1) = tokio::task::block_in_place(|| totals(target));
+    let _ = stop_tx.send(());
+    let session_kib_per_second = match session {
+        Some(task) => {
+            let summary = task.await.unwrap();
+            summary.bytes as f64 / 1024.0 / summary.elapsed.as_secs_f64()
+        }
+        None => 0.0,
+    };
+    let seconds = (t1 - t0).as_secs_f64();
+    let requests = (r1 - r0).max(1) as f64;
+    Window {
+        requests_per_second: requests / seconds,
+        target_cpu_ms_per_request: (cpu1 - cpu0) / requests,
+        consumer_cpu_ms_per_second: (own1 - own0) / seconds,
+        session_kib_per_second,
+    }
+}
+
+fn mean_and_range(values: &[f64]) -> String {
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{mean:.3} ({min:.3}–{max:.3})")
+}
+
+/// The cost of the linkage providers: AsyncWeb's CPU per request at a fixed request rate with no
+/// session, with the agent's light session, and with the light session plus the linkage
+/// providers, in interleaved windows; then the same target with EventPipe's stack walks turned
+/// off, which is what a .NET ≥ 9 session asking for no stack walks would give. Run by hand
+/// (BENCHMARKS.md, "Trace linkage"):
+/// `cargo test --release --test linkage -- --ignored --nocapture linkage_overhead`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark of several minutes; see BENCHMARKS.md"]
+async fn linkage_overhead() {
+    let rounds: usize = std::env::var("CLRSCOPE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(6);
+    let measure = Duration::from_secs(8);
+    let loads: [(&str, &[&str]); 2] = [
+        (
+            "200 requests/s, 1 ms of work each",
+            &["--alpha-ms", "1", "--bravo-ms", "1"],
+        ),
+        (
+            "200 requests/s, no work (framework only)",
+            &["--alpha-ms", "0", "--bravo-ms", "0"],
+        ),
+    ];
+    // With the default stack walks, and without (the modes that have a session).
+    let variants = [
+        (true, &[Mode::Off, Mode::Light, Mode::Linkage][..]),
+        (false, &[Mode::Light, Mode::Linkage][..]),
+    ];
+    for (load, args) in loads {
+        for (stackwalk, modes) in variants {
+            let mut builder = Target::builder("AsyncWeb")
+                .args(args.iter().copied())
+                .args(["--self-load", "200", "--no-request-lines"]);
+            let mut variant = "";
+            if !stackwalk {
+                builder = builder.env("DOTNET_EventPipeEnableStackwalk", "0");
+                variant = ", DOTNET_EventPipeEnableStackwalk=0";
+            }
+            let mut target = builder.start();
+            // JIT of both HTTP stacks, tier-up and a thread pool at its working size.
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let mut results: Vec<(Mode, Window)> = Vec::new();
+            for _ in 0..rounds {
+                for &mode in modes {
+                    let w = window(&mut target, mode, measure).await;
+                    eprintln!("{load}{variant}: {mode:?} {w:?}");
+                    results.push((mode, w));
+                }
+            }
+            eprintln!("\n{load}{variant}: mean (min–max) of {rounds} windows of {measure:?}");
+            eprintln!(
+                "| mode | requests/s | target CPU ms/request | consumer CPU ms/s | session KiB/s |"
+            );
+            for &mode in modes {
+                let of: Vec<Window> = results
+                    .iter()
+                    .filter(|(m, _)| *m == mode)
+                    .map(|(_, w)| *w)
+                    .collect();
+                let column =
+                    |f: fn(&Window) -> f64| mean_and_range(&of.iter().map(f).collect::<Vec<_>>());
+                eprintln!(
+                    "| {mode:?} | {} | {} | {} | {} |",
+                    column(|w| w.requests_per_second),
+                    column(|w| w.target_cpu_ms_per_request),
+                    column(|w| w.consumer_cpu_ms_per_second),
+                    column(|w| w.session_kib_per_second),
+                );
+            }
+            eprintln!();
+        }
     }
 }

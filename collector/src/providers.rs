@@ -50,11 +50,11 @@ const TPL_FLOW_ACTIVITY_IDS: u64 = 0x80;
 const TPL_DEBUG_ACTIVITY_ID: u64 = 0x40000;
 /// DiagnosticSourceEventSource's Events keyword (the forwarded activities and writes).
 const DIAGNOSTIC_SOURCE_EVENTS: u64 = 0x2;
-/// Every ActivitySource's spans as `ActivityStart`/`ActivityStop` with their W3C ids; the
-/// operation name is the event's own `ActivityName` field. `Propagate` is the least a listener can
-/// ask for: spans nobody else samples are created without being recorded, so the `traceparent`
-/// sampled flag the service sends on stays what its own tracing decided.
-const LINKAGE_FILTER_AND_PAYLOAD_SPECS: &str = "[AS]*/-Propagate:-TraceId;SpanId";
+/// What linkage asks of each ActivitySource (`[AS]<source>` before it): `ActivityStart` and
+/// `ActivityStop` with the W3C ids (the operation name is the event's own `ActivityName` field).
+/// `Propagate` is the least a listener can vote for (.NET 8 offers no "observe only"): a span the
+/// service's own tracing records stays recorded, one nobody else wants is created unrecorded.
+const LINKAGE_SOURCE_SPEC: &str = "/-Propagate:-TraceId;SpanId";
 /// EventCounter providers of the `Metrics` profile.
 const METRIC_PROVIDERS: [&str; 3] = [
     "System.Runtime",
@@ -84,30 +84,49 @@ const HTTP_FILTER_AND_PAYLOAD_SPECS: &str = concat!(
     ";ActivityDuration=*Activity.Duration.Ticks;ActivityId=*Activity.Id\r\n",
 );
 
-/// The providers that let [`crate::activity::SpanTracker`] link samples to spans: ActivitySource
-/// span starts and stops from DiagnosticSourceEventSource, and TplEventSource's activity-id flow
-/// with a `SetActivityId` event at every change of a thread's activity id. Add them to a
-/// session that runs while sampling (any session of the same process: timestamps are shared).
+/// The providers that let [`crate::activity::SpanTracker`] link samples to spans: the spans of
+/// `activity_sources` (every ActivitySource when empty) from DiagnosticSourceEventSource, and
+/// TplEventSource's activity-id flow with a `SetActivityId` event at every change of a thread's
+/// activity id. Add them to a session that runs while sampling (any session of the same process:
+/// timestamps are shared).
 ///
-/// The DiagnosticSourceEventSource arguments are process-wide: another session enabling that
-/// provider with other `FilterAndPayloadSpecs` replaces these for every session until it ends.
-pub fn linkage() -> Vec<ProviderConfig> {
-    vec![
+/// Listening changes what the service does: libraries that create spans only when someone
+/// listens (HttpClient, ASP.NET Core hosting) create them, unrecorded, and send `traceparent`
+/// with the sampled flag off where they sent nothing before. Naming the sources the service
+/// traces itself avoids that. The DiagnosticSourceEventSource arguments are process-wide:
+/// another session enabling that provider with other `FilterAndPayloadSpecs` replaces these for
+/// every session until it ends.
+pub fn linkage(activity_sources: &[&str]) -> Result<Vec<ProviderConfig>, ProviderSpecError> {
+    // These characters delimit a spec line, its source and its transforms, or the quoted
+    // argument: a name holding one would select something else.
+    if let Some(bad) = activity_sources
+        .iter()
+        .find(|s| s.is_empty() || s.contains(['/', ':', '+', '*', '"', '\r', '\n']))
+    {
+        return Err(ProviderSpecError::BadActivitySource(bad.to_string()));
+    }
+    let specs = if activity_sources.is_empty() {
+        format!("[AS]*{LINKAGE_SOURCE_SPEC}")
+    } else {
+        activity_sources
+            .iter()
+            .map(|source| format!("[AS]{source}{LINKAGE_SOURCE_SPEC}"))
+            .collect::<Vec<_>>()
+            .join("\r\n")
+    };
+    Ok(vec![
         ProviderConfig::new(
             DIAGNOSTIC_SOURCE,
             DIAGNOSTIC_SOURCE_EVENTS,
             level::INFORMATIONAL,
         )
-        .with_arguments(encode_arguments(&[(
-            "FilterAndPayloadSpecs",
-            LINKAGE_FILTER_AND_PAYLOAD_SPECS,
-        )])),
+        .with_arguments(encode_arguments(&[("FilterAndPayloadSpecs", &specs)])),
         ProviderConfig::new(
             TPL,
             TPL_FLOW_ACTIVITY_IDS | TPL_DEBUG_ACTIVITY_ID,
             level::INFORMATIONAL,
         ),
-    ]
+    ])
 }
 
 /// Why a provider specification or profile name was rejected.
@@ -131,6 +150,11 @@ pub enum ProviderSpecError {
     BadArgument { provider: String, argument: String },
     #[error("provider {0} is given twice with arguments; give its arguments once")]
     ConflictingArguments(String),
+    #[error(
+        "activity source name {0:?} is empty or holds one of / : + * \" or a line break, which \
+         DiagnosticSourceEventSource's FilterAndPayloadSpecs would read as syntax"
+    )]
+    BadActivitySource(String),
 }
 
 /// dotnet-monitor's trace profiles.
@@ -549,7 +573,7 @@ mod tests {
 
     #[test]
     fn linkage_asks_for_span_events_and_activity_id_changes() {
-        let providers = linkage();
+        let providers = linkage(&[]).unwrap();
         assert_eq!(providers.len(), 2);
         let ds = &providers[0];
         assert_eq!((ds.name.as_str(), ds.keywords), (DIAGNOSTIC_SOURCE, 0x2));
@@ -563,10 +587,27 @@ mod tests {
         // The agent adds them to a session that has other providers.
         let mut session = SessionProviders::default();
         session.add_profile(TraceProfile::Cpu, 5).unwrap();
-        for p in linkage() {
+        for p in linkage(&[]).unwrap() {
             session.add(p).unwrap();
         }
         assert_eq!(session.providers.len(), 4);
+
+        // Named sources: one spec line each.
+        let named = linkage(&["shop-orders", "Microsoft.AspNetCore"]).unwrap();
+        assert_eq!(
+            named[0].arguments.as_deref(),
+            Some(concat!(
+                r#"FilterAndPayloadSpecs="[AS]shop-orders/-Propagate:-TraceId;SpanId"#,
+                "\r\n",
+                r#"[AS]Microsoft.AspNetCore/-Propagate:-TraceId;SpanId""#
+            ))
+        );
+        for bad in ["", "a/b", "a:b", "a+op", "*", "a\"b", "a\nb"] {
+            assert_eq!(
+                linkage(&[bad]),
+                Err(ProviderSpecError::BadActivitySource(bad.to_string()))
+            );
+        }
     }
 
     #[test]

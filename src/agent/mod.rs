@@ -76,6 +76,10 @@ pub struct Args {
     /// makes libraries create spans they otherwise skip.
     #[arg(long)]
     trace_linkage: bool,
+    /// With --trace-linkage, follow only the spans of these ActivitySources (repeatable), so
+    /// libraries the service does not trace itself are left alone; default: every source.
+    #[arg(long = "trace-source", value_name = "NAME", requires = "trace_linkage")]
+    trace_sources: Vec<String>,
     /// Delete profiles older than this.
     #[arg(long, value_parser = parse_duration, default_value = "7d")]
     retention: Duration,
@@ -116,8 +120,8 @@ pub struct Settings {
     pub events: EventProfiles,
     pub filters: Filters,
     pub host_name: String,
-    /// Join samples to the spans their threads ran.
-    pub linkage: bool,
+    /// The providers that join samples to the spans their threads ran, when linkage is on.
+    pub linkage: Option<Vec<collector::ipc::ProviderConfig>>,
 }
 
 /// What the agent's tasks share.
@@ -155,6 +159,12 @@ fn host_name() -> String {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let duty = DutyCycle::new(args.sample_window, args.sample_period)?;
     let api_addr = parse_url(&args.urls)?;
+    let linkage = if args.trace_linkage {
+        let sources: Vec<&str> = args.trace_sources.iter().map(String::as_str).collect();
+        Some(collector::providers::linkage(&sources).context("--trace-source")?)
+    } else {
+        None
+    };
     let options = StoreOptions {
         flush_interval: args.flush_interval,
         retention_age: args.retention,
@@ -192,7 +202,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 command_lines: args.command_lines,
             },
             host_name: host_name(),
-            linkage: args.trace_linkage,
+            linkage,
         },
         processes: AttachedProcesses::default(),
         sink,

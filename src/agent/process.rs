@@ -81,7 +81,7 @@ impl EventObserver for WindowSamples {
 
 /// JIT/Loader events for the code map, plus the events of the switched-on event profiles and,
 /// with trace linkage, the span and context-switch events.
-fn light_session(events: EventProfiles, linkage: bool) -> CollectTracing {
+fn light_session(events: EventProfiles, linkage: Option<&[ProviderConfig]>) -> CollectTracing {
     let mut keywords = providers::RUNTIME_JIT_LOADER_KEYWORDS;
     if events.alloc {
         keywords |= providers::RUNTIME_GC_KEYWORD;
@@ -98,8 +98,8 @@ fn light_session(events: EventProfiles, linkage: bool) -> CollectTracing {
         keywords,
         level::VERBOSE,
     )];
-    if linkage {
-        session.extend(providers::linkage());
+    if let Some(linkage) = linkage {
+        session.extend(linkage.iter().cloned());
     }
     CollectTracing::v2(session).with_rundown(false)
 }
@@ -252,7 +252,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         ("service_name".to_string(), service),
     ];
     // Samples are joined to spans up to a whole (boosted) window plus the naming delay late.
-    let linkage = agent.settings.linkage.then(|| TrackerLimits {
+    let linkage = agent.settings.linkage.is_some().then(|| TrackerLimits {
         retention: MAX_WINDOW + SYMBOLIZE_DELAY + Duration::from_secs(5),
         ..TrackerLimits::default()
     });
@@ -273,7 +273,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
     let mut light = {
         let client = client.clone();
         let mut sink = ParsingWriter::new(tokio::io::sink(), profiler.clone());
-        let config = light_session(agent.settings.events, agent.settings.linkage);
+        let config = light_session(agent.settings.events, agent.settings.linkage.as_deref());
         let mut shutdown = agent.shutdown.clone();
         tokio::spawn(async move {
             let stop = async {
@@ -296,7 +296,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         profiler: profiler.clone(),
         sink: agent.sink.clone(),
         shutdown: agent.shutdown.clone(),
-        keep_times: agent.settings.linkage,
+        keep_times: agent.settings.linkage.is_some(),
     };
     let result = tokio::select! {
         result = sampling.run() => result,

@@ -47,6 +47,35 @@
 //! of the same process: timestamps are the runtime's QPC ticks, shared by all its sessions), and
 //! the spans still open or stopped within that window; open spans whose stop never came expire
 //! after [`TrackerLimits::max_open_age`]. Counts of spans, threads and switches are capped.
+//!
+//! # Use
+//!
+//! Feed every event of the session carrying the linkage providers to [`SpanTracker::observe`]
+//! and ask [`SpanTracker::span_at`] for each sample. A sample from a sampling session of its own
+//! should wait until [`SpanTracker::latest_timestamp`] has passed it: the runtime flushes each
+//! session's buffers on its own schedule.
+//!
+//! ```no_run
+//! use collector::activity::SpanTracker;
+//! use collector::nettrace::{events::EventKind, NettraceReader};
+//!
+//! let mut tracker = SpanTracker::default();
+//! let mut samples = Vec::new();
+//! let mut reader = NettraceReader::new(std::fs::File::open("app.nettrace")?);
+//! while let Some(event) = reader.next_event()? {
+//!     // A payload that does not decode is counted in the stats; tracking goes on.
+//!     let _ = tracker.observe(&event);
+//!     if event.metadata.kind == EventKind::ThreadSample {
+//!         samples.push((event.header.thread_id, event.header.timestamp));
+//!     }
+//! }
+//! for (thread, timestamp) in samples {
+//!     if let Some(span) = tracker.span_at(thread, timestamp) {
+//!         println!("{thread} {} {} {}", span.trace_id, span.span_id, span.name);
+//!     }
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -385,8 +414,9 @@ impl SpanTracker {
         }
     }
 
-    /// Takes one decoded event. Events of one thread must come in time order (they do within a
-    /// nettrace stream: a thread's own events share its buffer); threads may interleave freely.
+    /// Takes one decoded event. A thread's own events should come in time order (they do within a
+    /// nettrace stream: they share the thread's buffer; others are placed by time, at some cost);
+    /// threads may interleave freely, a span's stop may even come before its start.
     pub fn apply(&mut self, event: ActivityEvent) {
         match event {
             ActivityEvent::SpanStart {
