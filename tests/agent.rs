@@ -215,15 +215,15 @@ fn containing(folded: &[(String, i64)], frame: &str) -> i64 {
         .sum()
 }
 
-/// `go tool pprof -tags` of a pprof body: the label values it lists.
-fn pprof_tags(pprof: &[u8], name: &str) -> String {
+/// `go tool pprof -REPORT` of a pprof body (`tags`: the label values; `traces`: every sample).
+fn go_pprof(report: &str, pprof: &[u8], name: &str) -> String {
     let path = std::env::temp_dir().join(format!(
         "clrscope-agent-{name}-{}.pb.gz",
         std::process::id()
     ));
     std::fs::write(&path, pprof).unwrap();
     let output = Command::new("go")
-        .args(["tool", "pprof", "-tags"])
+        .args(["tool", "pprof", &format!("-{report}")])
         .arg(&path)
         .output()
         .expect("go tool pprof (installed by `make setup`)");
@@ -286,7 +286,7 @@ fn three_targets_profiled_continuously_and_kept_across_a_kill() {
     let pprof = agent.get(&format!(
         "/api/v1/profile?type=alloc_size&format=pprof&query={query}"
     ));
-    let tags = pprof_tags(&pprof.bytes, "alloc");
+    let tags = go_pprof("tags", &pprof.bytes, "alloc");
     assert!(tags.contains("Alloc.ChurnItem"), "{tags}");
 
     agent.wait_for_data("exception", faults.pid(), 30, Duration::from_secs(30));
@@ -303,7 +303,7 @@ fn three_targets_profiled_continuously_and_kept_across_a_kill() {
     let pprof = agent.get(&format!(
         "/api/v1/profile?type=exception&format=pprof&query={query}"
     ));
-    let tags = pprof_tags(&pprof.bytes, "exception");
+    let tags = go_pprof("tags", &pprof.bytes, "exception");
     assert!(tags.contains("Faults.InjectedFaultException"), "{tags}");
     assert!(tags.contains("Faults.SecondaryFaultException"), "{tags}");
 
@@ -452,19 +452,7 @@ struct TracedSample {
 }
 
 fn pprof_traces(pprof: &[u8], name: &str) -> Vec<TracedSample> {
-    let path = std::env::temp_dir().join(format!(
-        "clrscope-agent-{name}-{}.pb.gz",
-        std::process::id()
-    ));
-    std::fs::write(&path, pprof).unwrap();
-    let output = Command::new("go")
-        .args(["tool", "pprof", "-traces"])
-        .arg(&path)
-        .output()
-        .expect("go tool pprof (installed by `make setup`)");
-    let _ = std::fs::remove_file(&path);
-    assert!(output.status.success(), "{output:?}");
-    let text = String::from_utf8(output.stdout).unwrap();
+    let text = go_pprof("traces", pprof, name);
     let mut samples = Vec::new();
     for block in text.split("-----------+").skip(1) {
         let mut sample = TracedSample {
