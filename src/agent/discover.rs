@@ -76,7 +76,10 @@ pub async fn connect_mode(agent: Arc<Agent>, interval: Duration) -> anyhow::Resu
         let present: HashSet<&PathBuf> = sockets.iter().map(|s| &s.path).collect();
         known.retain(|path| present.contains(path));
         for socket in &sockets {
-            if socket.path_too_long() {
+            // A pid filter is known before connecting: other runtimes are never asked.
+            if socket.path_too_long()
+                || !agent.settings.filters.may_accept_pid(u64::from(socket.pid))
+            {
                 continue;
             }
             let target = Target {

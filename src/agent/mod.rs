@@ -61,7 +61,7 @@ pub struct Args {
     /// process every millisecond while it runs, so this ratio is what keeps overhead low.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     sample_period: Duration,
-    /// No alloc_samples/alloc_size profiles (GC allocation ticks).
+    /// No alloc_samples/alloc_size profiles (GC allocation ticks, taken during sampler windows).
     #[arg(long)]
     no_alloc: bool,
     /// No exception profile.
@@ -105,8 +105,13 @@ impl Filters {
         self.pids.is_empty() && self.names.is_empty() && self.command_lines.is_empty()
     }
 
+    /// False when the pid filter alone excludes `pid`.
+    pub fn may_accept_pid(&self, pid: u64) -> bool {
+        self.pids.is_empty() || self.pids.contains(&pid)
+    }
+
     pub fn accept(&self, pid: u64, name: &str, command_line: &str) -> bool {
-        (self.pids.is_empty() || self.pids.contains(&pid))
+        self.may_accept_pid(pid)
             && (self.names.is_empty() || self.names.iter().any(|n| n == name))
             && (self.command_lines.is_empty()
                 || self.command_lines.iter().any(|c| command_line.contains(c)))

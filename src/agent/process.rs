@@ -68,13 +68,18 @@ impl EventObserver for SharedProfiler {
     }
 }
 
-/// Collects one sampler window's stacks.
-struct WindowSamples(SampleAggregator);
+/// Collects one sampler window's stacks; its other events (allocation ticks) go to the profiler.
+struct WindowSamples {
+    samples: SampleAggregator,
+    profiler: SharedProfiler,
+}
 
 impl EventObserver for WindowSamples {
     fn on_event(&mut self, event: &Event<'_>) {
-        if let Ok(Some(KnownEvent::ThreadSample(sample))) = event.known() {
-            self.0.add(event, &sample);
+        match event.known() {
+            Ok(Some(KnownEvent::ThreadSample(sample))) => self.samples.add(event, &sample),
+            Ok(Some(KnownEvent::AllocationTick(_))) => self.profiler.lock().observe(event),
+            _ => {}
         }
     }
 }
@@ -83,16 +88,13 @@ impl EventObserver for WindowSamples {
 /// with trace linkage, the span and context-switch events.
 fn light_session(events: EventProfiles, linkage: Option<&[ProviderConfig]>) -> CollectTracing {
     let mut keywords = providers::RUNTIME_JIT_LOADER_KEYWORDS;
-    if events.alloc {
-        keywords |= providers::RUNTIME_GC_KEYWORD;
-    }
     if events.exceptions {
         keywords |= providers::RUNTIME_EXCEPTION_KEYWORD;
     }
     if events.locks {
         keywords |= providers::RUNTIME_CONTENTION_KEYWORD;
     }
-    // Verbose: MethodLoadVerbose names methods, and GCAllocationTick is a Verbose event.
+    // Verbose: MethodLoadVerbose names methods.
     let mut session = vec![ProviderConfig::new(
         providers::RUNTIME,
         keywords,
@@ -104,14 +106,25 @@ fn light_session(events: EventProfiles, linkage: Option<&[ProviderConfig]>) -> C
     CollectTracing::v2(session).with_rundown(false)
 }
 
-/// The sampler alone: the light session already carries everything else.
-fn sampler_session() -> CollectTracing {
-    CollectTracing::v2(vec![ProviderConfig::new(
+/// The sampler, plus GC allocation ticks when the alloc profiles are on. Each tick walks the
+/// allocating thread's stack, on that thread, once per ~100 KB allocated: measured at 4–5 % of an
+/// allocation-heavy service's CPU when always on (BENCHMARKS.md), so ticks are duty-cycled with
+/// the sampler instead of riding the light session.
+fn sampler_session(alloc: bool) -> CollectTracing {
+    let mut session = vec![ProviderConfig::new(
         providers::SAMPLE_PROFILER,
         0,
         level::INFORMATIONAL,
-    )])
-    .with_rundown(false)
+    )];
+    if alloc {
+        // GCAllocationTick is a Verbose event of the GC keyword.
+        session.push(ProviderConfig::new(
+            providers::RUNTIME,
+            providers::RUNTIME_GC_KEYWORD,
+            level::VERBOSE,
+        ));
+    }
+    CollectTracing::v2(session).with_rundown(false)
 }
 
 /// The service name OpenTelemetry SDKs in the process would report: `OTEL_SERVICE_NAME`, else
@@ -297,6 +310,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         sink: agent.sink.clone(),
         shutdown: agent.shutdown.clone(),
         keep_times: agent.settings.linkage.is_some(),
+        alloc: agent.settings.events.alloc,
     };
     let result = tokio::select! {
         result = sampling.run() => result,
@@ -339,6 +353,8 @@ struct SamplingLoop<'a> {
     shutdown: watch::Receiver<bool>,
     /// Keep each sample's time, to join it to the span its thread ran.
     keep_times: bool,
+    /// Take allocation ticks during sampler windows.
+    alloc: bool,
 }
 
 impl SamplingLoop<'_> {
@@ -347,6 +363,7 @@ impl SamplingLoop<'_> {
     async fn run(mut self) -> anyhow::Result<()> {
         let started = Instant::now();
         let mut period_start = Instant::now();
+        let mut refresh_names = true;
         loop {
             if *self.shutdown.borrow() {
                 return Ok(());
@@ -355,13 +372,8 @@ impl SamplingLoop<'_> {
             match self.sampler.step(period_start, now) {
                 SamplerStep::Sample { until, boosted } => {
                     let now_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                    if self.profiler.lock().wants_rundown(now_ns) {
-                        let pid = u32::try_from(self.pid).unwrap_or(0);
-                        if let Err(error) =
-                            live::rundown(self.client, pid, self.profiler.clone()).await
-                        {
-                            tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "refreshing method names failed");
-                        }
+                    if refresh_names && self.profiler.lock().wants_rundown(now_ns) {
+                        refresh_names = self.refresh_names().await;
                     }
                     match self.window(until).await {
                         Ok(samples) => self.symbolize_later(samples),
@@ -391,6 +403,21 @@ impl SamplingLoop<'_> {
         }
     }
 
+    /// Runs a rundown to name code the sampler found in managed images without a known method;
+    /// false once a rundown names nothing new (ReadyToRun code only called from its own image is
+    /// never listed), so it is not repeated for ever.
+    async fn refresh_names(&self) -> bool {
+        let before = self.profiler.lock().code_map().functions().len();
+        let pid = u32::try_from(self.pid).unwrap_or(0);
+        if let Err(error) = live::rundown(self.client, pid, self.profiler.clone()).await {
+            tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "refreshing method names failed");
+            return true;
+        }
+        let named = self.profiler.lock().code_map().functions().len() - before;
+        tracing::info!(pid = self.pid, named, "refreshed method names (rundown)");
+        named > 0
+    }
+
     /// Waits until `until`, a boost or the agent's stop; true if the time ran out.
     async fn pause(&mut self, until: Instant) -> bool {
         tokio::select! {
@@ -406,7 +433,11 @@ impl SamplingLoop<'_> {
         if self.keep_times {
             samples = samples.keep_times();
         }
-        let mut sink = ParsingWriter::new(tokio::io::sink(), WindowSamples(samples));
+        let window = WindowSamples {
+            samples,
+            profiler: self.profiler.clone(),
+        };
+        let mut sink = ParsingWriter::new(tokio::io::sink(), window);
         let mut shutdown = self.shutdown.clone();
         let stop = async {
             tokio::select! {
@@ -416,7 +447,7 @@ impl SamplingLoop<'_> {
         };
         session::run(
             self.client,
-            sampler_session(),
+            sampler_session(self.alloc),
             &mut sink,
             stop,
             STOP_TIMEOUT,
@@ -428,7 +459,7 @@ impl SamplingLoop<'_> {
             anyhow::bail!("the sampler's stream did not parse: {error}");
         }
         let interval = sink.parser().trace().map(|t| t.expected_cpu_sampling_rate);
-        let (_, WindowSamples(mut samples)) = sink.into_parts();
+        let (_, WindowSamples { mut samples, .. }) = sink.into_parts();
         if let Some(interval) = interval {
             samples.set_expected_interval(interval);
         }
