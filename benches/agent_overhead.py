@@ -11,8 +11,10 @@ machine's load spread over all of them instead of hitting one. The measured span
 of sampler periods, so every agent run contains the same amount of sampling.
 
 Part 2, fleet: four test-bed targets (CpuHot, Alloc, Faults, AsyncWeb --self-load 50) profiled by
-one agent at default settings for --fleet-seconds: the agent's CPU (utime+stime from /proc, as % of
-one core), its peak RSS (VmHWM) and RSS over time, and the store's bytes on disk per sample.
+one agent (default settings, or --fleet-config) for --fleet-seconds: the agent's CPU (utime+stime
+from /proc, as % of one core, in all and per thread name: the store writer apart from the tokio
+workers that parse and symbolize), its peak RSS (VmHWM) and RSS over time, and the store's bytes
+on disk per sample.
 
 Every agent is limited with --pid to the targets this script started: the machine may run other
 people's .NET processes. The script exits 1 on a setup problem (no runtime, a target or the agent
@@ -87,6 +89,29 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def thread_cpu_seconds(pid):
+    """utime + stime per live thread, keyed by (tid, thread name)."""
+    threads = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat.rsplit(")", 1)[1].split()
+        threads[(tid, name)] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return threads
+
+
+def cpu_by_thread_name(before, after, seconds):
+    """% of a core per thread name between two thread_cpu_seconds() readings."""
+    shares = {}
+    for key, cpu in after.items():
+        shares[key[1]] = shares.get(key[1], 0.0) + 100 * (cpu - before.get(key, 0.0)) / seconds
+    return shares
 
 
 def status_kib(pid, key):
@@ -258,7 +283,7 @@ def throughput_run(config, args, workdir, run_id):
 
 
 def fleet_run(args, workdir):
-    """Four targets, one default agent; the agent's CPU, memory and store size."""
+    """Four targets, one agent; the agent's CPU (in all and per thread), memory and store size."""
     targets = []
     result = {"load_start": loadavg()}
     agent = None
@@ -266,12 +291,14 @@ def fleet_run(args, workdir):
         for name, extra in FLEET:
             targets.append(Target(name, extra, workdir))
         data_dir = os.path.join(workdir, "data-fleet")
-        agent = Agent([], [t.pid for t in targets], data_dir, os.path.join(workdir, "agent-fleet.log"))
+        agent = Agent(CONFIGS[args.fleet_config], [t.pid for t in targets], data_dir,
+                      os.path.join(workdir, "agent-fleet.log"))
         started = time.monotonic()
         agent.wait_attached(len(targets))
         time.sleep(args.warmup)
         steady_from = time.monotonic()
         steady_cpu0 = cpu_seconds(agent.pid)
+        threads0 = thread_cpu_seconds(agent.pid)
         rss = []
         while time.monotonic() - steady_from < args.fleet_seconds:
             time.sleep(5)
@@ -281,6 +308,8 @@ def fleet_run(args, workdir):
                     raise SetupError(f"{t.name} exited during the fleet run (code {t.proc.returncode})")
         now = time.monotonic()
         total_cpu = cpu_seconds(agent.pid)
+        result["thread_cpu_pct"] = cpu_by_thread_name(threads0, thread_cpu_seconds(agent.pid),
+                                                      now - steady_from)
         result.update(
             seconds=now - steady_from,
             steady_cpu_pct=100 * (total_cpu - steady_cpu0) / (now - steady_from),
@@ -393,13 +422,17 @@ def print_runs(runs):
 
 def report_fleet(f):
     names = ", ".join(n + (" " + " ".join(a) if a else "") for n, a in FLEET)
-    print(f"\nFleet: agent at default settings over {names}")
+    agent_args = " ".join(CONFIGS[f["config"]]) or "default settings"
+    print(f"\nFleet: agent ({agent_args}) over {names}")
     print("| measure | result | goal |")
     print("|---|---|---|")
     cpu_ok = "meets" if f["steady_cpu_pct"] <= GOAL_CPU_PCT else "misses"
     rss_ok = "meets" if f["peak_rss_mib"] <= GOAL_RSS_MIB else "misses"
     print(f"| agent CPU, steady state ({f['seconds']:.0f} s after warm-up) | {f['steady_cpu_pct']:.2f} % of a core "
           f"| ≤ {GOAL_CPU_PCT} % ({cpu_ok}) |")
+    threads = sorted(f["thread_cpu_pct"].items(), key=lambda kv: -kv[1])
+    by_thread = ", ".join(f"{name} {pct:.2f}" for name, pct in threads)
+    print(f"| of which per thread name (threads alive at the end) | {by_thread} | |")
     print(f"| agent CPU, whole run ({f['whole_seconds']:.0f} s, attach and rundowns included) "
           f"| {f['whole_cpu_pct']:.2f} % of a core | |")
     print(f"| agent peak RSS (VmHWM) | {f['peak_rss_mib']:.1f} MiB | ≤ {GOAL_RSS_MIB:.0f} MiB ({rss_ok}) |")
@@ -447,6 +480,8 @@ def main():
     parser.add_argument("--blocked-threads", type=int, default=0, help="Throughput idle threads (default 0)")
     parser.add_argument("--fleet-seconds", type=int, default=120,
                         help="steady-state seconds of part 2; 0 skips it (default 120)")
+    parser.add_argument("--fleet-config", default="default",
+                        help="agent configuration of part 2, from the same list (default: default)")
     parser.add_argument("--no-build", action="store_true", help="use target/release/clrscope as it is")
     parser.add_argument("--keep", metavar="DIR", help="keep logs and stores in DIR instead of a temporary folder")
     args = parser.parse_args()
@@ -454,6 +489,8 @@ def main():
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         parser.error(f"unknown configuration(s) {', '.join(unknown)}")
+    if args.fleet_config not in CONFIGS or CONFIGS[args.fleet_config] is None:
+        parser.error(f"--fleet-config must name an agent configuration, not {args.fleet_config}")
     if args.measure % SAMPLE_PERIOD_S:
         parser.error(f"--measure must be a multiple of the default sample period, {SAMPLE_PERIOD_S} s")
 
@@ -473,8 +510,9 @@ def main():
                     log(f"round {rnd + 1} {config}: {run['ops_per_s']:,.0f} ops/s, load {run['load_end']:.2f}")
         fleet = None
         if args.fleet_seconds:
-            log(f"fleet: 4 targets, {args.warmup} + {args.fleet_seconds} s")
+            log(f"fleet: 4 targets, agent {args.fleet_config}, {args.warmup} + {args.fleet_seconds} s")
             fleet = fleet_run(args, workdir)
+            fleet["config"] = args.fleet_config
         if runs:
             report_throughput(runs, configs, args)
         if fleet:
