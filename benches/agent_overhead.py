@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What `clrscope agent` costs the .NET processes it profiles, and what it costs itself.
 
-    benches/agent_overhead.py [--rounds 5] [--configs none,default,full] [--fleet-seconds 120]
+    benches/agent_overhead.py [--rounds 5] [--configs none,default,full] [--twins] [--fleet-seconds 120]
 
 Part 1, throughput: for --rounds rounds, one run per configuration of the Throughput target
 (tests/targets/Throughput.cs), each the same length: --warmup seconds (JIT tiering, the agent's
@@ -9,6 +9,13 @@ attach and rundown), then --measure seconds of counted operations. A round runs 
 configuration once, starting one configuration later than the round before, so slow drifts of the
 machine's load spread over all of them instead of hitting one. The measured span is a whole number
 of sampler periods, so every agent run contains the same amount of sampling.
+
+With --twins each run starts two Throughputs at once and attaches the agent to one of them (the
+first or second started, alternately): both see the same load from the rest of the machine at the
+same moment, so the loss is taken against the twin, run by run. On a machine shared with builds
+this is much steadier than comparing runs made one after another; configuration "none" then
+measures the noise floor (two unprofiled twins). Besides ops/s, every run reports ops per
+CPU-second of the target: the cost inside the process, whatever CPU share the scheduler gave it.
 
 Part 2, fleet: four test-bed targets (CpuHot, Alloc, Faults, AsyncWeb --self-load 50) profiled by
 one agent (default settings, or --fleet-config) for --fleet-seconds: the agent's CPU (utime+stime

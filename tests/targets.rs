@@ -358,7 +358,14 @@ fn faults_rates_and_event_source() {
 #[test]
 fn throughput_counts_operations_and_blocks_idle_threads() {
     let mut t = Target::builder("Throughput")
-        .args(["--threads", "2", "--blocked-threads", "3", "--duration-seconds", "3"])
+        .args([
+            "--threads",
+            "2",
+            "--blocked-threads",
+            "3",
+            "--duration-seconds",
+            "3",
+        ])
         .start();
     let socket = check_common(&t, "Throughput");
     let ready = t.ready().unwrap().clone();
@@ -376,7 +383,13 @@ fn throughput_counts_operations_and_blocks_idle_threads() {
     for th in blocked {
         let tid = th["tid"].as_u64().unwrap();
         let stat = std::fs::read_to_string(format!("/proc/{}/task/{tid}/stat", t.pid())).unwrap();
-        let state = stat.rsplit(')').next().unwrap().split_whitespace().next().unwrap();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap();
         assert_eq!(state, "S", "{} {stat}", th["name"]);
     }
 
@@ -384,7 +397,10 @@ fn throughput_counts_operations_and_blocks_idle_threads() {
         .wait_for_json(secs(10), |v| v["elapsed_s"].as_u64() == Some(1))
         .expect("progress line at 1 s");
     assert!(progress["ops"].as_u64().unwrap() > 0, "{progress}");
-    assert!(progress["allocated_bytes"].as_i64().unwrap() > 0, "{progress}");
+    assert!(
+        progress["allocated_bytes"].as_i64().unwrap() > 0,
+        "{progress}"
+    );
     let exit = t
         .wait_for_json(secs(10), |v| v.get("exit").is_some())
         .expect("exit line");
