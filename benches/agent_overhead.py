@@ -544,6 +544,8 @@ def main():
         parser.error(f"unknown configuration(s) {', '.join(unknown)}")
     if args.fleet_config not in CONFIGS or CONFIGS[args.fleet_config] is None:
         parser.error(f"--fleet-config must name an agent configuration, not {args.fleet_config}")
+    if 0 < args.fleet_seconds < 10:
+        parser.error("--fleet-seconds must be 0 (skip) or at least 10")
     if args.measure % SAMPLE_PERIOD_S:
         parser.error(f"--measure must be a multiple of the default sample period, {SAMPLE_PERIOD_S} s")
 
