@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import queue
-import re
 import shutil
 import signal
 import statistics
@@ -56,7 +55,9 @@ CONFIGS = {
     "default": [],  # 1 s of sampling every 10 s, light session with every event profile
     "full": ["--sample-window", "10s", "--sample-period", "10s"],  # sampler always on
     "half": ["--sample-window", "500ms", "--sample-period", "10s"],
-    # One 10 ms window at attach (inside the warm-up), then only the light session.
+    # One 10 ms window at attach (inside the warm-up), then only the light session. The agent
+    # turns events into store batches once per period, so here only at its stop: this measures
+    # the target's side of the light session, and a little less than all of the agent's.
     "light": ["--sample-window", "10ms", "--sample-period", "1h"],
     # The light session with JIT/Loader only: what the allocation, exception and lock events add
     # is the difference to "light".
