@@ -364,3 +364,59 @@ fn faults_rates_and_event_source() {
     // a clean exit removes the socket itself
     assert!(!socket.exists());
 }
+
+#[test]
+fn throughput_counts_operations_and_blocks_idle_threads() {
+    let mut t = Target::builder("Throughput")
+        .args([
+            "--threads",
+            "2",
+            "--blocked-threads",
+            "3",
+            "--duration-seconds",
+            "3",
+        ])
+        .start();
+    let socket = check_common(&t, "Throughput");
+    let ready = t.ready().unwrap().clone();
+    // the same operations give the same result on every run
+    assert_eq!(ready["op_checksum"], -6949901295532620184_i64, "{ready}");
+    let workers = ready["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 2, "{ready}");
+    let blocked = ready["blocked"].as_array().unwrap();
+    assert_eq!(blocked.len(), 3, "{ready}");
+    for th in workers.iter().chain(blocked) {
+        let name = th["name"].as_str().unwrap();
+        assert_eq!(thread_comm(t.pid(), th["tid"].as_u64().unwrap()), name);
+    }
+    // blocked threads sleep; they do not spin
+    for th in blocked {
+        let tid = th["tid"].as_u64().unwrap();
+        let stat = std::fs::read_to_string(format!("/proc/{}/task/{tid}/stat", t.pid())).unwrap();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap();
+        assert_eq!(state, "S", "{} {stat}", th["name"]);
+    }
+
+    let progress = t
+        .wait_for_json(secs(10), |v| v["elapsed_s"].as_u64() == Some(1))
+        .expect("progress line at 1 s");
+    assert!(progress["ops"].as_u64().unwrap() > 0, "{progress}");
+    assert!(
+        progress["allocated_bytes"].as_i64().unwrap() > 0,
+        "{progress}"
+    );
+    let exit = t
+        .wait_for_json(secs(10), |v| v.get("exit").is_some())
+        .expect("exit line");
+    let per_worker = exit["per_worker"].as_array().unwrap();
+    let sum: u64 = per_worker.iter().map(|n| n.as_u64().unwrap()).sum();
+    assert!(sum >= exit["total_ops"].as_u64().unwrap(), "{exit}");
+    assert!(t.wait_exit(secs(10)).expect("exited").success());
+    assert!(!socket.exists());
+}
