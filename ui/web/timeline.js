@@ -49,6 +49,8 @@ export class Timeline {
     this.events = [];
     this.ranges = [];
     this.drag = null;
+    /** The pending animation frame of `draw`, or 0. */
+    this.frame = 0;
     canvas.addEventListener('mousedown', (e) => this.startDrag(e));
     window.addEventListener('mousemove', (e) => this.moveDrag(e));
     window.addEventListener('mouseup', (e) => this.endDrag(e));
@@ -90,7 +92,19 @@ export class Timeline {
     return Math.round(from + fraction * (until - from));
   }
 
+  /**
+   * Draws at the next frame: data, events and ranges often change together (and while a large
+   * flame graph is being built), so they are drawn once.
+   */
   draw() {
+    if (this.frame) return;
+    this.frame = requestAnimationFrame(() => {
+      this.frame = 0;
+      this.paint();
+    });
+  }
+
+  paint() {
     const width = this.canvas.parentElement.clientWidth;
     const ctx = sizeCanvas(this.canvas, width, HEIGHT);
     const { data } = this;

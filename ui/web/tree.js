@@ -105,9 +105,9 @@ function countNodes(root) {
   let count = 0;
   const stack = [root];
   while (stack.length) {
-    const node = stack.pop();
+    const { children } = stack.pop();
     count++;
-    for (const child of node.children) stack.push(child);
+    for (let c = 0; c < children.length; c++) stack.push(children[c]);
   }
   return count;
 }
