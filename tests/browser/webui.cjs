@@ -86,6 +86,8 @@ async function acceptance(context) {
   await settled(page);
   const timelineTotal = await page.evaluate(() => clrscope.timeline.data.points.reduce((s, [, v]) => s + v, 0));
   check(timelineTotal > 0, 'the timeline has data', `${timelineTotal} ns`);
+  const events = await page.evaluate(() => clrscope.timeline.events);
+  check(events.some((e) => e.kind === 'attached' && e.name === 'CpuHot'), 'the timeline marks CpuHot attaching', JSON.stringify(events));
   await shot(page, '01-loaded');
 
   await dragTimeline(page, 0.03, 0.97);
@@ -137,6 +139,13 @@ async function acceptance(context) {
   await page.click('#sandwich-close');
   await page.fill('#search', '');
 
+  await page.click('[data-layout="icicle"]');
+  const icicleRoot = await page.evaluate(() => clrscope.single.flame.rects().find((f) => f.depth === 0));
+  check(icicleRoot.y === 0, 'icicle mode puts the root on top');
+  await page.click('[data-layout="flame"]');
+
+  await filters(page);
+
   await page.click('#mode-compare');
   await page.click('[data-pick="base"]');
   await dragTimeline(page, 0.03, 0.5);
@@ -153,7 +162,7 @@ async function acceptance(context) {
   check(diff.base > 0 && diff.now > 0 && diff.frames > 3 && diff.sides.every((n) => n > 3), 'compare mode renders both ranges and their diff', JSON.stringify(diff));
   const diffExport = await page.getAttribute('.export-link[data-format="pprof"]', 'href');
   check(diffExport.startsWith('/api/v1/diff?') && diffExport.includes('base_from='), 'in compare mode the export is the diff', diffExport);
-  await shot(page, '05-compare');
+  await shot(page, '06-compare');
 
   await page.click('#mode-single');
   await settled(page);
@@ -169,10 +178,43 @@ async function acceptance(context) {
   await row.locator('button', { hasText: 'Boost 5 min' }).click();
   await waitFor(page, () => /boosted to 100%/.test(document.getElementById('process-rows').textContent), 'the boost');
   check(true, 'the process list boosts a sampler');
-  await shot(page, '06-processes');
+  await shot(page, '07-processes');
   await row.locator('button', { hasText: 'End boost' }).click();
   await waitFor(page, () => !/boosted/.test(document.getElementById('process-rows').textContent), 'the boost to end');
   await page.close();
+}
+
+/** The filter bar: each control narrows the selector or the sample filters of every query. */
+async function filters(page) {
+  const profileQueries = [];
+  const record = (request) => {
+    if (request.url().includes('/api/v1/profile?')) profileQueries.push(decodeURIComponent(request.url()));
+  };
+  page.on('request', record);
+  const last = () => profileQueries[profileQueries.length - 1] ?? '';
+  const pid = await page.$eval('#f-pid', (select) => [...select.options].map((o) => o.value).find((v) => v));
+  await page.selectOption('#f-pid', pid);
+  await settled(page);
+  check(last().includes(`process_id="${pid}"`), 'the process filter selects by process_id', last());
+
+  await page.selectOption('#f-label-name', 'host_name');
+  await waitFor(page, () => document.getElementById('f-label-value').options.length > 0, 'host_name values');
+  await page.click('#f-label-add');
+  await settled(page);
+  check(/host_name="[^"]+"/.test(last()) && (await page.textContent('#f-labels')).includes('host_name'), 'a label filter joins the selector', last());
+
+  await page.fill('#f-span_id', 'no-such-span');
+  await page.press('#f-span_id', 'Enter');
+  await waitFor(page, () => /^No cpu samples/.test(document.getElementById('status').textContent), 'the empty result');
+  check(last().includes('span_id=no-such-span'), 'a span filter goes along and can leave nothing', last());
+  await shot(page, '05-filters');
+  await page.fill('#f-span_id', '');
+  await page.press('#f-span_id', 'Enter');
+  await settled(page);
+  await page.click('#f-labels button');
+  await page.selectOption('#f-pid', '');
+  await settled(page);
+  page.off('request', record);
 }
 
 /**
@@ -197,7 +239,7 @@ async function tokenPrompt(context) {
   await page.waitForSelector('#token-dialog[open]');
   const shown = await page.evaluate(() => ({ tree: clrscope.single.tree, timeline: clrscope.timeline.data }));
   check(shown.tree === null && shown.timeline === null, 'without a token the page asks for one and shows no data');
-  await shot(page, '07-token-prompt');
+  await shot(page, '08-token-prompt');
   await page.fill('#token-input', TOKEN);
   const before = calls.length;
   await page.click('#token-form button[type="submit"]');
@@ -301,7 +343,7 @@ async function benchmark(context) {
         );
       }
       check(runs.every((r) => r.nodes === NODES), `the ${shape} benchmark tree has ${NODES} nodes`, runs.map((r) => r.nodes).join(', '));
-      if (shape === 'random') await shot(page, '08-benchmark-50k');
+      if (shape === 'random') await shot(page, '09-benchmark-50k');
       const median = (key) => runs.map((r) => r[key]).sort((a, b) => a - b)[1];
       const best = Math.min(...runs.map((r) => r.loadMs));
       report.benchmark[shape] = {

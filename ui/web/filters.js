@@ -65,7 +65,7 @@ export class Filters {
   async loadLabelValues() {
     const name = byId('f-label-name').value;
     const values = name ? await getJson(`/api/v1/labels/${encodeURIComponent(name)}/values`) : [];
-    fill(byId('f-label-value'), values.map((v) => ({ value: v, label: v })), '', null);
+    fill(byId('f-label-value'), values.map((v) => ({ value: v, label: v })), values[0] ?? '', null);
   }
 
   /** Shows the state's values in the controls. */
