@@ -1,6 +1,7 @@
 # clrscope developer and CI entry points. The test-bed logic lives in tests/testbed/*.sh.
 #
-#   make setup   install a .NET >= 8 runtime and mcs if missing; compile tests/targets/*.cs
+#   make setup   install what the tests use if missing (.NET >= 8, mcs, go, curl, chromium,
+#                playwright-core; see tests/testbed/setup.sh); compile tests/targets/*.cs
 #   make build   cargo build --workspace --all-targets
 #   make test    setup + build + cargo test --workspace
 #   make demo    start the CpuHot target and run `clrscope ps` against it

@@ -1,12 +1,18 @@
 //! The processes an agent profiles right now, shared between its per-process tasks (which add and
-//! remove themselves) and its API (which lists them and boosts their samplers).
+//! remove themselves) and its API (which lists them and boosts their samplers), and the recent
+//! history of their attaching and detaching, for markers on the web UI's timeline.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
 use crate::sampler::{SamplerControl, SamplerStatus};
+
+/// How many [`ProcessEvent`]s the registry keeps, oldest dropped first: enough for days of a
+/// node's restarts, little enough memory (a few MB) for a crash-looping service.
+pub const MAX_EVENTS: usize = 10_000;
 
 /// One attached process, as the API shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -35,10 +41,60 @@ pub struct AttachedProcessStatus {
     pub sampler: SamplerStatus,
 }
 
-/// The attached processes by runtime cookie. Cloning shares.
+/// What happened to a process, as far as the agent saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProcessEventKind {
+    /// The agent started profiling it: it started, or the agent found it.
+    Attached,
+    /// The agent stopped profiling it: it exited, or its diagnostic connection broke.
+    Detached,
+}
+
+/// A process attaching or detaching, at `unix_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcessEvent {
+    pub unix_ms: i64,
+    pub kind: ProcessEventKind,
+    pub pid: u64,
+    pub name: String,
+    pub service_name: String,
+    pub runtime_cookie: String,
+}
+
+impl ProcessEvent {
+    fn new(kind: ProcessEventKind, unix_ms: i64, process: &AttachedProcess) -> ProcessEvent {
+        ProcessEvent {
+            unix_ms,
+            kind,
+            pid: process.pid,
+            name: process.name.clone(),
+            service_name: process.service_name.clone(),
+            runtime_cookie: process.runtime_cookie.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    by_cookie: BTreeMap<String, AttachedProcess>,
+    /// Oldest first, at most [`MAX_EVENTS`].
+    events: VecDeque<ProcessEvent>,
+}
+
+impl Registry {
+    fn record(&mut self, event: ProcessEvent) {
+        if self.events.len() == MAX_EVENTS {
+            self.events.pop_front();
+        }
+        self.events.push_back(event);
+    }
+}
+
+/// The attached processes by runtime cookie, and their recent events. Cloning shares.
 #[derive(Debug, Clone, Default)]
 pub struct AttachedProcesses {
-    inner: Arc<Mutex<BTreeMap<String, AttachedProcess>>>,
+    inner: Arc<Mutex<Registry>>,
 }
 
 /// Removes its process from the registry when dropped, however the process's task ends.
@@ -50,25 +106,42 @@ pub struct Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.registry.lock().remove(&self.cookie);
+        let mut registry = self.registry.lock();
+        if let Some(process) = registry.by_cookie.remove(&self.cookie) {
+            let event = ProcessEvent::new(ProcessEventKind::Detached, unix_ms_now(), &process);
+            registry.record(event);
+        }
     }
 }
 
+fn unix_ms_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 impl AttachedProcesses {
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, AttachedProcess>> {
+    fn lock(&self) -> MutexGuard<'_, Registry> {
         // Entries are replaced whole, so a panic elsewhere cannot leave one half-written.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds a process; `None` if a process with that runtime cookie is already attached (the
-    /// same runtime found through both its own socket and the listen socket).
+    /// Adds a process, recording that it attached at its `attached_unix_ms`; `None` if a
+    /// process with that runtime cookie is already attached (the same runtime found through
+    /// both its own socket and the listen socket).
     pub fn register(&self, process: AttachedProcess) -> Option<Registration> {
-        let mut map = self.lock();
-        if map.contains_key(&process.runtime_cookie) {
+        let mut registry = self.lock();
+        if registry.by_cookie.contains_key(&process.runtime_cookie) {
             return None;
         }
         let cookie = process.runtime_cookie.clone();
-        map.insert(cookie.clone(), process);
+        let event = ProcessEvent::new(
+            ProcessEventKind::Attached,
+            process.attached_unix_ms,
+            &process,
+        );
+        registry.record(event);
+        registry.by_cookie.insert(cookie.clone(), process);
         Some(Registration {
             registry: self.clone(),
             cookie,
@@ -79,6 +152,7 @@ impl AttachedProcesses {
     pub fn list(&self) -> Vec<AttachedProcessStatus> {
         let mut all: Vec<_> = self
             .lock()
+            .by_cookie
             .values()
             .map(|p| AttachedProcessStatus {
                 sampler: p.sampler.status(),
@@ -91,15 +165,35 @@ impl AttachedProcesses {
 
     /// The attached process with this pid, if any.
     pub fn by_pid(&self, pid: u64) -> Option<AttachedProcess> {
-        self.lock().values().find(|p| p.pid == pid).cloned()
+        self.lock()
+            .by_cookie
+            .values()
+            .find(|p| p.pid == pid)
+            .cloned()
+    }
+
+    /// The recorded events in `[from_ms, until_ms)` that `keep` accepts, oldest first (the
+    /// last [`MAX_EVENTS`] since the agent started).
+    pub fn events(
+        &self,
+        from_ms: i64,
+        until_ms: i64,
+        keep: impl Fn(&ProcessEvent) -> bool,
+    ) -> Vec<ProcessEvent> {
+        self.lock()
+            .events
+            .iter()
+            .filter(|e| (from_ms..until_ms).contains(&e.unix_ms) && keep(e))
+            .cloned()
+            .collect()
     }
 
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().by_cookie.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.lock().by_cookie.is_empty()
     }
 }
 
@@ -117,7 +211,7 @@ mod tests {
             runtime_version: None,
             runtime_cookie: cookie.into(),
             transport: "connect",
-            attached_unix_ms: 0,
+            attached_unix_ms: 1000 + pid as i64,
             sampler: SamplerControl::new(DutyCycle::default()),
         }
     }
@@ -135,5 +229,41 @@ mod tests {
         assert!(registry.by_pid(7).is_none());
         drop(second);
         assert!(registry.is_empty());
+    }
+
+    #[test]
+    fn attaching_and_detaching_are_recorded_in_order() {
+        let registry = AttachedProcesses::default();
+        let first = registry.register(process(7, "a")).unwrap();
+        // A second find of the same runtime is no event.
+        assert!(registry.register(process(7, "a")).is_none());
+        let _second = registry.register(process(3, "b")).unwrap();
+        drop(first);
+        let all = registry.events(i64::MIN, i64::MAX, |_| true);
+        let seen: Vec<(ProcessEventKind, u64)> = all.iter().map(|e| (e.kind, e.pid)).collect();
+        use ProcessEventKind::{Attached, Detached};
+        assert_eq!(seen, [(Attached, 7), (Attached, 3), (Detached, 7)]);
+        assert_eq!(all[0].unix_ms, 1007);
+        assert!(all[2].unix_ms >= all[1].unix_ms);
+        // The range is half-open and the filter applies.
+        assert_eq!(registry.events(1003, 1007, |_| true).len(), 1);
+        assert!(registry
+            .events(i64::MIN, i64::MAX, |e| e.pid == 9)
+            .is_empty());
+    }
+
+    #[test]
+    fn the_history_is_bounded() {
+        let registry = AttachedProcesses::default();
+        for pid in 0..MAX_EVENTS as u64 / 2 + 1 {
+            drop(registry.register(process(pid, &pid.to_string())));
+        }
+        let events = registry.events(i64::MIN, i64::MAX, |_| true);
+        assert_eq!(events.len(), MAX_EVENTS);
+        // The oldest two, pid 0 attaching and detaching, went first.
+        assert_eq!(
+            (events[0].kind, events[0].pid),
+            (ProcessEventKind::Attached, 1)
+        );
     }
 }

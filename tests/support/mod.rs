@@ -30,6 +30,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod agent;
+
 /// How long [`TargetBuilder::start`] waits for the ready line.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Capacity of the stdout channel, in lines.
@@ -224,7 +226,7 @@ pub fn http_request(port: u16, method: &str, path: &str, headers: &[(&str, &str)
     }
 }
 
-mod sys {
+pub mod sys {
     extern "C" {
         pub fn kill(pid: i32, sig: i32) -> i32;
     }

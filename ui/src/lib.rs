@@ -1,8 +1,10 @@
 //! The agent's HTTP surface: dotnet-monitor-compatible API, profile queries, metrics and the web UI.
 //!
-//! So far: the profile query API over the agent's [`store::tsdb::Store`] ([`query_routes`]) and
-//! the attached processes with their samplers ([`processes`]). The agent owns the store
-//! behind an `Arc<RwLock<Store>>` (its writer appends, queries read) and serves it with
+//! So far: the profile query API over the agent's [`store::tsdb::Store`] ([`query_routes`]),
+//! the attached processes with their samplers ([`processes`]), their attach/detach events
+//! ([`event_routes`]) and the web UI at `/` ([`web_routes`], files embedded from `ui/web/`).
+//! The agent owns the store behind an `Arc<RwLock<Store>>` (its writer appends, queries read)
+//! and serves it with
 //!
 //! ```no_run
 //! # async fn agent(store: std::sync::Arc<std::sync::RwLock<store::tsdb::Store>>) -> std::io::Result<()> {
@@ -17,8 +19,9 @@
 //!
 //! # Routes
 //!
-//! All `GET`; `ui/API.md` has examples. Errors are RFC 7807 `application/problem+json`
-//! (`{type, title, status, detail}`), unknown routes (404) and methods (405) included.
+//! All `GET` (but the boost routes of [`processes`]); `ui/API.md` has examples. Errors are
+//! RFC 7807 `application/problem+json` (`{type, title, status, detail}`), unknown routes (404)
+//! and methods (405) included.
 //!
 //! | route | parameters | answer |
 //! |---|---|---|
@@ -28,6 +31,8 @@
 //! | `/api/v1/series` | `type`, `query`, `from`, `until`, `step`, `span_id`, `trace_id` | `{"unit", "step_ms", "points": [[unix_ms, total], …]}` |
 //! | `/api/v1/profile` | `type`, `query`, `from`, `until`, `format`, `span_id`, `trace_id` | the merged profile |
 //! | `/api/v1/diff` | `type`, `query`, `base_from`, `base_until`, `from`, `until`, `format`, `span_id`, `trace_id` | the base range against the new one |
+//! | `/api/v1/events` | `query`, `from`, `until` | `[{"unix_ms", "kind": "attached"\|"detached", "pid", …}]` |
+//! | `/`, `/ui/{file}` | — | the web UI |
 //!
 //! - `type` (required): a profile type, e.g. `cpu`; one the store holds or one clrscope records
 //!   (an unknown name is refused with the list).
@@ -47,13 +52,17 @@
 //! - A route refuses parameters it does not take, and any given twice.
 
 mod error;
+mod events;
 pub mod processes;
 mod query;
 mod server;
 pub mod time;
+mod web;
 
 pub use error::{ApiError, PROBLEM_JSON};
+pub use events::event_routes;
 pub use processes::process_routes;
 pub use query::query_routes;
 pub use server::{router, serve, ApiState, DEFAULT_API_ADDR};
 pub use time::parse_duration;
+pub use web::web_routes;

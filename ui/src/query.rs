@@ -21,8 +21,8 @@ const SECOND: i64 = 1_000_000_000;
 const MILLISECOND: i64 = 1_000_000;
 /// How far back `/profile` and `/diff` look without `from`.
 const PROFILE_SPAN: i64 = 60 * SECOND;
-/// How far back `/series` looks without `from`.
-const SERIES_SPAN: i64 = 3600 * SECOND;
+/// How far back `/series` (and `/events`, which marks its timeline) look without `from`.
+pub(crate) const SERIES_SPAN: i64 = 3600 * SECOND;
 /// The smallest default step of `/series`.
 const MIN_DEFAULT_STEP: Duration = Duration::from_secs(10);
 /// At most this many points without an explicit `step`.
@@ -44,7 +44,7 @@ pub fn query_routes() -> Router<ApiState> {
         .route("/api/v1/diff", get(diff))
 }
 
-type QueryPairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
+pub(crate) type QueryPairs = Result<Query<Vec<(String, String)>>, QueryRejection>;
 
 async fn profile_types(
     State(state): State<ApiState>,
@@ -165,10 +165,10 @@ async fn diff(State(state): State<ApiState>, params: QueryPairs) -> Result<Respo
 }
 
 /// A route's query parameters: only those it takes, each at most once.
-struct Params(Vec<(String, String)>);
+pub(crate) struct Params(Vec<(String, String)>);
 
 impl Params {
-    fn new(query: QueryPairs, allowed: &[&str]) -> Result<Params, ApiError> {
+    pub(crate) fn new(query: QueryPairs, allowed: &[&str]) -> Result<Params, ApiError> {
         let Query(pairs) = query?;
         for (i, (name, _)) in pairs.iter().enumerate() {
             if !allowed.contains(&name.as_str()) {
@@ -190,7 +190,7 @@ impl Params {
         Ok(Params(pairs))
     }
 
-    fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.0
             .iter()
             .find(|(n, _)| n == name)
@@ -215,7 +215,7 @@ impl Params {
 
     /// The range named `[from, until]`: until defaults to `default_until`, from to `span`
     /// before until; from must come first.
-    fn range(
+    pub(crate) fn range(
         &self,
         [from_name, until_name]: [&'static str; 2],
         default_until: i64,

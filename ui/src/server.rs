@@ -13,8 +13,10 @@ use tokio::sync::Semaphore;
 use tower_http::trace::TraceLayer;
 
 use crate::error::ApiError;
+use crate::events::event_routes;
 use crate::processes::process_routes;
 use crate::query::query_routes;
+use crate::web::web_routes;
 
 /// Where the agent serves its API and UI unless told otherwise: loopback only, so nothing is
 /// exposed beyond the node until the operator asks for it.
@@ -78,13 +80,16 @@ impl ApiState {
     }
 }
 
-/// The whole API: [`query_routes`] and [`process_routes`], with problem+json answers for unknown routes and methods,
-/// and request tracing. Routes of later parts (dotnet-monitor's API, agent control, the web UI
-/// at `/`) merge in here; an auth layer wraps the result.
+/// The whole API: [`query_routes`], [`process_routes`], [`event_routes`] and the web UI
+/// ([`web_routes`]), with problem+json answers for unknown routes and methods, and request
+/// tracing. Routes of later parts (dotnet-monitor's API) merge in here; an auth layer wraps the
+/// API routes, not the web UI's files, which hold no data.
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .merge(query_routes())
         .merge(process_routes())
+        .merge(event_routes())
+        .merge(web_routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(TraceLayer::new_for_http())

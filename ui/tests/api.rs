@@ -7,6 +7,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use collector::attached::{AttachedProcess, AttachedProcesses};
+use collector::sampler::{DutyCycle, SamplerControl};
 use exporter::pprof::proto;
 use prost::Message;
 use serde_json::Value;
@@ -135,10 +137,15 @@ async fn start() -> Server {
 }
 
 async fn serve(store: Arc<RwLock<Store>>, dir: tempfile::TempDir) -> Server {
+    serve_state(ApiState::new(store), dir).await
+}
+
+async fn serve_state(state: ApiState, dir: tempfile::TempDir) -> Server {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = oneshot::channel::<()>();
-    let router = ui::router(ApiState::new(Arc::clone(&store)));
+    let store = Arc::clone(&state.store);
+    let router = ui::router(state);
     let task = tokio::spawn(ui::serve(listener, router, async {
         rx.await.ok();
     }));
@@ -746,7 +753,13 @@ async fn errors_are_problem_json_that_say_what_to_change() {
             "not-found",
             &["GET /api/v1/flamegraph", "/api/v1/"],
         ),
-        ("/", vec![], 404, "not-found", &["GET /"]),
+        (
+            "/index.html",
+            vec![],
+            404,
+            "not-found",
+            &["GET /index.html", "web UI is at /"],
+        ),
     ];
     for (path, params, status, kind, phrases) in cases {
         let detail = server.get(path, &params).await.problem(status, kind);
@@ -794,4 +807,116 @@ async fn shutdown_stops_accepting_connections() {
         .send()
         .await;
     assert!(refused.is_err_and(|e| e.is_connect()));
+}
+
+#[tokio::test]
+async fn events_mark_processes_attaching_and_detaching() {
+    let processes = AttachedProcesses::default();
+    let process = |pid: u64, service: &str, attached_unix_ms: i64| AttachedProcess {
+        pid,
+        name: "Shop".into(),
+        service_name: service.into(),
+        command_line: "dotnet Shop.dll".into(),
+        runtime_version: Some("8.0.4".into()),
+        runtime_cookie: format!("cookie-{pid}"),
+        transport: "connect",
+        attached_unix_ms,
+        sampler: SamplerControl::new(DutyCycle::default()),
+    };
+    let checkout = processes
+        .register(process(7, "checkout", T0_MS + 1000))
+        .unwrap();
+    let _inventory = processes
+        .register(process(8, "inventory", T0_MS + 2000))
+        .unwrap();
+    drop(checkout);
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("data"), StoreOptions::default()).unwrap();
+    let state = ApiState::new(Arc::new(RwLock::new(store))).with_processes(processes);
+    let server = serve_state(state, dir).await;
+    let from = T0_MS.to_string();
+    let kinds = |answer: Answer| -> Vec<(String, u64)> {
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        let events = answer.json();
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["kind"].as_str().unwrap().to_string(),
+                    e["pid"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let all = server.get("/api/v1/events", &[("from", &from)]).await;
+    assert_eq!(all.json()[0]["unix_ms"], T0_MS + 1000);
+    assert_eq!(all.json()[0]["service_name"], "checkout");
+    assert_eq!(
+        kinds(all),
+        [
+            ("attached".into(), 7),
+            ("attached".into(), 8),
+            ("detached".into(), 7)
+        ]
+    );
+    let checkout = server
+        .get("/api/v1/events", &[("from", &from), ("query", CHECKOUT)])
+        .await;
+    assert_eq!(
+        kinds(checkout),
+        [("attached".into(), 7), ("detached".into(), 7)]
+    );
+    // Series labels events do not carry filter nothing; the range is half-open.
+    let until = (T0_MS + 2000).to_string();
+    let early = server
+        .get(
+            "/api/v1/events",
+            &[
+                ("from", &from),
+                ("until", &until),
+                ("query", "{process_id=\"7\",host_name=\"node-1\"}"),
+            ],
+        )
+        .await;
+    assert_eq!(kinds(early), [("attached".into(), 7)]);
+    // The default range is the last hour: the 2025 events are older.
+    assert!(kinds(server.get("/api/v1/events", &[]).await)
+        .iter()
+        .all(|(kind, _)| kind == "detached"));
+    let detail = server
+        .get("/api/v1/events", &[("type", "cpu")])
+        .await
+        .problem(400, "bad-request");
+    assert!(detail.contains("takes query, from, until"), "{detail}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_web_ui_is_served_with_its_modules() {
+    let server = start().await;
+    let page = server.get("/", &[]).await;
+    assert_eq!(page.status, 200);
+    assert_eq!(page.content_type, "text/html; charset=utf-8");
+    let policy = page.headers["content-security-policy"].to_str().unwrap();
+    assert!(policy.contains("default-src 'self'"), "{policy}");
+    assert!(page.text().contains("src=\"/ui/main.js\""));
+    let module = server.get("/ui/main.js", &[]).await;
+    assert_eq!(module.status, 200);
+    assert_eq!(module.content_type, "text/javascript; charset=utf-8");
+    assert_eq!(module.headers["x-content-type-options"], "nosniff");
+    assert_eq!(
+        server.get("/ui/style.css", &[]).await.content_type,
+        "text/css; charset=utf-8"
+    );
+    server
+        .get("/ui/../Cargo.toml", &[])
+        .await
+        .problem(404, "not-found");
+    server
+        .get("/ui/missing.js", &[])
+        .await
+        .problem(404, "not-found");
+    server.stop().await;
 }
