@@ -6,36 +6,17 @@
 //!
 //! `cargo bench -p store --bench tsdb` (prints the sizes first).
 
+mod common;
+
 use std::fs;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::{fresh_dir, options, Rng, SECOND, T0};
 use criterion::{criterion_group, BatchSize, Criterion, Throughput};
 use store::profile::{Function, LabelValue};
-use store::tsdb::{Batch, BatchSample, ProfileType, Query, Store, StoreOptions};
+use store::tsdb::{Batch, BatchSample, ProfileType, Query, Store};
 
-const SECOND: i64 = 1_000_000_000;
-const T0: i64 = 1_764_504_000 * SECOND;
 const SAMPLES_PER_BATCH: usize = 5_000;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    /// Skewed towards 0, as hot stacks are.
-    fn zipf(&mut self, n: usize) -> usize {
-        let u = (self.next() % 1_000_000) as f64 / 1_000_000.0;
-        ((n as f64).powf(u) - 1.0) as usize
-    }
-}
 
 struct Workload {
     functions: Vec<Function>,
@@ -122,32 +103,8 @@ impl Workload {
     }
 }
 
-fn options() -> StoreOptions {
-    StoreOptions {
-        retention_age: Duration::from_secs(1 << 40),
-        retention_bytes: u64::MAX,
-        ..StoreOptions::default()
-    }
-}
-
-fn fresh_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("clrscope-bench-{}-{name}", std::process::id()));
-    let _ = fs::remove_dir_all(&dir);
-    dir
-}
-
-fn file_bytes(dir: &Path, name: &str) -> u64 {
-    fs::metadata(dir.join(name)).map_or(0, |m| m.len())
-}
-
 fn query(from: i64, until: i64) -> Query {
-    Query {
-        from,
-        until,
-        profile_type: ProfileType::known("cpu").unwrap(),
-        matchers: vec![("service_name".into(), "orders".into())],
-        sample_matchers: Vec::new(),
-    }
+    common::query("orders", "cpu", from, until)
 }
 
 /// Ten minutes of data, flushed as the agent would (one block per minute after compaction).
@@ -162,61 +119,7 @@ fn print_sizes(workload: &Workload) {
         }
     }
     store.flush().unwrap();
-    // Closed minutes, compacted to one block each, as they stay on disk.
-    let blocks: Vec<_> = store
-        .blocks()
-        .iter()
-        .filter(|b| !b.meta.compacted_from.is_empty())
-        .cloned()
-        .collect();
-    let appended: u64 = blocks.iter().map(|b| b.meta.samples_appended).sum();
-    let rows: u64 = blocks.iter().map(|b| b.meta.rows.samples).sum();
-    let total: u64 = blocks.iter().map(|b| b.bytes).sum();
-    let samples: u64 = blocks
-        .iter()
-        .map(|b| file_bytes(&b.path, "samples.parquet"))
-        .sum();
-    let stacks: u64 = blocks
-        .iter()
-        .map(|b| file_bytes(&b.path, "stacks.parquet"))
-        .sum();
-    let functions: u64 = blocks
-        .iter()
-        .map(|b| file_bytes(&b.path, "functions.parquet"))
-        .sum();
-    let labels: u64 = blocks
-        .iter()
-        .map(|b| file_bytes(&b.path, "labels.parquet"))
-        .sum();
-    let unique_stacks: u64 = blocks
-        .iter()
-        .map(|b| {
-            store
-                .profile(&query(b.meta.min_time, b.meta.max_time + 1))
-                .unwrap()
-                .samples
-                .iter()
-                .map(|s| s.stack.clone())
-                .collect::<std::collections::HashSet<_>>()
-                .len() as u64
-        })
-        .sum();
-    let nodes: u64 = blocks.iter().map(|b| b.meta.rows.stacks).sum();
-    println!("compacted one-minute blocks: {}", blocks.len());
-    println!("samples appended: {appended}, rows stored: {rows}");
-    println!(
-        "bytes on disk: {total} = {:.2} B/sample",
-        total as f64 / appended as f64
-    );
-    println!(
-        "samples.parquet: {samples} = {:.2} B/sample",
-        samples as f64 / appended as f64
-    );
-    println!(
-        "stacks.parquet: {stacks} for {unique_stacks} unique stacks per block ({nodes} nodes) = {:.2} B/unique stack",
-        stacks as f64 / unique_stacks as f64
-    );
-    println!("functions.parquet: {functions}, labels.parquet: {labels}, meta.json: the rest");
+    common::print_sizes(&store);
     let _ = fs::remove_dir_all(&dir);
 }
 

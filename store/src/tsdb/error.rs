@@ -13,6 +13,9 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// Another store (another agent) has the data directory open.
+    #[error("data directory {dir} is in use by another clrscope agent (it holds the lock on {lock}): stop that agent, or give this one another --data-dir")]
+    Locked { dir: PathBuf, lock: PathBuf },
     /// A block on disk cannot be read; it is skipped, the rest of the store keeps working.
     #[error("block {path} is damaged ({reason}); it is skipped: move or delete that directory to silence this")]
     CorruptBlock { path: PathBuf, reason: String },

@@ -16,7 +16,8 @@ mod query;
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
-use std::os::unix::fs::DirBuilderExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -48,10 +49,12 @@ pub struct BlockProblem {
 /// A directory of blocks plus the head; see the module documentation.
 ///
 /// Nothing is flushed on drop: call [`Store::flush`] on shutdown, or lose the head as a crash
-/// would. One `Store` per directory: nothing locks it against a second writer.
+/// would. One `Store` per directory: [`Store::open`] takes an exclusive lock on it.
 #[derive(Debug)]
 pub struct Store {
     dir: PathBuf,
+    /// Holds the directory's `flock` for as long as the store lives.
+    _lock: fs::File,
     options: StoreOptions,
     head: Head,
     /// Sorted oldest first.
@@ -74,10 +77,44 @@ fn remove_dir(path: &Path) -> Result<()> {
     fs::remove_dir_all(path).map_err(io(path))
 }
 
+/// File in the data directory a store keeps `flock`ed while open.
+pub const LOCK_FILE: &str = "LOCK";
+
+/// Takes the data directory's exclusive lock, without waiting: two writers would interleave
+/// block sequence numbers and delete each other's blocks. The kernel drops the lock when the
+/// process dies, so a SIGKILLed agent never leaves a stale lock behind.
+fn lock(dir: &Path) -> Result<fs::File> {
+    let path = dir.join(LOCK_FILE);
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io(&path))?;
+    // SAFETY: flock only reads the descriptor, which `file` keeps open.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(file);
+    }
+    let error = std::io::Error::last_os_error();
+    if error.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Err(StoreError::Locked {
+            dir: dir.to_path_buf(),
+            lock: path,
+        });
+    }
+    Err(StoreError::Io {
+        path,
+        source: error,
+    })
+}
+
 impl Store {
     /// Opens or creates a store in `dir` (created with mode 0700; an existing directory keeps
-    /// its mode). Half-written blocks left by a crash are
-    /// removed; unreadable blocks are skipped and listed by [`Store::problems`].
+    /// its mode) and locks it ([`StoreError::Locked`] while another store has it open).
+    /// Half-written blocks left by a crash are removed; unreadable blocks are skipped and
+    /// listed by [`Store::problems`].
     pub fn open(dir: impl Into<PathBuf>, options: StoreOptions) -> Result<Store> {
         options.check()?;
         let dir = dir.into();
@@ -86,6 +123,7 @@ impl Store {
             .mode(0o700)
             .create(&dir)
             .map_err(io(&dir))?;
+        let lock = lock(&dir)?;
         let mut blocks = Vec::new();
         let mut problems = Vec::new();
         let mut next_sequence = 0;
@@ -123,6 +161,7 @@ impl Store {
         blocks.sort_by(|a, b| (a.meta.min_time, &a.name).cmp(&(b.meta.min_time, &b.name)));
         Ok(Store {
             dir,
+            _lock: lock,
             options,
             head: Head::new(),
             blocks,

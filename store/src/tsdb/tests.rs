@@ -321,6 +321,7 @@ fn retention_by_age_deletes_only_old_blocks() {
     let deleted = store.apply_retention(3 * HOUR + 10 * MINUTE).unwrap();
     assert_eq!(deleted, vec![names[0].clone()]);
     assert!(!store.dir.join(&names[0]).exists());
+    drop(store);
     let store = Store::open(&dir.0, keep_all()).unwrap();
     let left: Vec<String> = store.blocks().iter().map(|b| b.name.clone()).collect();
     assert_eq!(left, names[1..]);
@@ -510,6 +511,7 @@ fn closed_partitions_are_compacted() {
     assert_eq!(merged.samples_appended, 3);
     assert_eq!(merged.rows.stacks, 2);
     assert_eq!(store.compact().unwrap(), 0);
+    drop(store);
     let store = Store::open(&dir.0, keep_all()).unwrap();
     assert_eq!(store.blocks().len(), 2);
     let p = store.profile(&query(None, "cpu", 0, 3 * MINUTE)).unwrap();
@@ -692,6 +694,29 @@ fn bad_input_is_refused_with_a_reason() {
         Store::open(file.join("sub"), keep_all()),
         Err(StoreError::Io { .. })
     ));
+}
+
+#[test]
+fn a_second_store_on_one_directory_is_refused_until_the_first_closes() {
+    let dir = TempDir::new("lock");
+    let first = Store::open(&dir.0, keep_all()).unwrap();
+    let err = Store::open(&dir.0, keep_all()).unwrap_err();
+    assert!(matches!(err, StoreError::Locked { .. }), "{err}");
+    let message = err.to_string();
+    assert!(
+        message.contains(&dir.0.display().to_string())
+            && message.contains("another clrscope agent"),
+        "{message}"
+    );
+    let mode = fs::metadata(dir.0.join(LOCK_FILE))
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+    drop(first);
+    let store = Store::open(&dir.0, keep_all()).unwrap();
+    assert!(store.problems().is_empty(), "the lock file is not a block");
 }
 
 #[test]
