@@ -88,7 +88,7 @@ export class FlameGraph {
     this.zoom = 0;
     this.matched = null;
     this.colors = [];
-    /** Indices of the frames drawn last, left to right within each depth. */
+    /** Indices of the frames drawn last, in pre-order. */
     this.visible = [];
     this.width = 0;
     this.rowCount = 0;

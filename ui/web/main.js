@@ -97,12 +97,14 @@ async function loadTimeline() {
     if (error instanceof ApiError && error.status === 404) return [];
     throw error;
   });
+  const points = getJson('/api/v1/series', { ...params, from, until, step: `${step}ms` }, { signal });
   try {
-    const series = await getJson('/api/v1/series', { ...params, from, until, step: `${step}ms` }, { signal });
+    // Awaited together, so that an abort of both is one handled rejection, not one left over.
+    const [series, marks] = await Promise.all([points, events]);
     timeline.setData({ ...series, from, until });
+    timeline.setEvents(marks);
     const sum = series.points.reduce((total, [, value]) => total + value, 0);
     byId('timeline-summary').textContent = `${state.type}: ${formatValue(sum, series.unit)} in ${formatSpan(until - from)}, steps of ${formatSpan(series.step_ms)}`;
-    timeline.setEvents(await events);
   } catch (error) {
     fail(error);
   }

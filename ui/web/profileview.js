@@ -29,7 +29,10 @@ export class ProfileView {
     const matched = matchFunctions(tree, this.search);
     this.tree = tree;
     this.flame.setTree(tree, matched);
+    // Only the last load's entries are kept: a long session does not pile them up.
+    performance.clearMeasures('clrscope:flamegraph');
     performance.measure('clrscope:flamegraph', 'clrscope:profile-request');
+    performance.clearMarks('clrscope:profile-request');
     // The table and sandwich can wait for the next task: the flame graph is on screen first.
     await new Promise((resolve) => setTimeout(resolve));
     this.table.setTree(tree, matched);
