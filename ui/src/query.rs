@@ -320,6 +320,7 @@ impl Selection {
             profile_type,
             matchers: self.matchers,
             sample_matchers: self.sample_matchers,
+            sample_labels: tsdb::SampleLabels::All,
         })
     }
 }

@@ -11,7 +11,7 @@ use exporter::pprof::proto;
 use prost::Message;
 use serde_json::Value;
 use store::profile::{Function, LabelValue};
-use store::tsdb::{Batch, BatchSample, ProfileType, Query, Store, StoreOptions};
+use store::tsdb::{Batch, BatchSample, ProfileType, Query, SampleLabels, Store, StoreOptions};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -246,6 +246,7 @@ fn cpu_query(from: i64, until: i64) -> Query {
         profile_type: ProfileType::known("cpu").unwrap(),
         matchers: vec![("service_name".into(), "checkout".into())],
         sample_matchers: Vec::new(),
+        sample_labels: SampleLabels::All,
     }
 }
 

@@ -1,5 +1,6 @@
 //! What goes in (batches) and what comes out (queries), independent of how it is stored.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -101,6 +102,37 @@ pub struct Query {
     pub matchers: Vec<(String, String)>,
     /// Sample label equalities (e.g. `span_id`), all of which must hold.
     pub sample_matchers: Vec<(String, LabelValue)>,
+    /// Which sample labels [`super::Store::profile`] keeps.
+    pub sample_labels: SampleLabels,
+}
+
+/// Which per-sample labels a merged profile keeps. Samples that differ only in labels it drops
+/// merge into one, so dropping the per-thread ones shrinks the answer (and its cost) by up to
+/// the number of threads.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum SampleLabels {
+    /// All of them (`thread_id`, `thread_name`, `trace_id`, ...): what a pprof file carries.
+    #[default]
+    All,
+    /// Only those with these keys; none when empty, which is all a flame graph needs.
+    Only(Vec<String>),
+}
+
+impl SampleLabels {
+    /// The labels of a set (sorted) that are kept, in the same order.
+    pub(crate) fn keep<'a>(
+        &self,
+        labels: &'a [(String, LabelValue)],
+    ) -> Cow<'a, [(String, LabelValue)]> {
+        match self {
+            SampleLabels::All => Cow::Borrowed(labels),
+            SampleLabels::Only(keys) => labels
+                .iter()
+                .filter(|(key, _)| keys.contains(key))
+                .cloned()
+                .collect(),
+        }
+    }
 }
 
 impl Query {
