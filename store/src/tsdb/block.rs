@@ -288,13 +288,14 @@ pub(crate) fn read_dicts(info: &BlockInfo) -> Result<Dicts> {
     Ok(dicts)
 }
 
-/// Sample rows of a block, every reference checked against `dicts`: those of the series
-/// `wanted` accepts (by `meta.json` index), and any others that share a row group with them.
+/// Sample rows of a block, every reference checked against the sizes `meta.json` gives its
+/// tables (which [`read_dicts`] checks in turn): those of the series `wanted` accepts (by
+/// `meta.json` index), and any others that share a row group with them.
 pub(crate) fn read_samples(
     info: &BlockInfo,
-    dicts: &Dicts,
     wanted: &dyn Fn(usize) -> bool,
 ) -> Result<Vec<RecordBatch>> {
+    let rows = &info.meta.rows;
     let path = info.path.join(SAMPLES);
     let batches = read_row_groups(&path, |group| match series_range(group) {
         Some((min, max)) => (min..=max).any(|s| wanted(s as usize)),
@@ -309,15 +310,15 @@ pub(crate) fn read_samples(
         let bad = series
             .values()
             .iter()
-            .any(|&s| s as usize >= dicts.series.len())
+            .any(|&s| s as usize >= info.meta.series.len())
             || stacks
                 .values()
                 .iter()
-                .any(|&s| s != EMPTY_STACK && s as usize >= dicts.stacks.len())
+                .any(|&s| s != EMPTY_STACK && u64::from(s) >= rows.stacks)
             || labels
                 .values()
                 .iter()
-                .any(|&l| l as usize >= dicts.label_sets.len());
+                .any(|&l| u64::from(l) >= rows.label_sets);
         if bad || batch.columns().iter().any(|c| c.null_count() > 0) {
             return Err(corrupt(&path, "a sample row refers past a dictionary"));
         }

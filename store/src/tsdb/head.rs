@@ -328,6 +328,18 @@ impl<'a> Remap<'a> {
         Ok(*slot)
     }
 
+    /// The ids in `into` of every stack node and every label set, by the source's ids.
+    pub fn all(mut self, into: &mut Interner) -> Result<(Vec<u32>, Vec<u32>)> {
+        // Parents come first, so each node maps with one lookup.
+        for node in 0..self.nodes.len() as u32 {
+            self.stack(into, node)?;
+        }
+        for set in 0..self.label_sets.len() as u32 {
+            self.label_set(into, set)?;
+        }
+        Ok((self.nodes, self.label_sets))
+    }
+
     /// The id in `into` of the stack whose leaf node is `id` ([`EMPTY_STACK`] stays empty).
     pub fn stack(&mut self, into: &mut Interner, id: u32) -> Result<u32> {
         // Up from the leaf to the first node already mapped; parents always point to earlier

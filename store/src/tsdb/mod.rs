@@ -5,8 +5,11 @@
 //! `flush_interval` (and early past a byte budget) into one immutable block per time partition
 //! ([`block`]): Parquet sample rows referring to stack, function and label-set dictionaries.
 //! Whole blocks are the unit of retention and compaction. The layout is in `store/FORMAT.md`.
+//! Queries translate each block's dictionaries into one id space, kept between queries within a
+//! byte budget ([`cache`]), and merge blocks on one thread per core ([`query`]).
 
 mod block;
+mod cache;
 mod diff;
 mod error;
 mod head;
@@ -33,10 +36,11 @@ pub use model::{
     parse_selector, Batch, BatchSample, ProfileType, Query, SampleLabels, Series, StoreOptions,
 };
 
-use crate::profile::{Profile, ValueType};
+use crate::profile::{LabelValue, Profile, ValueType};
+use cache::{BlockIds, QueryCache};
 use error::io;
 use head::{Dicts, Head, SampleColumns};
-use query::ProfileMerge;
+use query::{ProfileMerge, Selection, SKIP};
 
 /// Most points [`Store::series`] returns, so a tiny step cannot exhaust memory.
 pub const MAX_SERIES_POINTS: u64 = 1_000_000;
@@ -68,6 +72,7 @@ pub struct Store {
     blocks: Vec<BlockInfo>,
     next_sequence: u64,
     problems: Mutex<Vec<BlockProblem>>,
+    cache: QueryCache,
 }
 
 fn now_unix_nanos() -> i64 {
@@ -194,6 +199,7 @@ impl Store {
         }
         blocks.retain(|b| !replaced.contains(&b.name));
         blocks.sort_by(|a, b| (a.meta.min_time, &a.name).cmp(&(b.meta.min_time, &b.name)));
+        let cache = QueryCache::new(options.query_cache_bytes);
         Ok(Store {
             dir,
             _lock: lock,
@@ -202,6 +208,7 @@ impl Store {
             blocks,
             next_sequence,
             problems: Mutex::new(problems),
+            cache,
         })
     }
 
@@ -358,6 +365,7 @@ impl Store {
             .dir
             .join(format!("{}.del{}", b.name, block::TEMP_SUFFIX));
         fs::rename(&b.path, &doomed).map_err(io(&b.path))?;
+        self.cache.forget(&b.name);
         remove_dir(&doomed)
     }
 
@@ -389,7 +397,7 @@ impl Store {
             let mut readable = Vec::new();
             for info in &inputs {
                 match block::read_dicts(info)
-                    .and_then(|d| block::read_samples(info, &d, &|_| true).map(|s| (d, s)))
+                    .and_then(|d| block::read_samples(info, &|_| true).map(|s| (d, s)))
                 {
                     Ok((dicts, samples)) => {
                         head.absorb(&dicts, &samples, info.meta.samples_appended)?;
@@ -446,33 +454,41 @@ impl Store {
         &self.blocks
     }
 
-    /// Folds the head and each block that may hold rows for the query (rows of unselected
-    /// series mostly skipped) into per-thread states, returned in a fixed order so answers do
-    /// not depend on scheduling. Unreadable blocks are reported and skipped.
+    /// Whether the head may hold rows for the query.
+    fn head_selected(&self, query: &Query) -> bool {
+        !self.head.is_empty()
+            && self.head.max_time >= query.from
+            && self.head.min_time < query.until
+            && self
+                .head
+                .dicts()
+                .series
+                .iter()
+                .any(|s| s.matches(&query.profile_type, &query.matchers))
+    }
+
+    /// Folds each block that may hold rows for the query (its rows of unselected series mostly
+    /// skipped, plus what `prepare` gets for it) into per-thread states, returned in a fixed
+    /// order so answers do not depend on scheduling. Blocks that cannot be read are reported
+    /// and skipped.
     ///
     /// Blocks are striped over up to [`MAX_QUERY_THREADS`] threads, one per core, each reading
     /// (decompressing, decoding, checking) and folding one block at a time: a long range costs
     /// a block and a partial answer per thread in memory, and its wall time shrinks with cores.
-    fn fold_sources<S: Send>(
+    fn fold_blocks<S: Send, P>(
         &self,
         query: &Query,
         init: impl Fn() -> S + Sync,
-        visit: impl Fn(&mut S, &Dicts, &[RecordBatch]) -> Result<()> + Sync,
+        prepare: impl Fn(&BlockInfo) -> Result<P> + Sync,
+        visit: impl Fn(&mut S, &BlockInfo, P, &[RecordBatch]) -> Result<()> + Sync,
     ) -> Result<Vec<S>> {
         let selects = |series: &Series| series.matches(&query.profile_type, &query.matchers);
-        let in_range = |min: i64, max: i64| max >= query.from && min < query.until;
-        let mut first = init();
-        if !self.head.is_empty()
-            && in_range(self.head.min_time, self.head.max_time)
-            && self.head.dicts().series.iter().any(selects)
-        {
-            visit(&mut first, self.head.dicts(), &[self.head.record_batch()])?;
-        }
         let blocks: Vec<&BlockInfo> = self
             .blocks
             .iter()
             .filter(|b| {
-                in_range(b.meta.min_time, b.meta.max_time)
+                b.meta.max_time >= query.from
+                    && b.meta.min_time < query.until
                     && b.meta.series.iter().any(selects)
                     && !self.is_bad(b)
             })
@@ -489,12 +505,11 @@ impl Store {
                 if failed.load(Ordering::Relaxed) {
                     break;
                 }
-                let read = block::read_dicts(info).and_then(|dicts| {
-                    let wanted = |series: usize| dicts.series.get(series).is_some_and(selects);
-                    block::read_samples(info, &dicts, &wanted).map(|rows| (dicts, rows))
-                });
+                let wanted = |series: usize| info.meta.series.get(series).is_some_and(selects);
+                let read = block::read_samples(info, &wanted)
+                    .and_then(|rows| prepare(info).map(|prepared| (prepared, rows)));
                 let folded = match read {
-                    Ok((dicts, rows)) => visit(state, &dicts, &rows),
+                    Ok((prepared, rows)) => visit(state, info, prepared, &rows),
                     Err(e) => {
                         self.report(info, e);
                         Ok(())
@@ -521,6 +536,7 @@ impl Store {
                         .map_err(|_| stripe)
                 })
                 .collect();
+            let mut first = init();
             fold_stripe(0, &mut first)?;
             let mut states = vec![first];
             for helper in helpers {
@@ -541,24 +557,38 @@ impl Store {
     }
 
     /// The merged profile of the matching series over the query's time range (head included),
-    /// with one sample type (the query's profile type) and per-sample labels kept.
+    /// with one sample type (the query's profile type) and the sample labels it keeps.
     ///
     /// Its `period` is 0 (unknown): values are already totals in the profile type's unit, each
     /// sample worth the sampler period measured in its window, which differs between windows
     /// and processes, so no single period is true of a merged range and nothing needs scaling.
     pub fn profile(&self, query: &Query) -> Result<Profile> {
         query.check()?;
+        let epoch = self.cache.epoch();
+        let add = |merge: &mut ProfileMerge, ids: &BlockIds, series: &[Series], rows: &[_]| {
+            merge.add(&epoch.select(ids, series, query)?, &ids.nodes, rows, query)
+        };
         let mut parts = self
-            .fold_sources(query, ProfileMerge::default, |merge, dicts, rows| {
-                merge.add(dicts, rows, query)
-            })?
+            .fold_blocks(
+                query,
+                ProfileMerge::default,
+                |info| epoch.block_ids(info),
+                |merge, info, ids, rows| add(merge, &ids, &info.meta.series, rows),
+            )?
             .into_iter();
         let mut merge = parts.next().unwrap_or_default();
         for part in parts {
-            merge.absorb(part)?;
+            merge.absorb(part);
+        }
+        if self.head_selected(query) {
+            let dicts = self.head.dicts();
+            let rows = [self.head.record_batch()];
+            add(&mut merge, &epoch.map(dicts)?, &dicts.series, &rows)?;
         }
         let value_type = ValueType::new(&query.profile_type.name, &query.profile_type.unit);
+        let state = epoch.lock();
         Ok(merge.build(
+            &state.interner,
             value_type,
             query.from,
             query.until.saturating_sub(query.from),
@@ -579,16 +609,45 @@ impl Store {
                 "{points} points asked for, at most {MAX_SERIES_POINTS}: use a larger step"
             )));
         }
-        let parts = self.fold_sources(
+        // Without sample matchers a timeline needs no dictionary at all.
+        let matching = |label_sets: &[Vec<(String, LabelValue)>]| {
+            let matches = |l: &Vec<_>| {
+                if query.sample_labels_match(l) {
+                    0
+                } else {
+                    SKIP
+                }
+            };
+            (!query.sample_matchers.is_empty()).then(|| label_sets.iter().map(matches).collect())
+        };
+        let add = |totals: &mut Vec<i64>, series: &[Series], labels, rows: &[_]| {
+            let selection = Selection::new(series, query, labels);
+            query::add_timeline(totals, step, &selection, rows, query)
+        };
+        let parts = self.fold_blocks(
             query,
             || vec![0; points as usize],
-            |totals, dicts, rows| query::add_timeline(totals, step, dicts, rows, query),
+            |info| match query.sample_matchers.is_empty() {
+                true => Ok(None),
+                false => block::read_dicts(info).map(|d| matching(&d.label_sets)),
+            },
+            |totals, info, labels, rows| add(totals, &info.meta.series, labels, rows),
         )?;
         let mut totals = vec![0i64; points as usize];
         for part in parts {
             for (total, t) in totals.iter_mut().zip(part) {
                 *total = total.saturating_add(t);
             }
+        }
+        if self.head_selected(query) {
+            let dicts = self.head.dicts();
+            let labels = matching(&dicts.label_sets);
+            add(
+                &mut totals,
+                &dicts.series,
+                labels,
+                &[self.head.record_batch()],
+            )?;
         }
         Ok(totals
             .into_iter()

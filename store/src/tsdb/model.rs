@@ -167,6 +167,10 @@ pub struct StoreOptions {
     pub retention_bytes: u64,
     /// The head is flushed early once its estimated size passes this many bytes.
     pub head_bytes: usize,
+    /// Estimated bytes of block dictionaries kept for queries (see `cache.rs`): past it, the
+    /// next query starts an empty cache. An hour of the busy service of `BENCHMARKS.md` takes
+    /// about 17 MiB; 0 keeps nothing between queries.
+    pub query_cache_bytes: usize,
 }
 
 impl Default for StoreOptions {
@@ -177,6 +181,7 @@ impl Default for StoreOptions {
             retention_age: Duration::from_secs(7 * 24 * 3600),
             retention_bytes: 1 << 30,
             head_bytes: 64 << 20,
+            query_cache_bytes: 32 << 20,
         }
     }
 }

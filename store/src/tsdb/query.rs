@@ -4,31 +4,46 @@
 use arrow::record_batch::RecordBatch;
 
 use super::error::Result;
-use super::head::{Dicts, IdMap, Interner, Remap, SampleColumns};
-use super::model::Query;
+use super::head::{IdMap, Interner, SampleColumns, EMPTY_STACK};
+use super::model::{Query, Series};
 use crate::profile::{Labels, Profile, Sample, ValueType};
 
+/// In [`Selection`]'s label sets: rows with this label set are not selected.
+pub(crate) const SKIP: u32 = u32::MAX;
+
+/// Which rows of one source a query takes, by the source's ids.
+pub(crate) struct Selection {
+    series: Vec<bool>,
+    /// Per label set: the answer's label set its rows are merged under (the query may keep
+    /// fewer labels), or [`SKIP`] when the query's sample matchers exclude it. `None`: every
+    /// label set, as it is (a timeline without sample matchers, which needs no dictionary).
+    labels: Option<Vec<u32>>,
+}
+
+impl Selection {
+    pub fn new(series: &[Series], query: &Query, labels: Option<Vec<u32>>) -> Self {
+        Selection {
+            series: series
+                .iter()
+                .map(|s| s.matches(&query.profile_type, &query.matchers))
+                .collect(),
+            labels,
+        }
+    }
+}
+
 /// Calls `row(time, stack, labels, value)` for each row of the selected series, inside the
-/// time range, whose sample labels match; stops at the first error.
+/// time range, whose label set is selected (`labels` is the source's label set id); stops at
+/// the first error.
 fn for_each_row(
-    dicts: &Dicts,
+    selection: &Selection,
     batches: &[RecordBatch],
     query: &Query,
     mut row: impl FnMut(i64, u32, u32, i64) -> Result<()>,
 ) -> Result<()> {
-    let series: Vec<bool> = dicts
-        .series
-        .iter()
-        .map(|s| s.matches(&query.profile_type, &query.matchers))
-        .collect();
-    if !series.contains(&true) {
+    if !selection.series.contains(&true) {
         return Ok(());
     }
-    let label_sets: Vec<bool> = dicts
-        .label_sets
-        .iter()
-        .map(|l| query.sample_labels_match(l))
-        .collect();
     for batch in batches {
         // Columns were validated when the block was read; a mismatch here skips the batch.
         let Some(columns) = SampleColumns::of(batch) else {
@@ -49,10 +64,13 @@ fn for_each_row(
             .zip(l.values())
             .zip(v.values());
         for ((((&s, &t), &st), &l), &v) in rows {
-            if series.get(s as usize) == Some(&true)
+            if selection.series.get(s as usize) == Some(&true)
                 && t >= query.from
                 && t < query.until
-                && label_sets.get(l as usize) == Some(&true)
+                && selection
+                    .labels
+                    .as_ref()
+                    .is_none_or(|labels| labels.get(l as usize).is_some_and(|&l| l != SKIP))
             {
                 row(t, st, l, v)?;
             }
@@ -61,15 +79,13 @@ fn for_each_row(
     Ok(())
 }
 
-/// Values per stack, one table per label set (the index).
+/// Values per stack, one table per label set.
 type Sums = Vec<IdMap<u32, i64>>;
 
-/// A profile merged from several sources, each with dictionaries of its own.
-///
-/// Stacks and label sets are re-interned into one [`Interner`] for the query, so a sample is
-/// keyed by two integers (stack, label set) rather than by a vector of functions and a vector
-/// of labels, each source's ids are looked up once rather than once per row, and a stack is
-/// spelled out as a vector only once, when the profile is built.
+/// A profile merged from several sources, in the ids of one [`Interner`] (a cache epoch's), into
+/// which each source's ids are translated: a sample is keyed by two integers (stack, label set)
+/// rather than by a vector of functions and a vector of labels, and a stack is spelled out as a
+/// vector only once, when the profile is built.
 ///
 /// Values are kept in one table per label set: while a source's samples of one label set
 /// (one thread, say) are added, only that table is touched, a fraction of the answer that
@@ -78,73 +94,68 @@ type Sums = Vec<IdMap<u32, i64>>;
 /// stable, and sorting millions of samples would cost more.
 #[derive(Default)]
 pub(crate) struct ProfileMerge {
-    interner: Interner,
-    samples: Sums,
-    /// Per-source sums, kept between sources so their tables keep their capacity.
+    /// By the answer's label set.
+    samples: IdMap<u32, IdMap<u32, i64>>,
+    /// Per-source sums by the source's label set, kept between sources so their tables keep
+    /// their capacity.
     scratch: Sums,
 }
 
 impl ProfileMerge {
-    /// Adds the matching rows of one source.
-    pub fn add(&mut self, dicts: &Dicts, batches: &[RecordBatch], query: &Query) -> Result<()> {
+    /// Adds the selected rows of one source whose stack node ids translate by `nodes`.
+    pub fn add(
+        &mut self,
+        selection: &Selection,
+        nodes: &[u32],
+        batches: &[RecordBatch],
+        query: &Query,
+    ) -> Result<()> {
         // A sample's rows recur once per sampler window in a block: they are summed per source
-        // first, in tables that stay in cache, so the query's are probed once per distinct
+        // first, in tables that stay in cache, so the answer's are probed once per distinct
         // sample of the source rather than once per row.
+        // Without the answer's label set for each of the source's, rows have nowhere to go
+        // (only timelines select that way).
+        let Some(labels) = &selection.labels else {
+            return Ok(());
+        };
         let mut sums = std::mem::take(&mut self.scratch);
-        if sums.len() < dicts.label_sets.len() {
-            sums.resize_with(dicts.label_sets.len(), IdMap::default);
+        if sums.len() < labels.len() {
+            sums.resize_with(labels.len(), IdMap::default);
         }
-        for_each_row(dicts, batches, query, |_, stack, labels, value| {
+        for_each_row(selection, batches, query, |_, stack, labels, value| {
             let sum = sums[labels as usize].entry(stack).or_insert(0);
             *sum = sum.saturating_add(value);
             Ok(())
         })?;
-        // The answer's id of each label set with rows, cut down to the labels the query keeps.
-        let mut labels = vec![0; sums.len()];
-        for (l, stacks) in sums.iter().enumerate().take(dicts.label_sets.len()) {
-            if !stacks.is_empty() {
-                let kept = query.sample_labels.keep(&dicts.label_sets[l]);
-                labels[l] = self.interner.intern_label_set(&kept)?;
-            }
-        }
-        let added = self.add_sums(dicts, &labels, &mut sums);
-        self.scratch = sums;
-        added
-    }
-
-    /// Adds another merge's samples: the partial answers of the threads of one query.
-    pub fn absorb(&mut self, mut other: ProfileMerge) -> Result<()> {
-        let from = &other.interner.dicts;
-        let labels = (0..other.samples.len())
-            .map(|l| self.interner.intern_label_set(&from.label_sets[l]))
-            .collect::<Result<Vec<_>>>()?;
-        self.add_sums(from, &labels, &mut other.samples)
-    }
-
-    /// Moves values per stack and label set, given in `dicts`' stack ids and as answer label
-    /// set ids by `labels`, into the answer.
-    fn add_sums(&mut self, dicts: &Dicts, labels: &[u32], sums: &mut Sums) -> Result<()> {
-        let mut remap = Remap::new(dicts);
         for (&labels, stacks) in labels.iter().zip(sums.iter_mut()) {
             if stacks.is_empty() {
                 continue;
             }
-            let labels = labels as usize;
-            if self.samples.len() <= labels {
-                self.samples.resize_with(labels + 1, IdMap::default);
-            }
-            let table = &mut self.samples[labels];
+            let table = self.samples.entry(labels).or_default();
             for (stack, value) in stacks.drain() {
-                let sum = table
-                    .entry(remap.stack(&mut self.interner, stack)?)
-                    .or_insert(0);
+                let node = nodes.get(stack as usize).copied().unwrap_or(EMPTY_STACK);
+                let sum = table.entry(node).or_insert(0);
                 *sum = sum.saturating_add(value);
             }
         }
+        self.scratch = sums;
         Ok(())
     }
 
-    /// The profile of everything added: one sample type, per-sample labels kept.
+    /// Adds another merge's samples (in the same ids): the partial answers of one query's
+    /// threads.
+    pub fn absorb(&mut self, other: ProfileMerge) {
+        for (labels, stacks) in other.samples {
+            let table = self.samples.entry(labels).or_default();
+            for (node, value) in stacks {
+                let sum = table.entry(node).or_insert(0);
+                *sum = sum.saturating_add(value);
+            }
+        }
+    }
+
+    /// The profile of everything added, spelled out from `interner` (the one ids refer to):
+    /// one sample type, and the sample labels the query kept.
     ///
     /// `period` is 0 ("unknown"): stored values are already totals in the profile type's unit
     /// (each sample worth the sampler period measured in its window, which varies from window
@@ -152,24 +163,33 @@ impl ProfileMerge {
     /// true of a merged range.
     pub fn build(
         self,
+        interner: &Interner,
         value_type: ValueType,
         start_unix_nanos: i64,
         duration_nanos: i64,
     ) -> Profile {
-        let mut dicts = self.interner.dicts;
-        let label_sets: Vec<Labels> = std::mem::take(&mut dicts.label_sets)
-            .into_iter()
-            .map(Labels::from)
-            .collect();
+        let dicts = &interner.dicts;
+        // The interner is shared with other queries: only the functions used go in the answer.
+        let mut index = vec![u32::MAX; dicts.functions.len()];
+        let mut functions = Vec::new();
         let mut stack = Vec::new();
-        let mut samples = Vec::with_capacity(self.samples.iter().map(IdMap::len).sum());
-        for (labels, stacks) in self.samples.into_iter().enumerate() {
+        let mut samples = Vec::with_capacity(self.samples.values().map(IdMap::len).sum());
+        for (labels, stacks) in self.samples {
+            let labels = Labels::from(dicts.label_sets[labels as usize].as_slice());
             for (node, value) in stacks {
                 dicts.resolve(node, &mut stack);
+                for f in stack.iter_mut() {
+                    let slot = &mut index[*f as usize];
+                    if *slot == u32::MAX {
+                        *slot = functions.len() as u32;
+                        functions.push(dicts.functions[*f as usize].clone());
+                    }
+                    *f = *slot;
+                }
                 samples.push(Sample {
                     stack: stack.clone(),
                     values: vec![value],
-                    labels: label_sets[labels].clone(),
+                    labels: labels.clone(),
                 });
             }
         }
@@ -178,7 +198,7 @@ impl ProfileMerge {
             default_sample_type: 0,
             period_type: value_type,
             period: 0,
-            functions: dicts.functions,
+            functions,
             samples,
             start_unix_nanos,
             duration_nanos,
@@ -186,15 +206,15 @@ impl ProfileMerge {
     }
 }
 
-/// Adds the matching rows of one source to per-step totals starting at `query.from`.
+/// Adds the selected rows of one source to per-step totals starting at `query.from`.
 pub(crate) fn add_timeline(
     totals: &mut [i64],
     step: i64,
-    dicts: &Dicts,
+    selection: &Selection,
     batches: &[RecordBatch],
     query: &Query,
 ) -> Result<()> {
-    for_each_row(dicts, batches, query, |time, _, _, value| {
+    for_each_row(selection, batches, query, |time, _, _, value| {
         let at = (i128::from(time) - i128::from(query.from)) / i128::from(step);
         if let Some(t) = usize::try_from(at).ok().and_then(|i| totals.get_mut(i)) {
             *t = t.saturating_add(value);

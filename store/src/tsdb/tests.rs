@@ -764,6 +764,117 @@ fn only_the_sample_labels_asked_for_are_kept() {
     assert_eq!(flat(&store.profile(&q).unwrap()), expected);
 }
 
+/// Three one-minute blocks of service "api", 1, 2 and 4 in value.
+fn three_minutes(options: StoreOptions) -> (TempDir, Store) {
+    let dir = TempDir::new("cache");
+    let mut store = Store::open(&dir.0, options).unwrap();
+    for (minute, value) in [(1, 1), (2, 2), (3, 4)] {
+        let samples: [TestSample; 2] = [(&["Hot", "Main"], value, &[]), (&["Main"], 0, &[])];
+        store
+            .append(&batch("api", "cpu", minute * MINUTE, &samples))
+            .unwrap();
+        store.flush().unwrap();
+    }
+    (dir, store)
+}
+
+fn minute_options(query_cache_bytes: usize) -> StoreOptions {
+    StoreOptions {
+        partition: Duration::from_secs(60),
+        query_cache_bytes,
+        ..keep_all()
+    }
+}
+
+#[test]
+fn queries_reuse_the_dictionaries_of_blocks_they_read() {
+    let (_dir, store) = three_minutes(minute_options(1 << 20));
+    let everything = query(None, "cpu", 0, HOUR);
+    // A timeline without sample matchers reads no dictionary at all.
+    let points = store.series(&everything, Duration::from_secs(60)).unwrap();
+    assert_eq!(points.iter().map(|(_, v)| v).sum::<i64>(), 7);
+    assert_eq!(store.cache.usage().0, 0);
+    assert_eq!(store.profile(&everything).unwrap().total(0), 7);
+    let (blocks, bytes) = store.cache.usage();
+    assert_eq!(blocks, 3);
+    // Asked again (and for a part): answered from the cache, which does not grow.
+    assert_eq!(store.profile(&everything).unwrap().total(0), 7);
+    let second = query(None, "cpu", 2 * MINUTE, 3 * MINUTE);
+    assert_eq!(store.profile(&second).unwrap().total(0), 2);
+    assert_eq!(store.cache.usage(), (blocks, bytes));
+}
+
+#[test]
+fn past_its_budget_the_cache_starts_afresh() {
+    let (_dir, store) = three_minutes(minute_options(1));
+    for (minute, total) in [(1, 1), (2, 2), (3, 4), (1, 1)] {
+        let q = query(None, "cpu", minute * MINUTE, (minute + 1) * MINUTE);
+        assert_eq!(store.profile(&q).unwrap().total(0), total);
+        // Each query finds the previous one's epoch over budget and starts a new one.
+        assert_eq!(store.cache.usage().0, 1, "minute {minute}");
+    }
+    let everything = query(None, "cpu", 0, HOUR);
+    assert_eq!(store.profile(&everything).unwrap().total(0), 7);
+    assert_eq!(store.cache.usage().0, 3);
+}
+
+#[test]
+fn blocks_deleted_by_retention_or_compaction_leave_the_cache() {
+    let (_dir, mut store) = three_minutes(minute_options(1 << 20));
+    let everything = query(None, "cpu", 0, HOUR);
+    assert_eq!(store.profile(&everything).unwrap().total(0), 7);
+    assert_eq!(store.cache.usage().0, 3);
+    // Retention deletes the first minute: its ids go, and it is not answered from the cache.
+    store.options.retention_age = Duration::from_secs(60);
+    let deleted = store.apply_retention(2 * MINUTE + MINUTE / 2).unwrap();
+    assert_eq!(deleted.len(), 1);
+    assert_eq!(store.cache.usage().0, 2);
+    assert_eq!(store.profile(&everything).unwrap().total(0), 6);
+    // Compaction replaces two blocks of one minute by one: the inputs' ids go.
+    store.options.retention_age = keep_all().retention_age;
+    store
+        .append(&batch(
+            "api",
+            "cpu",
+            3 * MINUTE + 1,
+            &[(&["Hot", "Main"], 8, &[])],
+        ))
+        .unwrap();
+    store.flush().unwrap();
+    assert_eq!(store.profile(&everything).unwrap().total(0), 14);
+    store
+        .append(&batch("api", "cpu", 4 * MINUTE, &[(&["Main"], 16, &[])]))
+        .unwrap();
+    store.flush().unwrap();
+    let compacted = store
+        .blocks()
+        .iter()
+        .find(|b| !b.meta.compacted_from.is_empty())
+        .expect("minute 3 compacted")
+        .clone();
+    assert_eq!(compacted.meta.compacted_from.len(), 2);
+    let cached = store.cache.usage().0;
+    assert_eq!(cached, 1, "only minute 2 is left of what was read");
+    assert_eq!(store.profile(&everything).unwrap().total(0), 30);
+    assert_eq!(store.cache.usage().0, 3);
+}
+
+#[test]
+fn concurrent_queries_agree_while_the_cache_turns_over() {
+    let (_dir, store) = three_minutes(minute_options(1));
+    let expected = flat(&store.profile(&query(None, "cpu", 0, HOUR)).unwrap());
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                for minute in 0..20 {
+                    let q = query(None, "cpu", 0, HOUR - minute);
+                    assert_eq!(flat(&store.profile(&q).unwrap()), expected);
+                }
+            });
+        }
+    });
+}
+
 #[test]
 fn a_head_spanning_partitions_flushes_one_block_each() {
     let dir = TempDir::new("split");
