@@ -176,6 +176,11 @@ impl ProfileMerge {
         let mut samples = Vec::with_capacity(self.samples.values().map(IdMap::len).sum());
         for (labels, stacks) in self.samples {
             let labels = Labels::from(dicts.label_sets[labels as usize].as_slice());
+            // In node order, consecutive stacks share callers still in cache (nodes are numbered
+            // as blocks list them, siblings together), where hash order walks each stack from
+            // cold memory: with millions of distinct stacks this walk was most of the build.
+            let mut stacks: Vec<(u32, i64)> = stacks.into_iter().collect();
+            stacks.sort_unstable_by_key(|&(node, _)| node);
             for (node, value) in stacks {
                 dicts.resolve(node, &mut stack);
                 for f in stack.iter_mut() {
