@@ -97,7 +97,7 @@ fn a_profile_without_sample_types_is_a_valid_pprof_and_an_error_elsewhere() {
     profile.samples.push(Sample {
         stack: vec![0],
         values: vec![],
-        labels: vec![],
+        labels: Vec::new().into(),
     });
     assert_eq!(decode(&encode_pprof(&profile).unwrap()).sample.len(), 1);
 }

@@ -5,6 +5,7 @@
 //! labels. Samples with equal stacks and labels are merged as they are added.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// A value's meaning and unit, e.g. `cpu`/`nanoseconds` or `samples`/`count`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -41,6 +42,11 @@ pub enum LabelValue {
     Num(i64),
 }
 
+/// A sample's labels, sorted by key. Shared: the samples of a large profile carry a few
+/// distinct label sets (one per thread, say) hundreds of thousands of times, and a copy each
+/// would cost allocations and memory for nothing.
+pub type Labels = Arc<[(String, LabelValue)]>;
+
 /// One aggregated sample.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sample {
@@ -48,8 +54,7 @@ pub struct Sample {
     pub stack: Vec<FunctionIndex>,
     /// One value per [`Profile::sample_types`] entry.
     pub values: Vec<i64>,
-    /// Sorted by key.
-    pub labels: Vec<(String, LabelValue)>,
+    pub labels: Labels,
 }
 
 /// A profile over a time range.
@@ -198,7 +203,7 @@ impl ProfileBuilder {
                 self.profile.samples.push(Sample {
                     stack: key.0,
                     values: values.to_vec(),
-                    labels: key.1,
+                    labels: key.1.into(),
                 });
             }
         }

@@ -8,7 +8,7 @@ use axum::http::{header, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use exporter::{folded, tree, Format};
+use exporter::{folded, tree, Format, THREAD_ID_LABEL, THREAD_NAME_LABEL};
 use serde::Serialize;
 use store::profile::{LabelValue, Profile};
 use store::tsdb::{self, parse_selector, ProfileType, Store};
@@ -123,7 +123,11 @@ async fn profile(State(state): State<ApiState>, params: QueryPairs) -> Result<Re
     let name = selection.type_name.clone();
     let body = state
         .query(move |store| {
-            let profile = store.profile(&selection.query(&store, from, until)?)?;
+            let query = tsdb::Query {
+                sample_labels: output.sample_labels(),
+                ..selection.query(&store, from, until)?
+            };
+            let profile = store.profile(&query)?;
             drop(store);
             output.render(&profile)
         })
@@ -150,7 +154,10 @@ async fn diff(State(state): State<ApiState>, params: QueryPairs) -> Result<Respo
     let name = format!("{}-diff", selection.type_name);
     let body = state
         .query(move |store| {
-            let new = selection.query(&store, from, until)?;
+            let new = tsdb::Query {
+                sample_labels: output.sample_labels(),
+                ..selection.query(&store, from, until)?
+            };
             let base = tsdb::Query {
                 from: base_from,
                 until: base_until,
@@ -320,6 +327,7 @@ impl Selection {
             profile_type,
             matchers: self.matchers,
             sample_matchers: self.sample_matchers,
+            sample_labels: tsdb::SampleLabels::All,
         })
     }
 }
@@ -370,6 +378,21 @@ impl Output {
                 format: name.to_string(),
                 formats: names,
             })
+    }
+
+    /// The sample labels the output shows. Merging without the others is much cheaper over
+    /// long ranges: one sample per stack instead of one per stack and thread.
+    fn sample_labels(self) -> tsdb::SampleLabels {
+        match self {
+            Output::Tree | Output::File(Format::Folded | Format::Svg) => {
+                tsdb::SampleLabels::Only(Vec::new())
+            }
+            Output::File(Format::Speedscope) => tsdb::SampleLabels::Only(vec![
+                THREAD_ID_LABEL.to_string(),
+                THREAD_NAME_LABEL.to_string(),
+            ]),
+            Output::File(Format::Pprof) => tsdb::SampleLabels::All,
+        }
     }
 
     fn render(self, profile: &Profile) -> Result<Vec<u8>, ApiError> {

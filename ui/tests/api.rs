@@ -13,7 +13,7 @@ use exporter::pprof::proto;
 use prost::Message;
 use serde_json::Value;
 use store::profile::{Function, LabelValue};
-use store::tsdb::{Batch, BatchSample, ProfileType, Query, Store, StoreOptions};
+use store::tsdb::{Batch, BatchSample, ProfileType, Query, SampleLabels, Store, StoreOptions};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -253,6 +253,7 @@ fn cpu_query(from: i64, until: i64) -> Query {
         profile_type: ProfileType::known("cpu").unwrap(),
         matchers: vec![("service_name".into(), "checkout".into())],
         sample_matchers: Vec::new(),
+        sample_labels: SampleLabels::All,
     }
 }
 
@@ -412,6 +413,11 @@ async fn pprof_decodes_with_the_hot_function_on_top() {
     assert_eq!((*top.0, *top.1), (TAX, 6 * 70 * PERIOD));
     let total: i64 = p.sample.iter().map(|s| s.value[0]).sum();
     assert_eq!(total, server.total(&cpu_query(T0, T0 + 60 * SECOND)));
+    // pprof keeps the sample labels (a flame graph drops them).
+    assert!(p
+        .sample
+        .iter()
+        .all(|s| s.label.iter().any(|l| string(l.key) == "thread_id")));
     server.stop().await;
 }
 
@@ -523,6 +529,8 @@ async fn folded_svg_and_speedscope() {
     );
     let frames = file["shared"]["frames"].as_array().unwrap();
     assert!(frames.iter().any(|f| f["name"] == TAX));
+    // One profile per thread: the query kept the thread labels for it.
+    assert!(file["profiles"].as_array().unwrap().len() > 1, "{file}");
     server.stop().await;
 }
 

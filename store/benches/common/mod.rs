@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use arrow::array::{Array, UInt32Array};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use store::tsdb::{BlockInfo, ProfileType, Query, Store, StoreOptions};
+use store::tsdb::{BlockInfo, ProfileType, Query, SampleLabels, Store, StoreOptions};
 
 pub const SECOND: i64 = 1_000_000_000;
 /// 2025-11-30 12:00 UTC: any fixed time works, a realistic one keeps block names realistic.
@@ -60,6 +60,7 @@ pub fn query(service: &str, profile_type: &str, from: i64, until: i64) -> Query 
         profile_type: ProfileType::known(profile_type).expect("a known profile type"),
         matchers: vec![("service_name".into(), service.into())],
         sample_matchers: Vec::new(),
+        sample_labels: SampleLabels::All,
     }
 }
 

@@ -8,24 +8,26 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Int64Array, StringArray, UInt32Array};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::file::metadata::RowGroupMetaData;
 use parquet::file::properties::WriterProperties;
+use parquet::file::statistics::Statistics;
 use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 
 use super::error::{corrupt, io, Result, StoreError};
-use super::head::{Dicts, StackNode, EMPTY_STACK, NO_PARENT};
+use super::head::{Dicts, SampleColumns, StackNode, EMPTY_STACK, NO_PARENT};
 use super::model::Series;
 use crate::profile::{Function, LabelValue};
 
 /// Major version this code writes and reads; a reader refuses other majors.
 pub const FORMAT_MAJOR: u32 = 1;
 /// Minor version: additions older readers may ignore.
-pub const FORMAT_MINOR: u32 = 0;
+pub const FORMAT_MINOR: u32 = 1;
 /// Value of [`BlockMeta::format`].
 pub const FORMAT_NAME: &str = "clrscope-tsdb";
 
@@ -145,13 +147,46 @@ pub(crate) fn inspect(dir: &Path) -> Result<BlockInfo> {
 }
 
 fn read_table(path: &Path) -> Result<Vec<RecordBatch>> {
+    read_row_groups(path, |_| true)
+}
+
+/// The rows of the row groups `keep` accepts.
+fn read_row_groups(
+    path: &Path,
+    keep: impl Fn(&RowGroupMetaData) -> bool,
+) -> Result<Vec<RecordBatch>> {
     let f = File::open(path).map_err(|e| corrupt(path, e))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
-        .and_then(|b| b.with_batch_size(64 * 1024).build())
+    let builder = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| corrupt(path, e))?;
+    let groups = builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| keep(g))
+        .map(|(i, _)| i)
+        .collect();
+    let reader = builder
+        .with_row_groups(groups)
+        .with_batch_size(64 * 1024)
+        .build()
         .map_err(|e| corrupt(path, e))?;
     reader
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| corrupt(path, e))
+}
+
+/// The range of series ids a row group of `samples.parquet` holds, from its statistics; `None`
+/// when it has none, so it must be read.
+fn series_range(group: &RowGroupMetaData) -> Option<(u32, u32)> {
+    let column = group
+        .columns()
+        .iter()
+        .find(|c| c.column_path().string() == "series")?;
+    match column.statistics()? {
+        // uint32 is stored as Parquet INT32: the bits are the same.
+        Statistics::Int32(s) => Some((*s.min_opt()? as u32, *s.max_opt()? as u32)),
+        _ => None,
+    }
 }
 
 fn column<'a, T: Array + 'static>(
@@ -253,10 +288,19 @@ pub(crate) fn read_dicts(info: &BlockInfo) -> Result<Dicts> {
     Ok(dicts)
 }
 
-/// Sample rows of a block, every reference checked against `dicts`.
-pub(crate) fn read_samples(info: &BlockInfo, dicts: &Dicts) -> Result<Vec<RecordBatch>> {
+/// Sample rows of a block, every reference checked against the sizes `meta.json` gives its
+/// tables (which [`read_dicts`] checks in turn): those of the series `wanted` accepts (by
+/// `meta.json` index), and any others that share a row group with them.
+pub(crate) fn read_samples(
+    info: &BlockInfo,
+    wanted: &dyn Fn(usize) -> bool,
+) -> Result<Vec<RecordBatch>> {
+    let rows = &info.meta.rows;
     let path = info.path.join(SAMPLES);
-    let batches = read_table(&path)?;
+    let batches = read_row_groups(&path, |group| match series_range(group) {
+        Some((min, max)) => (min..=max).any(|s| wanted(s as usize)),
+        None => true,
+    })?;
     for batch in &batches {
         let series = column::<UInt32Array>(batch, "series", &path)?;
         column::<Int64Array>(batch, "time", &path)?;
@@ -266,15 +310,15 @@ pub(crate) fn read_samples(info: &BlockInfo, dicts: &Dicts) -> Result<Vec<Record
         let bad = series
             .values()
             .iter()
-            .any(|&s| s as usize >= dicts.series.len())
+            .any(|&s| s as usize >= info.meta.series.len())
             || stacks
                 .values()
                 .iter()
-                .any(|&s| s != EMPTY_STACK && s as usize >= dicts.stacks.len())
+                .any(|&s| s != EMPTY_STACK && u64::from(s) >= rows.stacks)
             || labels
                 .values()
                 .iter()
-                .any(|&l| l as usize >= dicts.label_sets.len());
+                .any(|&l| u64::from(l) >= rows.label_sets);
         if bad || batch.columns().iter().any(|c| c.null_count() > 0) {
             return Err(corrupt(&path, "a sample row refers past a dictionary"));
         }
@@ -282,8 +326,9 @@ pub(crate) fn read_samples(info: &BlockInfo, dicts: &Dicts) -> Result<Vec<Record
     Ok(batches)
 }
 
-/// Integer columns stored as deltas rather than through a dictionary.
-const DELTA_COLUMNS: [&str; 3] = ["parent", "function", "time"];
+/// Integer columns stored as deltas rather than through a dictionary: they ascend in small
+/// steps (sorted times and stack ids, breadth-first parents) or run along chains of new nodes.
+const DELTA_COLUMNS: [&str; 4] = ["parent", "function", "time", "stack"];
 
 /// Creates a file only this user can read, as profiles name code and carry trace ids.
 fn create_private(path: &Path) -> Result<File> {
@@ -295,15 +340,16 @@ fn create_private(path: &Path) -> Result<File> {
         .map_err(io(path))
 }
 
-fn write_table(dir: &Path, file: &str, batch: RecordBatch) -> Result<()> {
+/// Writes a table, each of `groups` as row groups of its own (split further past 2^20 rows).
+fn write_table(dir: &Path, file: &str, schema: SchemaRef, groups: &[RecordBatch]) -> Result<()> {
     let path = dir.join(file);
     let f = create_private(&path)?;
     let mut props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).unwrap_or_default()))
         .set_max_row_group_row_count(Some(1 << 20));
-    // Parents are mostly the previous node and times mostly repeat: deltas are near zero.
+    // Sorted or chained ids: deltas are near zero.
     for name in DELTA_COLUMNS {
-        if batch.schema().column_with_name(name).is_some() {
+        if schema.column_with_name(name).is_some() {
             let col = ColumnPath::from(name);
             props = props
                 .set_column_dictionary_enabled(col.clone(), false)
@@ -315,8 +361,11 @@ fn write_table(dir: &Path, file: &str, batch: RecordBatch) -> Result<()> {
         path: path.clone(),
         source,
     };
-    let mut writer = ArrowWriter::try_new(f, batch.schema(), Some(props)).map_err(parquet_err)?;
-    writer.write(&batch).map_err(parquet_err)?;
+    let mut writer = ArrowWriter::try_new(f, schema, Some(props)).map_err(parquet_err)?;
+    for group in groups {
+        writer.write(group).map_err(parquet_err)?;
+        writer.flush().map_err(parquet_err)?;
+    }
     let f = writer.into_inner().map_err(parquet_err)?;
     f.sync_all().map_err(io(&path))
 }
@@ -339,10 +388,14 @@ pub(crate) fn write(
         .mode(0o700)
         .create(&tmp)
         .map_err(io(&tmp))?;
-    write_table(&tmp, SAMPLES, samples)?;
-    write_table(&tmp, FUNCTIONS, functions_batch(dicts))?;
-    write_table(&tmp, STACKS, stacks_batch(dicts))?;
-    write_table(&tmp, LABELS, labels_batch(dicts))?;
+    write_table(&tmp, SAMPLES, samples.schema(), &by_series(&samples))?;
+    for (file, table) in [
+        (FUNCTIONS, functions_batch(dicts)),
+        (STACKS, stacks_batch(dicts)),
+        (LABELS, labels_batch(dicts)),
+    ] {
+        write_table(&tmp, file, table.schema(), &[table])?;
+    }
     let path = tmp.join(META);
     let mut f = create_private(&path)?;
     let json = serde_json::to_vec_pretty(meta).expect("block meta serializes");
@@ -353,6 +406,21 @@ pub(crate) fn write(
     fs::rename(&tmp, &dir).map_err(io(&dir))?;
     sync_dir(root)?;
     inspect(&dir)
+}
+
+/// Sample rows cut where the series changes: sorted rows give one row group per series, which
+/// queries of other series skip by its statistics.
+fn by_series(samples: &RecordBatch) -> Vec<RecordBatch> {
+    let series = SampleColumns::of(samples).map_or(&[][..], |c| c.series.values());
+    let mut groups = Vec::new();
+    let mut start = 0;
+    for end in 1..=series.len() {
+        if end == series.len() || series[end] != series[start] {
+            groups.push(samples.slice(start, end - start));
+            start = end;
+        }
+    }
+    groups
 }
 
 fn batch(fields: Vec<Field>, columns: Vec<ArrayRef>) -> RecordBatch {

@@ -33,7 +33,7 @@ pub fn diff(base: &Profile, new: &Profile, sample_type: usize) -> Profile {
                 .collect();
             let mut values = [0, 0];
             values[side] = sample.values.get(sample_type).copied().unwrap_or(0);
-            builder.add(stack, sample.labels.clone(), &values);
+            builder.add(stack, sample.labels.to_vec(), &values);
         }
     }
     builder.build()

@@ -36,6 +36,9 @@ pub enum StoreError {
     /// The caller handed in a batch that cannot be stored.
     #[error("invalid batch: {0}")]
     InvalidBatch(String),
+    /// More distinct functions, stack nodes or label sets than 32-bit ids can count.
+    #[error("more than 2^32-1 {what} in one head, block or query: flush more often or narrow the query's time range")]
+    TooMany { what: &'static str },
     /// A series selector that does not parse.
     #[error("invalid selector {input:?}: {reason}; expected e.g. {{service_name=\"api\",process_id=\"42\"}}")]
     InvalidSelector { input: String, reason: String },

@@ -1,6 +1,8 @@
-//! The in-memory head block: dictionaries being interned and sample rows in Arrow builders.
+//! The in-memory head block (dictionaries being interned, sample rows in Arrow builders), and
+//! the interning that compaction and queries share with it.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -36,6 +38,54 @@ pub(crate) struct Dicts {
 }
 
 impl Dicts {
+    /// Renumbers the stack nodes breadth first, the children of a node together and ordered by
+    /// function, and returns each old node's new id. Parents then never decrease, so the
+    /// delta-encoded `stacks.parent` column costs a bit or two per node where interning order
+    /// jumps back to an unrelated row for every new branch; parents still come before their
+    /// children.
+    pub fn breadth_first(&mut self) -> Vec<u32> {
+        let nodes = &self.stacks;
+        let parent = |i: u32| Some(nodes[i as usize].parent).filter(|&p| p != NO_PARENT);
+        // Parents point to earlier nodes, so one pass finds every depth.
+        let mut depth = vec![0u32; nodes.len()];
+        for i in 0..nodes.len() {
+            if let Some(p) = parent(i as u32) {
+                depth[i] = depth[p as usize] + 1;
+            }
+        }
+        let mut order: Vec<u32> = (0..nodes.len() as u32).collect();
+        order.sort_by_key(|&i| depth[i as usize]);
+        let mut new_ids = vec![0u32; nodes.len()];
+        let mut start = 0;
+        while start < order.len() {
+            let level = depth[order[start] as usize];
+            let len = order[start..]
+                .iter()
+                .take_while(|&&i| depth[i as usize] == level)
+                .count();
+            // The level above is numbered already: group by its new ids.
+            let slice = &mut order[start..start + len];
+            slice.sort_unstable_by_key(|&i| {
+                (
+                    parent(i).map_or(0, |p| new_ids[p as usize]),
+                    nodes[i as usize].function,
+                )
+            });
+            for (k, &i) in slice.iter().enumerate() {
+                new_ids[i as usize] = (start + k) as u32;
+            }
+            start += len;
+        }
+        self.stacks = order
+            .iter()
+            .map(|&i| StackNode {
+                parent: parent(i).map_or(NO_PARENT, |p| new_ids[p as usize]),
+                function: nodes[i as usize].function,
+            })
+            .collect();
+        new_ids
+    }
+
     /// Function ids of a stack, leaf first. Ids were validated on load, and parents always
     /// point to earlier nodes, so the walk ends.
     pub fn resolve(&self, stack: u32, out: &mut Vec<u32>) {
@@ -47,6 +97,9 @@ impl Dicts {
         }
     }
 }
+
+/// Index of the `stack` column in [`samples_schema`].
+const STACK_COLUMN: usize = 2;
 
 /// Schema of the sample rows, in the head and in `samples.parquet`.
 pub(crate) fn samples_schema() -> SchemaRef {
@@ -84,68 +137,82 @@ impl<'a> SampleColumns<'a> {
     }
 }
 
+/// Hashes the store's own integer ids (stack nodes, sample keys) with one multiply per word, as
+/// rustc's FxHash does: several times faster than SipHash on the per-frame and per-row paths of
+/// appends, compaction and queries. Strings that come from targets (function names, labels) keep
+/// the default hasher, which resists crafted collisions.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl IdHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.add(u64::from(b));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+
+    fn finish(&self) -> u64 {
+        // The multiply leaves its entropy in the high bits; the table indexes by the low ones.
+        self.0.rotate_left(26)
+    }
+}
+
+/// A hash map keyed by the store's own ids; see [`IdHasher`].
+pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+
+/// `rows` (with [`samples_schema`]) with each stack id replaced by its new id from
+/// [`Dicts::breadth_first`].
+pub(crate) fn renumber_stacks(rows: &RecordBatch, new_ids: &[u32]) -> RecordBatch {
+    let columns = SampleColumns::of(rows).expect("a batch with the samples schema");
+    let stacks: UInt32Array = columns
+        .stack
+        .values()
+        .iter()
+        .map(|&s| new_ids.get(s as usize).copied().unwrap_or(EMPTY_STACK))
+        .collect();
+    let mut arrays = rows.columns().to_vec();
+    arrays[STACK_COLUMN] = Arc::new(stacks);
+    RecordBatch::try_new(rows.schema(), arrays).expect("the same schema and length")
+}
+
 /// Rough per-row and per-entry costs for the head's byte budget, hash maps included.
 const ROW_BYTES: usize = 28;
 const ENTRY_OVERHEAD: usize = 48;
 
-/// Samples not yet on disk.
-#[derive(Debug)]
-pub(crate) struct Head {
+/// Dictionaries being built and the maps that intern into them: the head's, a compaction's and
+/// a query's, so equal functions, stacks and label sets get one id however many sources they
+/// come from.
+#[derive(Debug, Default)]
+pub(crate) struct Interner {
     pub dicts: Dicts,
     function_ids: HashMap<Function, u32>,
-    node_ids: HashMap<StackNode, u32>,
+    node_ids: IdMap<StackNode, u32>,
     label_set_ids: HashMap<Vec<(String, LabelValue)>, u32>,
     series_ids: HashMap<Series, u32>,
-    series: UInt32Builder,
-    time: Int64Builder,
-    stack: UInt32Builder,
-    labels: UInt32Builder,
-    value: Int64Builder,
-    pub samples_appended: u64,
-    /// Appended samples per batch timestamp, to credit each partition's block.
-    pub appended_by_time: HashMap<i64, u64>,
+    /// Estimated bytes of the dictionaries and their maps.
     pub bytes: usize,
-    /// When the oldest unflushed batch arrived.
-    pub since: Option<Instant>,
-    pub min_time: i64,
-    pub max_time: i64,
 }
 
-impl Head {
-    pub fn new() -> Self {
-        Head {
-            dicts: Dicts::default(),
-            function_ids: HashMap::new(),
-            node_ids: HashMap::new(),
-            label_set_ids: HashMap::new(),
-            series_ids: HashMap::new(),
-            series: UInt32Builder::new(),
-            time: Int64Builder::new(),
-            stack: UInt32Builder::new(),
-            labels: UInt32Builder::new(),
-            value: Int64Builder::new(),
-            samples_appended: 0,
-            appended_by_time: HashMap::new(),
-            bytes: 0,
-            since: None,
-            min_time: i64::MAX,
-            max_time: i64::MIN,
-        }
-    }
-
-    pub fn rows(&self) -> usize {
-        self.series.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.rows() == 0
-    }
-
-    fn id_for(len: usize, what: &str) -> Result<u32> {
+impl Interner {
+    fn id_for(len: usize, what: &'static str) -> Result<u32> {
         u32::try_from(len)
             .ok()
             .filter(|&id| id != u32::MAX)
-            .ok_or_else(|| StoreError::InvalidBatch(format!("more than 2^32-1 {what} in one head")))
+            .ok_or(StoreError::TooMany { what })
     }
 
     pub fn intern_function(&mut self, function: &Function) -> Result<u32> {
@@ -159,21 +226,22 @@ impl Head {
         Ok(id)
     }
 
+    pub fn intern_node(&mut self, node: StackNode) -> Result<u32> {
+        if let Some(&id) = self.node_ids.get(&node) {
+            return Ok(id);
+        }
+        let id = Self::id_for(self.dicts.stacks.len(), "stack nodes")?;
+        self.bytes += ENTRY_OVERHEAD;
+        self.dicts.stacks.push(node);
+        self.node_ids.insert(node, id);
+        Ok(id)
+    }
+
     /// The stack id of function ids given leaf first.
     pub fn intern_stack(&mut self, leaf_first: &[u32]) -> Result<u32> {
         let mut parent = NO_PARENT;
         for &function in leaf_first.iter().rev() {
-            let node = StackNode { parent, function };
-            parent = match self.node_ids.get(&node) {
-                Some(&id) => id,
-                None => {
-                    let id = Self::id_for(self.dicts.stacks.len(), "stack nodes")?;
-                    self.bytes += ENTRY_OVERHEAD;
-                    self.dicts.stacks.push(node);
-                    self.node_ids.insert(node, id);
-                    id
-                }
-            };
+            parent = self.intern_node(StackNode { parent, function })?;
         }
         Ok(if leaf_first.is_empty() {
             EMPTY_STACK
@@ -182,27 +250,174 @@ impl Head {
         })
     }
 
-    pub fn intern_label_set(&mut self, set: Vec<(String, LabelValue)>) -> Result<u32> {
-        if let Some(&id) = self.label_set_ids.get(&set) {
+    /// The id of a label set given sorted; it is copied only the first time it is seen.
+    pub fn intern_label_set(&mut self, sorted: &[(String, LabelValue)]) -> Result<u32> {
+        if let Some(&id) = self.label_set_ids.get(sorted) {
             return Ok(id);
         }
         let id = Self::id_for(self.dicts.label_sets.len(), "label sets")?;
-        self.bytes +=
-            ENTRY_OVERHEAD * (1 + set.len()) + set.iter().map(|(k, _)| k.len() + 16).sum::<usize>();
-        self.dicts.label_sets.push(set.clone());
-        self.label_set_ids.insert(set, id);
+        self.bytes += ENTRY_OVERHEAD * (1 + sorted.len())
+            + sorted.iter().map(|(k, _)| k.len() + 16).sum::<usize>();
+        self.dicts.label_sets.push(sorted.to_vec());
+        self.label_set_ids.insert(sorted.to_vec(), id);
         Ok(id)
     }
 
-    pub fn intern_series(&mut self, series: Series) -> Result<u32> {
-        if let Some(&id) = self.series_ids.get(&series) {
+    pub fn intern_series(&mut self, series: &Series) -> Result<u32> {
+        if let Some(&id) = self.series_ids.get(series) {
             return Ok(id);
         }
         let id = Self::id_for(self.dicts.series.len(), "series")?;
         self.bytes += ENTRY_OVERHEAD * 2;
         self.dicts.series.push(series.clone());
-        self.series_ids.insert(series, id);
+        self.series_ids.insert(series.clone(), id);
         Ok(id)
+    }
+}
+
+/// Marks an id of a [`Remap`] not looked up yet; interned ids never reach `u32::MAX`.
+const UNMAPPED: u32 = u32::MAX;
+
+/// Where the ids of one source's dictionaries (a block's, or the head's) land in an
+/// [`Interner`], filled in as rows need them: each id is interned once per source, not once per
+/// row, and a stack costs one lookup per node it does not share with a stack seen before.
+/// The source's ids must be valid, as the block reader checks them.
+pub(crate) struct Remap<'a> {
+    from: &'a Dicts,
+    functions: Vec<u32>,
+    nodes: Vec<u32>,
+    label_sets: Vec<u32>,
+    series: Vec<u32>,
+    /// Nodes of the stack being mapped that are not mapped yet, leaf first.
+    chain: Vec<u32>,
+}
+
+impl<'a> Remap<'a> {
+    pub fn new(from: &'a Dicts) -> Self {
+        Remap {
+            from,
+            functions: vec![UNMAPPED; from.functions.len()],
+            nodes: vec![UNMAPPED; from.stacks.len()],
+            label_sets: vec![UNMAPPED; from.label_sets.len()],
+            series: vec![UNMAPPED; from.series.len()],
+            chain: Vec::new(),
+        }
+    }
+
+    pub fn series(&mut self, into: &mut Interner, id: u32) -> Result<u32> {
+        let slot = &mut self.series[id as usize];
+        if *slot == UNMAPPED {
+            *slot = into.intern_series(&self.from.series[id as usize])?;
+        }
+        Ok(*slot)
+    }
+
+    pub fn label_set(&mut self, into: &mut Interner, id: u32) -> Result<u32> {
+        let slot = &mut self.label_sets[id as usize];
+        if *slot == UNMAPPED {
+            *slot = into.intern_label_set(&self.from.label_sets[id as usize])?;
+        }
+        Ok(*slot)
+    }
+
+    fn function(&mut self, into: &mut Interner, id: u32) -> Result<u32> {
+        let slot = &mut self.functions[id as usize];
+        if *slot == UNMAPPED {
+            *slot = into.intern_function(&self.from.functions[id as usize])?;
+        }
+        Ok(*slot)
+    }
+
+    /// The ids in `into` of every stack node and every label set, by the source's ids.
+    pub fn all(mut self, into: &mut Interner) -> Result<(Vec<u32>, Vec<u32>)> {
+        // Parents come first, so each node maps with one lookup.
+        for node in 0..self.nodes.len() as u32 {
+            self.stack(into, node)?;
+        }
+        for set in 0..self.label_sets.len() as u32 {
+            self.label_set(into, set)?;
+        }
+        Ok((self.nodes, self.label_sets))
+    }
+
+    /// The id in `into` of the stack whose leaf node is `id` ([`EMPTY_STACK`] stays empty).
+    pub fn stack(&mut self, into: &mut Interner, id: u32) -> Result<u32> {
+        // Up from the leaf to the first node already mapped; parents always point to earlier
+        // nodes, so the walk ends.
+        self.chain.clear();
+        let mut parent = NO_PARENT;
+        let mut node = id;
+        while let Some(n) = self.from.stacks.get(node as usize) {
+            let mapped = self.nodes[node as usize];
+            if mapped != UNMAPPED {
+                parent = mapped;
+                break;
+            }
+            self.chain.push(node);
+            node = n.parent;
+        }
+        // Then down again, interning each node under its mapped parent.
+        for i in (0..self.chain.len()).rev() {
+            let node = self.chain[i];
+            let function = self.function(into, self.from.stacks[node as usize].function)?;
+            parent = into.intern_node(StackNode { parent, function })?;
+            self.nodes[node as usize] = parent;
+        }
+        // NO_PARENT and EMPTY_STACK are one value: a stack with no node is empty.
+        Ok(parent)
+    }
+}
+
+/// Samples not yet on disk.
+#[derive(Debug)]
+pub(crate) struct Head {
+    pub interner: Interner,
+    series: UInt32Builder,
+    time: Int64Builder,
+    stack: UInt32Builder,
+    labels: UInt32Builder,
+    value: Int64Builder,
+    pub samples_appended: u64,
+    /// Appended samples per batch timestamp, to credit each partition's block.
+    pub appended_by_time: HashMap<i64, u64>,
+    /// When the oldest unflushed batch arrived.
+    pub since: Option<Instant>,
+    pub min_time: i64,
+    pub max_time: i64,
+}
+
+impl Head {
+    pub fn new() -> Self {
+        Head {
+            interner: Interner::default(),
+            series: UInt32Builder::new(),
+            time: Int64Builder::new(),
+            stack: UInt32Builder::new(),
+            labels: UInt32Builder::new(),
+            value: Int64Builder::new(),
+            samples_appended: 0,
+            appended_by_time: HashMap::new(),
+            since: None,
+            min_time: i64::MAX,
+            max_time: i64::MIN,
+        }
+    }
+
+    pub fn dicts(&self) -> &Dicts {
+        &self.interner.dicts
+    }
+
+    pub fn rows(&self) -> usize {
+        self.series.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows() == 0
+    }
+
+    /// Estimated memory of the head, for its byte budget.
+    pub fn bytes(&self) -> usize {
+        self.interner.bytes + self.rows() * ROW_BYTES
     }
 
     pub fn push_row(&mut self, series: u32, time: i64, stack: u32, labels: u32, value: i64) {
@@ -211,7 +426,6 @@ impl Head {
         self.stack.append_value(stack);
         self.labels.append_value(labels);
         self.value.append_value(value);
-        self.bytes += ROW_BYTES;
         self.min_time = self.min_time.min(time);
         self.max_time = self.max_time.max(time);
     }
@@ -233,24 +447,32 @@ impl Head {
                 )));
             }
         }
-        let series = self.intern_series(Series {
+        let interner = &mut self.interner;
+        let series = interner.intern_series(&Series {
             profile_type: batch.profile_type.clone(),
             labels: series_labels,
         })?;
         let mut function_ids = Vec::with_capacity(nfunctions);
         for function in &batch.functions {
-            function_ids.push(self.intern_function(function)?);
+            function_ids.push(interner.intern_function(function)?);
         }
-        let mut rows: HashMap<(u32, u32), i64> = HashMap::new();
+        let mut rows: IdMap<(u32, u32), i64> = IdMap::default();
         let mut stack = Vec::new();
+        let mut sorted = Vec::new();
         for sample in &batch.samples {
             stack.clear();
             stack.extend(sample.stack.iter().map(|&f| function_ids[f as usize]));
-            let stack_id = self.intern_stack(&stack)?;
-            let mut labels = sample.labels.clone();
-            labels.sort();
-            let labels_id = self.intern_label_set(labels)?;
-            *rows.entry((stack_id, labels_id)).or_insert(0) += sample.value;
+            let stack_id = interner.intern_stack(&stack)?;
+            // The agent's labels come sorted (thread_id < thread_name < type): no copy then.
+            let labels_id = if sample.labels.is_sorted() {
+                interner.intern_label_set(&sample.labels)?
+            } else {
+                sorted.clone_from(&sample.labels);
+                sorted.sort();
+                interner.intern_label_set(&sorted)?
+            };
+            let sum = rows.entry((stack_id, labels_id)).or_insert(0);
+            *sum = sum.saturating_add(sample.value);
         }
         let mut rows: Vec<_> = rows.into_iter().collect();
         rows.sort_unstable();
@@ -279,52 +501,16 @@ impl Head {
         samples: &[RecordBatch],
         samples_appended: u64,
     ) -> Result<()> {
-        let mut functions: Vec<Option<u32>> = vec![None; dicts.functions.len()];
-        let mut stacks: HashMap<u32, u32> = HashMap::new();
-        let mut label_sets: Vec<Option<u32>> = vec![None; dicts.label_sets.len()];
-        let mut series: Vec<Option<u32>> = vec![None; dicts.series.len()];
-        let mut ids = Vec::new();
+        let mut remap = Remap::new(dicts);
         for batch in samples {
-            let Some(columns) = SampleColumns::of(batch) else {
+            let Some(c) = SampleColumns::of(batch) else {
                 continue;
             };
-            let (s, t, st, l, v) = (
-                columns.series,
-                columns.time,
-                columns.stack,
-                columns.labels,
-                columns.value,
-            );
             for i in 0..batch.num_rows() {
-                let (s, st, l) = (s.value(i) as usize, st.value(i), l.value(i) as usize);
-                let series_id = match series[s] {
-                    Some(id) => id,
-                    None => *series[s].insert(self.intern_series(dicts.series[s].clone())?),
-                };
-                let stack_id = match stacks.get(&st) {
-                    Some(&id) => id,
-                    None => {
-                        dicts.resolve(st, &mut ids);
-                        for f in ids.iter_mut() {
-                            let slot = &mut functions[*f as usize];
-                            *f = match *slot {
-                                Some(id) => id,
-                                None => *slot
-                                    .insert(self.intern_function(&dicts.functions[*f as usize])?),
-                            };
-                        }
-                        let id = self.intern_stack(&ids)?;
-                        stacks.insert(st, id);
-                        id
-                    }
-                };
-                let labels_id = match label_sets[l] {
-                    Some(id) => id,
-                    None => {
-                        *label_sets[l].insert(self.intern_label_set(dicts.label_sets[l].clone())?)
-                    }
-                };
-                self.push_row(series_id, t.value(i), stack_id, labels_id, v.value(i));
+                let series = remap.series(&mut self.interner, c.series.value(i))?;
+                let stack = remap.stack(&mut self.interner, c.stack.value(i))?;
+                let labels = remap.label_set(&mut self.interner, c.labels.value(i))?;
+                self.push_row(series, c.time.value(i), stack, labels, c.value.value(i));
             }
         }
         self.samples_appended += samples_appended;

@@ -5,20 +5,23 @@
 //! `flush_interval` (and early past a byte budget) into one immutable block per time partition
 //! ([`block`]): Parquet sample rows referring to stack, function and label-set dictionaries.
 //! Whole blocks are the unit of retention and compaction. The layout is in `store/FORMAT.md`.
+//! Queries translate each block's dictionaries into one id space, kept between queries within a
+//! byte budget ([`cache`]), and merge blocks on one thread per core ([`query`]).
 
 mod block;
+mod cache;
 mod diff;
 mod error;
 mod head;
 mod model;
 mod query;
 
-use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -29,14 +32,22 @@ use arrow::record_batch::RecordBatch;
 pub use block::{BlockInfo, BlockMeta, BlockRows, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME};
 pub use diff::diff;
 pub use error::{Result, StoreError};
-pub use model::{parse_selector, Batch, BatchSample, ProfileType, Query, Series, StoreOptions};
+pub use model::{
+    parse_selector, Batch, BatchSample, ProfileType, Query, SampleLabels, Series, StoreOptions,
+};
 
-use crate::profile::{Profile, ProfileBuilder, ValueType};
+use crate::profile::{LabelValue, Profile, ValueType};
+use cache::{BlockIds, QueryCache};
 use error::io;
 use head::{Dicts, Head, SampleColumns};
+use query::{ProfileMerge, Selection, SKIP};
 
 /// Most points [`Store::series`] returns, so a tiny step cannot exhaust memory.
 pub const MAX_SERIES_POINTS: u64 = 1_000_000;
+
+/// Most threads one query reads and merges blocks on (one per core up to this). Each holds a
+/// block and a partial answer, so this also bounds what a query can take in memory.
+pub const MAX_QUERY_THREADS: usize = 4;
 
 /// A block that was skipped because it could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +72,7 @@ pub struct Store {
     blocks: Vec<BlockInfo>,
     next_sequence: u64,
     problems: Mutex<Vec<BlockProblem>>,
+    cache: QueryCache,
 }
 
 fn now_unix_nanos() -> i64 {
@@ -108,6 +120,34 @@ fn lock(dir: &Path) -> Result<fs::File> {
         path,
         source: error,
     })
+}
+
+/// Rows in the order blocks keep them: by partition, then series, time, stack and labels. A
+/// series' rows are then one run (one row group on disk, which queries of other series skip),
+/// times repeat in long runs and stack ids ascend in small steps, both of which delta encoding
+/// stores in a few bits. (Stack before time would keep a sample's rows together, but costs 3x
+/// the bytes: the time column then jumps between windows on every row.)
+fn block_order(rows: &RecordBatch, partition: i64) -> Vec<u32> {
+    let columns = SampleColumns::of(rows).expect("the head's own batch has the samples schema");
+    let (series, times, stacks, labels) = (
+        columns.series.values(),
+        columns.time.values(),
+        columns.stack.values(),
+        columns.labels.values(),
+    );
+    let key = |i: u32| {
+        let i = i as usize;
+        (
+            times[i].div_euclid(partition),
+            series[i],
+            times[i],
+            stacks[i],
+            labels[i],
+        )
+    };
+    let mut order: Vec<u32> = (0..rows.num_rows() as u32).collect();
+    order.sort_unstable_by_key(|&i| key(i));
+    order
 }
 
 impl Store {
@@ -159,6 +199,7 @@ impl Store {
         }
         blocks.retain(|b| !replaced.contains(&b.name));
         blocks.sort_by(|a, b| (a.meta.min_time, &a.name).cmp(&(b.meta.min_time, &b.name)));
+        let cache = QueryCache::new(options.query_cache_bytes);
         Ok(Store {
             dir,
             _lock: lock,
@@ -167,13 +208,14 @@ impl Store {
             blocks,
             next_sequence,
             problems: Mutex::new(problems),
+            cache,
         })
     }
 
     /// Adds a batch to the head; flushes when the flush interval passed or the head is full.
     pub fn append(&mut self, batch: &Batch) -> Result<()> {
         self.head.append(batch)?;
-        if self.head.bytes >= self.options.head_bytes {
+        if self.head.bytes() >= self.options.head_bytes {
             return self.flush();
         }
         self.flush_if_due()
@@ -198,28 +240,16 @@ impl Store {
         let head = std::mem::replace(&mut self.head, Head::new());
         let rows = head.record_batch();
         let partition = nanos(self.options.partition);
-        let columns =
-            SampleColumns::of(&rows).expect("the head's own batch has the samples schema");
-        let series = columns.series.values().clone();
-        let stacks = columns.stack.values().clone();
-        let labels = columns.labels.values().clone();
-        let times = columns.time.values().clone();
-        // Sorted by series and stack so equal values sit together for RLE and compression.
-        let key = |i: u32| {
-            let i = i as usize;
-            (
-                times[i].div_euclid(partition),
-                series[i],
-                stacks[i],
-                labels[i],
-                times[i],
-            )
-        };
-        let mut order: Vec<u32> = (0..rows.num_rows() as u32).collect();
-        order.sort_unstable_by_key(|&i| key(i));
+        let order = block_order(&rows, partition);
+        let times = SampleColumns::of(&rows)
+            .expect("the head's own batch has the samples schema")
+            .time
+            .values()
+            .clone();
+        let part = |i: u32| times[i as usize].div_euclid(partition);
         let mut written = 0;
-        for group in order.chunk_by(|&a, &b| key(a).0 == key(b).0) {
-            let part = key(group[0]).0;
+        for group in order.chunk_by(|&a, &b| part(a) == part(b)) {
+            let part = part(group[0]);
             let taken = take_record_batch(&rows, &UInt32Array::from(group.to_vec()))
                 .expect("indices are in range");
             let min_time = group.iter().map(|&i| times[i as usize]).min().unwrap_or(0);
@@ -231,7 +261,7 @@ impl Store {
                 .map(|(_, n)| n)
                 .sum();
             match self.write_block(
-                &head.dicts,
+                head.dicts(),
                 taken,
                 min_time,
                 max_time,
@@ -335,6 +365,7 @@ impl Store {
             .dir
             .join(format!("{}.del{}", b.name, block::TEMP_SUFFIX));
         fs::rename(&b.path, &doomed).map_err(io(&b.path))?;
+        self.cache.forget(&b.name);
         remove_dir(&doomed)
     }
 
@@ -366,7 +397,7 @@ impl Store {
             let mut readable = Vec::new();
             for info in &inputs {
                 match block::read_dicts(info)
-                    .and_then(|d| block::read_samples(info, &d).map(|s| (d, s)))
+                    .and_then(|d| block::read_samples(info, &|_| true).map(|s| (d, s)))
                 {
                     Ok((dicts, samples)) => {
                         head.absorb(&dicts, &samples, info.meta.samples_appended)?;
@@ -379,16 +410,13 @@ impl Store {
                 continue;
             }
             let names: Vec<String> = readable.iter().map(|b| b.name.clone()).collect();
-            let rows = head.record_batch();
+            // Compaction writes the block that stays: worth numbering its nodes to compress.
+            let mut dicts = std::mem::take(&mut head.interner.dicts);
+            let rows = head::renumber_stacks(&head.record_batch(), &dicts.breadth_first());
+            let order = UInt32Array::from(block_order(&rows, partition));
+            let rows = take_record_batch(&rows, &order).expect("indices are in range");
             let (min, max) = (head.min_time, head.max_time);
-            self.write_block(
-                &head.dicts,
-                rows,
-                min,
-                max,
-                head.samples_appended,
-                names.clone(),
-            )?;
+            self.write_block(&dicts, rows, min, max, head.samples_appended, names.clone())?;
             for b in &readable {
                 self.delete_block(b)?;
             }
@@ -426,54 +454,145 @@ impl Store {
         &self.blocks
     }
 
-    /// Head and blocks that may hold rows for the query, read; unreadable blocks are reported
-    /// and skipped.
-    fn sources(&self, query: &Query) -> Vec<(Cow<'_, Dicts>, Vec<RecordBatch>)> {
-        let selects = |series: &[Series]| {
-            series
-                .iter()
-                .any(|s| s.matches(&query.profile_type, &query.matchers))
-        };
-        let mut out = Vec::new();
-        if !self.head.is_empty()
+    /// Whether the head may hold rows for the query.
+    fn head_selected(&self, query: &Query) -> bool {
+        !self.head.is_empty()
             && self.head.max_time >= query.from
             && self.head.min_time < query.until
-            && selects(&self.head.dicts.series)
-        {
-            out.push((
-                Cow::Borrowed(&self.head.dicts),
-                vec![self.head.record_batch()],
-            ));
-        }
-        for info in &self.blocks {
-            if info.meta.max_time < query.from
-                || info.meta.min_time >= query.until
-                || !selects(&info.meta.series)
-                || self.is_bad(info)
-            {
-                continue;
+            && self
+                .head
+                .dicts()
+                .series
+                .iter()
+                .any(|s| s.matches(&query.profile_type, &query.matchers))
+    }
+
+    /// Folds each block that may hold rows for the query (its rows of unselected series mostly
+    /// skipped, plus what `prepare` gets for it) into per-thread states, returned in a fixed
+    /// order so answers do not depend on scheduling. Blocks that cannot be read are reported
+    /// and skipped.
+    ///
+    /// Blocks are striped over up to [`MAX_QUERY_THREADS`] threads, one per core, each reading
+    /// (decompressing, decoding, checking) and folding one block at a time: a long range costs
+    /// a block and a partial answer per thread in memory, and its wall time shrinks with cores.
+    fn fold_blocks<S: Send, P>(
+        &self,
+        query: &Query,
+        init: impl Fn() -> S + Sync,
+        prepare: impl Fn(&BlockInfo) -> Result<P> + Sync,
+        visit: impl Fn(&mut S, &BlockInfo, P, &[RecordBatch]) -> Result<()> + Sync,
+    ) -> Result<Vec<S>> {
+        let selects = |series: &Series| series.matches(&query.profile_type, &query.matchers);
+        let blocks: Vec<&BlockInfo> = self
+            .blocks
+            .iter()
+            .filter(|b| {
+                b.meta.max_time >= query.from
+                    && b.meta.min_time < query.until
+                    && b.meta.series.iter().any(selects)
+                    && !self.is_bad(b)
+            })
+            .collect();
+        let stripes = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .clamp(1, MAX_QUERY_THREADS)
+            .min(blocks.len())
+            .max(1);
+        // Set when a stripe fails, so the others stop early rather than finish for nothing.
+        let failed = AtomicBool::new(false);
+        let fold_stripe = |stripe: usize, state: &mut S| -> Result<()> {
+            for &info in blocks.iter().skip(stripe).step_by(stripes) {
+                if failed.load(Ordering::Relaxed) {
+                    break;
+                }
+                let wanted = |series: usize| info.meta.series.get(series).is_some_and(selects);
+                let read = block::read_samples(info, &wanted)
+                    .and_then(|rows| prepare(info).map(|prepared| (prepared, rows)));
+                let folded = match read {
+                    Ok((prepared, rows)) => visit(state, info, prepared, &rows),
+                    Err(e) => {
+                        self.report(info, e);
+                        Ok(())
+                    }
+                };
+                if folded.is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                    return folded;
+                }
             }
-            let read = block::read_dicts(info)
-                .and_then(|d| block::read_samples(info, &d).map(|s| (Cow::Owned(d), s)));
-            match read {
-                Ok(source) => out.push(source),
-                Err(e) => self.report(info, e),
+            Ok(())
+        };
+        std::thread::scope(|scope| {
+            let helpers: Vec<_> = (1..stripes)
+                .map(|stripe| {
+                    let fold_stripe = &fold_stripe;
+                    let init = &init;
+                    std::thread::Builder::new()
+                        .name("store-query".into())
+                        .spawn_scoped(scope, move || {
+                            let mut state = init();
+                            fold_stripe(stripe, &mut state).map(|()| state)
+                        })
+                        .map_err(|_| stripe)
+                })
+                .collect();
+            let mut first = init();
+            fold_stripe(0, &mut first)?;
+            let mut states = vec![first];
+            for helper in helpers {
+                states.push(match helper {
+                    Ok(thread) => thread
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))?,
+                    // No thread to spare: this one folds that stripe too.
+                    Err(stripe) => {
+                        let mut state = init();
+                        fold_stripe(stripe, &mut state)?;
+                        state
+                    }
+                });
             }
-        }
-        out
+            Ok(states)
+        })
     }
 
     /// The merged profile of the matching series over the query's time range (head included),
-    /// with one sample type (the query's profile type) and per-sample labels kept.
+    /// with one sample type (the query's profile type) and the sample labels it keeps.
+    ///
+    /// Its `period` is 0 (unknown): values are already totals in the profile type's unit, each
+    /// sample worth the sampler period measured in its window, which differs between windows
+    /// and processes, so no single period is true of a merged range and nothing needs scaling.
     pub fn profile(&self, query: &Query) -> Result<Profile> {
         query.check()?;
-        let value_type = ValueType::new(&query.profile_type.name, &query.profile_type.unit);
-        let mut builder = ProfileBuilder::new(vec![value_type.clone()], value_type, 0);
-        builder.set_time_range(query.from, query.until.saturating_sub(query.from));
-        for (dicts, batches) in self.sources(query) {
-            query::merge_into(&mut builder, &dicts, &batches, query);
+        let epoch = self.cache.epoch();
+        let add = |merge: &mut ProfileMerge, ids: &BlockIds, series: &[Series], rows: &[_]| {
+            merge.add(&epoch.select(ids, series, query)?, &ids.nodes, rows, query)
+        };
+        let mut parts = self
+            .fold_blocks(
+                query,
+                ProfileMerge::default,
+                |info| epoch.block_ids(info),
+                |merge, info, ids, rows| add(merge, &ids, &info.meta.series, rows),
+            )?
+            .into_iter();
+        let mut merge = parts.next().unwrap_or_default();
+        for part in parts {
+            merge.absorb(part);
         }
-        Ok(builder.build())
+        if self.head_selected(query) {
+            let dicts = self.head.dicts();
+            let rows = [self.head.record_batch()];
+            add(&mut merge, &epoch.map(dicts)?, &dicts.series, &rows)?;
+        }
+        let value_type = ValueType::new(&query.profile_type.name, &query.profile_type.unit);
+        let state = epoch.lock();
+        Ok(merge.build(
+            &state.interner,
+            value_type,
+            query.from,
+            query.until.saturating_sub(query.from),
+        ))
     }
 
     /// Totals per `step` from `query.from`: `(step start, total)` for a timeline.
@@ -490,9 +609,45 @@ impl Store {
                 "{points} points asked for, at most {MAX_SERIES_POINTS}: use a larger step"
             )));
         }
-        let mut totals = vec![0; points as usize];
-        for (dicts, batches) in self.sources(query) {
-            query::add_timeline(&mut totals, step, &dicts, &batches, query);
+        // Without sample matchers a timeline needs no dictionary at all.
+        let matching = |label_sets: &[Vec<(String, LabelValue)>]| {
+            let matches = |l: &Vec<_>| {
+                if query.sample_labels_match(l) {
+                    0
+                } else {
+                    SKIP
+                }
+            };
+            (!query.sample_matchers.is_empty()).then(|| label_sets.iter().map(matches).collect())
+        };
+        let add = |totals: &mut Vec<i64>, series: &[Series], labels, rows: &[_]| {
+            let selection = Selection::new(series, query, labels);
+            query::add_timeline(totals, step, &selection, rows, query)
+        };
+        let parts = self.fold_blocks(
+            query,
+            || vec![0; points as usize],
+            |info| match query.sample_matchers.is_empty() {
+                true => Ok(None),
+                false => block::read_dicts(info).map(|d| matching(&d.label_sets)),
+            },
+            |totals, info, labels, rows| add(totals, &info.meta.series, labels, rows),
+        )?;
+        let mut totals = vec![0i64; points as usize];
+        for part in parts {
+            for (total, t) in totals.iter_mut().zip(part) {
+                *total = total.saturating_add(t);
+            }
+        }
+        if self.head_selected(query) {
+            let dicts = self.head.dicts();
+            let labels = matching(&dicts.label_sets);
+            add(
+                &mut totals,
+                &dicts.series,
+                labels,
+                &[self.head.record_batch()],
+            )?;
         }
         Ok(totals
             .into_iter()
@@ -508,7 +663,7 @@ impl Store {
 
     fn all_series(&self) -> impl Iterator<Item = &Series> {
         self.head
-            .dicts
+            .dicts()
             .series
             .iter()
             .chain(self.blocks.iter().flat_map(|b| b.meta.series.iter()))

@@ -1,5 +1,6 @@
 //! What goes in (batches) and what comes out (queries), independent of how it is stored.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -101,6 +102,37 @@ pub struct Query {
     pub matchers: Vec<(String, String)>,
     /// Sample label equalities (e.g. `span_id`), all of which must hold.
     pub sample_matchers: Vec<(String, LabelValue)>,
+    /// Which sample labels [`super::Store::profile`] keeps.
+    pub sample_labels: SampleLabels,
+}
+
+/// Which per-sample labels a merged profile keeps. Samples that differ only in labels it drops
+/// merge into one, so dropping the per-thread ones shrinks the answer (and its cost) by up to
+/// the number of threads.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum SampleLabels {
+    /// All of them (`thread_id`, `thread_name`, `trace_id`, ...): what a pprof file carries.
+    #[default]
+    All,
+    /// Only those with these keys; none when empty, which is all a flame graph needs.
+    Only(Vec<String>),
+}
+
+impl SampleLabels {
+    /// The labels of a set (sorted) that are kept, in the same order.
+    pub(crate) fn keep<'a>(
+        &self,
+        labels: &'a [(String, LabelValue)],
+    ) -> Cow<'a, [(String, LabelValue)]> {
+        match self {
+            SampleLabels::All => Cow::Borrowed(labels),
+            SampleLabels::Only(keys) => labels
+                .iter()
+                .filter(|(key, _)| keys.contains(key))
+                .cloned()
+                .collect(),
+        }
+    }
 }
 
 impl Query {
@@ -135,6 +167,10 @@ pub struct StoreOptions {
     pub retention_bytes: u64,
     /// The head is flushed early once its estimated size passes this many bytes.
     pub head_bytes: usize,
+    /// Estimated bytes of block dictionaries kept for queries (see `cache.rs`): past it, the
+    /// next query starts an empty cache. An hour of the busy service of `BENCHMARKS.md` takes
+    /// about 17 MiB; 0 keeps nothing between queries.
+    pub query_cache_bytes: usize,
 }
 
 impl Default for StoreOptions {
@@ -145,6 +181,7 @@ impl Default for StoreOptions {
             retention_age: Duration::from_secs(7 * 24 * 3600),
             retention_bytes: 1 << 30,
             head_bytes: 64 << 20,
+            query_cache_bytes: 32 << 20,
         }
     }
 }

@@ -103,7 +103,7 @@ fn flat(p: &Profile) -> Flat {
             .iter()
             .map(|&f| p.functions[f as usize].name.clone())
             .collect();
-        *out.entry((names, s.labels.clone())).or_insert(0) += s.values[0];
+        *out.entry((names, s.labels.to_vec())).or_insert(0) += s.values[0];
     }
     out
 }
@@ -117,6 +117,7 @@ fn query(service: Option<&str>, pt: &str, from: i64, until: i64) -> Query {
             .map(|s| vec![("service_name".to_string(), s.to_string())])
             .unwrap_or_default(),
         sample_matchers: Vec::new(),
+        sample_labels: SampleLabels::All,
     }
 }
 
@@ -408,7 +409,7 @@ fn damaged_blocks_are_reported_and_skipped_on_open() {
         message(&names[1])
     );
     assert!(
-        message(&names[2]).contains("format version 2.0"),
+        message(&names[2]).contains(&format!("format version 2.{FORMAT_MINOR}")),
         "{}",
         message(&names[2])
     );
@@ -517,6 +518,361 @@ fn closed_partitions_are_compacted() {
     let p = store.profile(&query(None, "cpu", 0, 3 * MINUTE)).unwrap();
     assert_eq!(p.total(0), 8);
     assert_eq!(p.samples.len(), 4);
+}
+
+/// A stored sample row: (series, stack, labels, time, value).
+type Row = (u32, u32, u32, i64, i64);
+
+/// The rows of a block's `samples.parquet`, and its row groups' sizes.
+fn stored_rows(block: &BlockInfo) -> (Vec<Row>, Vec<i64>) {
+    let file = fs::File::open(block.path.join(block::SAMPLES)).unwrap();
+    let builder =
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+    let groups = builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .map(|g| g.num_rows())
+        .collect();
+    let mut rows = Vec::new();
+    for batch in builder.build().unwrap() {
+        let batch = batch.unwrap();
+        let c = SampleColumns::of(&batch).unwrap();
+        for i in 0..batch.num_rows() {
+            rows.push((
+                c.series.value(i),
+                c.stack.value(i),
+                c.labels.value(i),
+                c.time.value(i),
+                c.value.value(i),
+            ));
+        }
+    }
+    (rows, groups)
+}
+
+#[test]
+fn compacted_blocks_are_sorted_with_a_row_group_per_series() {
+    let dir = TempDir::new("sorted");
+    let options = StoreOptions {
+        partition: Duration::from_secs(60),
+        ..keep_all()
+    };
+    let mut store = Store::open(&dir.0, options).unwrap();
+    // Stacks and series in a different order in each flush, so concatenating the inputs would
+    // not be sorted.
+    let stacks: [&[&str]; 3] = [&["C", "Main"], &["B", "Main"], &["A", "Main"]];
+    for i in 0..3 {
+        for (service, pt) in [("api", "cpu"), ("api", "wall"), ("worker", "cpu")] {
+            let samples: Vec<TestSample> = (0..3)
+                .map(|k| (stacks[(i + k) % 3], 1 + k as i64, &[][..]))
+                .collect();
+            store
+                .append(&batch(service, pt, MINUTE + i as i64, &samples))
+                .unwrap();
+        }
+        store.flush().unwrap();
+    }
+    store
+        .append(&batch("api", "cpu", 2 * MINUTE, &[(&["A"], 1, &[])]))
+        .unwrap();
+    store.flush().unwrap();
+    let compacted = &store.blocks()[0];
+    assert_eq!(compacted.meta.compacted_from.len(), 3);
+    let (rows, groups) = stored_rows(compacted);
+    assert_eq!(rows.len(), 27);
+    assert!(
+        rows.is_sorted_by_key(|&(series, stack, labels, time, _)| (series, time, stack, labels)),
+        "{rows:?}"
+    );
+    assert_eq!(groups, vec![9, 9, 9], "one row group per series");
+    // Each series answers alone, its row group read and the others skipped.
+    let total = |service, pt| {
+        store
+            .profile(&query(Some(service), pt, MINUTE, 2 * MINUTE))
+            .unwrap()
+            .total(0)
+    };
+    assert_eq!(total("api", "cpu"), 18);
+    assert_eq!(total("api", "wall"), 18);
+    assert_eq!(total("worker", "cpu"), 18);
+    assert_eq!(total("worker", "wall"), 0);
+}
+
+#[test]
+fn format_1_0_blocks_with_one_row_group_for_all_series_are_read() {
+    let dir = TempDir::new("v1_0");
+    let mut store = Store::open(&dir.0, keep_all()).unwrap();
+    store
+        .append(&batch("api", "cpu", HOUR, &[(&["A"], 1, &[tid(1)])]))
+        .unwrap();
+    store
+        .append(&batch("worker", "cpu", HOUR, &[(&["B"], 2, &[])]))
+        .unwrap();
+    store
+        .append(&batch("api", "cpu", HOUR + 1, &[(&["A"], 4, &[tid(1)])]))
+        .unwrap();
+    store.flush().unwrap();
+    let block = store.blocks()[0].clone();
+    drop(store);
+    // Rewrite the samples as 1.0 could have written them: one row group, unsorted.
+    let (rows, groups) = stored_rows(&block);
+    assert_eq!(groups.len(), 2);
+    let mut h = head::Head::new();
+    for &(series, stack, labels, time, value) in rows.iter().rev() {
+        h.push_row(series, time, stack, labels, value);
+    }
+    let path = block.path.join(block::SAMPLES);
+    fs::remove_file(&path).unwrap();
+    let samples = h.record_batch();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(
+        fs::File::create(&path).unwrap(),
+        samples.schema(),
+        None,
+    )
+    .unwrap();
+    writer.write(&samples).unwrap();
+    writer.close().unwrap();
+    let meta = block.path.join(block::META);
+    let text = fs::read_to_string(&meta).unwrap();
+    fs::write(
+        &meta,
+        text.replace("\"format_minor\": 1", "\"format_minor\": 0"),
+    )
+    .unwrap();
+
+    let store = Store::open(&dir.0, keep_all()).unwrap();
+    assert!(store.problems().is_empty(), "{:?}", store.problems());
+    assert_eq!(store.blocks()[0].meta.format_minor, 0);
+    assert_eq!(stored_rows(&store.blocks()[0]).1.len(), 1);
+    let total = |service| {
+        store
+            .profile(&query(Some(service), "cpu", 0, 2 * HOUR))
+            .unwrap()
+            .total(0)
+    };
+    assert_eq!((total("api"), total("worker")), (5, 2));
+}
+
+#[test]
+fn breadth_first_numbering_keeps_every_stack() {
+    let mut h = head::Head::new();
+    let names: Vec<Function> = ["Main", "A", "B", "C", "D"].map(function).to_vec();
+    let ids: Vec<u32> = names
+        .iter()
+        .map(|f| h.interner.intern_function(f).unwrap())
+        .collect();
+    // Leaf first; interned deepest branch first so first-seen order is not breadth first.
+    let stacks: Vec<Vec<u32>> = vec![
+        vec![ids[4], ids[3], ids[2], ids[0]],
+        vec![ids[1], ids[0]],
+        vec![ids[3], ids[1], ids[0]],
+        vec![ids[2], ids[0]],
+        vec![ids[0]],
+    ];
+    let leaves: Vec<u32> = stacks
+        .iter()
+        .map(|s| h.interner.intern_stack(s).unwrap())
+        .collect();
+    let mut dicts = h.interner.dicts.clone();
+    let new_ids = dicts.breadth_first();
+    let mut out = Vec::new();
+    for (stack, leaf) in stacks.iter().zip(leaves) {
+        dicts.resolve(new_ids[leaf as usize], &mut out);
+        assert_eq!(&out, stack);
+    }
+    let parents: Vec<u32> = dicts.stacks.iter().map(|n| n.parent).collect();
+    let roots = parents.iter().filter(|&&p| p == head::NO_PARENT).count();
+    assert_eq!(roots, 1);
+    assert!(parents[roots..].is_sorted(), "{parents:?}");
+    assert!(parents[roots..]
+        .iter()
+        .enumerate()
+        .all(|(i, &p)| (p as usize) < i + roots));
+}
+
+#[test]
+fn profiles_merge_equal_samples_across_many_blocks() {
+    let dir = TempDir::new("many");
+    let options = StoreOptions {
+        partition: Duration::from_secs(60),
+        ..keep_all()
+    };
+    let mut store = Store::open(&dir.0, options).unwrap();
+    let mut expected = Flat::new();
+    for minute in 0..9 {
+        // Each block interns its stacks in a different order, so ids differ between blocks.
+        let mut samples: Vec<TestSample> = vec![
+            (&["Hot", "Main"], 1, &[]),
+            (&["Cold", "Main"], 10, &[]),
+            (&["Hot", "Main"], 100, &[]),
+        ];
+        samples.rotate_left(minute % 3);
+        let labels = [tid(1)];
+        samples[2].2 = &labels;
+        for (stack, value, labels) in &samples {
+            *expected.entry(entry(stack, labels, 0).0).or_insert(0) += value;
+        }
+        store
+            .append(&batch("api", "cpu", (minute as i64 + 1) * MINUTE, &samples))
+            .unwrap();
+        store.flush().unwrap();
+    }
+    assert!(store.blocks().len() >= 8);
+    let q = query(None, "cpu", 0, HOUR);
+    assert_eq!(flat(&store.profile(&q).unwrap()), expected);
+    // Without sample labels, samples that differed only in them are one.
+    let no_labels = Query {
+        sample_labels: SampleLabels::Only(Vec::new()),
+        ..q.clone()
+    };
+    let p = store.profile(&no_labels).unwrap();
+    assert_eq!(p.samples.len(), 2);
+    assert!(p.samples.iter().all(|s| s.labels.is_empty()));
+    assert_eq!(p.total(0), 9 * 111);
+}
+
+#[test]
+fn only_the_sample_labels_asked_for_are_kept() {
+    let dir = TempDir::new("keep");
+    let mut store = Store::open(&dir.0, keep_all()).unwrap();
+    let name = |n: &str| ("thread_name", LabelValue::Str(n.into()));
+    store
+        .append(&batch(
+            "api",
+            "cpu",
+            HOUR,
+            &[
+                (&["F"], 1, &[tid(1), name("worker")]),
+                (&["F"], 2, &[tid(2), name("worker")]),
+                (&["F"], 4, &[tid(3), name("main")]),
+            ],
+        ))
+        .unwrap();
+    let q = Query {
+        sample_labels: SampleLabels::Only(vec!["thread_name".into()]),
+        ..query(None, "cpu", HOUR, HOUR + 1)
+    };
+    let expected: Flat = [
+        entry(&["F"], &[name("worker")], 3),
+        entry(&["F"], &[name("main")], 4),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(flat(&store.profile(&q).unwrap()), expected);
+    store.flush().unwrap();
+    assert_eq!(flat(&store.profile(&q).unwrap()), expected);
+}
+
+/// Three one-minute blocks of service "api", 1, 2 and 4 in value.
+fn three_minutes(options: StoreOptions) -> (TempDir, Store) {
+    let dir = TempDir::new("cache");
+    let mut store = Store::open(&dir.0, options).unwrap();
+    for (minute, value) in [(1, 1), (2, 2), (3, 4)] {
+        let samples: [TestSample; 2] = [(&["Hot", "Main"], value, &[]), (&["Main"], 0, &[])];
+        store
+            .append(&batch("api", "cpu", minute * MINUTE, &samples))
+            .unwrap();
+        store.flush().unwrap();
+    }
+    (dir, store)
+}
+
+fn minute_options(query_cache_bytes: usize) -> StoreOptions {
+    StoreOptions {
+        partition: Duration::from_secs(60),
+        query_cache_bytes,
+        ..keep_all()
+    }
+}
+
+#[test]
+fn queries_reuse_the_dictionaries_of_blocks_they_read() {
+    let (_dir, store) = three_minutes(minute_options(1 << 20));
+    let everything = query(None, "cpu", 0, HOUR);
+    // A timeline without sample matchers reads no dictionary at all.
+    let points = store.series(&everything, Duration::from_secs(60)).unwrap();
+    assert_eq!(points.iter().map(|(_, v)| v).sum::<i64>(), 7);
+    assert_eq!(store.cache.usage().0, 0);
+    assert_eq!(store.profile(&everything).unwrap().total(0), 7);
+    let (blocks, bytes) = store.cache.usage();
+    assert_eq!(blocks, 3);
+    // Asked again (and for a part): answered from the cache, which does not grow.
+    assert_eq!(store.profile(&everything).unwrap().total(0), 7);
+    let second = query(None, "cpu", 2 * MINUTE, 3 * MINUTE);
+    assert_eq!(store.profile(&second).unwrap().total(0), 2);
+    assert_eq!(store.cache.usage(), (blocks, bytes));
+}
+
+#[test]
+fn past_its_budget_the_cache_starts_afresh() {
+    let (_dir, store) = three_minutes(minute_options(1));
+    for (minute, total) in [(1, 1), (2, 2), (3, 4), (1, 1)] {
+        let q = query(None, "cpu", minute * MINUTE, (minute + 1) * MINUTE);
+        assert_eq!(store.profile(&q).unwrap().total(0), total);
+        // Each query finds the previous one's epoch over budget and starts a new one.
+        assert_eq!(store.cache.usage().0, 1, "minute {minute}");
+    }
+    let everything = query(None, "cpu", 0, HOUR);
+    assert_eq!(store.profile(&everything).unwrap().total(0), 7);
+    assert_eq!(store.cache.usage().0, 3);
+}
+
+#[test]
+fn blocks_deleted_by_retention_or_compaction_leave_the_cache() {
+    let (_dir, mut store) = three_minutes(minute_options(1 << 20));
+    let everything = query(None, "cpu", 0, HOUR);
+    assert_eq!(store.profile(&everything).unwrap().total(0), 7);
+    assert_eq!(store.cache.usage().0, 3);
+    // Retention deletes the first minute: its ids go, and it is not answered from the cache.
+    store.options.retention_age = Duration::from_secs(60);
+    let deleted = store.apply_retention(2 * MINUTE + MINUTE / 2).unwrap();
+    assert_eq!(deleted.len(), 1);
+    assert_eq!(store.cache.usage().0, 2);
+    assert_eq!(store.profile(&everything).unwrap().total(0), 6);
+    // Compaction replaces two blocks of one minute by one: the inputs' ids go.
+    store.options.retention_age = keep_all().retention_age;
+    store
+        .append(&batch(
+            "api",
+            "cpu",
+            3 * MINUTE + 1,
+            &[(&["Hot", "Main"], 8, &[])],
+        ))
+        .unwrap();
+    store.flush().unwrap();
+    assert_eq!(store.profile(&everything).unwrap().total(0), 14);
+    store
+        .append(&batch("api", "cpu", 4 * MINUTE, &[(&["Main"], 16, &[])]))
+        .unwrap();
+    store.flush().unwrap();
+    let compacted = store
+        .blocks()
+        .iter()
+        .find(|b| !b.meta.compacted_from.is_empty())
+        .expect("minute 3 compacted")
+        .clone();
+    assert_eq!(compacted.meta.compacted_from.len(), 2);
+    let cached = store.cache.usage().0;
+    assert_eq!(cached, 1, "only minute 2 is left of what was read");
+    assert_eq!(store.profile(&everything).unwrap().total(0), 30);
+    assert_eq!(store.cache.usage().0, 3);
+}
+
+#[test]
+fn concurrent_queries_agree_while_the_cache_turns_over() {
+    let (_dir, store) = three_minutes(minute_options(1));
+    let expected = flat(&store.profile(&query(None, "cpu", 0, HOUR)).unwrap());
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                for minute in 0..20 {
+                    let q = query(None, "cpu", 0, HOUR - minute);
+                    assert_eq!(flat(&store.profile(&q).unwrap()), expected);
+                }
+            });
+        }
+    });
 }
 
 #[test]
