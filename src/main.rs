@@ -5,6 +5,7 @@ mod args;
 mod convert;
 mod dump;
 mod gcdump;
+mod generatekey;
 mod inspect;
 mod live;
 mod output;
@@ -64,6 +65,9 @@ enum Command {
     Gcdump(gcdump::Args),
     /// Profile every .NET process continuously into a local store, and serve queries.
     Agent(agent::Args),
+    /// A new API key for the agent: its settings (Subject, PublicKey) and the bearer token for
+    /// clients, as dotnet-monitor's generatekey prints them.
+    Generatekey(generatekey::Args),
 }
 
 fn main() -> ExitCode {
@@ -94,6 +98,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Dump(args) => dump::run(args).await,
             Command::Gcdump(args) => gcdump::run(args).await,
             Command::Agent(args) => agent::run(args).await,
+            Command::Generatekey(args) => generatekey::run(args),
         }
     })
 }

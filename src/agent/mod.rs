@@ -8,21 +8,24 @@
 //! - the store writer ([`writer`]): the only thread that writes the store.
 
 mod discover;
+mod health;
 mod process;
 mod writer;
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use collector::attached::AttachedProcesses;
+use collector::metrics::Registry;
 use collector::sampler::DutyCycle;
 use store::continuous::EventProfiles;
 use store::tsdb::{Store, StoreOptions};
 use tokio::sync::watch;
 
 use crate::args::{parse_bytes, parse_duration};
+use health::Health;
 use writer::BatchSink;
 
 #[derive(Debug, clap::Args)]
@@ -39,6 +42,18 @@ pub struct Args {
     /// loopback exposes the profiles to the network.
     #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:52323")]
     urls: String,
+    /// Where Prometheus scrapes /metrics, without authentication (numbers only; the API
+    /// listener serves /metrics too, behind its authentication); `none` to serve it only there.
+    #[arg(long, value_name = "URL", default_value = ui::metrics::DEFAULT_METRICS_URL)]
+    metrics_urls: String,
+    /// Turn authentication off: anyone who can reach the API can read the profiles and take
+    /// dumps. Logs a warning; for a trusted machine only.
+    #[arg(long, conflicts_with = "temp_apikey")]
+    no_auth: bool,
+    /// Generate an API key at start (valid 7 days, until the agent stops) and print its token,
+    /// instead of the configured one.
+    #[arg(long)]
+    temp_apikey: bool,
     /// Where profiles are stored (created 0700).
     #[arg(long, value_name = "DIR", default_value = "./clrscope-data")]
     data_dir: PathBuf,
@@ -118,6 +133,15 @@ impl Filters {
     }
 }
 
+/// Where the API listens.
+enum ApiListener {
+    Http(tokio::net::TcpListener),
+    Https(ui::tls::TlsListener),
+}
+
+/// How long a `--temp-apikey` token is valid (dotnet-monitor's default expiration).
+const TEMP_APIKEY_DAYS: i64 = 7;
+
 /// What every per-process task is configured with.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -134,23 +158,98 @@ pub struct Agent {
     pub settings: Settings,
     pub processes: AttachedProcesses,
     pub sink: BatchSink,
+    /// Every component's metrics, served on `/metrics`: register yours on it (see
+    /// [`collector::metrics`]).
+    pub metrics: Registry,
+    /// The agent's own metrics.
+    pub health: Health,
     /// Turns true once when the agent stops.
     pub shutdown: watch::Receiver<bool>,
 }
 
-/// `http://HOST:PORT` or `HOST:PORT` to a socket address (HOST an IP address or `localhost`).
-fn parse_url(url: &str) -> anyhow::Result<std::net::SocketAddr> {
-    if url.starts_with("https://") {
-        anyhow::bail!("--urls {url}: TLS is not supported yet; use http:// on loopback");
+/// A listener address: `http://HOST:PORT`, `https://HOST:PORT` or `HOST:PORT` (http), HOST an
+/// IP address, `localhost`, or `+` or `*` for every interface (as Kestrel and dotnet-monitor
+/// read them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ListenUrl {
+    tls: bool,
+    addr: std::net::SocketAddr,
+}
+
+fn parse_url(flag: &str, url: &str) -> anyhow::Result<ListenUrl> {
+    let (tls, authority) = match url.split_once("://") {
+        Some(("http", rest)) => (false, rest),
+        Some(("https", rest)) => (true, rest),
+        Some((scheme, _)) => anyhow::bail!("{flag} {url}: unknown scheme {scheme}: use http or https"),
+        None => (false, url),
+    };
+    let authority = authority.trim_end_matches('/');
+    let authority = match authority.rsplit_once(':') {
+        Some(("localhost", port)) => format!("127.0.0.1:{port}"),
+        Some(("+" | "*", port)) => format!("0.0.0.0:{port}"),
+        _ => authority.to_string(),
+    };
+    let addr = authority.parse().with_context(|| {
+        format!("{flag} {url}: expected http://IP:PORT, e.g. http://127.0.0.1:52323")
+    })?;
+    Ok(ListenUrl { tls, addr })
+}
+
+/// What the API asks of a request: `--no-auth`, `--temp-apikey` or the configured key; with
+/// `--temp-apikey`, also the token to print.
+fn authentication(
+    args: &Args,
+    config: &ui::auth::AuthenticationConfig,
+    tls: bool,
+    api_addr: std::net::SocketAddr,
+) -> (ui::Authentication, Option<String>) {
+    if args.no_auth {
+        tracing::warn!(
+            "WARNING: Authentication has been disabled (--no-auth). Anyone who can reach the API \
+             can read the profiles and take dumps; this is not intended for production."
+        );
+        if !api_addr.ip().is_loopback() {
+            tracing::warn!(%api_addr, "the API listens beyond loopback without authentication");
+        }
+        return (ui::Authentication::Disabled, None);
     }
-    let authority = url
-        .strip_prefix("http://")
-        .unwrap_or(url)
-        .trim_end_matches('/');
-    let authority = authority.replace("localhost", "127.0.0.1");
-    authority.parse().with_context(|| {
-        format!("--urls {url}: expected http://IP:PORT, e.g. http://127.0.0.1:52323")
-    })
+    let mut token = None;
+    let auth = if args.temp_apikey {
+        let expires = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64)
+            + TEMP_APIKEY_DAYS * 24 * 3600;
+        let key = ui::auth::generate_key(expires);
+        token = Some(key.token.clone());
+        match ui::auth::ApiKey::new(Some(&key.subject), Some(&key.public_key), None) {
+            Ok(key) => ui::Authentication::ApiKey(Arc::new(key)),
+            Err(error) => ui::Authentication::Unconfigured(Arc::new(error)),
+        }
+    } else {
+        ui::Authentication::from_config(config)
+    };
+    match &auth {
+        ui::Authentication::Unconfigured(error) => tracing::warn!(
+            "authentication is on but no usable API key is configured ({error}): every API \
+             request is refused. Run `clrscope generatekey` and set its Subject and PublicKey \
+             (settings.json Authentication:MonitorApiKey, or the environment variables it \
+             prints), or use --temp-apikey, or --no-auth on a trusted machine"
+        ),
+        ui::Authentication::ApiKey(key) if key.has_private_key() => tracing::warn!(
+            "Authentication:MonitorApiKey:PublicKey holds private key material; the agent only \
+             needs the public key: remove the private parts (d, p, q, dp, dq, qi)"
+        ),
+        _ => {}
+    }
+    if !tls && !api_addr.ip().is_loopback() {
+        tracing::warn!(
+            %api_addr,
+            "WARNING: Authentication is enabled over insecure http transport beyond loopback: \
+             tokens can be read on the network. Use https (Kestrel:Certificates:Default) in \
+             production."
+        );
+    }
+    (auth, token)
 }
 
 fn host_name() -> String {
@@ -163,7 +262,7 @@ fn host_name() -> String {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let duty = DutyCycle::new(args.sample_window, args.sample_period)?;
-    let api_addr = parse_url(&args.urls)?;
+    let api_url = parse_url("--urls", &args.urls)?;
     let linkage = if args.trace_linkage {
         let sources: Vec<&str> = args.trace_sources.iter().map(String::as_str).collect();
         Some(collector::providers::linkage(&sources).context("--trace-source")?)
@@ -182,16 +281,43 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         tracing::warn!(path = %problem.path.display(), "skipping an unreadable block: {}", problem.message);
     }
     let store = Arc::new(RwLock::new(store));
-    let listener = tokio::net::TcpListener::bind(api_addr)
+    let listener = tokio::net::TcpListener::bind(api_url.addr)
         .await
         .with_context(|| {
-            format!("binding the HTTP API to {api_addr} (is another agent running?)")
+            format!("binding the HTTP API to {} (is another agent running?)", api_url.addr)
         })?;
     let api_addr = listener.local_addr()?;
-    if !api_addr.ip().is_loopback() {
-        tracing::warn!(%api_addr, "the HTTP API listens beyond loopback without authentication: anyone who can reach it can read the profiles");
-    }
-    let (sink, writer) = writer::spawn(store.clone()).context("starting the store writer")?;
+    let (auth, temp_token) = authentication(
+        &args,
+        &ui::auth::AuthenticationConfig::default(),
+        api_url.tls,
+        api_addr,
+    );
+    let listener = if api_url.tls {
+        let tls = ui::tls::KestrelConfig::default()
+            .server_config()
+            .with_context(|| format!("--urls {}", args.urls))?;
+        ApiListener::Https(ui::tls::TlsListener::new(listener, tls)?)
+    } else {
+        ApiListener::Http(listener)
+    };
+    let metrics = Registry::default();
+    let health = Health::register(&metrics);
+    let metrics_listener = match args.metrics_urls.as_str() {
+        "none" => None,
+        url => {
+            let ListenUrl { tls, addr } = parse_url("--metrics-urls", url)?;
+            if tls {
+                anyhow::bail!("--metrics-urls {url}: /metrics is served over http only");
+            }
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding /metrics to {addr} (--metrics-urls)"))?;
+            Some(listener)
+        }
+    };
+    let (sink, writer) =
+        writer::spawn(store.clone(), health.store.clone()).context("starting the store writer")?;
     let (stop, shutdown) = watch::channel(false);
     let agent = Arc::new(Agent {
         settings: Settings {
@@ -211,16 +337,36 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         },
         processes: AttachedProcesses::default(),
         sink,
+        metrics,
+        health,
         shutdown,
     });
 
-    let api = {
-        let state = ui::ApiState::new(store.clone()).with_processes(agent.processes.clone());
+    let stopped = || {
         let mut shutdown = agent.shutdown.clone();
-        let stopped = async move {
+        async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
-        };
-        tokio::spawn(ui::serve(listener, ui::router(state), stopped))
+        }
+    };
+    let api = {
+        let state = ui::ApiState::new(store.clone())
+            .with_processes(agent.processes.clone())
+            .with_metrics(agent.metrics.clone())
+            .with_auth(auth);
+        let router = ui::router(state);
+        match listener {
+            ApiListener::Http(listener) => tokio::spawn(ui::serve(listener, router, stopped())),
+            ApiListener::Https(listener) => tokio::spawn(ui::serve(listener, router, stopped())),
+        }
+    };
+    let metrics_addr = match metrics_listener {
+        Some(listener) => {
+            let addr = listener.local_addr()?;
+            let router = ui::metrics_router(agent.metrics.clone());
+            tokio::spawn(ui::serve(listener, router, stopped()));
+            format!("http://{addr}/metrics")
+        }
+        None => "only on the API".to_string(),
     };
     let filtered = !agent.settings.filters.is_empty();
     let mut tasks = tokio::task::JoinSet::new();
@@ -232,8 +378,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         tasks.spawn(discover::listen_mode(agent.clone(), server));
     }
     eprintln!(
-        "clrscope agent: API on http://{api_addr}; profiling {} ({:.0}% duty: {:?} every {:?}); \
-         data in {}",
+        "clrscope agent: API on {}://{api_addr}; metrics {metrics_addr}; profiling {} \
+         ({:.0}% duty: {:?} every {:?}); data in {}",
+        if api_url.tls { "https" } else { "http" },
         match (&args.diagnostic_port, args.no_connect) {
             (Some(p), true) => format!("runtimes dialling {}", p.display()),
             (Some(p), false) => format!(".NET processes and runtimes dialling {}", p.display()),
@@ -248,6 +395,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         duty.period,
         args.data_dir.display()
     );
+
+    if let Some(token) = temp_token {
+        eprintln!(
+            "clrscope agent: generated a one-time API key (--temp-apikey); use the following \
+             header for authorization:\nAuthorization: Bearer {token}"
+        );
+    }
 
     wait_for_stop_signal().await?;
     eprintln!("clrscope agent: stopping (sessions end, the store is flushed)");
@@ -284,4 +438,22 @@ async fn wait_for_stop_signal() -> anyhow::Result<()> {
         _ = terminate.recv() => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_urls_read_like_kestrels() {
+        let url = |text: &str| parse_url("--urls", text).map(|u| (u.tls, u.addr.to_string()));
+        assert_eq!(url("http://127.0.0.1:52323").unwrap(), (false, "127.0.0.1:52323".into()));
+        assert_eq!(url("https://localhost:1/").unwrap(), (true, "127.0.0.1:1".into()));
+        assert_eq!(url("http://+:52325").unwrap(), (false, "0.0.0.0:52325".into()));
+        assert_eq!(url("*:0").unwrap(), (false, "0.0.0.0:0".into()));
+        assert_eq!(url("http://[::1]:80").unwrap(), (false, "[::1]:80".into()));
+        for bad in ["ftp://127.0.0.1:1", "http://example.com:80", "http://127.0.0.1"] {
+            assert!(url(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 }

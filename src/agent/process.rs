@@ -20,6 +20,7 @@ use store::continuous::{Batches, EventProfiles, ProcessProfiler};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::health::{GaugeGuard, Health};
 use super::writer::BatchSink;
 use super::Agent;
 use crate::live;
@@ -257,6 +258,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
     }) else {
         return Ok(Outcome::AlreadyAttached);
     };
+    let _attached = GaugeGuard::new(&agent.health.processes_attached);
     tracing::info!(pid = target.pid, %name, service = %service, transport = target.transport, "attached");
 
     let series = vec![
@@ -288,7 +290,9 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         let mut sink = ParsingWriter::new(tokio::io::sink(), profiler.clone());
         let config = light_session(agent.settings.events, agent.settings.linkage.as_deref());
         let mut shutdown = agent.shutdown.clone();
+        let sessions = agent.health.sessions.clone();
         tokio::spawn(async move {
+            let _open = GaugeGuard::new(&sessions);
             let stop = async {
                 let _ = shutdown.wait_for(|stop| *stop).await;
             };
@@ -311,6 +315,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         shutdown: agent.shutdown.clone(),
         keep_times: agent.settings.linkage.is_some(),
         alloc: agent.settings.events.alloc,
+        health: agent.health.clone(),
     };
     let result = tokio::select! {
         result = sampling.run() => result,
@@ -355,6 +360,7 @@ struct SamplingLoop<'a> {
     keep_times: bool,
     /// Take allocation ticks during sampler windows.
     alloc: bool,
+    health: Health,
 }
 
 impl SamplingLoop<'_> {
@@ -439,6 +445,7 @@ impl SamplingLoop<'_> {
         };
         let mut sink = ParsingWriter::new(tokio::io::sink(), window);
         let mut shutdown = self.shutdown.clone();
+        let _open = GaugeGuard::new(&self.health.sessions);
         let stop = async {
             tokio::select! {
                 () = tokio::time::sleep_until(until) => {}
@@ -471,6 +478,7 @@ impl SamplingLoop<'_> {
         if samples.samples() == 0 {
             return;
         }
+        self.health.samples.add(samples.samples());
         let profiler = self.profiler.clone();
         let sink = self.sink.clone();
         let proc_pid = self.proc_pid;

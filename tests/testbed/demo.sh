@@ -75,24 +75,38 @@ say "designed split: SpinAlpha 60%, SpinBravo 30%, SpinCharlie 10% — compare w
 say "flame graph: $demo_dir/cpuhot.svg (open it in a browser); pprof: go tool pprof -top $demo_dir/cpuhot.pb.gz"
 
 echo
-echo "\$ clrscope agent --pid $pid --sample-period 2s --urls http://127.0.0.1:0 --data-dir $demo_dir/agent-data"
+echo "\$ clrscope generatekey -o Shell   (a key for the agent's API: settings for the agent, a token for clients)"
+key=$("$CLRSCOPE" generatekey -o Shell)
+printf '%s\n' "$key" | cut -c1-100
+eval "$(printf '%s\n' "$key" | grep '^export ')"
+auth=$(printf '%s\n' "$key" | grep '^Authorization: ')
+
+echo
+echo "\$ clrscope agent --pid $pid --sample-period 2s --urls http://127.0.0.1:0 --metrics-urls http://127.0.0.1:0 --data-dir $demo_dir/agent-data"
 agent_log=$demo_dir/agent.log
 "$CLRSCOPE" agent --pid "$pid" --sample-period 2s --urls http://127.0.0.1:0 \
-    --data-dir "$demo_dir/agent-data" 2>"$agent_log" &
+    --metrics-urls http://127.0.0.1:0 --data-dir "$demo_dir/agent-data" 2>"$agent_log" &
 agent=$!
 for _ in $(seq 50); do grep -q 'API on' "$agent_log" && break; sleep 0.1; done
-api=$(grep -o 'http://127.0.0.1:[0-9]*' "$agent_log" | head -1)
+api=$(grep -o 'API on http://127.0.0.1:[0-9]*' "$agent_log" | head -1 | cut -d' ' -f3)
+metrics=$(grep -o 'metrics http://127.0.0.1:[0-9]*/metrics' "$agent_log" | head -1 | cut -d' ' -f2)
 [ -n "$api" ] || { say "the agent did not start:"; cat "$agent_log" >&2; exit 1; }
-head -1 "$agent_log"
+grep 'API on' "$agent_log"
 say "letting the agent sample for 12 s…"
 sleep 12
 echo
-echo "\$ curl '$api/api/v1/processes'"
-curl -sf "$api/api/v1/processes"
+echo "\$ curl '$api/api/v1/processes'   (no token: refused)"
+curl -s "$api/api/v1/processes"
 echo
-echo "\$ curl '$api/api/v1/profile?type=cpu&from=now-1m&format=folded'   (self time per leaf)"
-curl -sf "$api/api/v1/profile?type=cpu&from=now-1m&format=folded" |
+echo "\$ curl -H 'Authorization: Bearer …' '$api/api/v1/processes'"
+curl -sf -H "$auth" "$api/api/v1/processes"
+echo
+echo "\$ curl -H 'Authorization: Bearer …' '$api/api/v1/profile?type=cpu&from=now-1m&format=folded'   (self time per leaf)"
+curl -sf -H "$auth" "$api/api/v1/profile?type=cpu&from=now-1m&format=folded" |
     awk '{n=split($0,f,";"); leaf=f[n]; sub(/ [0-9]+$/, "", leaf); t[leaf]+=$NF; all+=$NF}
          END {for (k in t) printf "  %5.1f%%  %s\n", 100*t[k]/all, k}' | sort -rn | head -5
-curl -sf "$api/api/v1/profile?type=cpu&from=now-1m&format=svg" -o "$demo_dir/agent-cpuhot.svg"
+curl -sf -H "$auth" "$api/api/v1/profile?type=cpu&from=now-1m&format=svg" -o "$demo_dir/agent-cpuhot.svg"
 say "the agent's flame graph of the last minute: $demo_dir/agent-cpuhot.svg"
+echo
+echo "\$ curl '$metrics'   (Prometheus text, no token)"
+curl -sf "$metrics" | grep -E '^clrscope_(processes_attached|samples_total|store_bytes) '

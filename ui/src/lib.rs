@@ -51,16 +51,22 @@
 //!   `new`) and `folded` (`stack base new` lines).
 //! - A route refuses parameters it does not take, and any given twice.
 
+pub mod auth;
 mod error;
 mod events;
+pub mod metrics;
 pub mod processes;
 mod query;
+mod selfprofile;
 mod server;
 pub mod time;
+pub mod tls;
 mod web;
 
+pub use auth::Authentication;
 pub use error::{ApiError, PROBLEM_JSON};
 pub use events::event_routes;
+pub use metrics::{metrics_router, metrics_routes};
 pub use processes::process_routes;
 pub use query::query_routes;
 pub use server::{router, serve, ApiState, DEFAULT_API_ADDR};
