@@ -12,7 +12,13 @@ use support::Target;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_counters_and_meter_instruments_arrive_typed() {
     let web = Target::builder("AsyncWeb")
-        .args(["--self-load", "20", "--alpha-ms", "30", "--no-request-lines"])
+        .args([
+            "--self-load",
+            "20",
+            "--alpha-ms",
+            "30",
+            "--no-request-lines",
+        ])
         .start();
     let client = DiagnosticsClient::for_pid(web.pid()).unwrap();
     let config = CounterSessionConfig::new(1)
@@ -20,7 +26,13 @@ async fn runtime_counters_and_meter_instruments_arrive_typed() {
         .with_meter("AsyncWeb", &[]);
     let (tx, mut rx) = tokio::sync::mpsc::channel(4096);
     let session = tokio::spawn(async move {
-        counters::run(&client, &config, tokio::time::sleep(Duration::from_secs(5)), tx).await
+        counters::run(
+            &client,
+            &config,
+            tokio::time::sleep(Duration::from_secs(5)),
+            tx,
+        )
+        .await
     });
     let mut samples: Vec<CounterSample> = Vec::new();
     while let Some(update) = rx.recv().await {
@@ -39,12 +51,24 @@ async fn runtime_counters_and_meter_instruments_arrive_typed() {
 
     let cpu = find("System.Runtime", "cpu-usage");
     assert!(cpu.len() >= 2, "cpu-usage every second: {cpu:?}");
-    assert!(matches!(cpu[0].value, CounterValue::Mean { .. }), "{:?}", cpu[0]);
-    assert!(cpu.iter().all(|s| s.interval_seconds.is_some_and(|i| (0.5..2.0).contains(&i))));
+    assert!(
+        matches!(cpu[0].value, CounterValue::Mean { .. }),
+        "{:?}",
+        cpu[0]
+    );
+    assert!(cpu
+        .iter()
+        .all(|s| s.interval_seconds.is_some_and(|i| (0.5..2.0).contains(&i))));
     let working_set = find("System.Runtime", "working-set");
-    assert!(working_set.iter().any(|s| s.value.value().is_some_and(|v| v > 1.0)));
+    assert!(working_set
+        .iter()
+        .any(|s| s.value.value().is_some_and(|v| v > 1.0)));
     let gen0 = find("System.Runtime", "gen-0-gc-count");
-    assert!(gen0.iter().all(|s| matches!(s.value, CounterValue::Increment { .. })), "{gen0:?}");
+    assert!(
+        gen0.iter()
+            .all(|s| matches!(s.value, CounterValue::Increment { .. })),
+        "{gen0:?}"
+    );
 
     let durations = find("AsyncWeb", "asyncweb.request.duration");
     let alpha = durations

@@ -270,7 +270,9 @@ pub enum CounterUpdate {
     Sample(CounterSample),
     /// The metrics source refused or stopped something: a callback failed, another session holds
     /// the metrics source (runtime < 8), a MaxTimeSeries / MaxHistograms limit was reached.
-    MetricsError { message: String },
+    MetricsError {
+        message: String,
+    },
 }
 
 /// Turns the events of a counter session into [`CounterUpdate`]s, keeping only metrics values
@@ -336,12 +338,10 @@ impl CounterDecoder {
                         rate: finite(rate)?,
                         total: value,
                     },
-                    MetricValue::UpDownCounterRate { rate, value } => {
-                        CounterValue::UpDownCounter {
-                            rate: finite(rate)?,
-                            value,
-                        }
-                    }
+                    MetricValue::UpDownCounterRate { rate, value } => CounterValue::UpDownCounter {
+                        rate: finite(rate)?,
+                        value,
+                    },
                     MetricValue::Gauge { last_value } => CounterValue::Gauge {
                         value: finite(last_value)?,
                     },
@@ -480,7 +480,9 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nettrace::testutil::{scalar_fields, utf16z, EventSpec, MetadataRecord, StreamBuilder};
+    use crate::nettrace::testutil::{
+        scalar_fields, utf16z, EventSpec, MetadataRecord, StreamBuilder,
+    };
     use crate::nettrace::Parser;
 
     #[test]
@@ -524,15 +526,18 @@ mod tests {
         values.iter().flat_map(|v| utf16z(v)).collect()
     }
 
-    const HISTOGRAM_FIELDS: [&str; 7] = [
-        "sessionId",
-        "meterName",
-        "meterVersion",
-        "instrumentName",
-        "unit",
-        "tags",
-        "quantiles",
-    ];
+    /// The fields of a MetricsEventSource value event, the last one `value_field`.
+    fn published_fields(value_field: &str) -> Vec<u8> {
+        string_fields(&[
+            "sessionId",
+            "meterName",
+            "meterVersion",
+            "instrumentName",
+            "unit",
+            "tags",
+            value_field,
+        ])
+    }
 
     fn decode_all(stream: &[u8], decoder: &CounterDecoder) -> Vec<CounterUpdate> {
         let mut parser = Parser::new();
@@ -549,7 +554,7 @@ mod tests {
     #[test]
     fn histograms_become_percentiles_of_their_own_session() {
         let meta = MetadataRecord::new(1, METRICS_PROVIDER, 9, "HistogramValuePublished")
-            .raw_fields(string_fields(&HISTOGRAM_FIELDS));
+            .raw_fields(published_fields("quantiles"));
         let ours = strings(&[
             "SHARED",
             "AsyncWeb",
@@ -597,20 +602,11 @@ mod tests {
     fn damaged_and_foreign_events_yield_nothing_or_errors() {
         // A histogram whose quantiles are garbage still decodes, with no percentiles.
         let meta = MetadataRecord::new(1, METRICS_PROVIDER, 9, "HistogramValuePublished")
-            .raw_fields(string_fields(&HISTOGRAM_FIELDS));
+            .raw_fields(published_fields("quantiles"));
         let garbage = strings(&["SHARED", "M", "", "h", "", "=,=", "x=y;0.5=;=1;2=3"]);
         // A gauge with a non-numeric value is no sample.
-        let gauge = MetadataRecord::new(2, METRICS_PROVIDER, 7, "GaugeValuePublished").raw_fields(
-            string_fields(&[
-                "sessionId",
-                "meterName",
-                "meterVersion",
-                "instrumentName",
-                "unit",
-                "tags",
-                "lastValue",
-            ]),
-        );
+        let gauge = MetadataRecord::new(2, METRICS_PROVIDER, 7, "GaugeValuePublished")
+            .raw_fields(published_fields("lastValue"));
         let nan = strings(&["SHARED", "M", "", "g", "", "", "NaN"]);
         let truncated = vec![0x41, 0];
         let stream = StreamBuilder::new(8)
@@ -644,6 +640,9 @@ mod tests {
             }
         );
         assert!(matches!(results[1], Ok(None)), "{:?}", results[1]);
-        assert!(results[2].is_err(), "a cut payload is an error, not a panic");
+        assert!(
+            results[2].is_err(),
+            "a cut payload is an error, not a panic"
+        );
     }
 }
