@@ -1,6 +1,7 @@
 //! The agent's `/metrics` against the real Prometheus tools (Debian `prometheus`, installed by
 //! `make setup`): `promtool check metrics` accepts the exposition, and a Prometheus server
-//! scraping the metrics listener sees the target `up` and the agent's health numbers.
+//! scraping the metrics listener sees the target `up`, the agent's health numbers and the
+//! profiled process's runtime counters; and `go tool pprof` reads the agent's own CPU profile.
 
 mod support;
 
@@ -131,7 +132,22 @@ fn prometheus_scrapes_the_agents_health_and_promtool_accepts_it() {
     let agent = Agent::start(&dir, &[&pid, "--sample-period", "2s", "--flush-interval", "2s"]);
     agent.wait_for_data("cpu", cpuhot.pid(), 500_000_000, Duration::from_secs(60));
 
-    let scrape = http_get(agent.metrics_port, "/metrics", &[]);
+    // The target's runtime counters, published every 5 s, named as dotnet-monitor names them.
+    let pid_label = format!("process_id=\"{}\"", cpuhot.pid());
+    let has_counters = |text: &str| {
+        text.lines().any(|l| {
+            l.starts_with("systemruntime_working_set_bytes{") && l.contains(&pid_label)
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let scrape = loop {
+        let scrape = http_get(agent.metrics_port, "/metrics", &[]);
+        if has_counters(&scrape.body) || Instant::now() > deadline {
+            break scrape;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(has_counters(&scrape.body), "{}\n{}", scrape.body, agent.log());
     assert_eq!(scrape.status, 200);
     assert_eq!(
         scrape.header("content-type"),
@@ -150,7 +166,17 @@ fn prometheus_scrapes_the_agents_health_and_promtool_accepts_it() {
     prometheus.wait_for("clrscope_eventpipe_sessions", |v| v.len() == 1 && v[0] >= 1.0);
     prometheus.wait_for("clrscope_store_flushes_total", |v| v.len() == 1 && v[0] >= 1.0);
     prometheus.wait_for("clrscope_store_bytes", |v| v.len() == 1 && v[0] > 0.0);
+    let cpu = format!("systemruntime_cpu_usage_ratio{{{pid_label}}}");
+    prometheus.wait_for(&cpu, |v| v.len() == 1 && v[0] > 0.0);
     drop(prometheus);
+
+    // A process's series leave with it.
+    drop(cpuhot);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while has_counters(&http_get(agent.metrics_port, "/metrics", &[]).body) {
+        assert!(Instant::now() < deadline, "the exited process's counters stay");
+        std::thread::sleep(Duration::from_millis(500));
+    }
     drop(agent);
     let _ = std::fs::remove_dir_all(&dir);
 }

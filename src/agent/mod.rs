@@ -10,6 +10,7 @@
 mod discover;
 mod health;
 mod process;
+mod runtime_metrics;
 mod writer;
 
 use std::path::PathBuf;
@@ -18,6 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use collector::attached::AttachedProcesses;
+use collector::counters::{CounterSessionConfig, DEFAULT_INTERVAL_SECONDS};
 use collector::metrics::Registry;
 use collector::sampler::DutyCycle;
 use store::continuous::EventProfiles;
@@ -95,6 +97,14 @@ pub struct Args {
     /// libraries the service does not trace itself are left alone; default: every source.
     #[arg(long = "trace-source", value_name = "NAME", requires = "trace_linkage")]
     trace_sources: Vec<String>,
+    /// Also put this System.Diagnostics.Metrics meter's instruments on /metrics (repeatable;
+    /// dotnet-monitor's Metrics:Meters). System.Runtime's and ASP.NET Core's counters are
+    /// always there.
+    #[arg(long = "meter", value_name = "NAME")]
+    meters: Vec<String>,
+    /// Do not read the targets' runtime counters (one counter session per process) for /metrics.
+    #[arg(long, conflicts_with = "meters")]
+    no_runtime_metrics: bool,
     /// Delete profiles older than this.
     #[arg(long, value_parser = parse_duration, default_value = "7d")]
     retention: Duration,
@@ -151,6 +161,8 @@ pub struct Settings {
     pub host_name: String,
     /// The providers that join samples to the spans their threads ran, when linkage is on.
     pub linkage: Option<Vec<collector::ipc::ProviderConfig>>,
+    /// The counter session whose values go on /metrics, unless that is off.
+    pub runtime_metrics: Option<CounterSessionConfig>,
 }
 
 /// What the agent's tasks share.
@@ -334,6 +346,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             },
             host_name: host_name(),
             linkage,
+            runtime_metrics: (!args.no_runtime_metrics).then(|| {
+                let sources = runtime_metrics::DEFAULT_SOURCES.iter();
+                let config = sources.fold(
+                    CounterSessionConfig::new(DEFAULT_INTERVAL_SECONDS),
+                    |config, source| config.with_event_counters(source),
+                );
+                args.meters
+                    .iter()
+                    .fold(config, |config, meter| config.with_meter(meter, &[]))
+            }),
         },
         processes: AttachedProcesses::default(),
         sink,

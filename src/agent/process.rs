@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::health::{GaugeGuard, Health};
+use super::runtime_metrics;
 use super::writer::BatchSink;
 use super::Agent;
 use crate::live;
@@ -264,7 +265,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
     let series = vec![
         ("host_name".to_string(), agent.settings.host_name.clone()),
         ("process_id".to_string(), target.pid.to_string()),
-        ("service_name".to_string(), service),
+        ("service_name".to_string(), service.clone()),
     ];
     // Samples are joined to spans up to a whole (boosted) window plus the naming delay late.
     let linkage = agent.settings.linkage.is_some().then(|| TrackerLimits {
@@ -285,6 +286,25 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
             .set_images(symbolizer::parse_proc_maps(&maps));
     }
 
+    // Fires when this function returns: the process's other tasks end with it.
+    let (_detaching, detached) = tokio::sync::oneshot::channel::<()>();
+    if let Some(config) = agent.settings.runtime_metrics.clone() {
+        let mut shutdown = agent.shutdown.clone();
+        let stop = async move {
+            tokio::select! {
+                _ = shutdown.wait_for(|stop| *stop) => {}
+                _ = detached => {}
+            }
+        };
+        tokio::spawn(runtime_metrics::export(
+            client.clone(),
+            config,
+            agent.metrics.clone(),
+            target.pid,
+            service.clone(),
+            stop,
+        ));
+    }
     let mut light = {
         let client = client.clone();
         let mut sink = ParsingWriter::new(tokio::io::sink(), profiler.clone());
