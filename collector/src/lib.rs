@@ -18,6 +18,7 @@
 pub mod activity;
 pub mod attached;
 pub mod client;
+pub mod config;
 pub mod discovery;
 pub mod gcdump;
 pub mod inspect;
