@@ -7,7 +7,7 @@ use clap::ValueEnum;
 use serde_json::json;
 use ui::auth::{generate_key, GeneratedKey};
 
-use crate::args::parse_duration;
+use collector::config::parse_setting_duration;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -40,28 +40,10 @@ enum Format {
 const SUBJECT_VARIABLE: &str = "CLRSCOPE_Authentication__MonitorApiKey__Subject";
 const PUBLIC_KEY_VARIABLE: &str = "CLRSCOPE_Authentication__MonitorApiKey__PublicKey";
 
-/// A positive duration as `parse_duration` reads it, or as .NET's TimeSpan `[d.]hh:mm[:ss]`
-/// (what dotnet-monitor's `--expiration` takes).
+/// A positive duration: `7d`, `12h`, … or .NET's TimeSpan `[d.]hh:mm[:ss]` (what
+/// dotnet-monitor's `--expiration` takes).
 fn parse_expiration(text: &str) -> Result<Duration, String> {
-    let duration = if text.contains(':') {
-        let invalid = || format!("invalid expiration {text:?}: use e.g. 7d, 12h or 7.00:00:00");
-        let (days, clock) = match text.split_once('.') {
-            Some((days, clock)) if !days.contains(':') => (days.parse().map_err(|_| invalid())?, clock),
-            _ => (0u64, text),
-        };
-        let parts: Vec<u64> = clock
-            .split(':')
-            .map(|p| p.parse().map_err(|_| invalid()))
-            .collect::<Result<_, _>>()?;
-        let (hours, minutes, seconds) = match parts[..] {
-            [h, m] => (h, m, 0),
-            [h, m, s] => (h, m, s),
-            _ => return Err(invalid()),
-        };
-        Duration::from_secs(((days * 24 + hours) * 60 + minutes) * 60 + seconds)
-    } else {
-        parse_duration(text)?
-    };
+    let duration = parse_setting_duration(text)?;
     if duration.is_zero() {
         return Err("the expiration must be positive".into());
     }
@@ -124,7 +106,7 @@ mod tests {
         assert_eq!(parse_expiration("7.00:00:00"), Ok(Duration::from_secs(7 * 86400)));
         assert_eq!(parse_expiration("01:30"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_expiration("00:00:05"), Ok(Duration::from_secs(5)));
-        for bad in ["0s", "00:00:00", "1:2:3:4", "x.01:00", "soon"] {
+        for bad in ["0s", "00:00:00", "1:2:3:4", "x.01:00:00", "soon"] {
             assert!(parse_expiration(bad).is_err(), "{bad:?} accepted");
         }
     }

@@ -20,6 +20,7 @@
 pub mod activity;
 pub mod attached;
 pub mod client;
+pub mod config;
 pub mod counters;
 pub mod discovery;
 pub mod gcdump;

@@ -7,6 +7,7 @@
 //!   batches, which go into a bounded queue;
 //! - the store writer ([`writer`]): the only thread that writes the store.
 
+pub mod config;
 mod discover;
 mod health;
 mod process;
@@ -17,104 +18,316 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use collector::attached::AttachedProcesses;
 use collector::counters::{CounterSessionConfig, DEFAULT_INTERVAL_SECONDS};
-use collector::metrics::Registry;
+use collector::metrics::{MetricsConfig, Registry};
 use collector::sampler::DutyCycle;
 use store::continuous::EventProfiles;
 use store::tsdb::{Store, StoreOptions};
 use tokio::sync::watch;
 
 use crate::args::{parse_bytes, parse_duration};
+use config::{AgentConfig, ConfigSources};
 use health::Health;
 use writer::BatchSink;
 
+/// Command-line settings. Each flag overrides the configuration's key of the same meaning
+/// (`config` module: settings.json, key-per-file directory, environment); flags that are not
+/// given fall back to it, then to the defaults shown.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// A settings.json (dotnet-monitor's keys where clrscope has the feature).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// A key-per-file configuration directory (e.g. a mounted Secret): file names are keys
+    /// (`Section__Key`), contents values.
+    #[arg(long, value_name = "DIR")]
+    config_dir: Option<PathBuf>,
     /// Also accept runtimes that dial this socket (start them with
-    /// DOTNET_DiagnosticPorts=PATH,nosuspend or ,suspend).
+    /// DOTNET_DiagnosticPorts=PATH,nosuspend or ,suspend). [config: DiagnosticPort]
     #[arg(long, value_name = "PATH")]
     diagnostic_port: Option<PathBuf>,
-    /// Do not look for processes' own diagnostic sockets; only accept runtimes on
-    /// --diagnostic-port.
-    #[arg(long, requires = "diagnostic_port")]
+    /// Do not look for processes' own diagnostic sockets; only accept runtimes on the listen
+    /// socket.
+    #[arg(long)]
     no_connect: bool,
     /// Where the HTTP API listens: http://HOST:PORT (port 0 picks a free one). Binding beyond
-    /// loopback exposes the profiles to the network.
-    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:52323")]
-    urls: String,
-    /// Where Prometheus scrapes /metrics, without authentication (numbers only; the API
-    /// listener serves /metrics too, behind its authentication); `none` to serve it only there.
-    #[arg(long, value_name = "URL", default_value = ui::metrics::DEFAULT_METRICS_URL)]
-    metrics_urls: String,
+    /// loopback exposes the profiles to the network. [default: http://127.0.0.1:52323]
+    /// [config: Urls]
+    #[arg(long, value_name = "URL")]
+    urls: Option<String>,
+    /// Where Prometheus scrapes /metrics, without authentication (numbers only; the API serves
+    /// /metrics too, behind its authentication); `none` to serve it only there.
+    /// [default: http://127.0.0.1:52325] [config: Metrics:Endpoints]
+    #[arg(long, value_name = "URL")]
+    metrics_urls: Option<String>,
     /// Turn authentication off: anyone who can reach the API can read the profiles and take
     /// dumps. Logs a warning; for a trusted machine only.
     #[arg(long, conflicts_with = "temp_apikey")]
     no_auth: bool,
     /// Generate an API key at start (valid 7 days, until the agent stops) and print its token,
-    /// instead of the configured one.
+    /// instead of the configured one (Authentication:MonitorApiKey).
     #[arg(long)]
     temp_apikey: bool,
-    /// Where profiles are stored (created 0700).
-    #[arg(long, value_name = "DIR", default_value = "./clrscope-data")]
-    data_dir: PathBuf,
-    /// How often to look for new processes.
-    #[arg(long, value_parser = parse_duration, default_value = "3s")]
-    rescan_interval: Duration,
-    /// Only profile these pids (repeatable).
+    /// Where profiles are stored (created 0700). [default: ./clrscope-data]
+    /// [config: Store:DataDirectory]
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// How often to look for new processes. [default: 3s] [config: Profiling:RescanInterval]
+    #[arg(long, value_parser = parse_duration)]
+    rescan_interval: Option<Duration>,
+    /// Only profile these pids (repeatable). [config: Profiling:ProcessIds]
     #[arg(long = "pid", value_name = "PID")]
     pids: Vec<u64>,
     /// Only profile processes with this name: entry assembly, else executable (repeatable).
+    /// [config: Profiling:ProcessNames]
     #[arg(long = "name", value_name = "NAME")]
     names: Vec<String>,
     /// Only profile processes whose command line contains this text (repeatable).
+    /// [config: Profiling:CommandLines]
     #[arg(long = "command-line", value_name = "TEXT")]
     command_lines: Vec<String>,
-    /// Sample for this long in every --sample-period (at most 10s).
-    #[arg(long, value_parser = parse_duration, default_value = "1s")]
-    sample_window: Duration,
+    /// Sample for this long in every --sample-period (at most 10s). [default: 1s]
+    /// [config: Profiling:SampleWindow]
+    #[arg(long, value_parser = parse_duration)]
+    sample_window: Option<Duration>,
     /// The sampler runs for --sample-window out of every period. The runtime's sampler pauses the
     /// process every millisecond while it runs, so this ratio is what keeps overhead low.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
-    sample_period: Duration,
+    /// [default: 10s] [config: Profiling:SamplePeriod]
+    #[arg(long, value_parser = parse_duration)]
+    sample_period: Option<Duration>,
     /// No alloc_samples/alloc_size profiles (GC allocation ticks, taken during sampler windows).
+    /// [config: Profiling:Alloc = false]
     #[arg(long)]
     no_alloc: bool,
-    /// No exception profile.
+    /// No exception profile. [config: Profiling:Exceptions = false]
     #[arg(long)]
     no_exceptions: bool,
-    /// No lock_count/lock_time profiles (monitor contention).
+    /// No lock_count/lock_time profiles (monitor contention). [config: Profiling:Locks = false]
     #[arg(long)]
     no_locks: bool,
     /// Tag cpu and wall samples with the trace and span their thread ran. Off by default: the
     /// DiagnosticSource span and TPL context-switch events it needs cost 0.1–0.3 ms of CPU per
     /// request on .NET 8 (BENCHMARKS.md, "Trace linkage"), and listening to every ActivitySource
-    /// makes libraries create spans they otherwise skip.
+    /// makes libraries create spans they otherwise skip. [config: Profiling:TraceLinkage]
     #[arg(long)]
     trace_linkage: bool,
-    /// With --trace-linkage, follow only the spans of these ActivitySources (repeatable), so
+    /// With trace linkage, follow only the spans of these ActivitySources (repeatable), so
     /// libraries the service does not trace itself are left alone; default: every source.
-    #[arg(long = "trace-source", value_name = "NAME", requires = "trace_linkage")]
+    /// [config: Profiling:TraceSources]
+    #[arg(long = "trace-source", value_name = "NAME")]
     trace_sources: Vec<String>,
-    /// Also put this System.Diagnostics.Metrics meter's instruments on /metrics (repeatable;
-    /// dotnet-monitor's Metrics:Meters). System.Runtime's and ASP.NET Core's counters are
-    /// always there.
+    /// Also put this System.Diagnostics.Metrics meter's instruments on /metrics (repeatable).
+    /// System.Runtime's and ASP.NET Core's counters are there unless
+    /// Metrics:IncludeDefaultProviders is false. [config: Metrics:Meters]
     #[arg(long = "meter", value_name = "NAME")]
     meters: Vec<String>,
-    /// Do not read the targets' runtime counters (one counter session per process) for /metrics.
+    /// Do not read the targets' runtime counters (a counter session per process) for /metrics.
+    /// [config: Metrics:Enabled = false, which also turns the metrics listener off]
     #[arg(long, conflicts_with = "meters")]
     no_runtime_metrics: bool,
-    /// Delete profiles older than this.
-    #[arg(long, value_parser = parse_duration, default_value = "7d")]
-    retention: Duration,
-    /// Delete the oldest profiles while the store is larger than this.
-    #[arg(long, value_parser = parse_bytes, default_value = "1GiB")]
-    retention_size: u64,
+    /// Delete profiles older than this. [default: 7d] [config: Store:Retention]
+    #[arg(long, value_parser = parse_duration)]
+    retention: Option<Duration>,
+    /// Delete the oldest profiles while the store is larger than this. [default: 1GiB]
+    /// [config: Store:RetentionSize]
+    #[arg(long, value_parser = parse_bytes)]
+    retention_size: Option<u64>,
     /// How long new profiles may stay in memory before they are written (at most 10s): what a
-    /// crash can lose.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
-    flush_interval: Duration,
+    /// crash can lose. [default: 10s] [config: Store:FlushInterval]
+    #[arg(long, value_parser = parse_duration)]
+    flush_interval: Option<Duration>,
+}
+
+/// A repeatable flag's values, else the configuration's list.
+fn or_config<T: Clone>(flag: Vec<T>, config: &[T]) -> Vec<T> {
+    if flag.is_empty() {
+        config.to_vec()
+    } else {
+        flag
+    }
+}
+
+/// The agent's settings once flags, configuration and defaults are merged.
+#[derive(Debug)]
+struct Resolved {
+    urls: String,
+    listen_socket: Option<PathBuf>,
+    connect: bool,
+    data_dir: PathBuf,
+    rescan_interval: Duration,
+    duty: DutyCycle,
+    events: EventProfiles,
+    filters: Filters,
+    linkage: Option<Vec<collector::ipc::ProviderConfig>>,
+    store: StoreOptions,
+    /// Where /metrics is served without authentication, if anywhere.
+    metrics_urls: Option<String>,
+    runtime_metrics: Option<RuntimeMetrics>,
+    auth: AuthSource,
+    kestrel: ui::tls::KestrelConfig,
+}
+
+/// Where the API key comes from.
+#[derive(Debug)]
+enum AuthSource {
+    /// `--no-auth`.
+    Off,
+    /// `--temp-apikey`.
+    Temporary,
+    Configured(ui::auth::AuthenticationConfig),
+}
+
+/// The counter session whose values go on /metrics, and which EventCounters of it to keep.
+#[derive(Debug, Clone)]
+pub struct RuntimeMetrics {
+    pub session: CounterSessionConfig,
+    /// Per EventCounter source, the counters to keep (`Metrics:Providers:CounterNames`);
+    /// a source not listed keeps every counter.
+    pub counter_names: Vec<(String, Vec<String>)>,
+}
+
+impl Args {
+    /// Reads the configuration and merges it under the flags.
+    fn resolve(self) -> anyhow::Result<Resolved> {
+        let config = AgentConfig::load(ConfigSources {
+            file: self.config.as_deref(),
+            dir: self.config_dir.as_deref(),
+        })?;
+        let profiling = &config.profiling;
+        let (config_socket, config_connect) = match &config.diagnostic_port {
+            Some(port) => port.listen_socket()?,
+            None => (None, true),
+        };
+        let (listen_socket, connect) = match self.diagnostic_port {
+            Some(path) => (Some(path), !self.no_connect),
+            None => (config_socket, config_connect && !self.no_connect),
+        };
+        if !connect && listen_socket.is_none() {
+            bail!(
+                "--no-connect leaves the agent nothing to profile: give --diagnostic-port PATH \
+                 (or DiagnosticPort in the configuration) for runtimes to dial"
+            );
+        }
+        let duty = DutyCycle::new(
+            self.sample_window
+                .or(profiling.sample_window)
+                .unwrap_or(Duration::from_secs(1)),
+            self.sample_period
+                .or(profiling.sample_period)
+                .unwrap_or(Duration::from_secs(10)),
+        )?;
+        let trace_sources = if self.trace_sources.is_empty() {
+            profiling.trace_sources.clone()
+        } else {
+            self.trace_sources
+        };
+        let linkage = if self.trace_linkage || profiling.trace_linkage == Some(true) {
+            let sources: Vec<&str> = trace_sources.iter().map(String::as_str).collect();
+            Some(collector::providers::linkage(&sources).context("--trace-source")?)
+        } else if !trace_sources.is_empty() {
+            bail!("--trace-source (Profiling:TraceSources) needs --trace-linkage (Profiling:TraceLinkage)");
+        } else {
+            None
+        };
+        let store = &config.store;
+        let metrics = &config.metrics;
+        let metrics_on = metrics.enabled != Some(false);
+        if metrics.metric_count.is_some() {
+            tracing::warn!("Metrics:MetricCount is read but not used: /metrics shows each value's latest sample");
+        }
+        let metrics_urls = match self.metrics_urls.or_else(|| metrics.endpoints.clone()) {
+            Some(url) if url == "none" => None,
+            Some(url) => Some(url),
+            None => metrics_on.then(|| ui::metrics::DEFAULT_METRICS_URL.to_string()),
+        };
+        let runtime_metrics = (metrics_on && !self.no_runtime_metrics)
+            .then(|| runtime_metrics_config(metrics, &self.meters));
+        let auth = if self.no_auth {
+            AuthSource::Off
+        } else if self.temp_apikey {
+            AuthSource::Temporary
+        } else {
+            AuthSource::Configured(config.authentication.clone())
+        };
+        Ok(Resolved {
+            urls: self
+                .urls
+                .or_else(|| config.urls.clone())
+                .unwrap_or_else(|| "http://127.0.0.1:52323".to_string()),
+            listen_socket,
+            connect,
+            data_dir: self
+                .data_dir
+                .or_else(|| store.data_directory.clone())
+                .unwrap_or_else(|| PathBuf::from("./clrscope-data")),
+            rescan_interval: self
+                .rescan_interval
+                .or(profiling.rescan_interval)
+                .unwrap_or(Duration::from_secs(3)),
+            duty,
+            events: EventProfiles {
+                alloc: !self.no_alloc && profiling.alloc != Some(false),
+                exceptions: !self.no_exceptions && profiling.exceptions != Some(false),
+                locks: !self.no_locks && profiling.locks != Some(false),
+            },
+            filters: Filters {
+                pids: or_config(self.pids, &profiling.process_ids),
+                names: or_config(self.names, &profiling.process_names),
+                command_lines: or_config(self.command_lines, &profiling.command_lines),
+            },
+            linkage,
+            store: StoreOptions {
+                flush_interval: self
+                    .flush_interval
+                    .or(store.flush_interval)
+                    .unwrap_or(Duration::from_secs(10)),
+                retention_age: self
+                    .retention
+                    .or(store.retention)
+                    .unwrap_or(Duration::from_secs(7 * 86_400)),
+                retention_bytes: self
+                    .retention_size
+                    .or(store.retention_size)
+                    .unwrap_or(1 << 30),
+                ..StoreOptions::default()
+            },
+            metrics_urls,
+            runtime_metrics,
+            auth,
+            kestrel: config.kestrel.clone(),
+        })
+    }
+}
+
+/// The counter session of the `Metrics` section and `--meter` flags: dotnet-monitor's default
+/// sources unless `IncludeDefaultProviders` is false, `Providers`, `Meters`.
+fn runtime_metrics_config(metrics: &MetricsConfig, meters: &[String]) -> RuntimeMetrics {
+    let mut session = CounterSessionConfig::new(DEFAULT_INTERVAL_SECONDS);
+    if metrics.include_default_providers != Some(false) {
+        for source in runtime_metrics::DEFAULT_SOURCES {
+            session = session.with_event_counters(source);
+        }
+    }
+    let mut counter_names = Vec::new();
+    for provider in &metrics.providers {
+        session = session.with_event_counters(&provider.provider_name);
+        if !provider.counter_names.is_empty() {
+            counter_names.push((provider.provider_name.clone(), provider.counter_names.clone()));
+        }
+    }
+    for meter in &metrics.meters {
+        let instruments: Vec<&str> = meter.instrument_names.iter().map(String::as_str).collect();
+        session = session.with_meter(&meter.meter_name, &instruments);
+    }
+    for meter in meters {
+        session = session.with_meter(meter, &[]);
+    }
+    RuntimeMetrics {
+        session,
+        counter_names,
+    }
 }
 
 /// Which processes to profile: each non-empty list must have a match.
@@ -162,7 +375,7 @@ pub struct Settings {
     /// The providers that join samples to the spans their threads ran, when linkage is on.
     pub linkage: Option<Vec<collector::ipc::ProviderConfig>>,
     /// The counter session whose values go on /metrics, unless that is off.
-    pub runtime_metrics: Option<CounterSessionConfig>,
+    pub runtime_metrics: Option<RuntimeMetrics>,
 }
 
 /// What the agent's tasks share.
@@ -210,23 +423,28 @@ fn parse_url(flag: &str, url: &str) -> anyhow::Result<ListenUrl> {
 /// What the API asks of a request: `--no-auth`, `--temp-apikey` or the configured key; with
 /// `--temp-apikey`, also the token to print.
 fn authentication(
-    args: &Args,
-    config: &ui::auth::AuthenticationConfig,
+    source: &AuthSource,
     tls: bool,
     api_addr: std::net::SocketAddr,
 ) -> (ui::Authentication, Option<String>) {
-    if args.no_auth {
+    let config = match source {
+        AuthSource::Off => {
         tracing::warn!(
             "WARNING: Authentication has been disabled (--no-auth). Anyone who can reach the API \
              can read the profiles and take dumps; this is not intended for production."
         );
-        if !api_addr.ip().is_loopback() {
-            tracing::warn!(%api_addr, "the API listens beyond loopback without authentication");
+            if !api_addr.ip().is_loopback() {
+                tracing::warn!(%api_addr, "the API listens beyond loopback without authentication");
+            }
+            return (ui::Authentication::Disabled, None);
         }
-        return (ui::Authentication::Disabled, None);
-    }
+        AuthSource::Temporary => None,
+        AuthSource::Configured(config) => Some(config),
+    };
     let mut token = None;
-    let auth = if args.temp_apikey {
+    let auth = if let Some(config) = config {
+        ui::Authentication::from_config(config)
+    } else {
         let expires = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64)
@@ -237,8 +455,6 @@ fn authentication(
             Ok(key) => ui::Authentication::ApiKey(Arc::new(key)),
             Err(error) => ui::Authentication::Unconfigured(Arc::new(error)),
         }
-    } else {
-        ui::Authentication::from_config(config)
     };
     match &auth {
         ui::Authentication::Unconfigured(error) => tracing::warn!(
@@ -273,22 +489,10 @@ fn host_name() -> String {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let duty = DutyCycle::new(args.sample_window, args.sample_period)?;
-    let api_url = parse_url("--urls", &args.urls)?;
-    let linkage = if args.trace_linkage {
-        let sources: Vec<&str> = args.trace_sources.iter().map(String::as_str).collect();
-        Some(collector::providers::linkage(&sources).context("--trace-source")?)
-    } else {
-        None
-    };
-    let options = StoreOptions {
-        flush_interval: args.flush_interval,
-        retention_age: args.retention,
-        retention_bytes: args.retention_size,
-        ..StoreOptions::default()
-    };
-    let store = Store::open(&args.data_dir, options)
-        .with_context(|| format!("opening the store in {}", args.data_dir.display()))?;
+    let settings = args.resolve()?;
+    let api_url = parse_url("--urls", &settings.urls)?;
+    let store = Store::open(&settings.data_dir, settings.store.clone())
+        .with_context(|| format!("opening the store in {}", settings.data_dir.display()))?;
     for problem in store.problems() {
         tracing::warn!(path = %problem.path.display(), "skipping an unreadable block: {}", problem.message);
     }
@@ -296,31 +500,30 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(api_url.addr)
         .await
         .with_context(|| {
-            format!("binding the HTTP API to {} (is another agent running?)", api_url.addr)
+            format!(
+                "binding the HTTP API to {} (is another agent running?)",
+                api_url.addr
+            )
         })?;
     let api_addr = listener.local_addr()?;
-    let (auth, temp_token) = authentication(
-        &args,
-        &ui::auth::AuthenticationConfig::default(),
-        api_url.tls,
-        api_addr,
-    );
+    let (auth, temp_token) = authentication(&settings.auth, api_url.tls, api_addr);
     let listener = if api_url.tls {
-        let tls = ui::tls::KestrelConfig::default()
+        let tls = settings
+            .kestrel
             .server_config()
-            .with_context(|| format!("--urls {}", args.urls))?;
+            .with_context(|| format!("--urls {}", settings.urls))?;
         ApiListener::Https(ui::tls::TlsListener::new(listener, tls)?)
     } else {
         ApiListener::Http(listener)
     };
     let metrics = Registry::default();
     let health = Health::register(&metrics);
-    let metrics_listener = match args.metrics_urls.as_str() {
-        "none" => None,
-        url => {
+    let metrics_listener = match &settings.metrics_urls {
+        None => None,
+        Some(url) => {
             let ListenUrl { tls, addr } = parse_url("--metrics-urls", url)?;
             if tls {
-                anyhow::bail!("--metrics-urls {url}: /metrics is served over http only");
+                bail!("--metrics-urls {url}: /metrics is served over http only");
             }
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
@@ -333,29 +536,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (stop, shutdown) = watch::channel(false);
     let agent = Arc::new(Agent {
         settings: Settings {
-            duty,
-            events: EventProfiles {
-                alloc: !args.no_alloc,
-                exceptions: !args.no_exceptions,
-                locks: !args.no_locks,
-            },
-            filters: Filters {
-                pids: args.pids,
-                names: args.names,
-                command_lines: args.command_lines,
-            },
+            duty: settings.duty,
+            events: settings.events,
+            filters: settings.filters,
             host_name: host_name(),
-            linkage,
-            runtime_metrics: (!args.no_runtime_metrics).then(|| {
-                let sources = runtime_metrics::DEFAULT_SOURCES.iter();
-                let config = sources.fold(
-                    CounterSessionConfig::new(DEFAULT_INTERVAL_SECONDS),
-                    |config, source| config.with_event_counters(source),
-                );
-                args.meters
-                    .iter()
-                    .fold(config, |config, meter| config.with_meter(meter, &[]))
-            }),
+            linkage: settings.linkage,
+            runtime_metrics: settings.runtime_metrics,
         },
         processes: AttachedProcesses::default(),
         sink,
@@ -392,10 +578,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let filtered = !agent.settings.filters.is_empty();
     let mut tasks = tokio::task::JoinSet::new();
-    if !args.no_connect {
-        tasks.spawn(discover::connect_mode(agent.clone(), args.rescan_interval));
+    if settings.connect {
+        tasks.spawn(discover::connect_mode(
+            agent.clone(),
+            settings.rescan_interval,
+        ));
     }
-    if let Some(path) = &args.diagnostic_port {
+    if let Some(path) = &settings.listen_socket {
         let server = discover::bind_listen(path).await?;
         tasks.spawn(discover::listen_mode(agent.clone(), server));
     }
@@ -403,21 +592,20 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "clrscope agent: API on {}://{api_addr}; metrics {metrics_addr}; profiling {} \
          ({:.0}% duty: {:?} every {:?}); data in {}",
         if api_url.tls { "https" } else { "http" },
-        match (&args.diagnostic_port, args.no_connect) {
-            (Some(p), true) => format!("runtimes dialling {}", p.display()),
-            (Some(p), false) => format!(".NET processes and runtimes dialling {}", p.display()),
+        match (&settings.listen_socket, settings.connect) {
+            (Some(p), false) => format!("runtimes dialling {}", p.display()),
+            (Some(p), true) => format!(".NET processes and runtimes dialling {}", p.display()),
             (None, _) => ".NET processes".to_string(),
         } + if filtered {
             " that match the filters"
         } else {
             ""
         },
-        duty.fraction() * 100.0,
-        duty.window,
-        duty.period,
-        args.data_dir.display()
+        agent.settings.duty.fraction() * 100.0,
+        agent.settings.duty.window,
+        agent.settings.duty.period,
+        settings.data_dir.display()
     );
-
     if let Some(token) = temp_token {
         eprintln!(
             "clrscope agent: generated a one-time API key (--temp-apikey); use the following \
@@ -474,7 +662,12 @@ mod tests {
         assert_eq!(url("http://+:52325").unwrap(), (false, "0.0.0.0:52325".into()));
         assert_eq!(url("*:0").unwrap(), (false, "0.0.0.0:0".into()));
         assert_eq!(url("http://[::1]:80").unwrap(), (false, "[::1]:80".into()));
-        for bad in ["ftp://127.0.0.1:1", "http://example.com:80", "http://127.0.0.1"] {
+        for bad in [
+            "ftp://127.0.0.1:1",
+            "http://example.com:80",
+            "http://127.0.0.1",
+            "http://a:1;http://b:2",
+        ] {
             assert!(url(bad).is_err(), "{bad:?} accepted");
         }
     }

@@ -10,9 +10,11 @@ use std::collections::HashMap;
 use std::future::Future;
 
 use collector::client::DiagnosticsClient;
-use collector::counters::{self, CounterSample, CounterSessionConfig, CounterUpdate, CounterValue};
+use collector::counters::{self, CounterSample, CounterUpdate, CounterValue};
 use collector::metrics::{GaugeVec, Registry};
 use tokio::sync::mpsc;
+
+use super::RuntimeMetrics;
 
 /// EventCounter sources dotnet-monitor collects by default (`Metrics:IncludeDefaultProviders`).
 pub const DEFAULT_SOURCES: [&str; 3] = [
@@ -28,17 +30,19 @@ const UPDATES_QUEUE: usize = 1024;
 /// completes (the agent detaches), then removes its series.
 pub async fn export(
     client: DiagnosticsClient,
-    config: CounterSessionConfig,
+    config: RuntimeMetrics,
     registry: Registry,
     pid: u64,
     service: String,
     stop: impl Future<Output = ()> + Send + 'static,
 ) {
     let (updates, mut received) = mpsc::channel(UPDATES_QUEUE);
+    let session_config = config.session;
     let session =
-        tokio::spawn(async move { counters::run(&client, &config, stop, updates).await });
+        tokio::spawn(async move { counters::run(&client, &session_config, stop, updates).await });
     let mut recorder = Recorder {
         registry,
+        counter_names: config.counter_names,
         process: [pid.to_string(), service],
         families: HashMap::new(),
     };
@@ -63,12 +67,22 @@ struct Recorder {
     registry: Registry,
     /// `process_id`, `service_name`: the first two labels of every series.
     process: [String; 2],
+    /// Per source, the only counters to keep.
+    counter_names: Vec<(String, Vec<String>)>,
     /// The families this process wrote to, by name.
     families: HashMap<String, GaugeVec>,
 }
 
 impl Recorder {
     fn record(&mut self, sample: &CounterSample) {
+        let wanted = self
+            .counter_names
+            .iter()
+            .find(|(source, _)| source.eq_ignore_ascii_case(&sample.provider))
+            .is_none_or(|(_, names)| names.iter().any(|n| *n == sample.name));
+        if !wanted {
+            return;
+        }
         let (unit, scale) = prometheus_unit(&sample.unit);
         let name = prometheus_name(&sample.provider, &sample.name, unit);
         let mut tags: Vec<(String, &str)> = sample
