@@ -158,20 +158,31 @@ impl Recorder {
     }
 }
 
-/// dotnet-monitor's unit suffix and scale: `%` → `ratio`, `B` and `MB` → `bytes` (MB × 10⁶),
-/// `count` → none, others as published.
+/// The base unit suffix and the factor to it: dotnet-monitor's (`%` → `ratio`, `B` and `MB`
+/// → `bytes`, `count` → none) plus times in seconds and OpenTelemetry's `By`, `s`, `{thing}`
+/// annotations (none). Other units are kept as written.
 fn prometheus_unit(unit: &str) -> (&str, f64) {
     match unit {
-        "" | "count" => ("", 1.0),
+        "" | "count" | "1" => ("", 1.0),
+        u if u.starts_with('{') => ("", 1.0),
         "%" => ("ratio", 1.0),
-        "B" => ("bytes", 1.0),
-        "MB" => ("bytes", 1e6),
+        "B" | "By" => ("bytes", 1.0),
+        "KB" | "kB" | "KBy" => ("bytes", 1e3),
+        "MB" | "MBy" => ("bytes", 1e6),
+        "GB" | "GBy" => ("bytes", 1e9),
+        "s" | "sec" => ("seconds", 1.0),
+        "ms" => ("seconds", 1e-3),
+        "us" | "μs" => ("seconds", 1e-6),
+        "ns" => ("seconds", 1e-9),
         other => (other, 1.0),
     }
 }
 
-/// dotnet-monitor's metric name: the provider lower-cased without the characters a name cannot
-/// hold, `_`, the counter's name with those characters as `_`, and `_unit` if any.
+/// dotnet-monitor's metric name, made to pass `promtool check metrics`: the provider
+/// lower-cased without the characters a name cannot hold, `_`, the counter's name in
+/// snake_case, `_unit` in base units. A gauge may not end in `_count`, `_sum`, `_bucket` or
+/// `_total` (those mean histograms and counters), so that suffix goes: dotnet-monitor's
+/// `systemruntime_gen_0_gc_count` is `systemruntime_gen_0_gc` here.
 fn prometheus_name(provider: &str, name: &str, unit: &str) -> String {
     let mut text: String = provider
         .chars()
@@ -181,22 +192,58 @@ fn prometheus_name(provider: &str, name: &str, unit: &str) -> String {
     if text.is_empty() || text.starts_with(|c: char| c.is_ascii_digit()) {
         text.insert(0, '_');
     }
+    let provider_len = text.len();
     text.push('_');
-    text.push_str(&label_name(name));
+    text.push_str(&snake_case(name));
+    while let Some(stripped) = ["_count", "_sum", "_bucket", "_total"]
+        .iter()
+        .find_map(|suffix| text.strip_suffix(suffix))
+        .filter(|stripped| stripped.len() > provider_len)
+    {
+        text = stripped.to_string();
+    }
+    // A counter named just `count`: nothing left to strip down to.
+    if ["_count", "_sum", "_bucket", "_total"]
+        .iter()
+        .any(|suffix| text.ends_with(suffix))
+    {
+        text.push_str("_value");
+    }
     if !unit.is_empty() {
         text.push('_');
-        text.push_str(&label_name(unit));
+        text.push_str(&snake_case(unit));
     }
     text
 }
 
-/// A tag or name with every character a label name cannot hold as `_`.
+/// `cpu-usage` → `cpu_usage`, `requestDuration` → `request_duration`, `http.route` →
+/// `http_route`: lower case, words joined by one `_`.
+fn snake_case(text: &str) -> String {
+    let mut snake = String::with_capacity(text.len() + 4);
+    let mut previous: Option<char> = None;
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            if c.is_ascii_uppercase() && previous.is_some_and(|p| p.is_ascii_lowercase() || p.is_ascii_digit()) {
+                snake.push('_');
+            }
+            snake.push(c.to_ascii_lowercase());
+        } else if !snake.is_empty() && !snake.ends_with('_') {
+            snake.push('_');
+        }
+        previous = Some(c);
+    }
+    let trimmed = snake.trim_end_matches('_');
+    if trimmed.is_empty() {
+        "x".to_string()
+    } else {
+        trimmed.to_string()
+    }
+}
+
+/// A tag as a label name: snake_case, not starting with a digit.
 fn label_name(text: &str) -> String {
-    let mut name: String = text
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) || name.starts_with("__") {
+    let mut name = snake_case(text);
+    if name.starts_with(|c: char| c.is_ascii_digit()) {
         name.insert(0, 'x');
     }
     name
@@ -208,20 +255,27 @@ mod tests {
     use collector::metrics::is_valid_metric_name;
 
     #[test]
-    fn names_are_dotnet_monitors() {
+    fn names_are_dotnet_monitors_made_lint_clean() {
         let name = |p, n, u| {
             let (unit, _) = prometheus_unit(u);
             prometheus_name(p, n, unit)
         };
         assert_eq!(name("System.Runtime", "cpu-usage", "%"), "systemruntime_cpu_usage_ratio");
         assert_eq!(name("System.Runtime", "working-set", "MB"), "systemruntime_working_set_bytes");
-        assert_eq!(name("System.Runtime", "gen-0-gc-count", ""), "systemruntime_gen_0_gc_count");
-        assert_eq!(name("AsyncWeb", "asyncweb.request.duration", "ms"), "asyncweb_asyncweb_request_duration_ms");
-        for (p, n) in [("!@#", "1x"), ("9lives", "a b"), ("", "")] {
+        assert_eq!(name("System.Runtime", "gen-0-gc-count", ""), "systemruntime_gen_0_gc");
+        assert_eq!(name("System.Runtime", "time-in-jit", "ms"), "systemruntime_time_in_jit_seconds");
+        assert_eq!(
+            name("AsyncWeb", "asyncweb.requestDuration", "ms"),
+            "asyncweb_asyncweb_request_duration_seconds"
+        );
+        assert_eq!(name("M", "requests.total", "{request}"), "m_requests");
+        assert_eq!(prometheus_unit("ms").1, 1e-3);
+        for (p, n) in [("!@#", "1x"), ("9lives", "a b"), ("", ""), ("x", "_count")] {
             let made = name(p, n, "");
-            assert!(is_valid_metric_name(&made), "{made:?}");
+            assert!(is_valid_metric_name(&made) && !made.ends_with("_count"), "{made:?}");
         }
         assert_eq!(label_name("http.route"), "http_route");
-        assert_eq!(label_name("__x"), "x__x");
+        assert_eq!(label_name("__x"), "x");
+        assert_eq!(label_name("9a"), "x9a");
     }
 }

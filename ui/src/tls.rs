@@ -73,7 +73,7 @@ pub enum TlsError {
 }
 
 impl KestrelConfig {
-    /// The TLS server configuration of the default certificate (HTTP/1.1 and HTTP/2).
+    /// The TLS server configuration of the default certificate (HTTP/1.1, what the server speaks).
     pub fn server_config(&self) -> Result<Arc<rustls::ServerConfig>, TlsError> {
         let certificate = self
             .certificates
@@ -92,7 +92,7 @@ impl KestrelConfig {
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()
             .with_single_cert(chain, key)?;
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(Arc::new(config))
     }
 }
