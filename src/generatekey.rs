@@ -103,7 +103,10 @@ mod tests {
     #[test]
     fn expirations_read_like_dotnet_monitors() {
         assert_eq!(parse_expiration("7d"), Ok(Duration::from_secs(7 * 86400)));
-        assert_eq!(parse_expiration("7.00:00:00"), Ok(Duration::from_secs(7 * 86400)));
+        assert_eq!(
+            parse_expiration("7.00:00:00"),
+            Ok(Duration::from_secs(7 * 86400))
+        );
         assert_eq!(parse_expiration("01:30"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse_expiration("00:00:05"), Ok(Duration::from_secs(5)));
         for bad in ["0s", "00:00:00", "1:2:3:4", "x.01:00:00", "soon"] {
@@ -122,16 +125,24 @@ mod tests {
             serde_json::from_str(&render(&key, Format::MachineJson)).unwrap();
         assert_eq!(machine["AuthorizationHeader"], "Bearer t.o.k");
         assert_eq!(machine["Authentication"]["MonitorApiKey"]["Subject"], "sub");
-        assert_eq!(machine["Authentication"]["MonitorApiKey"]["PublicKey"], "pk");
+        assert_eq!(
+            machine["Authentication"]["MonitorApiKey"]["PublicKey"],
+            "pk"
+        );
         let shell = render(&key, Format::Shell);
         assert!(shell.contains("Authorization: Bearer t.o.k\n"), "{shell}");
         assert!(shell.contains("export CLRSCOPE_Authentication__MonitorApiKey__Subject=\"sub\""));
         let json = render(&key, Format::Json);
         let settings = json.split("Settings in Json format:\n").nth(1).unwrap();
         let settings: serde_json::Value = serde_json::from_str(settings.trim()).unwrap();
-        assert_eq!(settings["Authentication"]["MonitorApiKey"]["PublicKey"], "pk");
+        assert_eq!(
+            settings["Authentication"]["MonitorApiKey"]["PublicKey"],
+            "pk"
+        );
         assert!(render(&key, Format::Text).contains("Public Key: pk\n"));
-        assert!(render(&key, Format::Cmd).contains("set CLRSCOPE_Authentication__MonitorApiKey__PublicKey=pk"));
-        assert!(render(&key, Format::PowerShell).contains("$env:CLRSCOPE_Authentication__MonitorApiKey__Subject=\"sub\""));
+        assert!(render(&key, Format::Cmd)
+            .contains("set CLRSCOPE_Authentication__MonitorApiKey__PublicKey=pk"));
+        assert!(render(&key, Format::PowerShell)
+            .contains("$env:CLRSCOPE_Authentication__MonitorApiKey__Subject=\"sub\""));
     }
 }

@@ -92,7 +92,10 @@ fn problem_detail(response: &HttpResponse) -> String {
         response.header("content-type"),
         Some("application/problem+json")
     );
-    response.json()["detail"].as_str().unwrap_or_default().to_string()
+    response.json()["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn unix_now() -> i64 {
@@ -143,7 +146,11 @@ fn every_api_route_needs_the_configured_keys_token() {
                 wrong.header("www-authenticate"),
                 Some("Bearer error=\"invalid_token\"")
             );
-            assert!(problem_detail(&wrong).contains("signature"), "{}", wrong.body);
+            assert!(
+                problem_detail(&wrong).contains("signature"),
+                "{}",
+                wrong.body
+            );
 
             let old = format!("Bearer {}", expired.token);
             let late = http_request(
@@ -158,7 +165,8 @@ fn every_api_route_needs_the_configured_keys_token() {
             let good = format!("Bearer {token}");
             let answered = http_request(agent.port, method, route, &[("Authorization", &good)]);
             assert_ne!(
-                answered.status, 401,
+                answered.status,
+                401,
                 "{what} with the configured key's token: {}\nagent log:\n{}",
                 answered.body,
                 agent.log()
@@ -166,17 +174,31 @@ fn every_api_route_needs_the_configured_keys_token() {
             checked += 1;
         }
     }
-    println!("{checked} (method, route) pairs of {} routes checked", routes.len());
+    println!(
+        "{checked} (method, route) pairs of {} routes checked",
+        routes.len()
+    );
 
     // What needs no token: the web UI's files, and /metrics on the metrics listener.
     for file in ["/", "/ui/main.js"] {
-        assert_eq!(http_request(agent.port, "GET", file, &[]).status, 200, "{file}");
+        assert_eq!(
+            http_request(agent.port, "GET", file, &[]).status,
+            200,
+            "{file}"
+        );
     }
     let metrics = http_request(agent.metrics_port, "GET", "/metrics", &[]);
     assert_eq!(metrics.status, 200, "{}", metrics.body);
-    assert!(metrics.body.contains("clrscope_processes_attached"), "{}", metrics.body);
+    assert!(
+        metrics.body.contains("clrscope_processes_attached"),
+        "{}",
+        metrics.body
+    );
     let elsewhere = http_request(agent.metrics_port, "GET", "/api/v1/processes", &[]);
-    assert_eq!(elsewhere.status, 404, "the metrics listener serves /metrics only");
+    assert_eq!(
+        elsewhere.status, 404,
+        "the metrics listener serves /metrics only"
+    );
     drop(agent);
     drop(expired_agent);
     let _ = std::fs::remove_dir_all(&dir);
@@ -218,14 +240,25 @@ fn a_temporary_key_is_printed_and_accepted() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let token = loop {
         let log = agent.log();
-        if let Some(line) = log.lines().find(|l| l.starts_with("Authorization: Bearer ")) {
+        if let Some(line) = log
+            .lines()
+            .find(|l| l.starts_with("Authorization: Bearer "))
+        {
             break line["Authorization: Bearer ".len()..].to_string();
         }
-        assert!(std::time::Instant::now() < deadline, "no token printed:\n{log}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no token printed:\n{log}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
     let auth = format!("Bearer {token}");
-    let answer = http_request(agent.port, "GET", "/api/v1/processes", &[("Authorization", &auth)]);
+    let answer = http_request(
+        agent.port,
+        "GET",
+        "/api/v1/processes",
+        &[("Authorization", &auth)],
+    );
     assert_eq!(answer.status, 200, "{}", answer.body);
     assert_eq!(agent.request("GET", "/api/v1/processes").status, 401);
     drop(agent);
@@ -238,7 +271,14 @@ fn https_serves_the_configured_certificate_and_still_asks_for_the_token() {
     std::fs::create_dir_all(&dir).unwrap();
     let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     let made = std::process::Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"])
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ])
         .args(["-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"])
         .args(["-addext", "subjectAltName=IP:127.0.0.1"])
         .arg("-keyout")
@@ -273,7 +313,10 @@ fn https_serves_the_configured_certificate_and_still_asks_for_the_token() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     assert_eq!(curl(None), "401");
-    assert_eq!(curl(Some(format!("Authorization: Bearer {}", agent.token()))), "200");
+    assert_eq!(
+        curl(Some(format!("Authorization: Bearer {}", agent.token()))),
+        "200"
+    );
     assert!(agent.log().contains("API on https://"), "{}", agent.log());
     drop(agent);
     let _ = std::fs::remove_dir_all(&dir);

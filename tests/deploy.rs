@@ -101,7 +101,10 @@ fn the_sidecar_manifest_fits_together_and_the_agent_starts_with_its_arguments() 
     // Listen mode on a socket of a volume both containers mount at the same place.
     let socket = flag(&args, "--diagnostic-port");
     assert!(args.iter().any(|a| a == "--no-connect"), "{args:?}");
-    assert_eq!(env(app, "DOTNET_DiagnosticPorts")["value"], format!("{socket},nosuspend"));
+    assert_eq!(
+        env(app, "DOTNET_DiagnosticPorts")["value"],
+        format!("{socket},nosuspend")
+    );
     let diag = mount(agent, "diag");
     assert_eq!(mount(app, "diag"), diag);
     assert_eq!(Path::new(socket).parent().unwrap(), Path::new(diag));
@@ -121,15 +124,24 @@ fn the_sidecar_manifest_fits_together_and_the_agent_starts_with_its_arguments() 
     // The key from the Secret's keys; limits set.
     for (variable, key) in [
         ("CLRSCOPE_Authentication__MonitorApiKey__Subject", "Subject"),
-        ("CLRSCOPE_Authentication__MonitorApiKey__PublicKey", "PublicKey"),
+        (
+            "CLRSCOPE_Authentication__MonitorApiKey__PublicKey",
+            "PublicKey",
+        ),
     ] {
         let from = &env(agent, variable)["valueFrom"]["secretKeyRef"];
         assert_eq!(from["name"], secret["metadata"]["name"]);
         assert_eq!(from["key"], key);
-        assert!(secret["stringData"][key].is_string(), "the Secret has no {key}");
+        assert!(
+            secret["stringData"][key].is_string(),
+            "the Secret has no {key}"
+        );
     }
     for limit in ["cpu", "memory"] {
-        assert!(agent["resources"]["limits"][limit].is_string(), "no {limit} limit");
+        assert!(
+            agent["resources"]["limits"][limit].is_string(),
+            "no {limit} limit"
+        );
     }
 
     // The agent runs with these very arguments (paths and ports moved here) and this
@@ -140,7 +152,10 @@ fn the_sidecar_manifest_fits_together_and_the_agent_starts_with_its_arguments() 
         .iter()
         .map(|a| {
             a.replace(diag, &scratch.join("diag").display().to_string())
-                .replace(flag(&args, "--data-dir"), &scratch.join("data").display().to_string())
+                .replace(
+                    flag(&args, "--data-dir"),
+                    &scratch.join("data").display().to_string(),
+                )
                 .replace(":52323", ":0")
                 .replace(&format!(":{metrics_port}"), ":0")
         })

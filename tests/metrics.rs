@@ -44,7 +44,10 @@ impl Prometheus {
             .port();
         let child = Command::new("prometheus")
             .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .arg("--log.level=warn")
             .stdout(Stdio::null())
@@ -129,15 +132,17 @@ fn prometheus_scrapes_the_agents_health_and_promtool_accepts_it() {
     let cpuhot = Target::builder("CpuHot").args(["--split", "70,30"]).start();
     let dir = data_dir("metrics");
     let pid = format!("--pid={}", cpuhot.pid());
-    let agent = Agent::start(&dir, &[&pid, "--sample-period", "2s", "--flush-interval", "2s"]);
+    let agent = Agent::start(
+        &dir,
+        &[&pid, "--sample-period", "2s", "--flush-interval", "2s"],
+    );
     agent.wait_for_data("cpu", cpuhot.pid(), 500_000_000, Duration::from_secs(60));
 
     // The target's runtime counters, published every 5 s, named as dotnet-monitor names them.
     let pid_label = format!("process_id=\"{}\"", cpuhot.pid());
     let has_counters = |text: &str| {
-        text.lines().any(|l| {
-            l.starts_with("systemruntime_working_set_bytes{") && l.contains(&pid_label)
-        })
+        text.lines()
+            .any(|l| l.starts_with("systemruntime_working_set_bytes{") && l.contains(&pid_label))
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     let scrape = loop {
@@ -147,7 +152,12 @@ fn prometheus_scrapes_the_agents_health_and_promtool_accepts_it() {
         }
         std::thread::sleep(Duration::from_millis(500));
     };
-    assert!(has_counters(&scrape.body), "{}\n{}", scrape.body, agent.log());
+    assert!(
+        has_counters(&scrape.body),
+        "{}\n{}",
+        scrape.body,
+        agent.log()
+    );
     assert_eq!(scrape.status, 200);
     assert_eq!(
         scrape.header("content-type"),
@@ -157,14 +167,21 @@ fn prometheus_scrapes_the_agents_health_and_promtool_accepts_it() {
     assert!(valid, "promtool check metrics: {said}\n{}", scrape.body);
     // The same numbers on the API listener, behind the token.
     assert_eq!(http_get(agent.port, "/metrics", &[]).status, 401);
-    assert!(agent.get("/metrics").body.contains("# TYPE clrscope_samples_total counter"));
+    assert!(agent
+        .get("/metrics")
+        .body
+        .contains("# TYPE clrscope_samples_total counter"));
 
     let prometheus = Prometheus::start(agent.metrics_port);
     prometheus.wait_for("up{job=\"clrscope\"}", |v| v == [1.0]);
     prometheus.wait_for("clrscope_processes_attached", |v| v == [1.0]);
     prometheus.wait_for("clrscope_samples_total", |v| v.len() == 1 && v[0] > 0.0);
-    prometheus.wait_for("clrscope_eventpipe_sessions", |v| v.len() == 1 && v[0] >= 1.0);
-    prometheus.wait_for("clrscope_store_flushes_total", |v| v.len() == 1 && v[0] >= 1.0);
+    prometheus.wait_for("clrscope_eventpipe_sessions", |v| {
+        v.len() == 1 && v[0] >= 1.0
+    });
+    prometheus.wait_for("clrscope_store_flushes_total", |v| {
+        v.len() == 1 && v[0] >= 1.0
+    });
     prometheus.wait_for("clrscope_store_bytes", |v| v.len() == 1 && v[0] > 0.0);
     let cpu = format!("systemruntime_cpu_usage_ratio{{{pid_label}}}");
     prometheus.wait_for(&cpu, |v| v.len() == 1 && v[0] > 0.0);
@@ -174,7 +191,10 @@ fn prometheus_scrapes_the_agents_health_and_promtool_accepts_it() {
     drop(cpuhot);
     let deadline = Instant::now() + Duration::from_secs(30);
     while has_counters(&http_get(agent.metrics_port, "/metrics", &[]).body) {
-        assert!(Instant::now() < deadline, "the exited process's counters stay");
+        assert!(
+            Instant::now() < deadline,
+            "the exited process's counters stay"
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
     drop(agent);
@@ -215,7 +235,8 @@ fn go_tool_pprof_reads_the_agents_own_cpu_profile() {
     assert!(text.contains("Type: cpu"), "{text}");
     // Some of the time went to the agent's own code, named.
     assert!(
-        text.lines().any(|l| l.contains("ui::") || l.contains("axum::") || l.contains("hyper::")),
+        text.lines()
+            .any(|l| l.contains("ui::") || l.contains("axum::") || l.contains("hyper::")),
         "{text}"
     );
     drop(agent);

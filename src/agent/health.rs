@@ -37,10 +37,7 @@ impl Health {
                 "Thread stack samples the sampler took",
             ),
             store: StoreHealth {
-                bytes: registry.gauge(
-                    "clrscope_store_bytes",
-                    "Bytes of profile blocks on disk",
-                ),
+                bytes: registry.gauge("clrscope_store_bytes", "Bytes of profile blocks on disk"),
                 blocks: registry.gauge("clrscope_store_blocks", "Profile blocks on disk"),
                 flushes: registry.counter(
                     "clrscope_store_flushes_total",

@@ -314,7 +314,10 @@ fn runtime_metrics_config(metrics: &MetricsConfig, meters: &[String]) -> Runtime
     for provider in &metrics.providers {
         session = session.with_event_counters(&provider.provider_name);
         if !provider.counter_names.is_empty() {
-            counter_names.push((provider.provider_name.clone(), provider.counter_names.clone()));
+            counter_names.push((
+                provider.provider_name.clone(),
+                provider.counter_names.clone(),
+            ));
         }
     }
     for meter in &metrics.meters {
@@ -405,7 +408,9 @@ fn parse_url(flag: &str, url: &str) -> anyhow::Result<ListenUrl> {
     let (tls, authority) = match url.split_once("://") {
         Some(("http", rest)) => (false, rest),
         Some(("https", rest)) => (true, rest),
-        Some((scheme, _)) => anyhow::bail!("{flag} {url}: unknown scheme {scheme}: use http or https"),
+        Some((scheme, _)) => {
+            anyhow::bail!("{flag} {url}: unknown scheme {scheme}: use http or https")
+        }
         None => (false, url),
     };
     let authority = authority.trim_end_matches('/');
@@ -429,7 +434,7 @@ fn authentication(
 ) -> (ui::Authentication, Option<String>) {
     let config = match source {
         AuthSource::Off => {
-        tracing::warn!(
+            tracing::warn!(
             "WARNING: Authentication has been disabled (--no-auth). Anyone who can reach the API \
              can read the profiles and take dumps; this is not intended for production."
         );
@@ -657,9 +662,18 @@ mod tests {
     #[test]
     fn listen_urls_read_like_kestrels() {
         let url = |text: &str| parse_url("--urls", text).map(|u| (u.tls, u.addr.to_string()));
-        assert_eq!(url("http://127.0.0.1:52323").unwrap(), (false, "127.0.0.1:52323".into()));
-        assert_eq!(url("https://localhost:1/").unwrap(), (true, "127.0.0.1:1".into()));
-        assert_eq!(url("http://+:52325").unwrap(), (false, "0.0.0.0:52325".into()));
+        assert_eq!(
+            url("http://127.0.0.1:52323").unwrap(),
+            (false, "127.0.0.1:52323".into())
+        );
+        assert_eq!(
+            url("https://localhost:1/").unwrap(),
+            (true, "127.0.0.1:1".into())
+        );
+        assert_eq!(
+            url("http://+:52325").unwrap(),
+            (false, "0.0.0.0:52325".into())
+        );
         assert_eq!(url("*:0").unwrap(), (false, "0.0.0.0:0".into()));
         assert_eq!(url("http://[::1]:80").unwrap(), (false, "[::1]:80".into()));
         for bad in [

@@ -79,7 +79,7 @@ impl Recorder {
             .counter_names
             .iter()
             .find(|(source, _)| source.eq_ignore_ascii_case(&sample.provider))
-            .is_none_or(|(_, names)| names.iter().any(|n| *n == sample.name));
+            .is_none_or(|(_, names)| names.contains(&sample.name));
         if !wanted {
             return;
         }
@@ -123,7 +123,11 @@ impl Recorder {
                     "{} {} of the process ({}), every {} s",
                     sample.provider,
                     sample.name,
-                    if sample.unit.is_empty() { "no unit" } else { &sample.unit },
+                    if sample.unit.is_empty() {
+                        "no unit"
+                    } else {
+                        &sample.unit
+                    },
                     sample.interval_seconds.unwrap_or(0.0)
                 );
                 match self.registry.try_gauge_vec(&name, &help, &labels) {
@@ -223,7 +227,9 @@ fn snake_case(text: &str) -> String {
     let mut previous: Option<char> = None;
     for c in text.chars() {
         if c.is_ascii_alphanumeric() {
-            if c.is_ascii_uppercase() && previous.is_some_and(|p| p.is_ascii_lowercase() || p.is_ascii_digit()) {
+            if c.is_ascii_uppercase()
+                && previous.is_some_and(|p| p.is_ascii_lowercase() || p.is_ascii_digit())
+            {
                 snake.push('_');
             }
             snake.push(c.to_ascii_lowercase());
@@ -260,10 +266,22 @@ mod tests {
             let (unit, _) = prometheus_unit(u);
             prometheus_name(p, n, unit)
         };
-        assert_eq!(name("System.Runtime", "cpu-usage", "%"), "systemruntime_cpu_usage_ratio");
-        assert_eq!(name("System.Runtime", "working-set", "MB"), "systemruntime_working_set_bytes");
-        assert_eq!(name("System.Runtime", "gen-0-gc-count", ""), "systemruntime_gen_0_gc");
-        assert_eq!(name("System.Runtime", "time-in-jit", "ms"), "systemruntime_time_in_jit_seconds");
+        assert_eq!(
+            name("System.Runtime", "cpu-usage", "%"),
+            "systemruntime_cpu_usage_ratio"
+        );
+        assert_eq!(
+            name("System.Runtime", "working-set", "MB"),
+            "systemruntime_working_set_bytes"
+        );
+        assert_eq!(
+            name("System.Runtime", "gen-0-gc-count", ""),
+            "systemruntime_gen_0_gc"
+        );
+        assert_eq!(
+            name("System.Runtime", "time-in-jit", "ms"),
+            "systemruntime_time_in_jit_seconds"
+        );
         assert_eq!(
             name("AsyncWeb", "asyncweb.requestDuration", "ms"),
             "asyncweb_asyncweb_request_duration_seconds"
@@ -272,7 +290,10 @@ mod tests {
         assert_eq!(prometheus_unit("ms").1, 1e-3);
         for (p, n) in [("!@#", "1x"), ("9lives", "a b"), ("", ""), ("x", "_count")] {
             let made = name(p, n, "");
-            assert!(is_valid_metric_name(&made) && !made.ends_with("_count"), "{made:?}");
+            assert!(
+                is_valid_metric_name(&made) && !made.ends_with("_count"),
+                "{made:?}"
+            );
         }
         assert_eq!(label_name("http.route"), "http_route");
         assert_eq!(label_name("__x"), "x");

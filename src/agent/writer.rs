@@ -109,7 +109,9 @@ fn write_loop(store: &RwLock<Store>, batches: &Receiver<Batch>, health: &StoreHe
 fn report_size(store: &Store, health: &StoreHealth) {
     let blocks = store.blocks();
     health.blocks.set(blocks.len() as f64);
-    health.bytes.set(blocks.iter().map(|b| b.bytes).sum::<u64>() as f64);
+    health
+        .bytes
+        .set(blocks.iter().map(|b| b.bytes).sum::<u64>() as f64);
 }
 
 /// Deletes what retention says is too old or too much, then merges small blocks.

@@ -43,8 +43,14 @@ impl ApiKey {
     /// Shell` prints them.
     pub fn env(&self) -> [(&'static str, &str); 2] {
         [
-            ("CLRSCOPE_Authentication__MonitorApiKey__Subject", &self.subject),
-            ("CLRSCOPE_Authentication__MonitorApiKey__PublicKey", &self.public_key),
+            (
+                "CLRSCOPE_Authentication__MonitorApiKey__Subject",
+                &self.subject,
+            ),
+            (
+                "CLRSCOPE_Authentication__MonitorApiKey__PublicKey",
+                &self.public_key,
+            ),
         ]
     }
 }
@@ -143,7 +149,11 @@ impl Agent {
 
     /// The token of the agent's key; panics if it was started without one.
     pub fn token(&self) -> &str {
-        &self.key.as_ref().expect("an agent started with a key").token
+        &self
+            .key
+            .as_ref()
+            .expect("an agent started with a key")
+            .token
     }
 
     /// `method path` to the API with the token (if the agent has a key), whatever the answer.

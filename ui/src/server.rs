@@ -17,9 +17,9 @@ use crate::auth::{authenticate, Authentication};
 use crate::error::ApiError;
 use crate::events::event_routes;
 use crate::metrics::metrics_routes;
-use crate::selfprofile::self_profile_routes;
 use crate::processes::process_routes;
 use crate::query::query_routes;
+use crate::selfprofile::self_profile_routes;
 use crate::web::web_routes;
 
 /// Where the agent serves its API and UI unless told otherwise: loopback only, so nothing is

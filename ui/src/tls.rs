@@ -81,12 +81,11 @@ impl KestrelConfig {
             .as_ref()
             .ok_or(TlsError::NoCertificate)?;
         let chain = read_chain(&certificate.path)?;
-        let key = PrivateKeyDer::from_pem_file(&certificate.key_path).map_err(|e| {
-            TlsError::Key {
+        let key =
+            PrivateKeyDer::from_pem_file(&certificate.key_path).map_err(|e| TlsError::Key {
                 path: certificate.key_path.clone(),
                 reason: e.to_string(),
-            }
-        })?;
+            })?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()?

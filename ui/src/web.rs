@@ -53,7 +53,10 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; img-src 'self' data: 
 
 /// Whether `path` is one of the web UI's files, which [`crate::auth`] serves without a token.
 pub(crate) fn is_public(path: &str) -> bool {
-    path == "/" || path.strip_prefix("/ui/").is_some_and(|file| !file.contains('/'))
+    path == "/"
+        || path
+            .strip_prefix("/ui/")
+            .is_some_and(|file| !file.contains('/'))
 }
 
 pub fn web_routes() -> Router<ApiState> {

@@ -41,7 +41,8 @@ pub fn generate_key(expires_unix: i64) -> GeneratedKey {
     let token = format!("{signed}.{}", encode_base64url(&signature.to_bytes()));
 
     let point = signing.verifying_key().to_encoded_point(false);
-    let coordinate = |c: Option<&p384::FieldBytes>| c.map_or_else(String::new, |c| encode_base64url(c));
+    let coordinate =
+        |c: Option<&p384::FieldBytes>| c.map_or_else(String::new, |c| encode_base64url(c));
     // The shape .NET's JsonWebKey serializes to (what dotnet-monitor's generatekey prints), so
     // that either tool reads the other's keys.
     let jwk = json!({

@@ -6,8 +6,8 @@
 
 use base64::engine::general_purpose::{URL_SAFE_NO_PAD, URL_SAFE_NO_PAD_INDIFFERENT};
 use base64::Engine;
-use serde_json::{Map, Value};
 use p256::ecdsa::signature::Verifier;
+use serde_json::{Map, Value};
 
 /// The audience every MonitorApiKey token carries.
 pub const AUDIENCE: &str = "https://github.com/dotnet/dotnet-monitor";
@@ -105,9 +105,7 @@ pub enum TokenError {
     #[error("the token is not valid for another {0} seconds (`nbf`)")]
     NotYetValid(i64),
 
-    #[error(
-        "the token's subject is {0}, not the configured Authentication:MonitorApiKey:Subject"
-    )]
+    #[error("the token's subject is {0}, not the configured Authentication:MonitorApiKey:Subject")]
     Subject(String),
 }
 
@@ -241,10 +239,12 @@ impl ApiKey {
             let kind = "RSA";
             let n = rsa::BigUint::from_bytes_be(&bytes("n", kind)?);
             let e = rsa::BigUint::from_bytes_be(&bytes("e", kind)?);
-            PublicKey::Rsa(rsa::RsaPublicKey::new(n, e).map_err(|e| KeyError::InvalidKey {
-                kind,
-                reason: e.to_string(),
-            })?)
+            PublicKey::Rsa(
+                rsa::RsaPublicKey::new(n, e).map_err(|e| KeyError::InvalidKey {
+                    kind,
+                    reason: e.to_string(),
+                })?,
+            )
         } else {
             return Err(KeyError::KeyType(kty.to_string()));
         };

@@ -130,9 +130,10 @@ pub(crate) async fn authenticate(
                 Refusal::Token(_) => "Bearer error=\"invalid_token\"",
             };
             let mut response = ApiError::Unauthorized(refusal).into_response();
-            response
-                .headers_mut()
-                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(challenge),
+            );
             response
         }
     }

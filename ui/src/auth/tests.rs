@@ -40,8 +40,11 @@ fn ec_jwk(crv: &str, point: &[u8]) -> String {
 }
 
 /// A key of each algorithm: (alg, configured key, signer).
-fn keys() -> Vec<(&'static str, ApiKey, Box<dyn Fn(&[u8]) -> Vec<u8>>)> {
-    let mut keys: Vec<(&'static str, ApiKey, Box<dyn Fn(&[u8]) -> Vec<u8>>)> = Vec::new();
+/// Signs a message: the signature's bytes as a JWT carries them.
+type Sign = Box<dyn Fn(&[u8]) -> Vec<u8>>;
+
+fn keys() -> Vec<(&'static str, ApiKey, Sign)> {
+    let mut keys: Vec<(&'static str, ApiKey, Sign)> = Vec::new();
     let config = |jwk: String| ApiKey::new(Some(SUBJECT), Some(&jwk), None).unwrap();
 
     macro_rules! ec_signer {
@@ -106,7 +109,11 @@ fn each_algorithm_verifies_and_any_change_is_refused() {
             "{head}.{}.{signature}",
             encode_base64url(other.to_string().as_bytes())
         );
-        assert_eq!(key.verify(&forged, NOW), Err(TokenError::Signature), "{alg}");
+        assert_eq!(
+            key.verify(&forged, NOW),
+            Err(TokenError::Signature),
+            "{alg}"
+        );
 
         // The other keys refuse it: another curve, or not EC at all. (The RS* entries share one
         // RSA key, which verifies each of their tokens, as any RSA key takes RS256/384/512.)
@@ -160,7 +167,10 @@ fn claims_are_checked_as_dotnet_monitor_does() {
 
     // A configured issuer replaces generatekey's.
     let signing = p384::ecdsa::SigningKey::random(&mut OsRng);
-    let jwk = ec_jwk("P-384", signing.verifying_key().to_encoded_point(false).as_bytes());
+    let jwk = ec_jwk(
+        "P-384",
+        signing.verifying_key().to_encoded_point(false).as_bytes(),
+    );
     let theirs = ApiKey::new(Some(SUBJECT), Some(&jwk), Some("me")).unwrap();
     let sign_theirs = |m: &[u8]| {
         let s: p384::ecdsa::Signature = signing.sign(m);
@@ -168,7 +178,10 @@ fn claims_are_checked_as_dotnet_monitor_does() {
     };
     let mut own = claims(NOW + 60);
     own["iss"] = json!("me");
-    assert_eq!(theirs.verify(&jwt(header.clone(), &own, sign_theirs), NOW), Ok(()));
+    assert_eq!(
+        theirs.verify(&jwt(header.clone(), &own, sign_theirs), NOW),
+        Ok(())
+    );
     assert!(matches!(
         theirs.verify(&jwt(header.clone(), &claims(NOW + 60), sign_theirs), NOW),
         Err(TokenError::Issuer { .. })
@@ -177,11 +190,17 @@ fn claims_are_checked_as_dotnet_monitor_does() {
     // Unsigned or symmetric tokens never pass.
     for alg in ["none", "HS256", "PS256"] {
         let token = jwt(json!({"alg": alg}), &claims(NOW + 60), sign);
-        assert_eq!(key.verify(&token, NOW), Err(TokenError::Algorithm(alg.into())));
+        assert_eq!(
+            key.verify(&token, NOW),
+            Err(TokenError::Algorithm(alg.into()))
+        );
     }
     for bad in ["", "a.b", "a.b.c.d", "!!!.e30.e30", "e30.e30.e30"] {
         assert!(
-            matches!(key.verify(bad, NOW), Err(TokenError::Malformed(_) | TokenError::Algorithm(_))),
+            matches!(
+                key.verify(bad, NOW),
+                Err(TokenError::Malformed(_) | TokenError::Algorithm(_))
+            ),
             "{bad:?}"
         );
     }
@@ -190,12 +209,7 @@ fn claims_are_checked_as_dotnet_monitor_does() {
 #[test]
 fn a_generated_key_verifies_its_own_token_and_has_dotnets_shape() {
     let generated = generate_key(NOW + 7 * 24 * 3600);
-    let key = ApiKey::new(
-        Some(&generated.subject),
-        Some(&generated.public_key),
-        None,
-    )
-    .unwrap();
+    let key = ApiKey::new(Some(&generated.subject), Some(&generated.public_key), None).unwrap();
     assert!(!key.has_private_key());
     assert_eq!(key.verify(&generated.token, NOW), Ok(()));
     assert!(matches!(
@@ -219,28 +233,48 @@ fn a_generated_key_verifies_its_own_token_and_has_dotnets_shape() {
     // Another key does not accept this token.
     let other = generate_key(NOW + 60);
     let other = ApiKey::new(Some(&generated.subject), Some(&other.public_key), None).unwrap();
-    assert_eq!(other.verify(&generated.token, NOW), Err(TokenError::Signature));
+    assert_eq!(
+        other.verify(&generated.token, NOW),
+        Err(TokenError::Signature)
+    );
 }
 
 #[test]
 fn bad_key_configurations_say_what_is_wrong() {
-    let new = |subject: Option<&str>, key: Option<&str>| ApiKey::new(subject, key, None).unwrap_err();
+    let new =
+        |subject: Option<&str>, key: Option<&str>| ApiKey::new(subject, key, None).unwrap_err();
     let b64 = |v: Value| encode_base64url(v.to_string().as_bytes());
     assert_eq!(new(None, Some("x")), KeyError::MissingSubject);
     assert_eq!(new(Some(""), Some("x")), KeyError::MissingSubject);
     assert_eq!(new(Some("s"), None), KeyError::MissingPublicKey);
     assert!(matches!(new(Some("s"), Some("!!")), KeyError::NotAJwk(_)));
-    assert!(matches!(new(Some("s"), Some(&b64(json!([1])))), KeyError::NotAJwk(_)));
+    assert!(matches!(
+        new(Some("s"), Some(&b64(json!([1])))),
+        KeyError::NotAJwk(_)
+    ));
     assert_eq!(
-        new(Some("s"), Some(&b64(json!({"kty": "oct", "k": "c2VjcmV0"})))),
+        new(
+            Some("s"),
+            Some(&b64(json!({"kty": "oct", "k": "c2VjcmV0"})))
+        ),
         KeyError::KeyType("oct".into())
     );
     assert_eq!(
-        new(Some("s"), Some(&b64(json!({"kty": "EC", "crv": "secp256k1", "x": "AA", "y": "AA"})))),
+        new(
+            Some("s"),
+            Some(&b64(
+                json!({"kty": "EC", "crv": "secp256k1", "x": "AA", "y": "AA"})
+            ))
+        ),
         KeyError::Curve("secp256k1".into())
     );
     assert!(matches!(
-        new(Some("s"), Some(&b64(json!({"kty": "EC", "crv": "P-256", "x": "AA", "y": "AA"})))),
+        new(
+            Some("s"),
+            Some(&b64(
+                json!({"kty": "EC", "crv": "P-256", "x": "AA", "y": "AA"})
+            ))
+        ),
         KeyError::InvalidKey { kind: "EC", .. }
     ));
     assert!(matches!(
@@ -275,7 +309,10 @@ fn the_header_must_carry_a_bearer_token() {
         auth.check(Some(&format!("bearer  {}", generated.token)), NOW),
         Ok(())
     );
-    assert_eq!(auth.check(None, NOW), Err(Refusal::Token(TokenError::Missing)));
+    assert_eq!(
+        auth.check(None, NOW),
+        Err(Refusal::Token(TokenError::Missing))
+    );
     assert_eq!(
         auth.check(Some(&generated.token), NOW),
         Err(Refusal::Token(TokenError::NotBearer))
@@ -287,5 +324,8 @@ fn the_header_must_carry_a_bearer_token() {
     assert_eq!(Authentication::Disabled.check(None, NOW), Ok(()));
     let unconfigured = Authentication::from_config(&AuthenticationConfig::default());
     let refusal = unconfigured.check(Some(&bearer), NOW).unwrap_err();
-    assert!(refusal.to_string().contains("clrscope generatekey"), "{refusal}");
+    assert!(
+        refusal.to_string().contains("clrscope generatekey"),
+        "{refusal}"
+    );
 }
