@@ -23,6 +23,9 @@ pub const DEFAULT_SOURCES: [&str; 3] = [
     "Grpc.AspNetCore.Server",
 ];
 
+/// Name endings that mean a histogram's parts or a counter, which promtool refuses on gauges.
+const NOT_FOR_GAUGES: [&str; 4] = ["_count", "_sum", "_bucket", "_total"];
+
 /// Updates waiting to be recorded; the session drops (and logs) updates past this.
 const UPDATES_QUEUE: usize = 1024;
 
@@ -199,7 +202,7 @@ fn prometheus_name(provider: &str, name: &str, unit: &str) -> String {
     let provider_len = text.len();
     text.push('_');
     text.push_str(&snake_case(name));
-    while let Some(stripped) = ["_count", "_sum", "_bucket", "_total"]
+    while let Some(stripped) = NOT_FOR_GAUGES
         .iter()
         .find_map(|suffix| text.strip_suffix(suffix))
         .filter(|stripped| stripped.len() > provider_len)
@@ -207,10 +210,7 @@ fn prometheus_name(provider: &str, name: &str, unit: &str) -> String {
         text = stripped.to_string();
     }
     // A counter named just `count`: nothing left to strip down to.
-    if ["_count", "_sum", "_bucket", "_total"]
-        .iter()
-        .any(|suffix| text.ends_with(suffix))
-    {
+    if NOT_FOR_GAUGES.iter().any(|suffix| text.ends_with(suffix)) {
         text.push_str("_value");
     }
     if !unit.is_empty() {
