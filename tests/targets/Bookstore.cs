@@ -61,9 +61,9 @@
 //   ready, once the listener accepts requests:
 //     {"ready":"Bookstore","pid":1234,"runtime":"8.0.4","port":40123,"url":"http://127.0.0.1:40123/",
 //      "endpoints":{"GET /books":"Bookstore.Catalogue.Search","GET /books/{id}":"Bookstore.Catalogue.Get",
-//                   "GET /reports/sales.csv":"Bookstore.SalesReport.ExportCsv",
+//                   "GET /reports/sales.csv":"Bookstore.Reports.SalesReport.ExportCsv",
 //                   "POST /orders":"Bookstore.Ordering.PaymentService.Charge",
-//                   "GET /recommendations":"Bookstore.RecommendationCache.Remember",
+//                   "GET /recommendations":"Bookstore.Recommendations.RecommendationCache.Remember",
 //                   "GET /health":null},
 //      "books":500,"report_rows":40000,"payment_ms":20,"payment_slow_ms":400,"payment_slow_every":10,
 //      "leak_kb":256,"leak_limit_mb":256,"activity_source":"Bookstore","spans":[...],
@@ -411,9 +411,9 @@ namespace Bookstore
                 .Add("endpoints", new Json()
                     .Add("GET /books", "Bookstore.Catalogue.Search")
                     .Add("GET /books/{id}", "Bookstore.Catalogue.Get")
-                    .Add("GET /reports/sales.csv", "Bookstore.SalesReport.ExportCsv")
+                    .Add("GET /reports/sales.csv", "Bookstore.Reports.SalesReport.ExportCsv")
                     .Add("POST /orders", "Bookstore.Ordering.PaymentService.Charge")
-                    .Add("GET /recommendations", "Bookstore.RecommendationCache.Remember")
+                    .Add("GET /recommendations", "Bookstore.Recommendations.RecommendationCache.Remember")
                     .Add("GET /health", null))
                 .Add("books", books)
                 .Add("report_rows", reportRows)
@@ -623,7 +623,7 @@ namespace Bookstore
                     int id;
                     Book b = int.TryParse(path.Substring("/books/".Length), NumberStyles.Integer, CultureInfo.InvariantCulture, out id)
                         ? Catalogue.Get(id) : null;
-                    return b != null ? Json(b.ToJson()) : Problem(404, "no book " + path.Substring("/books/".Length));
+                    return b != null ? Ok(b.ToJson()) : Problem(404, "no book " + path.Substring("/books/".Length));
                 }
                 case "report":
                 {
