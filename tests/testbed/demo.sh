@@ -27,6 +27,7 @@ CHECK=${CLRSCOPE_DEMO_CHECK:-0}
 # How long Bookstore's load generator runs, and how long the demo waits for the agent's data.
 LOAD_SECONDS=150
 WAIT_SECONDS=120
+MIN_SECONDS=35
 HOT_PATH=Bookstore.Reports.SalesReport.ExportCsv
 
 say() { printf 'demo: %s\n' "$*" >&2; }
@@ -96,7 +97,8 @@ hot_share() {
         awk -v hot="$HOT_PATH" '{ v = $NF; all += v; if (index($0, hot)) h += v }
              END { if (all > 0) printf "%.0f", 100 * h / all; else print 0 }'
 }
-deadline=$((SECONDS + WAIT_SECONDS))
+started=$SECONDS
+deadline=$((started + WAIT_SECONDS))
 attached=0
 share=0
 while [ $SECONDS -lt $deadline ]; do
@@ -104,7 +106,8 @@ while [ $SECONDS -lt $deadline ]; do
         attached=1
         say "the agent attached Bookstore (listen mode)"
     fi
-    if [ $attached -eq 1 ]; then
+    # a few sampler windows (1 s every 10 s) before summing up
+    if [ $attached -eq 1 ] && [ $SECONDS -ge $((started + MIN_SECONDS)) ]; then
         share=$(hot_share)
         [ "$share" -gt 0 ] && break
     fi
