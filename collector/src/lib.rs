@@ -8,6 +8,7 @@
 //! - [`discovery`]: finding runtimes' default diagnostic sockets (connect mode).
 //! - [`listen`]: the reverse server runtimes dial with `DOTNET_DiagnosticPorts` (listen mode).
 //! - [`client`]: one command per connection, on either transport.
+//! - [`counters`]: EventCounters and System.Diagnostics.Metrics values as typed samples.
 //! - [`providers`]: trace profiles and provider specifications.
 //! - [`sampler`]: when the continuous sampler samples (duty cycle, boost).
 //! - [`samples`]: the sampler's stacks, counted, with the measured sampling period.
@@ -18,6 +19,7 @@
 pub mod activity;
 pub mod attached;
 pub mod client;
+pub mod counters;
 pub mod discovery;
 pub mod gcdump;
 pub mod inspect;
