@@ -24,7 +24,8 @@ fn root() -> &'static Path {
 
 /// path → methods, as `docs/openapi.json` documents them.
 fn documented() -> BTreeMap<String, BTreeSet<String>> {
-    let text = std::fs::read_to_string(root().join("docs/openapi.json")).expect("docs/openapi.json");
+    let text =
+        std::fs::read_to_string(root().join("docs/openapi.json")).expect("docs/openapi.json");
     let doc: Value = serde_json::from_str(&text).expect("docs/openapi.json is JSON");
     assert!(
         doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")),
@@ -226,7 +227,10 @@ fn concrete(path: &str, item: &Value) -> String {
     for (name, value) in examples {
         out = out.replace(&format!("{{{name}}}"), &value);
     }
-    assert!(!out.contains('{'), "{path}: a path parameter has no example");
+    assert!(
+        !out.contains('{'),
+        "{path}: a path parameter has no example"
+    );
     out
 }
 

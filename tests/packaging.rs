@@ -119,7 +119,11 @@ fn the_image_runs_the_agent_as_non_root_with_arguments_it_accepts() {
             _ => {}
         }
     }
-    assert_eq!(saw, (true, true), "CMD names --urls and --data-dir: {command:?}");
+    assert_eq!(
+        saw,
+        (true, true),
+        "CMD names --urls and --data-dir: {command:?}"
+    );
     let mut agent = Command::new(env!("CARGO_BIN_EXE_clrscope"))
         .args(&command)
         .args(["--pid", "0"])
@@ -146,12 +150,18 @@ fn the_image_runs_the_agent_as_non_root_with_arguments_it_accepts() {
         if let Some(status) = agent.try_wait().unwrap() {
             break status;
         }
-        assert!(Instant::now() < deadline, "the agent did not stop on SIGTERM");
+        assert!(
+            Instant::now() < deadline,
+            "the agent did not stop on SIGTERM"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     let rest = rest.join().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(started, "the image's command did not start the agent: {first}{rest}");
+    assert!(
+        started,
+        "the image's command did not start the agent: {first}{rest}"
+    );
     assert!(status.success(), "{status}: {first}{rest}");
 }
 

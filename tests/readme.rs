@@ -139,10 +139,7 @@ fn every_readme_command_runs_as_written() {
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let blocks = shell_blocks(&readme);
     let runnable = blocks.iter().filter(|b| b.skip.is_none()).count();
-    assert!(
-        runnable >= 2,
-        "README.md has {runnable} runnable sh blocks"
-    );
+    assert!(runnable >= 2, "README.md has {runnable} runnable sh blocks");
     support::dotnet_host(); // the blocks use the test bed: say so early if it is missing
 
     let dir = std::env::temp_dir().join(format!("clrscope-readme-{}", std::process::id()));

@@ -61,19 +61,27 @@ cleanup() {
     stop "$agent" "the agent"
 }
 trap cleanup EXIT
+
+# wait_for_line PID NAME LOG PATTERN: waits up to 30 s for PATTERN in LOG while PID runs.
+wait_for_line() {
+    local pid=$1 name=$2 log=$3 pattern=$4
+    for _ in $(seq 300); do
+        grep -q "$pattern" "$log" && return 0
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    say "$name did not start:"
+    cat "$log" >&2
+    exit 1
+}
 trap 'echo; say interrupted; exit 130' INT TERM
 
 # --- the agent: listen mode only, so it profiles Bookstore and nothing else on this machine ---
 "$CLRSCOPE" agent --urls "http://127.0.0.1:$PORT" --data-dir "$DEMO_DIR/data" \
     --diagnostic-port "$socket" --no-connect 2>"$agent_log" &
 agent=$!
-for _ in $(seq 100); do
-    grep -q 'API on' "$agent_log" && break
-    kill -0 "$agent" 2>/dev/null || { say "the agent did not start:"; cat "$agent_log" >&2; exit 1; }
-    sleep 0.1
-done
+wait_for_line "$agent" "the agent" "$agent_log" 'API on'
 api=$(grep -o 'API on http://[0-9.]*:[0-9]*' "$agent_log" | head -1 | sed 's/^API on //')
-[ -n "$api" ] || { say "the agent did not start:"; cat "$agent_log" >&2; exit 1; }
 say "agent up: $api (log: $agent_log)"
 
 # --- Bookstore, dialling the agent's socket ---
@@ -81,12 +89,7 @@ DOTNET_DiagnosticPorts="$socket,nosuspend" OTEL_SERVICE_NAME=bookstore \
     "$DOTNET" "$DLL" --self-load 20 --self-load-seconds "$LOAD_SECONDS" --no-request-lines \
     >"$store_log" 2>&1 &
 bookstore=$!
-for _ in $(seq 300); do
-    grep -q '"ready"' "$store_log" && break
-    kill -0 "$bookstore" 2>/dev/null || { say "Bookstore exited:"; cat "$store_log" >&2; exit 1; }
-    sleep 0.1
-done
-grep -q '"ready"' "$store_log" || { say "Bookstore not ready after 30 s"; cat "$store_log" >&2; exit 1; }
+wait_for_line "$bookstore" Bookstore "$store_log" '"ready"'
 bookstore_url=$(grep -m1 '"ready"' "$store_log" | grep -o '"url":"[^"]*"' | cut -d'"' -f4)
 say "Bookstore up: $bookstore_url (pid $bookstore), ${LOAD_SECONDS}s of load at 20 requests/s"
 
