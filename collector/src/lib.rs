@@ -3,6 +3,7 @@
 //! - [`activity`]: trace linkage, which span was current on a thread at a time.
 //! - [`attached`]: the processes an agent profiles right now.
 //! - [`ipc`]: the diagnostics IPC wire protocol (pure encode/decode, no I/O).
+//! - [`metrics`]: the agent's counters and gauges, which every stage may register and update.
 //! - [`nettrace`]: the streaming NetTrace parser and event decoders.
 //! - [`inspect`]: what a nettrace file holds, for `clrscope inspect`.
 //! - [`discovery`]: finding runtimes' default diagnostic sockets (connect mode).
@@ -19,12 +20,14 @@
 pub mod activity;
 pub mod attached;
 pub mod client;
+pub mod config;
 pub mod counters;
 pub mod discovery;
 pub mod gcdump;
 pub mod inspect;
 pub mod ipc;
 pub mod listen;
+pub mod metrics;
 pub mod nettrace;
 pub mod processes;
 pub mod providers;

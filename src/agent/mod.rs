@@ -7,6 +7,7 @@
 //!   batches, which go into a bounded queue;
 //! - the store writer ([`writer`]): the only thread that writes the store.
 
+pub mod config;
 mod discover;
 mod process;
 mod writer;
@@ -15,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use collector::attached::AttachedProcesses;
 use collector::sampler::DutyCycle;
 use store::continuous::EventProfiles;
@@ -23,73 +24,207 @@ use store::tsdb::{Store, StoreOptions};
 use tokio::sync::watch;
 
 use crate::args::{parse_bytes, parse_duration};
+use config::{AgentConfig, ConfigSources};
 use writer::BatchSink;
 
+/// Command-line settings. Each flag overrides the configuration's key of the same meaning
+/// (`config` module: settings.json, key-per-file directory, environment); flags that are not
+/// given fall back to it, then to the defaults shown.
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// A settings.json (dotnet-monitor's keys where clrscope has the feature).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// A key-per-file configuration directory (e.g. a mounted Secret): file names are keys
+    /// (`Section__Key`), contents values.
+    #[arg(long, value_name = "DIR")]
+    config_dir: Option<PathBuf>,
     /// Also accept runtimes that dial this socket (start them with
-    /// DOTNET_DiagnosticPorts=PATH,nosuspend or ,suspend).
+    /// DOTNET_DiagnosticPorts=PATH,nosuspend or ,suspend). [config: DiagnosticPort]
     #[arg(long, value_name = "PATH")]
     diagnostic_port: Option<PathBuf>,
-    /// Do not look for processes' own diagnostic sockets; only accept runtimes on
-    /// --diagnostic-port.
-    #[arg(long, requires = "diagnostic_port")]
+    /// Do not look for processes' own diagnostic sockets; only accept runtimes on the listen
+    /// socket.
+    #[arg(long)]
     no_connect: bool,
     /// Where the HTTP API listens: http://HOST:PORT (port 0 picks a free one). Binding beyond
-    /// loopback exposes the profiles to the network.
-    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:52323")]
-    urls: String,
-    /// Where profiles are stored (created 0700).
-    #[arg(long, value_name = "DIR", default_value = "./clrscope-data")]
-    data_dir: PathBuf,
-    /// How often to look for new processes.
-    #[arg(long, value_parser = parse_duration, default_value = "3s")]
-    rescan_interval: Duration,
-    /// Only profile these pids (repeatable).
+    /// loopback exposes the profiles to the network. [default: http://127.0.0.1:52323]
+    /// [config: Urls]
+    #[arg(long, value_name = "URL")]
+    urls: Option<String>,
+    /// Where profiles are stored (created 0700). [default: ./clrscope-data]
+    /// [config: Store:DataDirectory]
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// How often to look for new processes. [default: 3s] [config: Profiling:RescanInterval]
+    #[arg(long, value_parser = parse_duration)]
+    rescan_interval: Option<Duration>,
+    /// Only profile these pids (repeatable). [config: Profiling:ProcessIds]
     #[arg(long = "pid", value_name = "PID")]
     pids: Vec<u64>,
     /// Only profile processes with this name: entry assembly, else executable (repeatable).
+    /// [config: Profiling:ProcessNames]
     #[arg(long = "name", value_name = "NAME")]
     names: Vec<String>,
     /// Only profile processes whose command line contains this text (repeatable).
+    /// [config: Profiling:CommandLines]
     #[arg(long = "command-line", value_name = "TEXT")]
     command_lines: Vec<String>,
-    /// Sample for this long in every --sample-period (at most 10s).
-    #[arg(long, value_parser = parse_duration, default_value = "1s")]
-    sample_window: Duration,
+    /// Sample for this long in every --sample-period (at most 10s). [default: 1s]
+    /// [config: Profiling:SampleWindow]
+    #[arg(long, value_parser = parse_duration)]
+    sample_window: Option<Duration>,
     /// The sampler runs for --sample-window out of every period. The runtime's sampler pauses the
     /// process every millisecond while it runs, so this ratio is what keeps overhead low.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
-    sample_period: Duration,
+    /// [default: 10s] [config: Profiling:SamplePeriod]
+    #[arg(long, value_parser = parse_duration)]
+    sample_period: Option<Duration>,
     /// No alloc_samples/alloc_size profiles (GC allocation ticks, taken during sampler windows).
+    /// [config: Profiling:Alloc = false]
     #[arg(long)]
     no_alloc: bool,
-    /// No exception profile.
+    /// No exception profile. [config: Profiling:Exceptions = false]
     #[arg(long)]
     no_exceptions: bool,
-    /// No lock_count/lock_time profiles (monitor contention).
+    /// No lock_count/lock_time profiles (monitor contention). [config: Profiling:Locks = false]
     #[arg(long)]
     no_locks: bool,
     /// Tag cpu and wall samples with the trace and span their thread ran. Off by default: the
     /// DiagnosticSource span and TPL context-switch events it needs cost 0.1–0.3 ms of CPU per
     /// request on .NET 8 (BENCHMARKS.md, "Trace linkage"), and listening to every ActivitySource
-    /// makes libraries create spans they otherwise skip.
+    /// makes libraries create spans they otherwise skip. [config: Profiling:TraceLinkage]
     #[arg(long)]
     trace_linkage: bool,
-    /// With --trace-linkage, follow only the spans of these ActivitySources (repeatable), so
+    /// With trace linkage, follow only the spans of these ActivitySources (repeatable), so
     /// libraries the service does not trace itself are left alone; default: every source.
-    #[arg(long = "trace-source", value_name = "NAME", requires = "trace_linkage")]
+    /// [config: Profiling:TraceSources]
+    #[arg(long = "trace-source", value_name = "NAME")]
     trace_sources: Vec<String>,
-    /// Delete profiles older than this.
-    #[arg(long, value_parser = parse_duration, default_value = "7d")]
-    retention: Duration,
-    /// Delete the oldest profiles while the store is larger than this.
-    #[arg(long, value_parser = parse_bytes, default_value = "1GiB")]
-    retention_size: u64,
+    /// Delete profiles older than this. [default: 7d] [config: Store:Retention]
+    #[arg(long, value_parser = parse_duration)]
+    retention: Option<Duration>,
+    /// Delete the oldest profiles while the store is larger than this. [default: 1GiB]
+    /// [config: Store:RetentionSize]
+    #[arg(long, value_parser = parse_bytes)]
+    retention_size: Option<u64>,
     /// How long new profiles may stay in memory before they are written (at most 10s): what a
-    /// crash can lose.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
-    flush_interval: Duration,
+    /// crash can lose. [default: 10s] [config: Store:FlushInterval]
+    #[arg(long, value_parser = parse_duration)]
+    flush_interval: Option<Duration>,
+}
+
+/// A repeatable flag's values, else the configuration's list.
+fn or_config<T: Clone>(flag: Vec<T>, config: &[T]) -> Vec<T> {
+    if flag.is_empty() {
+        config.to_vec()
+    } else {
+        flag
+    }
+}
+
+/// The agent's settings once flags, configuration and defaults are merged.
+#[derive(Debug)]
+struct Resolved {
+    urls: String,
+    listen_socket: Option<PathBuf>,
+    connect: bool,
+    data_dir: PathBuf,
+    rescan_interval: Duration,
+    duty: DutyCycle,
+    events: EventProfiles,
+    filters: Filters,
+    linkage: Option<Vec<collector::ipc::ProviderConfig>>,
+    store: StoreOptions,
+}
+
+impl Args {
+    /// Reads the configuration and merges it under the flags.
+    fn resolve(self) -> anyhow::Result<Resolved> {
+        let config = AgentConfig::load(ConfigSources {
+            file: self.config.as_deref(),
+            dir: self.config_dir.as_deref(),
+        })?;
+        let profiling = &config.profiling;
+        let (config_socket, config_connect) = match &config.diagnostic_port {
+            Some(port) => port.listen_socket()?,
+            None => (None, true),
+        };
+        let (listen_socket, connect) = match self.diagnostic_port {
+            Some(path) => (Some(path), !self.no_connect),
+            None => (config_socket, config_connect && !self.no_connect),
+        };
+        if !connect && listen_socket.is_none() {
+            bail!(
+                "--no-connect leaves the agent nothing to profile: give --diagnostic-port PATH \
+                 (or DiagnosticPort in the configuration) for runtimes to dial"
+            );
+        }
+        let duty = DutyCycle::new(
+            self.sample_window
+                .or(profiling.sample_window)
+                .unwrap_or(Duration::from_secs(1)),
+            self.sample_period
+                .or(profiling.sample_period)
+                .unwrap_or(Duration::from_secs(10)),
+        )?;
+        let trace_sources = if self.trace_sources.is_empty() {
+            profiling.trace_sources.clone()
+        } else {
+            self.trace_sources
+        };
+        let linkage = if self.trace_linkage || profiling.trace_linkage == Some(true) {
+            let sources: Vec<&str> = trace_sources.iter().map(String::as_str).collect();
+            Some(collector::providers::linkage(&sources).context("--trace-source")?)
+        } else if !trace_sources.is_empty() {
+            bail!("--trace-source (Profiling:TraceSources) needs --trace-linkage (Profiling:TraceLinkage)");
+        } else {
+            None
+        };
+        let store = &config.store;
+        Ok(Resolved {
+            urls: self
+                .urls
+                .or_else(|| config.urls.clone())
+                .unwrap_or_else(|| "http://127.0.0.1:52323".to_string()),
+            listen_socket,
+            connect,
+            data_dir: self
+                .data_dir
+                .or_else(|| store.data_directory.clone())
+                .unwrap_or_else(|| PathBuf::from("./clrscope-data")),
+            rescan_interval: self
+                .rescan_interval
+                .or(profiling.rescan_interval)
+                .unwrap_or(Duration::from_secs(3)),
+            duty,
+            events: EventProfiles {
+                alloc: !self.no_alloc && profiling.alloc != Some(false),
+                exceptions: !self.no_exceptions && profiling.exceptions != Some(false),
+                locks: !self.no_locks && profiling.locks != Some(false),
+            },
+            filters: Filters {
+                pids: or_config(self.pids, &profiling.process_ids),
+                names: or_config(self.names, &profiling.process_names),
+                command_lines: or_config(self.command_lines, &profiling.command_lines),
+            },
+            linkage,
+            store: StoreOptions {
+                flush_interval: self
+                    .flush_interval
+                    .or(store.flush_interval)
+                    .unwrap_or(Duration::from_secs(10)),
+                retention_age: self
+                    .retention
+                    .or(store.retention)
+                    .unwrap_or(Duration::from_secs(7 * 86_400)),
+                retention_bytes: self
+                    .retention_size
+                    .or(store.retention_size)
+                    .unwrap_or(1 << 30),
+                ..StoreOptions::default()
+            },
+        })
+    }
 }
 
 /// Which processes to profile: each non-empty list must have a match.
@@ -138,7 +273,8 @@ pub struct Agent {
     pub shutdown: watch::Receiver<bool>,
 }
 
-/// `http://HOST:PORT` or `HOST:PORT` to a socket address (HOST an IP address or `localhost`).
+/// `http://HOST:PORT` or `HOST:PORT` to a socket address: HOST an IP address, `localhost`, or
+/// `+`/`*` for every interface (as dotnet-monitor's and ASP.NET Core's URLs write it).
 fn parse_url(url: &str) -> anyhow::Result<std::net::SocketAddr> {
     if url.starts_with("https://") {
         anyhow::bail!("--urls {url}: TLS is not supported yet; use http:// on loopback");
@@ -147,9 +283,13 @@ fn parse_url(url: &str) -> anyhow::Result<std::net::SocketAddr> {
         .strip_prefix("http://")
         .unwrap_or(url)
         .trim_end_matches('/');
-    let authority = authority.replace("localhost", "127.0.0.1");
+    let authority = match authority.rsplit_once(':') {
+        Some(("localhost", port)) => format!("127.0.0.1:{port}"),
+        Some(("+" | "*", port)) => format!("0.0.0.0:{port}"),
+        _ => authority.to_string(),
+    };
     authority.parse().with_context(|| {
-        format!("--urls {url}: expected http://IP:PORT, e.g. http://127.0.0.1:52323")
+        format!("--urls {url}: expected http://IP:PORT, e.g. http://127.0.0.1:52323 (one URL)")
     })
 }
 
@@ -162,22 +302,10 @@ fn host_name() -> String {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let duty = DutyCycle::new(args.sample_window, args.sample_period)?;
-    let api_addr = parse_url(&args.urls)?;
-    let linkage = if args.trace_linkage {
-        let sources: Vec<&str> = args.trace_sources.iter().map(String::as_str).collect();
-        Some(collector::providers::linkage(&sources).context("--trace-source")?)
-    } else {
-        None
-    };
-    let options = StoreOptions {
-        flush_interval: args.flush_interval,
-        retention_age: args.retention,
-        retention_bytes: args.retention_size,
-        ..StoreOptions::default()
-    };
-    let store = Store::open(&args.data_dir, options)
-        .with_context(|| format!("opening the store in {}", args.data_dir.display()))?;
+    let settings = args.resolve()?;
+    let api_addr = parse_url(&settings.urls)?;
+    let store = Store::open(&settings.data_dir, settings.store.clone())
+        .with_context(|| format!("opening the store in {}", settings.data_dir.display()))?;
     for problem in store.problems() {
         tracing::warn!(path = %problem.path.display(), "skipping an unreadable block: {}", problem.message);
     }
@@ -195,19 +323,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (stop, shutdown) = watch::channel(false);
     let agent = Arc::new(Agent {
         settings: Settings {
-            duty,
-            events: EventProfiles {
-                alloc: !args.no_alloc,
-                exceptions: !args.no_exceptions,
-                locks: !args.no_locks,
-            },
-            filters: Filters {
-                pids: args.pids,
-                names: args.names,
-                command_lines: args.command_lines,
-            },
+            duty: settings.duty,
+            events: settings.events,
+            filters: settings.filters,
             host_name: host_name(),
-            linkage,
+            linkage: settings.linkage,
         },
         processes: AttachedProcesses::default(),
         sink,
@@ -224,29 +344,32 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let filtered = !agent.settings.filters.is_empty();
     let mut tasks = tokio::task::JoinSet::new();
-    if !args.no_connect {
-        tasks.spawn(discover::connect_mode(agent.clone(), args.rescan_interval));
+    if settings.connect {
+        tasks.spawn(discover::connect_mode(
+            agent.clone(),
+            settings.rescan_interval,
+        ));
     }
-    if let Some(path) = &args.diagnostic_port {
+    if let Some(path) = &settings.listen_socket {
         let server = discover::bind_listen(path).await?;
         tasks.spawn(discover::listen_mode(agent.clone(), server));
     }
     eprintln!(
         "clrscope agent: API on http://{api_addr}; profiling {} ({:.0}% duty: {:?} every {:?}); \
          data in {}",
-        match (&args.diagnostic_port, args.no_connect) {
-            (Some(p), true) => format!("runtimes dialling {}", p.display()),
-            (Some(p), false) => format!(".NET processes and runtimes dialling {}", p.display()),
+        match (&settings.listen_socket, settings.connect) {
+            (Some(p), false) => format!("runtimes dialling {}", p.display()),
+            (Some(p), true) => format!(".NET processes and runtimes dialling {}", p.display()),
             (None, _) => ".NET processes".to_string(),
         } + if filtered {
             " that match the filters"
         } else {
             ""
         },
-        duty.fraction() * 100.0,
-        duty.window,
-        duty.period,
-        args.data_dir.display()
+        agent.settings.duty.fraction() * 100.0,
+        agent.settings.duty.window,
+        agent.settings.duty.period,
+        settings.data_dir.display()
     );
 
     wait_for_stop_signal().await?;
@@ -284,4 +407,27 @@ async fn wait_for_stop_signal() -> anyhow::Result<()> {
         _ = terminate.recv() => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_url;
+
+    #[test]
+    fn urls() {
+        let addr = |url: &str| {
+            parse_url(url)
+                .map(|a| a.to_string())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(addr("http://127.0.0.1:52323").unwrap(), "127.0.0.1:52323");
+        assert_eq!(addr("http://localhost:0/").unwrap(), "127.0.0.1:0");
+        assert_eq!(addr("http://+:52323").unwrap(), "0.0.0.0:52323");
+        assert_eq!(addr("*:1").unwrap(), "0.0.0.0:1");
+        assert_eq!(addr("http://[::1]:80").unwrap(), "[::1]:80");
+        assert!(addr("http://a:1;http://b:2")
+            .unwrap_err()
+            .contains("one URL"));
+        assert!(addr("https://127.0.0.1:1").unwrap_err().contains("TLS"));
+    }
 }

@@ -713,6 +713,18 @@ fn profile(query: &Query) -> impl Fn(&Store) -> Profile + '_ {
     move |store| store.profile(query).expect("profile")
 }
 
+/// The flame-graph query: the call tree cut to `max_nodes`, as the UI and Grafana ask for it.
+fn flame(query: &Query, max_nodes: usize) -> impl Fn(&Store) -> Profile + '_ {
+    move |store| {
+        store
+            .flame_profile(query, max_nodes)
+            .expect("flame profile")
+    }
+}
+
+/// Nodes a flame graph shows by default (Pyroscope's `max_nodes` default).
+const FLAME_NODES: usize = 8_192;
+
 fn profile_summary(p: &Profile) -> String {
     format!(
         "[{} samples, {} functions]",
@@ -818,6 +830,13 @@ fn hour(name: &str, processes: u32, ticks: usize, settings: &Settings) {
         profile_summary,
     );
     measure(
+        &format!("flame graph cpu, {minutes} min, {FLAME_NODES} nodes"),
+        &dir,
+        runs,
+        flame(&all_cpu, FLAME_NODES),
+        profile_summary,
+    );
+    measure(
         &format!("profile wall, {minutes} min"),
         &dir,
         runs,
@@ -903,6 +922,13 @@ fn unique(settings: &Settings) {
         &dir,
         runs,
         profile(&q),
+        profile_summary,
+    );
+    measure(
+        &format!("flame graph of 3M unique stacks, {FLAME_NODES} nodes"),
+        &dir,
+        runs,
+        flame(&q, FLAME_NODES),
         profile_summary,
     );
     println!("peak RSS: {} MiB", peak_rss_mib());

@@ -115,9 +115,13 @@ async fn series(
 }
 
 async fn profile(State(state): State<ApiState>, params: QueryPairs) -> Result<Response, ApiError> {
-    let params = Params::new(params, &[&COMMON_PARAMS[..], &["format"]].concat())?;
+    let params = Params::new(
+        params,
+        &[&COMMON_PARAMS[..], &["format", "max_nodes"]].concat(),
+    )?;
     let selection = Selection::parse(&params)?;
     let output = Output::parse(params.get("format"), Output::PROFILE)?;
+    let max_nodes = params.max_nodes(output)?;
     let now = now_unix_nanos();
     let (from, until) = params.range(["from", "until"], now, PROFILE_SPAN, now)?;
     let name = selection.type_name.clone();
@@ -127,7 +131,10 @@ async fn profile(State(state): State<ApiState>, params: QueryPairs) -> Result<Re
                 sample_labels: output.sample_labels(),
                 ..selection.query(&store, from, until)?
             };
-            let profile = store.profile(&query)?;
+            let profile = match max_nodes {
+                Some(max_nodes) => store.flame_profile(&query, max_nodes)?,
+                None => store.profile(&query)?,
+            };
             drop(store);
             output.render(&profile)
         })
@@ -240,6 +247,29 @@ impl Params {
             });
         }
         Ok((from, until))
+    }
+
+    /// `max_nodes`: cut the profile to its largest call-tree nodes, what was cut showing as
+    /// `other` (`Store::flame_profile`); only for the outputs that show no sample labels.
+    fn max_nodes(&self, output: Output) -> Result<Option<usize>, ApiError> {
+        let Some(text) = self.get("max_nodes") else {
+            return Ok(None);
+        };
+        let max_nodes = text
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                self.invalid("max_nodes", "a positive number of nodes, e.g. 8192".into())
+            })?;
+        if output.sample_labels() != tsdb::SampleLabels::Only(Vec::new()) {
+            return Err(self.invalid(
+                "max_nodes",
+                "a cut call tree has no per-sample labels: use it with format json, folded or svg"
+                    .into(),
+            ));
+        }
+        Ok(Some(max_nodes))
     }
 
     /// `step`, whole milliseconds; by default 10 s, or longer so that a range gives at most

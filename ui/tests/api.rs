@@ -535,6 +535,38 @@ async fn folded_svg_and_speedscope() {
 }
 
 #[tokio::test]
+async fn max_nodes_cuts_the_tree_and_shows_the_rest_as_other() {
+    let server = start().await;
+    let folded = server
+        .get(
+            "/api/v1/profile",
+            &minute_1(&[("format", "folded"), ("max_nodes", "3")]),
+        )
+        .await;
+    assert_eq!(folded.status, 200);
+    let mut lines: Vec<String> = folded.text().lines().map(str::to_string).collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            format!("{MAIN};{HANDLER};{TAX} {}", 420 * PERIOD),
+            format!("{MAIN};{HANDLER};other {}", 180 * PERIOD),
+        ]
+    );
+    for (value, format) in [("0", "json"), ("many", "json"), ("10", "pprof")] {
+        let refused = server
+            .get(
+                "/api/v1/profile",
+                &minute_1(&[("format", format), ("max_nodes", value)]),
+            )
+            .await;
+        assert_eq!(refused.status, 400, "max_nodes={value} format={format}");
+        assert!(refused.text().contains("max_nodes"), "{}", refused.text());
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn diff_shows_what_changed() {
     let server = start().await;
     let minutes = [

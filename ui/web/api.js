@@ -14,6 +14,12 @@ export class ApiError extends Error {
 /** The API wants a token (HTTP 401); the token dialog is open. */
 export class AuthRequired extends ApiError {}
 
+/**
+ * The call-tree nodes a flame graph asks for (`max_nodes`): more than a screen can show, few enough
+ * that a range with millions of distinct stacks still answers in about a second.
+ */
+export const MAX_NODES = 65536;
+
 /** `path?k=v…`, leaving out empty parameters. */
 export function apiUrl(path, params = {}) {
   const query = new URLSearchParams();

@@ -2,7 +2,7 @@
 // the diff flame graph, each frame as wide as its share of both ranges together and coloured
 // by how its share changed.
 
-import { getJson } from './api.js';
+import { getJson, MAX_NODES } from './api.js';
 import { byId } from './dom.js';
 import { FlameGraph } from './flamegraph.js';
 import { formatRange } from './format.js';
@@ -21,7 +21,7 @@ export class CompareView {
 
   /** Loads the three trees of `params` for ranges `base` and `next`; the caller handles errors. */
   async load(params, base, next, signal) {
-    const profile = (range) => getJson('/api/v1/profile', { ...params, from: range.from, until: range.until, format: 'json' }, { signal });
+    const profile = (range) => getJson('/api/v1/profile', { ...params, from: range.from, until: range.until, format: 'json', max_nodes: MAX_NODES }, { signal });
     const [baseJson, newJson, diffJson] = await Promise.all([
       profile(base),
       profile(next),

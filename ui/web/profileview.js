@@ -1,7 +1,7 @@
 // One range's profile: the flame graph and the top table side by side, and the sandwich of the
 // function picked in the table (its callers above, its callees below).
 
-import { getJson } from './api.js';
+import { getJson, MAX_NODES } from './api.js';
 import { byId } from './dom.js';
 import { FlameGraph } from './flamegraph.js';
 import { TopTable } from './toptable.js';
@@ -24,7 +24,7 @@ export class ProfileView {
     // The measure from asking to drawn is the flame graph's latency as a user sees it
     // (DevTools' Performance panel shows it; the browser test reads it).
     performance.mark('clrscope:profile-request');
-    const json = await getJson('/api/v1/profile', { ...params, from: range.from, until: range.until, format: 'json' }, { signal });
+    const json = await getJson('/api/v1/profile', { ...params, from: range.from, until: range.until, format: 'json', max_nodes: MAX_NODES }, { signal });
     const tree = flatten(json);
     const matched = matchFunctions(tree, this.search);
     this.tree = tree;

@@ -15,6 +15,7 @@ mod error;
 mod head;
 mod model;
 mod query;
+mod tree;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs;
@@ -41,6 +42,8 @@ use cache::{BlockIds, QueryCache};
 use error::io;
 use head::{Dicts, Head, SampleColumns};
 use query::{ProfileMerge, Selection, SKIP};
+use tree::TreeMerge;
+pub use tree::OTHER_FRAME;
 
 /// Most points [`Store::series`] returns, so a tiny step cannot exhaust memory.
 pub const MAX_SERIES_POINTS: u64 = 1_000_000;
@@ -589,6 +592,44 @@ impl Store {
         let state = epoch.lock();
         Ok(merge.build(
             &state.interner,
+            value_type,
+            query.from,
+            query.until.saturating_sub(query.from),
+        ))
+    }
+
+    /// The merged profile as a flame graph shows it: the call tree of the matching samples cut
+    /// to its `max_nodes` largest nodes (what was cut shows as a child [`OTHER_FRAME`] of the
+    /// node above it), one sample per kept node, without sample labels. Unlike
+    /// [`Store::profile`], its cost does not grow with the number of distinct stacks beyond
+    /// reading them: see the `tree` module for how, and for the bound on what cutting may
+    /// move from a node to `other` above it.
+    pub fn flame_profile(&self, query: &Query, max_nodes: usize) -> Result<Profile> {
+        query.check()?;
+        if max_nodes == 0 {
+            return Err(StoreError::InvalidQuery(
+                "max_nodes must be at least 1".into(),
+            ));
+        }
+        let mut parts = self
+            .fold_blocks(
+                query,
+                TreeMerge::default,
+                block::read_dicts,
+                |merge, _, dicts, rows| merge.add(&dicts, rows, query, max_nodes),
+            )?
+            .into_iter();
+        let mut merge = parts.next().unwrap_or_default();
+        for part in parts {
+            merge.absorb(part);
+        }
+        if self.head_selected(query) {
+            let rows = [self.head.record_batch()];
+            merge.add(self.head.dicts(), &rows, query, max_nodes)?;
+        }
+        let value_type = ValueType::new(&query.profile_type.name, &query.profile_type.unit);
+        Ok(merge.build(
+            max_nodes,
             value_type,
             query.from,
             query.until.saturating_sub(query.from),

@@ -6,7 +6,7 @@ use arrow::record_batch::RecordBatch;
 use super::error::Result;
 use super::head::{IdMap, Interner, SampleColumns, EMPTY_STACK};
 use super::model::{Query, Series};
-use crate::profile::{Labels, Profile, Sample, ValueType};
+use crate::profile::{Function, Labels, Profile, Sample, ValueType};
 
 /// In [`Selection`]'s label sets: rows with this label set are not selected.
 pub(crate) const SKIP: u32 = u32::MAX;
@@ -35,7 +35,7 @@ impl Selection {
 /// Calls `row(time, stack, labels, value)` for each row of the selected series, inside the
 /// time range, whose label set is selected (`labels` is the source's label set id); stops at
 /// the first error.
-fn for_each_row(
+pub(crate) fn for_each_row(
     selection: &Selection,
     batches: &[RecordBatch],
     query: &Query,
@@ -155,12 +155,7 @@ impl ProfileMerge {
     }
 
     /// The profile of everything added, spelled out from `interner` (the one ids refer to):
-    /// one sample type, and the sample labels the query kept.
-    ///
-    /// `period` is 0 ("unknown"): stored values are already totals in the profile type's unit
-    /// (each sample worth the sampler period measured in its window, which varies from window
-    /// to window and process to process), so nothing needs scaling and no single period is
-    /// true of a merged range.
+    /// one sample type, and the sample labels the query kept (see [`merged_profile`]).
     pub fn build(
         self,
         interner: &Interner,
@@ -198,16 +193,36 @@ impl ProfileMerge {
                 });
             }
         }
-        Profile {
-            sample_types: vec![value_type.clone()],
-            default_sample_type: 0,
-            period_type: value_type,
-            period: 0,
+        merged_profile(
+            value_type,
             functions,
             samples,
             start_unix_nanos,
             duration_nanos,
-        }
+        )
+    }
+}
+
+/// A query's answer: one sample type, and `period` 0 ("unknown") since stored values are already
+/// totals in the type's unit (each sample worth the sampler period measured in its window, which
+/// varies from window to window and process to process), so nothing needs scaling and no single
+/// period is true of a merged range.
+pub(crate) fn merged_profile(
+    value_type: ValueType,
+    functions: Vec<Function>,
+    samples: Vec<Sample>,
+    start_unix_nanos: i64,
+    duration_nanos: i64,
+) -> Profile {
+    Profile {
+        sample_types: vec![value_type.clone()],
+        default_sample_type: 0,
+        period_type: value_type,
+        period: 0,
+        functions,
+        samples,
+        start_unix_nanos,
+        duration_nanos,
     }
 }
 

@@ -1215,3 +1215,76 @@ fn diff_lines_up_two_profiles() {
     assert_eq!((d.start_unix_nanos, d.duration_nanos), (i64::MIN, i64::MAX));
     assert_eq!(d.total(1), 11);
 }
+
+/// Samples of `p` by stack names only (labels dropped), as a flame graph merges them.
+fn by_stack(p: &Profile) -> BTreeMap<Vec<String>, i64> {
+    let mut out = BTreeMap::new();
+    for ((stack, _), value) in flat(p) {
+        *out.entry(stack).or_insert(0) += value;
+    }
+    out
+}
+
+#[test]
+fn flame_profile_with_room_for_every_node_equals_the_profile() {
+    let dir = TempDir::new("flame-all");
+    let mut store = Store::open(&dir.0, keep_all()).unwrap();
+    let span = [("span_id", LabelValue::Str("s1".into()))];
+    let samples: &[TestSample] = &[
+        (&["Leaf", "Mid", "Main"], 5, &[]),
+        (&["Mid", "Main"], 2, &span),
+        (&["Other", "Main"], 3, &[]),
+        (&[], 4, &[]),
+    ];
+    store.append(&batch("app", "cpu", MINUTE, samples)).unwrap();
+    store.flush().unwrap(); // one block ...
+    store
+        .append(&batch("app", "cpu", 2 * MINUTE, samples))
+        .unwrap(); // ... and the head
+    let mut q = query(Some("app"), "cpu", 0, HOUR);
+    let whole = by_stack(&store.profile(&q).unwrap());
+    assert_eq!(by_stack(&store.flame_profile(&q, 100).unwrap()), whole);
+    assert_eq!(
+        whole[&vec!["Leaf".to_string(), "Mid".into(), "Main".into()]],
+        10
+    );
+    assert_eq!(whole[&Vec::<String>::new()], 8);
+
+    q.sample_matchers = vec![("span_id".into(), LabelValue::Str("s1".into()))];
+    let spans = store.flame_profile(&q, 100).unwrap();
+    assert_eq!(
+        by_stack(&spans),
+        BTreeMap::from([(vec!["Mid".to_string(), "Main".into()], 4)])
+    );
+    assert!(store.flame_profile(&q, 0).is_err());
+}
+
+#[test]
+fn flame_profile_cuts_to_max_nodes_and_keeps_the_cut_under_other() {
+    let dir = TempDir::new("flame-cut");
+    let mut store = Store::open(&dir.0, keep_all()).unwrap();
+    // Main → Hot (1,000) and Main → 200 distinct cold leaves of 1 each, in two blocks.
+    let names: Vec<String> = (0..200).map(|i| format!("Cold{i}")).collect();
+    for (minute, half) in names.chunks(100).enumerate() {
+        let mut samples: Vec<TestSample> = vec![(&["Hot", "Main"], 500, &[])];
+        let stacks: Vec<[&str; 2]> = half.iter().map(|n| [n.as_str(), "Main"]).collect();
+        samples.extend(stacks.iter().map(|s| (&s[..], 1, &[][..])));
+        let time = (minute as i64 + 1) * MINUTE;
+        store.append(&batch("app", "cpu", time, &samples)).unwrap();
+        store.flush().unwrap();
+    }
+    let q = query(Some("app"), "cpu", 0, HOUR);
+    let cut = by_stack(&store.flame_profile(&q, 3).unwrap());
+    let s = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        cut,
+        BTreeMap::from([
+            (s(&["Hot", "Main"]), 1000),
+            (s(&[OTHER_FRAME, "Main"]), 200),
+        ]),
+        "Main, Hot and the cut below Main"
+    );
+    assert_eq!(cut.values().sum::<i64>(), 1200, "nothing is lost");
+    // The largest nodes are the same whatever the order blocks are read in.
+    assert_eq!(by_stack(&store.flame_profile(&q, 2).unwrap()), cut);
+}
