@@ -1,6 +1,6 @@
 # The clrscope agent as a container image (a Kubernetes sidecar or node agent: deploy/kubernetes/).
 #
-#   docker build -t clrscope --build-arg CLRSCOPE_GIT_REVISION="$(git rev-parse --short=12 HEAD)" .
+#   docker build -t clrscope --build-arg GIT_REVISION="$(git rev-parse --short=12 HEAD)" .
 #   docker run --rm clrscope --version
 #
 # Stage 1 builds the release binary with the official Rust image; stage 2 runs it on distroless
@@ -12,8 +12,8 @@ ARG RUST_VERSION=1.88
 FROM rust:${RUST_VERSION}-bookworm AS build
 WORKDIR /src
 COPY . .
-ARG CLRSCOPE_GIT_REVISION=""
-ENV CLRSCOPE_GIT_REVISION=${CLRSCOPE_GIT_REVISION}
+ARG GIT_REVISION=""
+ENV GIT_REVISION=${GIT_REVISION}
 RUN cargo build --release --locked --bin clrscope \
     && install -D -m 0755 target/release/clrscope /out/clrscope \
     && install -d -m 0700 /out/data

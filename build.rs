@@ -1,6 +1,8 @@
-//! Stamps the `clrscope` binary with the git revision it was built from, for `clrscope --version`.
+//! Stamps the `clrscope` binary with the git revision it was built from, for `clrscope --version`,
+//! as `BUILD_REVISION` (not `CLRSCOPE_…`: cargo passes it to the processes tests run, and the
+//! agent reads `CLRSCOPE_…` variables as its configuration).
 //!
-//! The revision is `$CLRSCOPE_GIT_REVISION` when set (a container build, which has no `.git`, passes
+//! The revision is `$GIT_REVISION` when set (a container build, which has no `.git`, passes
 //! it in), else `git rev-parse` of the source tree, else "unknown revision" (a source tarball, or
 //! no git installed): the build never fails for want of git.
 
@@ -8,12 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
-    println!("cargo:rerun-if-env-changed=CLRSCOPE_GIT_REVISION");
-    let revision = match std::env::var("CLRSCOPE_GIT_REVISION") {
+    println!("cargo:rerun-if-env-changed=GIT_REVISION");
+    let revision = match std::env::var("GIT_REVISION") {
         Ok(given) if !given.trim().is_empty() => format!("git {}", given.trim()),
         _ => git_revision().map_or_else(|| "unknown revision".to_string(), |r| format!("git {r}")),
     };
-    println!("cargo:rustc-env=CLRSCOPE_REVISION={revision}");
+    println!("cargo:rustc-env=BUILD_REVISION={revision}");
 }
 
 /// The checked-out commit (12 hex digits), asking cargo to build again when it moves.

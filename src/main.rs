@@ -20,12 +20,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
 /// `clrscope --version`: the package version and the git revision it was built from (build.rs).
-const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (",
-    env!("CLRSCOPE_REVISION"),
-    ")"
-);
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("BUILD_REVISION"), ")");
 
 #[derive(Debug, Parser)]
 #[command(

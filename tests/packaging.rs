@@ -20,7 +20,7 @@ fn version_names_the_package_and_the_git_revision() {
     assert!(output.status.success(), "{output:?}");
     let version = String::from_utf8(output.stdout).unwrap();
     // What build.rs saw: the override, else the checkout's HEAD, else no git at all.
-    let expected = match option_env!("CLRSCOPE_GIT_REVISION") {
+    let expected = match option_env!("GIT_REVISION") {
         Some(given) if !given.trim().is_empty() => format!("git {}", given.trim()),
         _ => Command::new("git")
             .arg("-C")
