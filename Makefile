@@ -4,7 +4,7 @@
 #                playwright-core; see tests/testbed/setup.sh); compile tests/targets/*.cs
 #   make build   cargo build --workspace --all-targets
 #   make test    setup + build + cargo test --workspace
-#   make demo    start the CpuHot target and run `clrscope ps` against it
+#   make demo    the agent, the sample Bookstore under load, and what clrscope sees of it (tests/testbed/demo.sh)
 #   make fmt     check formatting        make lint   clippy with warnings as errors
 
 SHELL := /bin/bash

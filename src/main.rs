@@ -20,10 +20,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
+/// `clrscope --version`: the package version and the git revision it was built from (build.rs).
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("BUILD_REVISION"), ")");
+
 #[derive(Debug, Parser)]
 #[command(
     name = "clrscope",
-    version,
+    version = VERSION,
     about = "Continuous profiler and incident capture for .NET on Linux"
 )]
 struct Cli {

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{http_get, process_alive, Target};
+use support::{http_get, http_request, process_alive, Target};
 
 /// Checks shared by every target: the ready line's name, pid and runtime, and the diagnostic socket.
 fn check_common(target: &Target, name: &str) -> PathBuf {
@@ -198,13 +198,10 @@ fn is_hex(v: &Value, len: usize) -> bool {
         .is_some_and(|s| s.len() == len && s.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
-#[test]
-fn asyncweb_serves_spans_and_switches_threads() {
-    let mut t = Target::builder("AsyncWeb")
-        .args(["--duration-seconds", "60"])
-        .start();
-    let socket = check_common(&t, "AsyncWeb");
-    let ready = t.ready().unwrap().clone();
+/// Checks the facts every HTTP target (AsyncWeb, Bookstore) states about its server and the
+/// ASP.NET Core hosting events it stands in for; returns its port.
+fn check_web_ready(target: &Target) -> u16 {
+    let ready = target.ready().expect("ready line");
     let port = ready["port"].as_u64().unwrap() as u16;
     assert_eq!(ready["url"], format!("http://127.0.0.1:{port}/"));
     assert_eq!(ready["diagnostic_listener"], "Microsoft.AspNetCore");
@@ -212,8 +209,18 @@ fn asyncweb_serves_spans_and_switches_threads() {
         ready["hosting_activity"],
         "Microsoft.AspNetCore.Hosting.HttpRequestIn"
     );
-    assert_eq!(ready["meter"], "AsyncWeb");
     assert_eq!(ready["id_format"], "W3C");
+    port
+}
+
+#[test]
+fn asyncweb_serves_spans_and_switches_threads() {
+    let mut t = Target::builder("AsyncWeb")
+        .args(["--duration-seconds", "60"])
+        .start();
+    let socket = check_common(&t, "AsyncWeb");
+    let port = check_web_ready(&t);
+    assert_eq!(t.ready().unwrap()["meter"], "AsyncWeb");
 
     for kind in ["alpha", "bravo"] {
         let resp = http_get(port, &format!("/{kind}"), &[]);
@@ -299,6 +306,165 @@ fn asyncweb_self_load() {
     assert!(requests["alpha"].as_u64().unwrap() >= 10, "{progress}");
     assert!(requests["bravo"].as_u64().unwrap() >= 10, "{progress}");
     assert_eq!(t.dropped_lines(), 0);
+    check_drop_kills(t, socket);
+}
+
+#[test]
+fn bookstore_endpoints_behave() {
+    let mut t = Target::builder("Bookstore")
+        .args([
+            "--books",
+            "50",
+            "--payment-ms",
+            "1",
+            "--payment-slow-ms",
+            "150",
+            "--payment-slow-every",
+            "2",
+            "--leak-kb",
+            "64",
+            "--leak-limit-mb",
+            "1",
+            "--duration-seconds",
+            "60",
+        ])
+        .start();
+    let socket = check_common(&t, "Bookstore");
+    let port = check_web_ready(&t);
+    let ready = t.ready().unwrap().clone();
+    assert_eq!(ready["meter"], "Bookstore.Ordering");
+    assert_eq!(ready["histogram"], "bookstore.payment.duration");
+    assert_eq!(
+        ready["endpoints"]["GET /reports/sales.csv"],
+        "Bookstore.Reports.SalesReport.ExportCsv"
+    );
+    let request_line = |t: &mut Target, route: &str| {
+        t.wait_for_json(secs(10), |v| v["route"] == route)
+            .unwrap_or_else(|| panic!("no request line for {route}"))
+    };
+
+    // the catalogue, searchable, and one book
+    let all = http_get(port, "/books", &[]).json();
+    assert_eq!(all["books"].as_array().unwrap().len(), 50, "{all}");
+    let line = request_line(&mut t, "books");
+    assert_eq!(line["status"], 200);
+    assert!(is_hex(&line["trace_id"], 32), "{line}");
+    assert!(is_hex(&line["span_id"], 16), "{line}");
+    assert!(is_hex(&line["hosting_span_id"], 16), "{line}");
+    let found = http_get(port, "/books?q=KNUTH", &[]).json();
+    let found = found["books"].as_array().unwrap();
+    assert!(!found.is_empty() && found.len() < 50);
+    assert!(found
+        .iter()
+        .all(|b| b["author"].as_str().unwrap().contains("Knuth")));
+    let book = http_get(port, "/books/7", &[]);
+    assert_eq!(book.status, 200);
+    assert_eq!(book.json()["id"], 7);
+    assert_eq!(http_get(port, "/books/51", &[]).status, 404);
+
+    // the report: a header, one line per row, a total
+    let report = http_get(port, "/reports/sales.csv?rows=120", &[]);
+    assert_eq!(report.status, 200);
+    assert_eq!(report.header("content-type"), Some("text/csv"));
+    let rows: Vec<&str> = report.body.lines().collect();
+    assert_eq!(rows.len(), 1 + 120 + 1, "{}", report.body);
+    assert!(rows[0].starts_with("order_id,placed_at,customer,title"));
+    assert!(rows[121].starts_with("total,"));
+    assert_eq!(http_get(port, "/reports/sales.csv?rows=0", &[]).status, 400);
+
+    // payments: every 2nd is slow, and a span of its own under the request's
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let traceparent = format!("00-{trace}-b7ad6b7169203331-01");
+    let mut slow = 0;
+    for _ in 0..2 {
+        let paid = http_request(
+            port,
+            "POST",
+            "/orders?book=3&quantity=2",
+            &[("traceparent", &traceparent), ("content-length", "0")],
+        );
+        assert_eq!(paid.status, 200, "{paid:?}");
+        let receipt = paid.json();
+        assert_eq!(receipt["status"], "paid");
+        assert_eq!(receipt["quantity"], 2);
+        if receipt["slow_payment"] == true {
+            slow += 1;
+            assert!(
+                receipt["payment_ms"].as_f64().unwrap() >= 140.0,
+                "{receipt}"
+            );
+        }
+        let line = request_line(&mut t, "order");
+        assert_eq!(line["trace_id"], trace);
+    }
+    assert_eq!(slow, 1);
+    assert_eq!(http_get(port, "/orders", &[]).status, 405);
+
+    // the leak grows per request up to its limit (1 MiB = 16 requests of 64 KiB)
+    for user in 0..20 {
+        let answer = http_get(port, &format!("/recommendations?user={user}"), &[]).json();
+        assert_eq!(answer["books"].as_array().unwrap().len(), 5);
+    }
+    let progress = t
+        .wait_for_json(secs(10), |v| {
+            v.get("progress").is_some() && v["requests"]["recommend"] == 20
+        })
+        .expect("a progress line after the 20 recommendations");
+    assert_eq!(progress["leaked_bytes"], 1 << 20, "{progress}");
+    assert_eq!(progress["payments"]["count"], 2, "{progress}");
+    assert_eq!(progress["payments"]["slow"], 1, "{progress}");
+    assert_eq!(progress["requests"]["report"], 2, "{progress}"); // the 400 counts too
+
+    assert_eq!(http_get(port, "/health", &[]).body, "ok\n");
+    assert_eq!(http_get(port, "/nope", &[]).status, 404);
+    check_drop_kills(t, socket);
+}
+
+#[test]
+fn bookstore_self_load_mix_is_bounded() {
+    let mut t = Target::builder("Bookstore")
+        .args([
+            "--self-load",
+            "20",
+            "--self-load-seconds",
+            "4",
+            "--self-load-mix",
+            "books:2,order:1,report:1,recommend:1",
+            "--report-rows",
+            "200",
+            "--payment-ms",
+            "1",
+            "--no-request-lines",
+            "--duration-seconds",
+            "60",
+        ])
+        .start();
+    let socket = check_common(&t, "Bookstore");
+    let ready = t.ready().unwrap().clone();
+    assert_eq!(ready["self_load_seconds"], 4.0);
+    assert_eq!(
+        ready["self_load_mix"],
+        serde_json::json!({"books": 2, "order": 1, "report": 1, "recommend": 1})
+    );
+    // the load stops after 4 s: the totals stop moving
+    let settled = t
+        .wait_for_json(secs(30), |v| {
+            v.get("progress").is_some() && v["elapsed_s"].as_u64() >= Some(8)
+        })
+        .expect("progress at 8 s");
+    let load = &settled["self_load"];
+    let sent = load["sent"].as_u64().unwrap();
+    assert!((40..=100).contains(&sent), "{settled}");
+    assert_eq!(load["failed"], 0, "{settled}");
+    assert_eq!(load["ok"], load["sent"], "{settled}");
+    let requests = &settled["requests"];
+    for route in ["books", "order", "report", "recommend"] {
+        assert!(requests[route].as_u64().unwrap() >= 5, "{route}: {settled}");
+    }
+    let later = t
+        .wait_for_json(secs(10), |v| v.get("progress").is_some())
+        .expect("a later progress line");
+    assert_eq!(later["self_load"]["sent"], sent, "{later}");
     check_drop_kills(t, socket);
 }
 

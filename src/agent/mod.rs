@@ -593,6 +593,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let server = discover::bind_listen(path).await?;
         tasks.spawn(discover::listen_mode(agent.clone(), server));
     }
+    let stop_signal = stop_signal()?;
     eprintln!(
         "clrscope agent: API on {}://{api_addr}; metrics {metrics_addr}; profiling {} \
          ({:.0}% duty: {:?} every {:?}); data in {}",
@@ -618,7 +619,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
 
-    wait_for_stop_signal().await?;
+    stop_signal.await;
     eprintln!("clrscope agent: stopping (sessions end, the store is flushed)");
     let _ = stop.send(true);
     if let Ok(Err(error)) = api.await {
@@ -645,14 +646,19 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_stop_signal() -> anyhow::Result<()> {
+/// Listens for SIGINT and SIGTERM from now on, so that a supervisor signalling as soon as the
+/// agent says it is up never meets the default action (an exit without flushing the store);
+/// the future resolves on the first of them.
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
+    let mut interrupt = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
     let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
-    tokio::select! {
-        result = tokio::signal::ctrl_c() => result.context("listening for Ctrl-C")?,
-        _ = terminate.recv() => {}
-    }
-    Ok(())
+    Ok(async move {
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    })
 }
 
 #[cfg(test)]

@@ -1,18 +1,11 @@
 // AsyncWeb: a .NET test-bed target serving HTTP with async handlers, spans, metrics, and the
 // ASP.NET Core hosting diagnostic events.
 //
-// ASP.NET Core is not available here (no ASP.NET Core shared framework on any reachable registry), so
-// this target STANDS IN FOR IT: a System.Net.HttpListener server that emits, for every request, the
-// same DiagnosticListener events ASP.NET Core's hosting layer emits — listener "Microsoft.AspNetCore",
-// activity "Microsoft.AspNetCore.Hosting.HttpRequestIn" with its ".Start" and ".Stop" events (plus the
-// older "Microsoft.AspNetCore.Hosting.BeginRequest"/"EndRequest" events), whose payload is an object
-// shaped like ASP.NET Core's HttpContext for DiagnosticSource payload specs: TraceIdentifier,
-// Request.{Scheme,Host,PathBase,Path,QueryString,Method,Protocol}, Response.StatusCode. That is what
-// dotnet-monitor's AspNetRequestCount / AspNetRequestDuration / AspNetResponseStatus triggers and
-// dotnet-trace's "aspnet" filter read through Microsoft-Diagnostics-DiagnosticSource. The server span
-// (the HttpRequestIn activity) is always created, from ActivitySource "Microsoft.AspNetCore" (or as a
-// plain Activity when nothing listens), and honours an incoming W3C "traceparent" header like ASP.NET
-// Core does.
+// ASP.NET Core is not available here, so this target STANDS IN FOR IT: a System.Net.HttpListener
+// server that emits, for every request, the DiagnosticListener events of ASP.NET Core's hosting layer
+// (listener "Microsoft.AspNetCore", activity "Microsoft.AspNetCore.Hosting.HttpRequestIn" .Start/.Stop,
+// an HttpContext-shaped payload, the server span honouring an incoming W3C "traceparent"), through
+// Testbed.Web.Hosting in common/Web.cs, which says exactly what it emits and why.
 //
 // What it does
 //   Serves http://127.0.0.1:PORT/ (PORT: --port, else a free port found by probing) on a thread
@@ -85,109 +78,15 @@ using System.Diagnostics.Metrics;
 using System.Globalization;
 using System.Net;
 using System.Net.Http;
-using System.Net.Sockets;
 using System.Runtime.CompilerServices;
 using System.Text;
 using System.Threading;
 using System.Threading.Tasks;
 using Testbed;
+using Testbed.Web;
 
 namespace AsyncWeb
 {
-    // ---- stand-ins for ASP.NET Core's HttpContext, as DiagnosticSource payload specs see them ----
-
-    public sealed class HostingHttpContext
-    {
-        public HostingHttpContext(string traceIdentifier, HostingRequest request, HostingResponse response)
-        {
-            TraceIdentifier = traceIdentifier;
-            Request = request;
-            Response = response;
-        }
-
-        public string TraceIdentifier { get; private set; }
-        public HostingRequest Request { get; private set; }
-        public HostingResponse Response { get; private set; }
-    }
-
-    public sealed class HostingRequest
-    {
-        public string Scheme { get; set; }
-        public string Host { get; set; }        // "127.0.0.1:40123", as HostString.ToString()
-        public string PathBase { get; set; }    // "", as PathString.ToString()
-        public string Path { get; set; }        // "/alpha"
-        public string QueryString { get; set; } // "" or "?status=500", as QueryString.ToString()
-        public string Method { get; set; }
-        public string Protocol { get; set; }    // "HTTP/1.1"
-    }
-
-    public sealed class HostingResponse
-    {
-        public int StatusCode { get; set; }
-    }
-
-    /// <summary>What ASP.NET Core's HostingApplicationDiagnostics does around each request.</summary>
-    static class Hosting
-    {
-        public const string ListenerName = "Microsoft.AspNetCore";
-        public const string ActivityName = "Microsoft.AspNetCore.Hosting.HttpRequestIn";
-        const string StartKey = ActivityName + ".Start";
-        const string BeginRequestKey = "Microsoft.AspNetCore.Hosting.BeginRequest";
-        const string EndRequestKey = "Microsoft.AspNetCore.Hosting.EndRequest";
-
-        static readonly DiagnosticListener Diagnostics = new DiagnosticListener(ListenerName);
-        static readonly ActivitySource Source = new ActivitySource(ListenerName);
-
-        public sealed class State
-        {
-            public Activity Activity;
-            public bool DiagnosticStarted;
-            public long StartTimestamp;
-        }
-
-        public static State BeginRequest(HostingHttpContext context, string traceparent)
-        {
-            var state = new State { StartTimestamp = Stopwatch.GetTimestamp() };
-            bool enabled = Diagnostics.IsEnabled();
-            // ASP.NET Core asks IsEnabled(ActivityName, httpContext) before creating the activity when
-            // DiagnosticListener subscribers exist; the answer does not change what this stand-in does.
-            if (enabled) Diagnostics.IsEnabled(ActivityName, context);
-
-            Activity activity = traceparent != null
-                ? Source.CreateActivity(ActivityName, ActivityKind.Server, traceparent)
-                : Source.CreateActivity(ActivityName, ActivityKind.Server);
-            if (activity == null)
-            {
-                activity = new Activity(ActivityName);
-                if (traceparent != null) activity.SetParentId(traceparent);
-            }
-            if (enabled && Diagnostics.IsEnabled(StartKey))
-            {
-                Diagnostics.StartActivity(activity, context); // Start(), then writes ".Start"
-                state.DiagnosticStarted = true;
-            }
-            else
-            {
-                activity.Start();
-            }
-            state.Activity = activity;
-            if (enabled && Diagnostics.IsEnabled(BeginRequestKey))
-                Diagnostics.Write(BeginRequestKey, new { httpContext = context, timestamp = state.StartTimestamp });
-            return state;
-        }
-
-        public static void EndRequest(State state, HostingHttpContext context)
-        {
-            long now = Stopwatch.GetTimestamp();
-            if (Diagnostics.IsEnabled() && Diagnostics.IsEnabled(EndRequestKey))
-                Diagnostics.Write(EndRequestKey, new { httpContext = context, timestamp = now });
-            if (state.DiagnosticStarted)
-                Diagnostics.StopActivity(state.Activity, context); // sets the end time, writes ".Stop", Stop()
-            else
-                state.Activity.Stop();
-        }
-    }
-
     // ---- the application ----
 
     public static class Handlers
@@ -272,8 +171,8 @@ namespace AsyncWeb
         static double alphaMs, bravoMs, charlieMs;
         static bool requestLines;
         static int port;
-        static long requestSeq, alphaCount, bravoCount, charlieCount, noneCount;
-        static long loadSent, loadOk, loadFailed;
+        static long alphaCount, bravoCount, charlieCount, noneCount;
+        static LoadGenerator load;
 
         static int Main(string[] argv)
         {
@@ -296,26 +195,15 @@ namespace AsyncWeb
             ThreadPool.GetMinThreads(out workers, out ports);
             ThreadPool.SetMinThreads(Math.Max(workers, MinThreads), Math.Max(ports, MinThreads));
 
-            Activity.DefaultIdFormat = ActivityIdFormat.W3C;
-            Activity.ForceDefaultIdFormat = true;
-            var listener = new ActivityListener
-            {
-                ShouldListenTo = s => s.Name == "AsyncWeb" || s.Name == Hosting.ListenerName,
-                Sample = SampleAll,
-                SampleUsingParentId = SampleAllByParentId,
-            };
-            ActivitySource.AddActivityListener(listener);
+            Hosting.RecordSpans("AsyncWeb");
 
-            HttpListener http = Listen(requestedPort, args);
-            var accept = new Thread(() => AcceptLoop(http)) { Name = "HttpAccept", IsBackground = true };
-            accept.Start();
+            HttpListener http = Server.Listen(requestedPort, args, out port);
+            Thread accept = Server.StartAccepting(http, StartRequest);
 
-            Thread load = null;
-            if (selfLoad > 0)
-            {
-                load = new Thread(() => SelfLoad(selfLoad, selfLoadPaths)) { Name = "SelfLoad", IsBackground = true };
-                load.Start();
-            }
+            string baseUrl = "http://127.0.0.1:" + port.ToString(CultureInfo.InvariantCulture);
+            load = new LoadGenerator(selfLoad, null,
+                i => new HttpRequestMessage(HttpMethod.Get, baseUrl + selfLoadPaths[(int)(i % selfLoadPaths.Length)]));
+            if (selfLoad > 0) load.Start();
 
             string url = "http://127.0.0.1:" + port.ToString(CultureInfo.InvariantCulture) + "/";
             Out.Line(Out.Ready("AsyncWeb")
@@ -345,22 +233,12 @@ namespace AsyncWeb
                 .Add("request_lines", requestLines));
 
             double elapsed = Lifetime.Run(duration, second => Out.Line(Totals(new Json().Add("progress", "AsyncWeb").Add("elapsed_s", second))));
-            if (load != null) load.Join(2000);
+            load.Join(2000);
             try { http.Stop(); } catch (Exception) { }
             accept.Join(2000);
             Out.Line(Totals(new Json().Add("exit", "AsyncWeb").Add("elapsed_s", Math.Round(elapsed, 3))));
             http.Close();
             return 0;
-        }
-
-        static ActivitySamplingResult SampleAll(ref ActivityCreationOptions<ActivityContext> options)
-        {
-            return ActivitySamplingResult.AllDataAndRecorded;
-        }
-
-        static ActivitySamplingResult SampleAllByParentId(ref ActivityCreationOptions<string> options)
-        {
-            return ActivitySamplingResult.AllDataAndRecorded;
         }
 
         /// <summary>--self-load-paths: "alpha,bravo" -> { "/alpha", "/bravo" }; each entry must be a kind.</summary>
@@ -385,65 +263,7 @@ namespace AsyncWeb
                     .Add("bravo", Interlocked.Read(ref bravoCount))
                     .Add("charlie", Interlocked.Read(ref charlieCount))
                     .Add("none", Interlocked.Read(ref noneCount)))
-                .Add("self_load", new Json()
-                    .Add("sent", Interlocked.Read(ref loadSent))
-                    .Add("ok", Interlocked.Read(ref loadOk))
-                    .Add("failed", Interlocked.Read(ref loadFailed)));
-        }
-
-        /// <summary>Starts an HttpListener on 127.0.0.1:REQUESTED, or on a free port: HttpListener cannot
-        /// bind port 0, so ask the kernel for a free port with a TcpListener and retry if it is taken by
-        /// the time HttpListener binds it.</summary>
-        static HttpListener Listen(int requested, Args args)
-        {
-            for (int attempt = 0; ; attempt++)
-            {
-                int p = requested;
-                if (p == 0)
-                {
-                    var probe = new TcpListener(IPAddress.Loopback, 0);
-                    probe.Start();
-                    p = ((IPEndPoint)probe.LocalEndpoint).Port;
-                    probe.Stop();
-                }
-                var http = new HttpListener();
-                http.Prefixes.Add("http://127.0.0.1:" + p.ToString(CultureInfo.InvariantCulture) + "/");
-                try
-                {
-                    http.Start();
-                    port = p;
-                    return http;
-                }
-                catch (HttpListenerException e)
-                {
-                    http.Close();
-                    if (requested != 0 || attempt >= 20)
-                    {
-                        args.Fail("cannot listen on 127.0.0.1:" + p + ": " + e.Message);
-                        throw;
-                    }
-                }
-            }
-        }
-
-        static void AcceptLoop(HttpListener http)
-        {
-            while (!Lifetime.Stopping)
-            {
-                HttpListenerContext raw;
-                try
-                {
-                    raw = http.GetContext();
-                }
-                catch (Exception)
-                {
-                    if (Lifetime.Stopping || !http.IsListening) return;
-                    continue;
-                }
-                long seq = Interlocked.Increment(ref requestSeq);
-                ThreadPool.QueueUserWorkItem(_ => StartRequest(raw, seq));
-
-            }
+                .Add("self_load", load.Totals());
         }
 
         /// <summary>A thread-pool work item per request. The worker that starts the handler stays
@@ -479,7 +299,6 @@ namespace AsyncWeb
         {
             var start = Stopwatch.GetTimestamp();
             string path = raw.Request.Url.AbsolutePath;
-            string query = raw.Request.Url.Query ?? "";
             string kind = path.Length > 1 && Array.IndexOf(Kinds, path.Substring(1)) >= 0 ? path.Substring(1) : null;
             int status = kind != null ? 200 : 404;
             string statusParam = raw.Request.QueryString["status"];
@@ -488,19 +307,7 @@ namespace AsyncWeb
                 parsed >= 100 && parsed <= 599)
                 status = parsed;
 
-            var context = new HostingHttpContext(
-                "0HASYNCWEB" + seq.ToString("X8", CultureInfo.InvariantCulture),
-                new HostingRequest
-                {
-                    Scheme = raw.Request.Url.Scheme,
-                    Host = raw.Request.Url.Authority,
-                    PathBase = "",
-                    Path = path,
-                    QueryString = query,
-                    Method = raw.Request.HttpMethod,
-                    Protocol = "HTTP/" + raw.Request.ProtocolVersion.ToString(2),
-                },
-                new HostingResponse { StatusCode = 200 });
+            var context = HostingHttpContext.For(raw, "0HASYNCWEB" + seq.ToString("X8", CultureInfo.InvariantCulture));
             string traceparent = raw.Request.Headers["traceparent"];
             Hosting.State hosting = Hosting.BeginRequest(context, traceparent);
 
@@ -582,50 +389,7 @@ namespace AsyncWeb
             line.Add("duration_ms", Math.Round(durationMs, 3));
             string text = line.ToString();
             if (requestLines) Out.Line(text);
-            try
-            {
-                byte[] body = Encoding.UTF8.GetBytes(text + "\n");
-                raw.Response.StatusCode = status;
-                raw.Response.ContentType = "application/json";
-                raw.Response.ContentLength64 = body.Length;
-                raw.Response.OutputStream.Write(body, 0, body.Length);
-                raw.Response.Close();
-            }
-            catch (Exception)
-            {
-                // the client went away
-            }
-        }
-
-        /// <summary>The built-in load generator: N requests per second, cycling through PATHS.</summary>
-        static void SelfLoad(double perSecond, string[] paths)
-        {
-            var client = new HttpClient { Timeout = TimeSpan.FromSeconds(10) };
-            var inFlight = new SemaphoreSlim(64);
-            string baseUrl = "http://127.0.0.1:" + port.ToString(CultureInfo.InvariantCulture);
-            var sw = Stopwatch.StartNew();
-            long sent = 0;
-            while (!Lifetime.Stopping)
-            {
-                long due = (long)(sw.Elapsed.TotalSeconds * perSecond) + 1;
-                if (due - sent > perSecond + 1) sent = due - (long)perSecond - 1;
-                while (sent < due && !Lifetime.Stopping)
-                {
-                    if (!inFlight.Wait(0)) { sent = due; break; } // saturated: skip rather than queue up
-                    string url = baseUrl + paths[(int)(sent % paths.Length)];
-                    sent++;
-                    Interlocked.Increment(ref loadSent);
-                    client.GetAsync(url).ContinueWith(t =>
-                    {
-                        if (t.Status == TaskStatus.RanToCompletion && t.Result.IsSuccessStatusCode) Interlocked.Increment(ref loadOk);
-                        else Interlocked.Increment(ref loadFailed);
-                        if (t.Status == TaskStatus.RanToCompletion) t.Result.Dispose();
-                        inFlight.Release();
-                    });
-                }
-                double waitMs = (sent / perSecond - sw.Elapsed.TotalSeconds) * 1000.0;
-                if (waitMs > 0) Lifetime.StopHandle.WaitOne(Math.Max(1, (int)Math.Ceiling(waitMs)));
-            }
+            Server.Respond(raw, status, "application/json", Encoding.UTF8.GetBytes(text + "\n"));
         }
     }
 }
