@@ -1,17 +1,17 @@
 //! The agent's authentication end to end, with the real `clrscope generatekey` and `clrscope
-//! agent`: every route of the API (read from the `ui` crate's sources, so that a route added
-//! there is checked without anyone listing it here) answers 401 without a token, with a token of
-//! another key and with an expired token, and something else with the token of the configured
-//! key; the metrics listener's `/metrics` and the web UI's files need none. Also: an agent with
+//! agent`: every route of the API (from `docs/openapi.json`, which tests/openapi.rs keeps equal
+//! to the router, so that a route added there is checked without anyone listing it here)
+//! answers 401 to every method without a token, with a token of another key and with an expired
+//! token, and something else with the token of the configured key; the metrics listener's
+//! `/metrics` and the web UI's files need none. Also: an agent with
 //! auth on and no key refuses everything and says how to configure one; `--no-auth` warns.
 
 mod support;
 
-use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use support::agent::{data_dir, Agent, ApiKey};
-use support::{http_request, HttpResponse};
+use support::{http_request, openapi, HttpResponse};
 
 /// No process has this pid: the agent attaches to nothing, so routes that act on a process
 /// answer quickly (with an error, which is all this test needs beyond "not 401").
@@ -19,52 +19,18 @@ const NO_SUCH_PID: &str = "--pid=999999999";
 
 const METHODS: [&str; 4] = ["GET", "POST", "PUT", "DELETE"];
 
-/// Every `.route("PATH", …)` in `ui/src`, with `{param}` segments filled in.
+/// Every route that needs a token, as `docs/openapi.json` lists them (tests/openapi.rs keeps
+/// it equal to what the router serves, so a new route is checked here as soon as it exists),
+/// with its parameters filled in, and a path no route has (the fallback is covered too).
 fn api_routes() -> Vec<String> {
-    let mut routes = Vec::new();
-    let mut files = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("ui/src")];
-    while let Some(path) = files.pop() {
-        if path.is_dir() {
-            files.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
-            continue;
-        }
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
-        let source = std::fs::read_to_string(&path).unwrap();
-        assert!(
-            !source.contains(".nest(") && !source.contains(".nest_service("),
-            "{} nests routers: teach api_routes() the prefix",
-            path.display()
-        );
-        for call in [".route(", ".route_service("] {
-            for (at, _) in source.match_indices(call) {
-                let rest = source[at + call.len()..].trim_start();
-                let Some(literal) = rest.strip_prefix('"') else {
-                    panic!(
-                        "{}: a route whose path is not a string literal: teach api_routes() to read it",
-                        path.display()
-                    );
-                };
-                let route = &literal[..literal.find('"').unwrap()];
-                let filled: Vec<String> = route
-                    .split('/')
-                    .map(|segment| {
-                        if segment.starts_with('{') {
-                            "1".to_string()
-                        } else {
-                            segment.to_string()
-                        }
-                    })
-                    .collect();
-                routes.push(filled.join("/"));
-            }
-        }
-    }
-    routes.sort();
-    routes.dedup();
-    // The web UI's files hold no data and are served to anyone; everything else is the API.
-    routes.retain(|r| r != "/" && !r.starts_with("/ui/"));
+    let doc = openapi::document();
+    let mut routes: Vec<String> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, item)| !item.as_object().unwrap().values().all(openapi::is_public))
+        .map(|(path, item)| openapi::concrete(path, item))
+        .collect();
     for known in [
         "/api/v1/profile",
         "/api/v1/processes",
@@ -72,18 +38,11 @@ fn api_routes() -> Vec<String> {
         "/debug/pprof/profile",
     ] {
         assert!(
-            routes.iter().any(|r| r == known),
+            routes.iter().any(|r| r.starts_with(known)),
             "{known} not found in {routes:?}"
         );
     }
-    // A path no route has: the fallback is behind authentication too.
     routes.push("/no-such-route".to_string());
-    // The self-profile samples for as long as asked (30 s by default).
-    for route in &mut routes {
-        if route == "/debug/pprof/profile" {
-            route.push_str("?seconds=1");
-        }
-    }
     routes
 }
 
