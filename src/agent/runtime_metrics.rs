@@ -266,26 +266,40 @@ mod tests {
             let (unit, _) = prometheus_unit(u);
             prometheus_name(p, n, unit)
         };
-        assert_eq!(
-            name("System.Runtime", "cpu-usage", "%"),
-            "systemruntime_cpu_usage_ratio"
-        );
-        assert_eq!(
-            name("System.Runtime", "working-set", "MB"),
-            "systemruntime_working_set_bytes"
-        );
-        assert_eq!(
-            name("System.Runtime", "gen-0-gc-count", ""),
-            "systemruntime_gen_0_gc"
-        );
-        assert_eq!(
-            name("System.Runtime", "time-in-jit", "ms"),
-            "systemruntime_time_in_jit_seconds"
-        );
-        assert_eq!(
-            name("AsyncWeb", "asyncweb.requestDuration", "ms"),
-            "asyncweb_asyncweb_request_duration_seconds"
-        );
+        for (provider, counter, unit, expected) in [
+            (
+                "System.Runtime",
+                "cpu-usage",
+                "%",
+                "systemruntime_cpu_usage_ratio",
+            ),
+            (
+                "System.Runtime",
+                "working-set",
+                "MB",
+                "systemruntime_working_set_bytes",
+            ),
+            (
+                "System.Runtime",
+                "gen-0-gc-count",
+                "",
+                "systemruntime_gen_0_gc",
+            ),
+            (
+                "System.Runtime",
+                "time-in-jit",
+                "ms",
+                "systemruntime_time_in_jit_seconds",
+            ),
+            (
+                "AsyncWeb",
+                "asyncweb.requestDuration",
+                "ms",
+                "asyncweb_asyncweb_request_duration_seconds",
+            ),
+        ] {
+            assert_eq!(name(provider, counter, unit), expected);
+        }
         assert_eq!(name("M", "requests.total", "{request}"), "m_requests");
         assert_eq!(prometheus_unit("ms").1, 1e-3);
         for (p, n) in [("!@#", "1x"), ("9lives", "a b"), ("", ""), ("x", "_count")] {

@@ -42,7 +42,10 @@ pub fn concrete(path: &str, item: &Value) -> String {
     for (name, value) in in_path {
         out = out.replace(&format!("{{{name}}}"), &value);
     }
-    assert!(!out.contains('{'), "{path}: a path parameter has no example");
+    assert!(
+        !out.contains('{'),
+        "{path}: a path parameter has no example"
+    );
     let query: BTreeMap<String, String> = parameters
         .iter()
         .filter(|p| p["in"] == "query" && !p["example"].is_null())
@@ -58,5 +61,7 @@ pub fn concrete(path: &str, item: &Value) -> String {
 
 /// Whether an operation needs no token (`"security": []`: the web UI's files).
 pub fn is_public(operation: &Value) -> bool {
-    operation["security"].as_array().is_some_and(|s| s.is_empty())
+    operation["security"]
+        .as_array()
+        .is_some_and(|s| s.is_empty())
 }
