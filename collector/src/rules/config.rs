@@ -1,7 +1,8 @@
 //! Reading a configuration tree the way .NET's configuration binder reads it: keys match
 //! case-insensitively, numbers and booleans may be written as strings (environment variables
 //! always are), a list may be a JSON array or an object keyed `0`, `1`, … (what `__0__` in an
-//! environment variable becomes), and `TimeSpan` values use .NET's `[d.]hh:mm:ss[.fffffff]`.
+//! environment variable becomes), and `TimeSpan` values use .NET's `[d.]hh:mm:ss[.fffffff]`
+//! ([`crate::config::parse_timespan`]).
 //! Every error names the key path (`Rule:Trigger:Settings:RequestCount`) and what was expected.
 
 use std::time::Duration;
@@ -202,11 +203,7 @@ impl<'a> Node<'a> {
     /// A .NET TimeSpan in `min..=max`.
     pub fn timespan(&self, min: Duration, max: Duration) -> Result<Duration, ConfigError> {
         let text = self.string()?;
-        let d = parse_timespan(&text).ok_or_else(|| {
-            self.error(format!(
-                "expected a duration like 00:01:00 or 1.00:00:00 ([d.]hh:mm:ss), got {text:?}"
-            ))
-        })?;
+        let d = crate::config::parse_timespan(&text).map_err(|reason| self.error(reason))?;
         if d < min || d > max {
             return Err(self.error(format!(
                 "must be between {} and {}, got {text}",
@@ -216,54 +213,6 @@ impl<'a> Node<'a> {
         }
         Ok(d)
     }
-}
-
-/// Parses .NET's invariant TimeSpan forms: `d`, `hh:mm`, `hh:mm:ss`, `d.hh:mm:ss`, each with
-/// optional `.fffffff` fractions of a second (and `d:hh:mm:ss`). Negative spans are refused.
-pub fn parse_timespan(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    if text.is_empty() || text.starts_with('-') {
-        return None;
-    }
-    let number = |s: &str| -> Option<u64> {
-        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-            .then(|| s.parse().ok())
-            .flatten()
-    };
-    if !text.contains(':') {
-        return number(text)
-            .and_then(|days| days.checked_mul(86_400))
-            .map(Duration::from_secs);
-    }
-    let mut parts: Vec<&str> = text.split(':').collect();
-    // Days before the hours: `d.hh` or a fourth colon-separated field.
-    let mut days = 0u64;
-    if parts.len() == 4 {
-        days = number(parts.remove(0))?;
-    } else if let Some((d, h)) = parts[0].split_once('.') {
-        days = number(d)?;
-        parts[0] = h;
-    }
-    let (hours, minutes, seconds) = match parts.as_slice() {
-        [h, m] => (number(h)?, number(m)?, "0"),
-        [h, m, s] => (number(h)?, number(m)?, *s),
-        _ => return None,
-    };
-    let (whole, fraction) = seconds.split_once('.').unwrap_or((seconds, ""));
-    let whole = number(whole)?;
-    if hours > 23 || minutes > 59 || whole > 59 || fraction.len() > 7 {
-        return None;
-    }
-    let nanos = if fraction.is_empty() {
-        0
-    } else {
-        let digits = number(fraction)?;
-        digits * 10u64.pow(9 - fraction.len() as u32)
-    };
-    let secs = days
-        .checked_mul(86_400)?
-        .checked_add(hours * 3600 + minutes * 60 + whole)?;
-    Some(Duration::new(secs, nanos as u32))
 }
 
 /// A duration as .NET prints a TimeSpan: `hh:mm:ss`, `d.hh:mm:ss`, fractions when present.
@@ -294,28 +243,7 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn timespans_parse_like_dotnet() {
-        let s = |secs: u64| Some(Duration::from_secs(secs));
-        assert_eq!(parse_timespan("00:01:00"), s(60));
-        assert_eq!(parse_timespan("1.00:00:00"), s(86_400));
-        assert_eq!(parse_timespan("1:00:00:00"), s(86_400));
-        assert_eq!(parse_timespan("2"), s(2 * 86_400), "a bare number is days");
-        assert_eq!(parse_timespan("00:05"), s(300), "hh:mm");
-        assert_eq!(
-            parse_timespan("00:00:00.5"),
-            Some(Duration::from_millis(500))
-        );
-        for bad in [
-            "",
-            "-00:00:01",
-            "00:60:00",
-            "24:00:00",
-            "a:b:c",
-            "1:2:3:4:5",
-            "00:00:01.12345678",
-        ] {
-            assert_eq!(parse_timespan(bad), None, "{bad}");
-        }
+    fn timespans_print_like_dotnet() {
         assert_eq!(format_timespan(Duration::from_secs(60)), "00:01:00");
         assert_eq!(format_timespan(Duration::from_secs(90_061)), "1.01:01:01");
         assert_eq!(

@@ -27,4 +27,4 @@ pub mod ring;
 pub mod state;
 pub mod trigger;
 
-pub use config::{format_timespan, parse_timespan, ConfigError};
+pub use config::{format_timespan, ConfigError};
