@@ -14,6 +14,7 @@ use tokio::sync::Semaphore;
 use tower_http::trace::TraceLayer;
 
 use crate::auth::{authenticate, Authentication};
+use crate::collection_rules::collection_rule_routes;
 use crate::error::ApiError;
 use crate::events::event_routes;
 use crate::metrics::metrics_routes;
@@ -114,6 +115,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(event_routes())
         .merge(metrics_routes())
         .merge(self_profile_routes())
+        .merge(collection_rule_routes())
         .merge(web_routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
