@@ -1,6 +1,7 @@
 //! The processes an agent profiles right now, shared between its per-process tasks (which add and
-//! remove themselves) and its API (which lists them and boosts their samplers), and the recent
-//! history of their attaching and detaching, for markers on the web UI's timeline.
+//! remove themselves) and its API (which lists them, boosts their samplers and shows their
+//! collection rules), and the recent history of their attaching and detaching and of their
+//! rules firing, for markers on the web UI's timeline.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -8,6 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use crate::rules::state::RuleStates;
 use crate::sampler::{SamplerControl, SamplerStatus};
 
 /// How many [`ProcessEvent`]s the registry keeps, oldest dropped first: enough for days of a
@@ -31,6 +33,9 @@ pub struct AttachedProcess {
     pub attached_unix_ms: i64,
     #[serde(skip)]
     pub sampler: SamplerControl,
+    /// The collection rules applied to it and their states.
+    #[serde(skip)]
+    pub rules: RuleStates,
 }
 
 /// [`AttachedProcess`] plus its sampler's state, for listing.
@@ -49,6 +54,10 @@ pub enum ProcessEventKind {
     Attached,
     /// The agent stopped profiling it: it exited, or its diagnostic connection broke.
     Detached,
+    /// A collection rule's trigger was satisfied and its actions ran (`rule` names it).
+    CollectionRuleTriggered,
+    /// A collection rule's trigger was satisfied but its limits held the actions back.
+    CollectionRuleThrottled,
 }
 
 /// A process attaching or detaching, at `unix_ms`.
@@ -60,6 +69,9 @@ pub struct ProcessEvent {
     pub name: String,
     pub service_name: String,
     pub runtime_cookie: String,
+    /// The collection rule, for rule events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
 }
 
 impl ProcessEvent {
@@ -71,6 +83,7 @@ impl ProcessEvent {
             name: process.name.clone(),
             service_name: process.service_name.clone(),
             runtime_cookie: process.runtime_cookie.clone(),
+            rule: None,
         }
     }
 }
@@ -148,6 +161,18 @@ impl AttachedProcesses {
         })
     }
 
+    /// Records that collection rule `rule` of the process with runtime cookie `cookie` fired
+    /// (`CollectionRuleTriggered` or `CollectionRuleThrottled`), now.
+    pub fn record_rule_event(&self, cookie: &str, kind: ProcessEventKind, rule: &str) {
+        let mut registry = self.lock();
+        let Some(process) = registry.by_cookie.get(cookie) else {
+            return;
+        };
+        let mut event = ProcessEvent::new(kind, unix_ms_now(), process);
+        event.rule = Some(rule.to_string());
+        registry.record(event);
+    }
+
     /// Every attached process, by pid.
     pub fn list(&self) -> Vec<AttachedProcessStatus> {
         let mut all: Vec<_> = self
@@ -213,6 +238,7 @@ mod tests {
             transport: "connect",
             attached_unix_ms: 1000 + pid as i64,
             sampler: SamplerControl::new(DutyCycle::default()),
+            rules: RuleStates::default(),
         }
     }
 
@@ -241,8 +267,16 @@ mod tests {
         drop(first);
         let all = registry.events(i64::MIN, i64::MAX, |_| true);
         let seen: Vec<(ProcessEventKind, u64)> = all.iter().map(|e| (e.kind, e.pid)).collect();
-        use ProcessEventKind::{Attached, Detached};
+        use ProcessEventKind::{Attached, CollectionRuleTriggered, Detached};
         assert_eq!(seen, [(Attached, 7), (Attached, 3), (Detached, 7)]);
+        registry.record_rule_event("b", CollectionRuleTriggered, "SlowRequests");
+        registry.record_rule_event("a", CollectionRuleTriggered, "gone");
+        let last = registry.events(i64::MIN, i64::MAX, |_| true).pop().unwrap();
+        assert_eq!((last.kind, last.pid), (CollectionRuleTriggered, 3));
+        assert_eq!(
+            serde_json::to_value(&last).unwrap()["rule"],
+            serde_json::json!("SlowRequests")
+        );
         assert_eq!(all[0].unix_ms, 1007);
         assert!(all[2].unix_ms >= all[1].unix_ms);
         // The range is half-open and the filter applies.

@@ -11,6 +11,7 @@
 //! - [`client`]: one command per connection, on either transport.
 //! - [`counters`]: EventCounters and System.Diagnostics.Metrics values as typed samples.
 //! - [`providers`]: trace profiles and provider specifications.
+//! - [`rules`]: collection rules (dotnet-monitor's schema) and the pre-trigger ring buffer.
 //! - [`sampler`]: when the continuous sampler samples (duty cycle, boost).
 //! - [`samples`]: the sampler's stacks, counted, with the measured sampling period.
 //! - [`session`]: running one EventPipe session from start to rundown.
@@ -31,6 +32,7 @@ pub mod metrics;
 pub mod nettrace;
 pub mod processes;
 pub mod providers;
+pub mod rules;
 pub mod sampler;
 pub mod samples;
 pub mod session;

@@ -395,7 +395,8 @@ fn default_keywords(provider: &str) -> u64 {
     }
 }
 
-fn parse_level(level: &str) -> Option<u32> {
+/// An EventLevel by name (case-insensitive) or number (above 5 means Verbose).
+pub(crate) fn parse_level(level: &str) -> Option<u32> {
     if let Ok(n) = level.parse::<u32>() {
         return Some(n.min(level::VERBOSE));
     }

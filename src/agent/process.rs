@@ -254,6 +254,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         transport: target.transport,
         attached_unix_ms: unix_millis(),
         sampler: sampler.clone(),
+        rules: Default::default(),
     }) else {
         return Ok(Outcome::AlreadyAttached);
     };

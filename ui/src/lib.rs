@@ -32,6 +32,7 @@
 //! | `/api/v1/profile` | `type`, `query`, `from`, `until`, `format`, `span_id`, `trace_id` | the merged profile |
 //! | `/api/v1/diff` | `type`, `query`, `base_from`, `base_until`, `from`, `until`, `format`, `span_id`, `trace_id` | the base range against the new one |
 //! | `/api/v1/events` | `query`, `from`, `until` | `[{"unix_ms", "kind": "attached"\|"detached", "pid", …}]` |
+//! | `/collectionrules`, `/collectionrules/{name}` | `pid`, `uid`, `name` | dotnet-monitor's rule states ([`collection_rule_routes`]) |
 //! | `/`, `/ui/{file}` | — | the web UI |
 //!
 //! - `type` (required): a profile type, e.g. `cpu`; one the store holds or one clrscope records
@@ -51,6 +52,7 @@
 //!   `new`) and `folded` (`stack base new` lines).
 //! - A route refuses parameters it does not take, and any given twice.
 
+mod collection_rules;
 mod error;
 mod events;
 pub mod processes;
@@ -59,6 +61,7 @@ mod server;
 pub mod time;
 mod web;
 
+pub use collection_rules::collection_rule_routes;
 pub use error::{ApiError, PROBLEM_JSON};
 pub use events::event_routes;
 pub use processes::process_routes;

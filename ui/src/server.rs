@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower_http::trace::TraceLayer;
 
+use crate::collection_rules::collection_rule_routes;
 use crate::error::ApiError;
 use crate::events::event_routes;
 use crate::processes::process_routes;
@@ -89,6 +90,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(query_routes())
         .merge(process_routes())
         .merge(event_routes())
+        .merge(collection_rule_routes())
         .merge(web_routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

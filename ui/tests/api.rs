@@ -862,6 +862,7 @@ async fn events_mark_processes_attaching_and_detaching() {
         transport: "connect",
         attached_unix_ms,
         sampler: SamplerControl::new(DutyCycle::default()),
+        rules: Default::default(),
     };
     let checkout = processes
         .register(process(7, "checkout", T0_MS + 1000))

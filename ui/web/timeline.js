@@ -17,7 +17,12 @@ const RANGE_COLORS = {
   base: ['rgba(40, 110, 220, 0.18)', 'rgb(40, 110, 220)'],
   new: ['rgba(230, 120, 20, 0.2)', 'rgb(230, 120, 20)'],
 };
-const EVENT_COLORS = { attached: 'rgb(30, 150, 70)', detached: 'rgb(200, 50, 40)' };
+const EVENT_COLORS = {
+  attached: 'rgb(30, 150, 70)',
+  detached: 'rgb(200, 50, 40)',
+  collection_rule_triggered: 'rgb(230, 120, 20)',
+  collection_rule_throttled: 'rgb(150, 150, 150)',
+};
 
 /**
  * The step for a window of `spanMs`: the smallest of STEPS_MS giving at most MAX_BARS bars and
@@ -32,7 +37,8 @@ export function stepFor(spanMs, minStepMs) {
 /** What an event marker says. */
 function describeEvent(event) {
   const who = `${event.name ?? event.service_name ?? 'process'} (pid ${event.pid})`;
-  return `${formatClock(event.unix_ms)} ${who} ${event.kind.replaceAll('_', ' ')}`;
+  const rule = event.rule ? ` (rule ${event.rule})` : '';
+  return `${formatClock(event.unix_ms)} ${who} ${event.kind.replaceAll('_', ' ')}${rule}`;
 }
 
 export class Timeline {

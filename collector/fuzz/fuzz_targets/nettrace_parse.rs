@@ -1,11 +1,16 @@
 //! Arbitrary bytes as a nettrace stream, fed in chunks whose sizes the input also picks: the
-//! parser, every decoder and the span tracker must return errors, never panic, and never allocate
-//! beyond limits.
+//! parser, every decoder (counter values included), the span tracker, and the raw-block splitter
+//! with the pre-trigger ring must return errors, never panic, and never allocate beyond limits.
 
 #![no_main]
 
+use std::time::Duration;
+
 use collector::activity::SpanTracker;
+use collector::counters::{CounterDecoder, CounterSessionConfig};
+use collector::nettrace::splice::{ObjectSplitter, ObjectWriter};
 use collector::nettrace::Parser;
+use collector::rules::ring::{RingLimits, TraceRing};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -15,15 +20,42 @@ fuzz_target!(|data: &[u8]| {
     let chunk = 1 + usize::from(chunk_seed) * 97;
     let mut parser = Parser::new();
     let mut tracker = SpanTracker::default();
+    let counters = CounterDecoder::new(&CounterSessionConfig::new(5));
+    let mut splitter = ObjectSplitter::new(1 << 20);
+    let mut ring = TraceRing::new(RingLimits {
+        max_bytes: 1 << 20,
+        max_age: Duration::from_secs(10),
+    });
+    let mut split_ok = true;
     for piece in stream.chunks(chunk) {
+        if split_ok {
+            splitter.feed(piece);
+            loop {
+                match splitter.next_object() {
+                    Ok(Some(object)) => {
+                        let _ = object.time_range();
+                        if ring.push(object).is_err() {
+                            split_ok = false;
+                            break;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(_) => {
+                        split_ok = false;
+                        break;
+                    }
+                }
+            }
+        }
         if parser.feed(piece).is_err() {
-            return;
+            break;
         }
         loop {
             match parser.next_event() {
                 Ok(Some(event)) => {
                     let _ = event.known();
                     let _ = event.decode();
+                    let _ = counters.decode(&event);
                     if let Some(stack) = event.stack() {
                         let _ = stack.ips().count();
                     }
@@ -32,10 +64,13 @@ fuzz_target!(|data: &[u8]| {
                     let _ = tracker.span_at(event.header.thread_id, event.header.timestamp);
                 }
                 Ok(None) => break,
-                Err(_) => return,
+                Err(_) => break,
             }
         }
     }
     let _ = parser.finish();
     let _ = parser.dropped_events();
+    if let Ok(mut out) = ObjectWriter::new(Vec::new()) {
+        let _ = ring.write_since(i64::MIN, &mut out);
+    }
 });

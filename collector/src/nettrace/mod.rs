@@ -33,6 +33,7 @@ mod metadata;
 mod payload;
 mod reader;
 mod sequence;
+pub mod splice;
 mod time;
 mod v6;
 

@@ -97,8 +97,9 @@ enum State {
     End,
 }
 
+/// The kinds of V4/V5 objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ObjectKind {
+pub enum ObjectKind {
     Trace,
     EventBlock,
     MetadataBlock,
@@ -107,7 +108,8 @@ enum ObjectKind {
 }
 
 impl ObjectKind {
-    fn name(self) -> &'static str {
+    /// The type name the stream gives it.
+    pub fn name(self) -> &'static str {
         match self {
             ObjectKind::Trace => "Trace",
             ObjectKind::EventBlock => "EventBlock",
@@ -117,7 +119,7 @@ impl ObjectKind {
         }
     }
 
-    fn from_name(name: &[u8]) -> Option<Self> {
+    pub(crate) fn from_name(name: &[u8]) -> Option<Self> {
         Some(match name {
             b"Trace" => ObjectKind::Trace,
             b"EventBlock" => ObjectKind::EventBlock,
