@@ -297,9 +297,7 @@ impl Dictionary {
         };
         let mut attributes: Vec<i32> = labels
             .iter()
-            .filter(|(key, _)| {
-                link.is_none() || (key != TRACE_ID_LABEL && key != SPAN_ID_LABEL)
-            })
+            .filter(|(key, _)| link.is_none() || (key != TRACE_ID_LABEL && key != SPAN_ID_LABEL))
             .map(|(key, value)| self.attribute(key, value))
             .collect();
         attributes.sort_unstable();
@@ -562,19 +560,19 @@ mod tests {
             "cpu",
             1_000,
             vec![
-                sample(vec![0, 1], 3_000_000, &[thread.clone()]),
+                sample(vec![0, 1], 3_000_000, std::slice::from_ref(&thread)),
                 sample(vec![0, 1], 2_000_000, &spanned),
             ],
         ));
         builder.add(&batch(
             "cpu",
             2_000,
-            vec![sample(vec![0, 1], 1_000_000, &[thread.clone()])],
+            vec![sample(vec![0, 1], 1_000_000, std::slice::from_ref(&thread))],
         ));
         builder.add(&batch(
             "exception",
             1_500,
-            vec![sample(vec![1], 4, &[thread.clone()])],
+            vec![sample(vec![1], 4, std::slice::from_ref(&thread))],
         ));
         let request = builder.build();
         // What a receiver decodes is what was built.
@@ -619,7 +617,10 @@ mod tests {
                     "host.name".to_string(),
                     Some(any_value::Value::StringValue("box".into()))
                 ),
-                ("process.pid".to_string(), Some(any_value::Value::IntValue(42))),
+                (
+                    "process.pid".to_string(),
+                    Some(any_value::Value::IntValue(42))
+                ),
                 (
                     "service.name".to_string(),
                     Some(any_value::Value::StringValue("shop".into()))

@@ -156,6 +156,8 @@ impl SeriesProfile {
     }
 }
 
+type SeriesGroup<'a> = (&'a [(String, String)], &'static str);
+
 struct Filling {
     builder: ProfileBuilder,
     series: Vec<(String, String)>,
@@ -171,7 +173,8 @@ struct Filling {
 /// left out.
 pub fn profiles(batches: &[ExportBatch]) -> Vec<SeriesProfile> {
     let mut fillings: Vec<Filling> = Vec::new();
-    let mut index: HashMap<(&[(String, String)], &'static str), usize> = HashMap::new();
+    // (series labels, group name) → filling.
+    let mut index: HashMap<SeriesGroup<'_>, usize> = HashMap::new();
     for export in batches {
         let batch = &*export.batch;
         let Some((group, slot)) = group_of(&batch.profile_type) else {
@@ -210,7 +213,9 @@ pub fn profiles(batches: &[ExportBatch]) -> Vec<SeriesProfile> {
                 .filter_map(|&f| {
                     let slot = functions.get_mut(f as usize)?;
                     Some(*slot.get_or_insert_with(|| {
-                        filling.builder.function(Function::clone(&batch.functions[f as usize]))
+                        filling
+                            .builder
+                            .function(Function::clone(&batch.functions[f as usize]))
                     }))
                 })
                 .collect();
@@ -265,7 +270,13 @@ pub fn ingest_name(profile: &SeriesProfile) -> String {
             // Pyroscope's label values end at `,` and `}`.
             let value: String = value
                 .chars()
-                .map(|c| if matches!(c, ',' | '}' | '{' | '=') { '_' } else { c })
+                .map(|c| {
+                    if matches!(c, ',' | '}' | '{' | '=') {
+                        '_'
+                    } else {
+                        c
+                    }
+                })
                 .collect();
             format!("{name}={value}")
         })

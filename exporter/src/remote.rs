@@ -232,7 +232,10 @@ pub struct Prepared {
 #[derive(Debug, Clone)]
 enum Body {
     Grpc(ExportProfilesServiceRequest),
-    Http { path_and_query: String, body: Vec<u8> },
+    Http {
+        path_and_query: String,
+        body: Vec<u8>,
+    },
 }
 
 /// What a successful send reports back.
@@ -274,10 +277,19 @@ fn read(path: &PathBuf) -> Result<Vec<u8>, RemoteError> {
     })
 }
 
+/// A client certificate (chain) and its key, PEM.
+struct IdentityPem {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+}
+
 /// The client certificate and key, when both are given (one without the other is an error).
-fn identity_files(tls: &TlsConfig) -> Result<Option<(Vec<u8>, Vec<u8>)>, RemoteError> {
+fn identity_files(tls: &TlsConfig) -> Result<Option<IdentityPem>, RemoteError> {
     match (&tls.cert_file, &tls.key_file) {
-        (Some(cert), Some(key)) => Ok(Some((read(cert)?, read(key)?))),
+        (Some(cert), Some(key)) => Ok(Some(IdentityPem {
+            cert: read(cert)?,
+            key: read(key)?,
+        })),
         (None, None) => Ok(None),
         _ => Err(RemoteError::Tls(
             "CertFile and KeyFile go together: give both for a client certificate, or neither"
@@ -319,7 +331,7 @@ fn rustls_config(tls: &TlsConfig) -> Result<rustls::ClientConfig, RemoteError> {
         .with_root_certificates(roots);
     match identity_files(tls)? {
         None => Ok(builder.with_no_client_auth()),
-        Some((cert, key)) => {
+        Some(IdentityPem { cert, key }) => {
             let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert)
                 .collect::<Result<_, _>>()
                 .map_err(|e| RemoteError::Tls(format!("client certificate: {e}")))?;
@@ -338,7 +350,7 @@ fn tonic_tls(tls: &TlsConfig) -> Result<ClientTlsConfig, RemoteError> {
     if let Some(ca) = &tls.ca_file {
         config = config.ca_certificate(tonic::transport::Certificate::from_pem(read(ca)?));
     }
-    if let Some((cert, key)) = identity_files(tls)? {
+    if let Some(IdentityPem { cert, key }) = identity_files(tls)? {
         config = config.identity(tonic::transport::Identity::from_pem(cert, key));
     }
     Ok(config)
@@ -361,7 +373,9 @@ impl Client {
             return Err(bad("use http://host:port or https://host:port"));
         };
         if config.tls.is_some() && !https {
-            return Err(bad("Tls settings are given, so the endpoint must be https://"));
+            return Err(bad(
+                "Tls settings are given, so the endpoint must be https://",
+            ));
         }
         let tls = config.tls.clone().unwrap_or_default();
         let timeout = config.timeout.unwrap_or(DEFAULT_TIMEOUT);
@@ -530,10 +544,13 @@ impl Client {
             (Transport::Grpc(client), Body::Grpc(message)) => {
                 self.send_grpc(client.clone(), message.clone()).await
             }
-            (Transport::Http(client), Body::Http {
-                path_and_query,
-                body,
-            }) => self.send_http(client, path_and_query, body.clone()).await,
+            (
+                Transport::Http(client),
+                Body::Http {
+                    path_and_query,
+                    body,
+                },
+            ) => self.send_http(client, path_and_query, body.clone()).await,
             _ => Err(SendError::refused(
                 "request prepared by another kind of exporter".into(),
             )),
@@ -613,7 +630,10 @@ impl Client {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_secs);
         let bytes = response.bytes().await.map_err(|e| {
-            SendError::retry(format!("POST {url}: reading the answer: {}", error_chain(&e)))
+            SendError::retry(format!(
+                "POST {url}: reading the answer: {}",
+                error_chain(&e)
+            ))
         })?;
         if status.is_success() {
             if self.kind == Kind::OtlpHttp {
@@ -666,25 +686,16 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 /// `/ingest?name=…&from=…&until=…&format=pprof&spyName=clrscope` for one profile, times in
 /// Unix seconds.
 fn ingest_path(profile: &SeriesProfile) -> String {
-    let seconds = |nanos: i64| nanos.div_euclid(1_000_000_000);
-    format!(
-        "/ingest?name={}&from={}&until={}&format=pprof&spyName=clrscope",
-        percent_encode(&pyroscope::ingest_name(profile)),
-        seconds(profile.from),
+    let seconds = |nanos: i64| nanos.div_euclid(1_000_000_000).to_string();
+    let mut url = reqwest::Url::parse("http://pyroscope/ingest").expect("a valid URL");
+    url.query_pairs_mut()
+        .append_pair("name", &pyroscope::ingest_name(profile))
+        .append_pair("from", &seconds(profile.from))
         // `until` is exclusive there: one second past the last batch.
-        seconds(profile.until) + 1,
-    )
-}
-
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+        .append_pair("until", &seconds(profile.until + 1_000_000_000))
+        .append_pair("format", "pprof")
+        .append_pair("spyName", "clrscope");
+    format!("{}?{}", url.path(), url.query().unwrap_or_default())
 }
 
 /// A random (version 4) UUID, as Pyroscope's `RawSample.ID` expects.
@@ -723,7 +734,10 @@ mod tests {
         assert_eq!(c.queue_size, Some(3));
         assert_eq!(c.max_queue_bytes, Some(1 << 20));
         assert_eq!(c.compression, Compression::None);
-        assert_eq!("pyroscope_ingest".parse::<Kind>(), Ok(Kind::PyroscopeIngest));
+        assert_eq!(
+            "pyroscope_ingest".parse::<Kind>(),
+            Ok(Kind::PyroscopeIngest)
+        );
         let unknown: Result<ExporterConfig, _> =
             serde_json::from_str(r#"{"Kind": "zipkin", "Endpoint": "http://x"}"#);
         assert!(unknown.unwrap_err().to_string().contains("otlp-grpc"));
@@ -749,8 +763,10 @@ mod tests {
             r#"{"Kind": "pyroscope", "Endpoint": "https://x", "Tls": {"CaFile": "/nonexistent.pem"}}"#
         )
         .contains("/nonexistent.pem"));
-        let http = Client::new(&config(r#"{"Kind": "otlp-http", "Endpoint": "http://h:4318/"}"#))
-            .unwrap();
+        let http = Client::new(&config(
+            r#"{"Kind": "otlp-http", "Endpoint": "http://h:4318/"}"#,
+        ))
+        .unwrap();
         assert_eq!(http.otlp_http_path(), "/v1development/profiles");
         let custom = Client::new(&config(
             r#"{"Kind": "otlp-http", "Endpoint": "http://h:4318/custom/profiles"}"#,
