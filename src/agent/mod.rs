@@ -5,10 +5,12 @@
 //!   runtimes that dial `--diagnostic-port` (listen mode); starts one task per runtime;
 //! - per process ([`process`]): a light session plus a duty-cycled sampler, turned into store
 //!   batches, which go into a bounded queue;
-//! - the store writer ([`writer`]): the only thread that writes the store.
+//! - the store writer ([`writer`]): the only thread that writes the store;
+//! - the exporters ([`export`]): the same batches, sent to OTLP and Pyroscope backends.
 
 pub mod config;
 mod discover;
+mod export;
 mod process;
 mod writer;
 
@@ -18,6 +20,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use collector::attached::AttachedProcesses;
+use collector::metrics::Registry;
 use collector::sampler::DutyCycle;
 use store::continuous::EventProfiles;
 use store::tsdb::{Store, StoreOptions};
@@ -135,6 +138,7 @@ struct Resolved {
     filters: Filters,
     linkage: Option<Vec<collector::ipc::ProviderConfig>>,
     store: StoreOptions,
+    exporters: export::ExportersConfig,
 }
 
 impl Args {
@@ -223,6 +227,7 @@ impl Args {
                     .unwrap_or(1 << 30),
                 ..StoreOptions::default()
             },
+            exporters: config.exporters,
         })
     }
 }
@@ -319,7 +324,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if !api_addr.ip().is_loopback() {
         tracing::warn!(%api_addr, "the HTTP API listens beyond loopback without authentication: anyone who can reach it can read the profiles");
     }
-    let (sink, writer) = writer::spawn(store.clone()).context("starting the store writer")?;
+    let metrics = Registry::default();
+    let (taps, mut exporting) =
+        export::spawn(&settings.exporters, &metrics).context("starting the exporters")?;
+    let (sink, writer) = writer::spawn(store.clone(), taps).context("starting the store writer")?;
     let (stop, shutdown) = watch::channel(false);
     let agent = Arc::new(Agent {
         settings: Settings {
@@ -373,6 +381,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         settings.data_dir.display()
     );
 
+    export::log_started(&settings.exporters);
+
     stop_signal.await;
     eprintln!("clrscope agent: stopping (sessions end, the store is flushed)");
     let _ = stop.send(true);
@@ -397,6 +407,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || writer.join())
         .await?
         .map_err(|_| anyhow::anyhow!("the store writer panicked"))?;
+    // The exporters end once the last batch sink is gone, after sending what they hold.
+    let exported = async { while exporting.join_next().await.is_some() {} };
+    if tokio::time::timeout(export::SHUTDOWN_GRACE + Duration::from_secs(1), exported)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the exporters did not finish in time; their last profiles are lost");
+    }
     Ok(())
 }
 

@@ -60,6 +60,20 @@ impl Agent {
         self.log.lock().unwrap().clone()
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory of the agent process (`VmRSS`), in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/PID/status")
+    }
+
     pub fn get(&self, path: &str) -> HttpResponse {
         let response = http_get(self.port, path, &[]);
         assert_eq!(
