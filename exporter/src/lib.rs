@@ -8,6 +8,13 @@
 //! - [`svg`]: an interactive flame graph drawn by inferno;
 //! - [`tree`]: a JSON flame-graph tree, root first, for the agent's web UI.
 //!
+//! The agent's exporters read its store batches instead, which keep each window's time and each
+//! sample's trace link:
+//!
+//! - [`otlp`]: OTLP Profiles requests (`ExportProfilesServiceRequest`, proto v1.10);
+//! - [`pyroscope`]: pprof profiles labelled for Pyroscope's push API and `/ingest`;
+//! - [`remote`]: the exporters' settings and their clients (gRPC, HTTP, TLS).
+//!
 //! [`write()`] picks the writer of a file format from a [`Format`], which
 //! [`Format::from_extension`] derives from an output path the way `clrscope record -o FILE`
 //! needs. The JSON tree is no file format (`.json` means speedscope) and has a differential
@@ -26,7 +33,10 @@ use std::str::FromStr;
 use store::profile::{LabelValue, Profile, Sample, ValueType};
 
 pub mod folded;
+pub mod otlp;
 pub mod pprof;
+pub mod pyroscope;
+pub mod remote;
 pub mod speedscope;
 pub mod svg;
 pub mod tree;

@@ -55,6 +55,9 @@ pub struct AgentConfig {
     /// The metrics listener and the targets' runtime counters (dotnet-monitor's `Metrics`).
     #[serde(default)]
     pub metrics: collector::metrics::MetricsConfig,
+    /// Backends the profiles are sent to, by name (clrscope's own; README, "Exporting").
+    #[serde(default)]
+    pub exporters: super::export::ExportersConfig,
 }
 
 /// dotnet-monitor's `DiagnosticPort` section, or its short form (a path: listen mode).
@@ -421,7 +424,7 @@ mod tests {
     #[test]
     fn sections_are_introspected() {
         let names = section_names();
-        for section in ["Urls", "DiagnosticPort", "Profiling", "Store"] {
+        for section in ["Urls", "DiagnosticPort", "Profiling", "Store", "Exporters"] {
             assert!(names.contains(&section), "{section} not in {names:?}");
         }
     }
@@ -462,6 +465,33 @@ mod tests {
         assert_eq!(p.process_names, ["Shop", "Billing"]);
         assert_eq!(config.store.retention, Some(Duration::from_secs(86_400)));
         assert_eq!(config.store.retention_size, Some(2 << 30));
+    }
+
+    #[test]
+    fn exporters_by_name_from_file_and_environment() {
+        let config = load(
+            Some(r#"{"Exporters": {"otel": {"Kind": "otlp-grpc", "Endpoint": "http://c:4317"}}}"#),
+            &[
+                ("CLRSCOPE_Exporters__otel__QueueSize", "3"),
+                ("CLRSCOPE_Exporters__otel__Headers__X-Scope-OrgID", "team"),
+                ("CLRSCOPE_Exporters__pyro__Kind", "pyroscope"),
+                ("CLRSCOPE_Exporters__pyro__Endpoint", "http://p:4040"),
+                ("CLRSCOPE_Exporters__pyro__Interval", "00:00:05"),
+            ],
+        )
+        .unwrap();
+        let otel = &config.exporters["otel"];
+        assert_eq!(otel.kind, exporter::remote::Kind::OtlpGrpc);
+        assert_eq!(otel.queue_size, Some(3));
+        assert_eq!(otel.headers["X-Scope-OrgID"], "team");
+        let pyro = &config.exporters["pyro"];
+        assert_eq!(pyro.kind, exporter::remote::Kind::Pyroscope);
+        assert_eq!(pyro.interval, Some(Duration::from_secs(5)));
+        let m = format!(
+            "{:#}",
+            load(None, &[("CLRSCOPE_Exporters__x__Kind", "zipkin")]).unwrap_err()
+        );
+        assert!(m.contains("Exporters:x") && m.contains("otlp-grpc"), "{m}");
     }
 
     #[test]

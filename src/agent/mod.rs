@@ -5,10 +5,12 @@
 //!   runtimes that dial `--diagnostic-port` (listen mode); starts one task per runtime;
 //! - per process ([`process`]): a light session plus a duty-cycled sampler, turned into store
 //!   batches, which go into a bounded queue;
-//! - the store writer ([`writer`]): the only thread that writes the store.
+//! - the store writer ([`writer`]): the only thread that writes the store;
+//! - the exporters ([`export`]): the same batches, sent to OTLP and Pyroscope backends.
 
 pub mod config;
 mod discover;
+mod export;
 mod health;
 mod process;
 mod runtime_metrics;
@@ -167,6 +169,7 @@ struct Resolved {
     runtime_metrics: Option<RuntimeMetrics>,
     auth: AuthSource,
     kestrel: ui::tls::KestrelConfig,
+    exporters: export::ExportersConfig,
 }
 
 /// Where the API key comes from.
@@ -297,6 +300,7 @@ impl Args {
             runtime_metrics,
             auth,
             kestrel: config.kestrel.clone(),
+            exporters: config.exporters,
         })
     }
 }
@@ -536,8 +540,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Some(listener)
         }
     };
-    let (sink, writer) =
-        writer::spawn(store.clone(), health.store.clone()).context("starting the store writer")?;
+    let (taps, mut exporting) =
+        export::spawn(&settings.exporters, &metrics).context("starting the exporters")?;
+    let (sink, writer) = writer::spawn(store.clone(), health.store.clone(), taps)
+        .context("starting the store writer")?;
     let (stop, shutdown) = watch::channel(false);
     let agent = Arc::new(Agent {
         settings: Settings {
@@ -619,6 +625,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
 
+    export::log_started(&settings.exporters);
+
     stop_signal.await;
     eprintln!("clrscope agent: stopping (sessions end, the store is flushed)");
     let _ = stop.send(true);
@@ -643,6 +651,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     tokio::task::spawn_blocking(move || writer.join())
         .await?
         .map_err(|_| anyhow::anyhow!("the store writer panicked"))?;
+    // The exporters end once the last batch sink is gone, after sending what they hold.
+    let exported = async { while exporting.join_next().await.is_some() {} };
+    if tokio::time::timeout(export::SHUTDOWN_GRACE + Duration::from_secs(1), exported)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the exporters did not finish in time; their last profiles are lost");
+    }
     Ok(())
 }
 

@@ -354,7 +354,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         let _ = light.await;
     }
     let names = thread_names(proc_pid);
-    send(&agent.sink, profiler.lock().take_event_batches(&names));
+    send(&agent.sink, profiler.lock().take_event_batches(&names), 0);
     tracing::info!(pid = target.pid, "detached");
     result.map(|()| Outcome::Profiled)
 }
@@ -363,9 +363,10 @@ fn thread_names(proc_pid: Option<u32>) -> HashMap<u64, String> {
     proc_pid.map(live::thread_names).unwrap_or_default()
 }
 
-fn send(sink: &BatchSink, batches: Batches) {
+/// `period_nanos`: what each sample of sampled batches stands for; 0 for event batches.
+fn send(sink: &BatchSink, batches: Batches, period_nanos: i64) {
     for batch in batches.batches {
-        sink.send(batch);
+        sink.send(batch, period_nanos);
     }
 }
 
@@ -417,7 +418,11 @@ impl SamplingLoop<'_> {
                 }
                 SamplerStep::Pause { until } => {
                     let names = thread_names(self.proc_pid);
-                    send(&self.sink, self.profiler.lock().take_event_batches(&names));
+                    send(
+                        &self.sink,
+                        self.profiler.lock().take_event_batches(&names),
+                        0,
+                    );
                     if until <= now {
                         period_start = now;
                         continue;
@@ -514,7 +519,7 @@ impl SamplingLoop<'_> {
                 named = format!("{:.1}%", batches.resolution.method_percent()),
                 "sampler window stored"
             );
-            send(&sink, batches);
+            send(&sink, batches, samples.period_ns());
         });
     }
 }

@@ -1,13 +1,15 @@
 //! The one writer of the store: a thread fed by a bounded channel of batches, which also
-//! flushes on time, applies retention and compacts.
+//! flushes on time, applies retention and compacts. The same batches go to the exporters.
 
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use exporter::otlp::ExportBatch;
 use store::tsdb::{Batch, Store};
 
+use super::export::ExportTaps;
 use super::health::StoreHealth;
 
 /// Batches waiting for the writer. At one batch per profile type per process per period this is
@@ -23,13 +25,23 @@ const MAINTENANCE_EVERY: Duration = Duration::from_secs(60);
 /// Where the per-process tasks put their batches. Cloning shares the queue.
 #[derive(Debug, Clone)]
 pub struct BatchSink {
-    queue: SyncSender<Batch>,
+    queue: SyncSender<Arc<Batch>>,
     health: StoreHealth,
+    exporters: ExportTaps,
 }
 
 impl BatchSink {
-    /// Queues a batch without waiting; a full queue drops it (counted, logged).
-    pub fn send(&self, batch: Batch) {
+    /// Queues a batch for the store and the exporters without waiting; a full queue drops it
+    /// (counted, logged). `period_nanos`: the sampler period of a cpu or wall batch, 0 for
+    /// event profiles.
+    pub fn send(&self, batch: Batch, period_nanos: i64) {
+        let batch = Arc::new(batch);
+        if !self.exporters.is_empty() {
+            self.exporters.offer(&ExportBatch {
+                batch: batch.clone(),
+                period_nanos,
+            });
+        }
         match self.queue.try_send(batch) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
@@ -56,11 +68,13 @@ impl BatchSink {
 pub fn spawn(
     store: Arc<RwLock<Store>>,
     health: StoreHealth,
+    exporters: ExportTaps,
 ) -> std::io::Result<(BatchSink, JoinHandle<()>)> {
     let (queue, batches) = sync_channel(QUEUE_BATCHES);
     let sink = BatchSink {
         queue,
         health: health.clone(),
+        exporters,
     };
     let handle = std::thread::Builder::new()
         .name("store-writer".into())
@@ -68,7 +82,7 @@ pub fn spawn(
     Ok((sink, handle))
 }
 
-fn write_loop(store: &RwLock<Store>, batches: &Receiver<Batch>, health: &StoreHealth) {
+fn write_loop(store: &RwLock<Store>, batches: &Receiver<Arc<Batch>>, health: &StoreHealth) {
     let write = || store.write().unwrap_or_else(|p| p.into_inner());
     let mut last_maintenance = Instant::now();
     report_size(&write(), health);

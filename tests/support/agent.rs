@@ -81,7 +81,8 @@ impl Agent {
     }
 
     /// [`Agent::start_with_key`] with more environment variables. The API and metrics listen on
-    /// free loopback ports unless `extra` gives `--urls` or `--metrics-urls`.
+    /// free loopback ports unless `extra` gives `--urls` or `--metrics-urls`; the log filter is
+    /// `clrscope=info` unless it gives `--log`.
     pub fn start_with_env(
         data_dir: &Path,
         extra: &[&str],
@@ -89,10 +90,14 @@ impl Agent {
         env: &[(&str, &Path)],
     ) -> Agent {
         let mut command = Command::new(env!("CARGO_BIN_EXE_clrscope"));
-        command.args(["agent", "--log", "clrscope=info"]);
-        for flag in ["--urls", "--metrics-urls"] {
+        command.arg("agent");
+        for (flag, default) in [
+            ("--urls", "http://127.0.0.1:0"),
+            ("--metrics-urls", "http://127.0.0.1:0"),
+            ("--log", "clrscope=info"),
+        ] {
             if !extra.contains(&flag) {
-                command.args([flag, "http://127.0.0.1:0"]);
+                command.args([flag, default]);
             }
         }
         let mut child = command
@@ -171,6 +176,20 @@ impl Agent {
 
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory of the agent process (`VmRSS`), in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/PID/status")
     }
 
     /// `GET path` with the token; panics unless the answer is 200.

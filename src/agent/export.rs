@@ -1,0 +1,525 @@
+//! The export pipeline: every configured exporter (settings `Exporters.<name>`) gets the
+//! agent's batches as they are made and sends them to its backend once per interval.
+//!
+//! Why batches and not store queries: a batch is one sampler window (or event interval) of one
+//! process with every sample label, so the export keeps what a merged store query would lose:
+//! the time of each window (each value is stamped with it) and the trace link of each sample
+//! (`trace_id`/`span_id`), and costs no disk reads. What a backend gets is exactly what the
+//! store gets, window for window.
+//!
+//! Per exporter, memory is bounded at every stage, and everything given up is counted (metrics
+//! `clrscope_export_*{exporter}`) and logged:
+//!
+//! 1. a channel of [`CHANNEL_BATCHES`] batches from the per-process tasks: when full (the
+//!    exporter's task stalled), batches are dropped (`reason="channel_full"`);
+//! 2. the batches of the current interval, at most [`MAX_PENDING_SAMPLES`] samples: past it
+//!    batches are dropped (`reason="interval_full"`);
+//! 3. a queue of prepared requests, at most `QueueSize` requests and `MaxQueueBytes` bytes,
+//!    while the backend is slow or down: past either, the oldest request is dropped
+//!    (`reason="queue_full"`), so the newest profiles survive an outage;
+//! 4. one request in flight, retried while the backend is unreachable or overloaded, waits
+//!    doubling from 1 s to `MaxRetryDelay` with jitter (half to all of the wait); a request the
+//!    backend refuses (4xx, `InvalidArgument`) is dropped at once (`reason="rejected"`).
+//!
+//! At shutdown the last interval is prepared and each queued request gets one attempt within
+//! [`SHUTDOWN_GRACE`]; what is left is dropped (`reason="shutdown"`).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use anyhow::Context;
+use collector::metrics::{Counter, Gauge, Registry};
+use exporter::otlp::ExportBatch;
+use exporter::remote::{Client, ExporterConfig, Prepared};
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+/// The `Exporters` section of settings.json: exporters by name.
+pub type ExportersConfig = BTreeMap<String, ExporterConfig>;
+
+/// Batches waiting for an exporter's task.
+pub const CHANNEL_BATCHES: usize = 1024;
+/// Samples of batches held for one interval (about 40 MB at most).
+pub const MAX_PENDING_SAMPLES: usize = 200_000;
+/// Defaults of the settings.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
+pub const DEFAULT_QUEUE_SIZE: usize = 8;
+pub const DEFAULT_MAX_QUEUE_BYTES: u64 = 16 << 20;
+pub const DEFAULT_MAX_RETRY_DELAY: Duration = Duration::from_secs(30);
+const FIRST_RETRY_DELAY: Duration = Duration::from_secs(1);
+/// How long a stopping agent gives its exporters to send what they hold.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Where the per-process tasks hand batches to the exporters. Cloning shares the channels.
+#[derive(Debug, Clone, Default)]
+pub struct ExportTaps(Vec<Tap>);
+
+#[derive(Debug, Clone)]
+struct Tap {
+    name: String,
+    channel: mpsc::Sender<ExportBatch>,
+    metrics: Arc<ExportMetrics>,
+}
+
+impl ExportTaps {
+    /// Offers a batch to every exporter without waiting.
+    pub fn offer(&self, batch: &ExportBatch) {
+        for tap in &self.0 {
+            if let Err(mpsc::error::TrySendError::Full(batch)) = tap.channel.try_send(batch.clone())
+            {
+                let samples = batch.batch.samples.len() as u64;
+                tap.metrics.drop_samples("channel_full", samples);
+                let dropped = tap.metrics.dropped_batches_channel.get();
+                if dropped.is_power_of_two() {
+                    tracing::warn!(exporter = %tap.name, dropped, "the exporter cannot keep up; profile batches are being dropped before export");
+                }
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The numbers of one exporter, registered under `exporter=<name>`.
+#[derive(Debug)]
+struct ExportMetrics {
+    queue_requests: Gauge,
+    queue_bytes: Gauge,
+    sent_requests: Counter,
+    sent_bytes: Counter,
+    sent_samples: Counter,
+    failed_attempts: Counter,
+    dropped_batches_channel: Counter,
+    dropped_requests: BTreeMap<&'static str, Counter>,
+    dropped_samples: BTreeMap<&'static str, Counter>,
+}
+
+/// Why data was given up, the `reason` label of the drop counters.
+const DROP_REASONS: [&str; 5] = [
+    "channel_full",
+    "interval_full",
+    "queue_full",
+    "rejected",
+    "shutdown",
+];
+
+impl ExportMetrics {
+    fn register(registry: &Registry, exporter: &str) -> ExportMetrics {
+        let gauge = |name: &str, help: &str| {
+            registry
+                .gauge_vec(name, help, &["exporter"])
+                .with(&[exporter])
+        };
+        let counter = |name: &str, help: &str| {
+            registry
+                .counter_vec(name, help, &["exporter"])
+                .with(&[exporter])
+        };
+        let dropped_requests = registry.counter_vec(
+            "clrscope_export_dropped_requests_total",
+            "Export requests given up, by reason (queue_full, rejected, shutdown)",
+            &["exporter", "reason"],
+        );
+        let dropped_samples = registry.counter_vec(
+            "clrscope_export_dropped_samples_total",
+            "Profile samples (one per stack and batch) given up before reaching the backend, by reason",
+            &["exporter", "reason"],
+        );
+        ExportMetrics {
+            queue_requests: gauge(
+                "clrscope_export_queue_requests",
+                "Export requests waiting to be sent (the one being sent included)",
+            ),
+            queue_bytes: gauge(
+                "clrscope_export_queue_bytes",
+                "Bytes of export requests waiting to be sent",
+            ),
+            sent_requests: counter(
+                "clrscope_export_sent_requests_total",
+                "Export requests the backend accepted",
+            ),
+            sent_bytes: counter(
+                "clrscope_export_sent_bytes_total",
+                "Bytes of export requests the backend accepted (encoded, before compression)",
+            ),
+            sent_samples: counter(
+                "clrscope_export_sent_samples_total",
+                "Profile samples (one per stack and batch) the backend accepted",
+            ),
+            failed_attempts: counter(
+                "clrscope_export_failed_attempts_total",
+                "Attempts to send an export request that failed (each retry counts)",
+            ),
+            dropped_batches_channel: counter(
+                "clrscope_export_dropped_batches_total",
+                "Profile batches dropped because the exporter's task did not keep up",
+            ),
+            dropped_requests: DROP_REASONS
+                .iter()
+                .map(|&r| (r, dropped_requests.with(&[exporter, r])))
+                .collect(),
+            dropped_samples: DROP_REASONS
+                .iter()
+                .map(|&r| (r, dropped_samples.with(&[exporter, r])))
+                .collect(),
+        }
+    }
+
+    fn drop_samples(&self, reason: &'static str, samples: u64) {
+        if reason == "channel_full" {
+            self.dropped_batches_channel.inc();
+        }
+        if let Some(c) = self.dropped_samples.get(reason) {
+            c.add(samples);
+        }
+    }
+
+    fn drop_request(&self, reason: &'static str, request: &Prepared) {
+        if let Some(c) = self.dropped_requests.get(reason) {
+            c.inc();
+        }
+        self.drop_samples(reason, request.values);
+    }
+}
+
+/// One exporter's settings with the defaults filled in.
+#[derive(Debug, Clone)]
+struct Limits {
+    interval: Duration,
+    queue_size: usize,
+    max_queue_bytes: u64,
+    max_retry_delay: Duration,
+}
+
+impl Limits {
+    fn of(config: &ExporterConfig) -> anyhow::Result<Limits> {
+        let limits = Limits {
+            interval: config.interval.unwrap_or(DEFAULT_INTERVAL),
+            queue_size: config.queue_size.unwrap_or(DEFAULT_QUEUE_SIZE),
+            max_queue_bytes: config.max_queue_bytes.unwrap_or(DEFAULT_MAX_QUEUE_BYTES),
+            max_retry_delay: config.max_retry_delay.unwrap_or(DEFAULT_MAX_RETRY_DELAY),
+        };
+        anyhow::ensure!(
+            limits.interval >= Duration::from_millis(100),
+            "Interval must be at least 100ms"
+        );
+        anyhow::ensure!(limits.queue_size >= 1, "QueueSize must be at least 1");
+        anyhow::ensure!(
+            limits.max_retry_delay >= FIRST_RETRY_DELAY,
+            "MaxRetryDelay must be at least 1s"
+        );
+        Ok(limits)
+    }
+}
+
+/// The requests waiting for the backend, oldest first.
+#[derive(Debug, Default)]
+struct Queue {
+    requests: VecDeque<Prepared>,
+    bytes: u64,
+    /// The front request is being sent: overflow drops the next oldest instead.
+    front_in_flight: bool,
+}
+
+struct Shared {
+    name: String,
+    limits: Limits,
+    queue: Mutex<Queue>,
+    ready: Notify,
+    metrics: Arc<ExportMetrics>,
+}
+
+impl Shared {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn update_gauges(&self, queue: &Queue) {
+        self.metrics.queue_requests.set(queue.requests.len() as f64);
+        self.metrics.queue_bytes.set(queue.bytes as f64);
+    }
+
+    /// Queues a request, dropping the oldest ones (not the one in flight) while over a limit.
+    fn push(&self, request: Prepared) {
+        let mut queue = self.queue();
+        queue.bytes += request.bytes as u64;
+        queue.requests.push_back(request);
+        let mut dropped = (0u64, 0u64);
+        while queue.requests.len() > self.limits.queue_size
+            || (queue.bytes > self.limits.max_queue_bytes && queue.requests.len() > 1)
+        {
+            let at = usize::from(queue.front_in_flight);
+            if at + 1 >= queue.requests.len() {
+                break;
+            }
+            let Some(old) = queue.requests.remove(at) else {
+                break;
+            };
+            queue.bytes -= old.bytes as u64;
+            self.metrics.drop_request("queue_full", &old);
+            dropped.0 += 1;
+            dropped.1 += old.values;
+        }
+        self.update_gauges(&queue);
+        drop(queue);
+        if dropped.0 > 0 {
+            tracing::warn!(
+                exporter = %self.name,
+                requests = dropped.0,
+                samples = dropped.1,
+                queue_size = self.limits.queue_size,
+                max_queue_bytes = self.limits.max_queue_bytes,
+                "the backend is not taking profiles fast enough; the oldest queued profiles were dropped"
+            );
+        }
+        self.ready.notify_one();
+    }
+}
+
+/// Starts one task pair per exporter; returns the taps for the batch sink and the tasks, which
+/// end once every tap is dropped and what they hold is sent (or [`SHUTDOWN_GRACE`] passed).
+pub fn spawn(
+    config: &ExportersConfig,
+    registry: &Registry,
+) -> anyhow::Result<(ExportTaps, JoinSet<()>)> {
+    let mut taps = Vec::new();
+    let mut tasks = JoinSet::new();
+    for (name, exporter) in config {
+        let context = || format!("Exporters:{name}");
+        let client = Client::new(exporter).with_context(context)?;
+        let limits = Limits::of(exporter).with_context(context)?;
+        let metrics = Arc::new(ExportMetrics::register(registry, name));
+        let (channel, batches) = mpsc::channel(CHANNEL_BATCHES);
+        let shared = Arc::new(Shared {
+            name: name.clone(),
+            limits,
+            queue: Mutex::default(),
+            ready: Notify::new(),
+            metrics: metrics.clone(),
+        });
+        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+        tasks.spawn(collect(shared.clone(), client.clone(), batches, done_tx));
+        tasks.spawn(send(shared, client, done_rx));
+        taps.push(Tap {
+            name: name.clone(),
+            channel,
+            metrics,
+        });
+    }
+    Ok((ExportTaps(taps), tasks))
+}
+
+/// Says where profiles go; after the agent's first line, which names its API address.
+pub fn log_started(config: &ExportersConfig) {
+    for (name, exporter) in config {
+        tracing::info!(
+            exporter = %name,
+            kind = exporter.kind.name(),
+            endpoint = %exporter.endpoint,
+            "exporting profiles"
+        );
+    }
+}
+
+/// Gathers batches and prepares one interval's requests at a time.
+async fn collect(
+    shared: Arc<Shared>,
+    client: Client,
+    mut batches: mpsc::Receiver<ExportBatch>,
+    done: tokio::sync::watch::Sender<bool>,
+) {
+    let interval = shared.limits.interval;
+    let mut ticks = tokio::time::interval_at(Instant::now() + interval, interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut pending: Vec<ExportBatch> = Vec::new();
+    let mut pending_samples = 0usize;
+    let mut refused = 0u64;
+    let prepare = |pending: &mut Vec<ExportBatch>, samples: &mut usize| {
+        let batches = std::mem::take(pending);
+        *samples = 0;
+        if batches.is_empty() {
+            return;
+        }
+        // Encoding is CPU work of milliseconds (BENCHMARKS.md, "Export"); not worth a thread hop.
+        let cpu = thread_cpu();
+        let requests = client.prepare(&batches);
+        let cpu = thread_cpu().saturating_sub(cpu);
+        tracing::debug!(
+            exporter = %shared.name,
+            batches = batches.len(),
+            requests = requests.len(),
+            bytes = requests.iter().map(|r| r.bytes).sum::<usize>(),
+            cpu_us = cpu.as_micros() as u64,
+            "export requests prepared"
+        );
+        for request in requests {
+            shared.push(request);
+        }
+    };
+    loop {
+        tokio::select! {
+            batch = batches.recv() => match batch {
+                Some(batch) => {
+                    let samples = batch.batch.samples.len();
+                    if pending_samples + samples > MAX_PENDING_SAMPLES {
+                        shared.metrics.drop_samples("interval_full", samples as u64);
+                        refused += 1;
+                        if refused.is_power_of_two() {
+                            tracing::warn!(exporter = %shared.name, batches = refused, max_samples = MAX_PENDING_SAMPLES, "an export interval holds too many samples; batches are being dropped (shorten the Interval)");
+                        }
+                    } else {
+                        pending_samples += samples;
+                        pending.push(batch);
+                    }
+                }
+                None => break,
+            },
+            _ = ticks.tick() => prepare(&mut pending, &mut pending_samples),
+        }
+    }
+    prepare(&mut pending, &mut pending_samples);
+    let _ = done.send(true);
+}
+
+/// CPU time of the calling thread (what preparing a request costs, whatever else runs).
+fn thread_cpu() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given, which lives on this stack.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+/// The next wait after `failures` failed attempts in a row: doubling from 1 s up to the
+/// maximum, then a random half to all of it, so agents restarted together do not retry in step.
+fn backoff(failures: u32, max: Duration, asked: Option<Duration>) -> Duration {
+    let doubled = FIRST_RETRY_DELAY.saturating_mul(1u32 << failures.saturating_sub(1).min(16));
+    let ceiling = doubled.min(max);
+    let jittered = ceiling.mul_f64(0.5 + fastrand::f64() * 0.5);
+    match asked {
+        Some(asked) => jittered.max(asked.min(max)),
+        None => jittered,
+    }
+}
+
+/// Sends queued requests oldest first, retrying while the backend is unreachable.
+async fn send(shared: Arc<Shared>, client: Client, mut done: tokio::sync::watch::Receiver<bool>) {
+    let mut failures = 0u32;
+    // Set once the collector has prepared its last requests (or is gone).
+    let mut deadline: Option<Instant> = None;
+    loop {
+        if deadline.is_none() && *done.borrow() {
+            deadline = Some(Instant::now() + SHUTDOWN_GRACE);
+        }
+        let front = {
+            let mut queue = shared.queue();
+            let front = queue.requests.front().cloned();
+            queue.front_in_flight = front.is_some();
+            front
+        };
+        let Some(request) = front else {
+            if deadline.is_some() {
+                return;
+            }
+            tokio::select! {
+                () = shared.ready.notified() => {}
+                _ = done.changed() => deadline = Some(Instant::now() + SHUTDOWN_GRACE),
+            }
+            continue;
+        };
+        let result = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, client.send(&request))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(exporter::remote::SendError {
+                        retryable: true,
+                        retry_after: None,
+                        message: "no time left: the agent is stopping".into(),
+                    })
+                }),
+            None => client.send(&request).await,
+        };
+        // Whether the request leaves the queue: sent, refused, or no time left to retry it.
+        let done_with = match &result {
+            Ok(_) => true,
+            Err(error) => !error.retryable || deadline.is_some(),
+        };
+        {
+            let mut queue = shared.queue();
+            queue.front_in_flight = false;
+            if done_with {
+                finish_front(&shared, &mut queue);
+            }
+        }
+        match result {
+            Ok(_) => {
+                shared.metrics.sent_requests.inc();
+                shared.metrics.sent_bytes.add(request.bytes as u64);
+                shared.metrics.sent_samples.add(request.values);
+                if failures > 0 {
+                    tracing::info!(exporter = %shared.name, failed_attempts = failures, "the backend takes profiles again");
+                }
+                failures = 0;
+            }
+            Err(error) if done_with => {
+                shared.metrics.failed_attempts.inc();
+                let reason = if error.retryable {
+                    "shutdown"
+                } else {
+                    "rejected"
+                };
+                shared.metrics.drop_request(reason, &request);
+                tracing::warn!(exporter = %shared.name, samples = request.values, %error, reason, "a profile export request was dropped");
+            }
+            Err(error) => {
+                shared.metrics.failed_attempts.inc();
+                failures += 1;
+                let wait = backoff(failures, shared.limits.max_retry_delay, error.retry_after);
+                if failures == 1 {
+                    tracing::warn!(exporter = %shared.name, %error, retry_in = ?wait, "the backend did not take profiles; retrying (queued requests are kept up to QueueSize and MaxQueueBytes)");
+                } else {
+                    tracing::debug!(exporter = %shared.name, %error, failures, retry_in = ?wait, "retrying");
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    _ = done.changed() => deadline = Some(Instant::now() + SHUTDOWN_GRACE),
+                }
+            }
+        }
+    }
+}
+
+/// Removes the request that was just sent (or given up) from the front of the queue.
+fn finish_front(shared: &Shared, queue: &mut Queue) {
+    if let Some(front) = queue.requests.pop_front() {
+        queue.bytes -= front.bytes as u64;
+    }
+    shared.update_gauges(queue);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_maximum_with_jitter() {
+        let max = Duration::from_secs(30);
+        for _ in 0..100 {
+            let first = backoff(1, max, None);
+            assert!(first >= Duration::from_millis(500) && first <= Duration::from_secs(1));
+            let fourth = backoff(4, max, None);
+            assert!(fourth >= Duration::from_secs(4) && fourth <= Duration::from_secs(8));
+            let late = backoff(40, max, None);
+            assert!(late >= Duration::from_secs(15) && late <= max);
+            assert!(backoff(1, max, Some(Duration::from_secs(20))) >= Duration::from_secs(20));
+        }
+    }
+}

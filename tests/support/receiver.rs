@@ -1,0 +1,135 @@
+//! The profiles receiver of `tests/otlp/receiver.py` (official OTLP protos on grpcio, Pyroscope's
+//! push messages, `/ingest`), run as a child process and killed on drop.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{sync_channel, Receiver as Lines};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::testbed_dir;
+
+/// A running receiver: its ports and the requests it decoded, one JSON value each.
+pub struct Receiver {
+    child: Child,
+    pub grpc_port: u16,
+    pub http_port: u16,
+    lines: Lines<Value>,
+    stderr: PathBuf,
+}
+
+impl Receiver {
+    /// Starts the receiver on the given ports (0: free ones), saving pprof files in `out_dir`.
+    pub fn start(out_dir: &Path, grpc_port: u16, http_port: u16) -> Receiver {
+        Receiver::start_with(out_dir, grpc_port, http_port, &[])
+    }
+
+    pub fn start_with(out_dir: &Path, grpc_port: u16, http_port: u16, extra: &[&str]) -> Receiver {
+        let peers = testbed_dir().join("pypeers");
+        assert!(
+            peers.join(".installed").exists(),
+            "no {} (the receiver's Python packages): run `make setup` first",
+            peers.display()
+        );
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/otlp/receiver.py");
+        std::fs::create_dir_all(out_dir).unwrap();
+        let stderr = out_dir.join(format!("receiver-{grpc_port}-{http_port}.stderr"));
+        let mut child = Command::new("python3")
+            .arg(&script)
+            .arg("--out-dir")
+            .arg(out_dir)
+            .args(["--grpc-port", &grpc_port.to_string()])
+            .args(["--http-port", &http_port.to_string()])
+            .args(extra)
+            .env("PYTHONPATH", &peers)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("start python3 tests/otlp/receiver.py");
+        let (tx, lines) = sync_channel(100_000);
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                match serde_json::from_str::<Value>(&line) {
+                    Ok(value) => {
+                        if tx.send(value).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => eprintln!("receiver printed a non-JSON line ({e}): {line}"),
+                }
+            }
+        });
+        let mut receiver = Receiver {
+            child,
+            grpc_port: 0,
+            http_port: 0,
+            lines,
+            stderr,
+        };
+        let ready = receiver
+            .next(Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("the receiver did not start: {}", receiver.stderr_text()));
+        receiver.grpc_port = ready["grpc_port"].as_u64().unwrap() as u16;
+        receiver.http_port = ready["http_port"].as_u64().unwrap() as u16;
+        receiver
+    }
+
+    pub fn stderr_text(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// The next decoded request, if one comes within `timeout`.
+    pub fn next(&self, timeout: Duration) -> Option<Value> {
+        self.lines.recv_timeout(timeout).ok()
+    }
+
+    /// Every request decoded so far.
+    pub fn drain(&self) -> Vec<Value> {
+        self.lines.try_iter().collect()
+    }
+
+    /// Collects requests until `done` says the collection is complete, or panics after
+    /// `timeout` with what came.
+    pub fn collect_until(
+        &self,
+        timeout: Duration,
+        mut done: impl FnMut(&[Value]) -> bool,
+    ) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        let mut got = Vec::new();
+        while !done(&got) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let kinds: Vec<String> = got
+                    .iter()
+                    .map(|v| format!("{}/{}", v["kind"], v["transport"]))
+                    .collect();
+                panic!(
+                    "the receiver did not get what was expected within {timeout:?}; got {kinds:?}; \
+                     receiver stderr:\n{}",
+                    self.stderr_text()
+                );
+            }
+            if let Some(value) = self.next(left.min(Duration::from_secs(1))) {
+                got.push(value);
+            }
+        }
+        got
+    }
+
+    /// Stops the receiver now, as a crash or an outage would.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
