@@ -13,7 +13,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::config::{ConfigError, Node};
-use crate::ipc::{DumpType, ProviderConfig};
+use crate::artifacts::{DumpKind, StoppingEvent};
+use crate::ipc::ProviderConfig;
 use crate::providers::{level, TraceProfile};
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -250,16 +251,6 @@ pub enum TraceSource {
     },
 }
 
-/// CollectTrace's `StoppingEvent`: the trace ends at the first matching event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoppingEvent {
-    pub provider: String,
-    /// `EventName`, or `Task/Opcode` as TraceEvent names events.
-    pub event_name: String,
-    /// Payload field → value; all must match (as strings).
-    pub payload_filter: Vec<(String, String)>,
-}
-
 /// CollectStacks' `Format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StacksFormat {
@@ -282,7 +273,7 @@ pub enum ActionKind {
         egress: String,
     },
     CollectDump {
-        dump_type: DumpType,
+        dump_type: DumpKind,
         egress: String,
     },
     CollectStacks {
@@ -721,13 +712,8 @@ fn action(node: Node<'_>, index: usize, d: &Defaults<'_>) -> Result<Action, Conf
         "collectgcdump" => ActionKind::CollectGCDump { egress: egress()? },
         "collectdump" => ActionKind::CollectDump {
             dump_type: match s.get("Type") {
-                None => DumpType::WithHeap,
-                Some(c) => c.node().one_of(&[
-                    ("Mini", DumpType::Normal),
-                    ("Full", DumpType::Full),
-                    ("Triage", DumpType::Triage),
-                    ("WithHeap", DumpType::WithHeap),
-                ])?,
+                None => DumpKind::WithHeap,
+                Some(c) => c.node().one_of(&DumpKind::ALL.map(|k| (k.name(), k)))?,
             },
             egress: egress()?,
         },
@@ -843,11 +829,11 @@ fn collect_trace(
                     .object()?
                     .iter()
                     .map(|(k, v)| Ok((k.clone(), v.node().string()?)))
-                    .collect::<Result<Vec<_>, ConfigError>>()?,
-                None => Vec::new(),
+                    .collect::<Result<BTreeMap<_, _>, ConfigError>>()?,
+                None => BTreeMap::new(),
             };
             Ok(StoppingEvent {
-                provider: text("ProviderName")?,
+                provider_name: text("ProviderName")?,
                 event_name: text("EventName")?,
                 payload_filter,
             })
@@ -1036,7 +1022,7 @@ mod tests {
         assert_eq!(
             all[1].actions[0].kind,
             ActionKind::CollectDump {
-                dump_type: DumpType::WithHeap,
+                dump_type: DumpKind::WithHeap,
                 egress: "files".into()
             }
         );
