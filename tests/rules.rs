@@ -310,11 +310,11 @@ fn a_pre_trigger_trace_starts_ten_seconds_before_its_trigger() {
 }
 
 /// A rule that fires on every request, with no effective ActionCount, writes a gcdump each time;
-/// the egress folder never holds more than the disk budget. `CLRSCOPE_RULE_SOAK_SECONDS` sets how
+/// the egress folder never holds more than the disk budget. `RULES_SOAK_SECONDS` sets how
 /// long (30 s here; the 5-minute run is in BENCHMARKS.md).
 #[test]
 fn a_rule_firing_every_second_stays_within_the_disk_budget() {
-    let seconds: u64 = std::env::var("CLRSCOPE_RULE_SOAK_SECONDS")
+    let seconds: u64 = std::env::var("RULES_SOAK_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(30);

@@ -13,9 +13,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::config::{ConfigError, Node};
-use crate::artifacts::{DumpKind, StoppingEvent};
+use crate::artifacts::{DumpKind, EventPipeProvider, StoppingEvent};
 use crate::ipc::ProviderConfig;
-use crate::providers::{level, TraceProfile};
+use crate::providers::TraceProfile;
 
 const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
@@ -859,57 +859,12 @@ fn collect_trace(
     })
 }
 
-/// One of CollectTrace's `Providers`: `{Name, Keywords, EventLevel, Arguments}`.
+/// One of CollectTrace's `Providers` (`{Name, Keywords, EventLevel, Arguments}`), read as the
+/// HTTP API's `POST /trace` reads it.
 fn event_provider(n: Node<'_>) -> Result<ProviderConfig, ConfigError> {
-    let name = n
-        .get("Name")
-        .ok_or_else(|| n.error("Name is required"))?
-        .node()
-        .string()?;
-    // Keywords: "0x…" hex or a decimal string; dotnet-monitor's default is all bits.
-    let keywords = match n.get("Keywords") {
-        None => u64::MAX,
-        Some(c) => {
-            let text = c.node().string()?;
-            let t = text.trim();
-            let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-                Some(hex) => u64::from_str_radix(hex, 16).ok(),
-                None => t.parse::<u64>().ok(),
-            };
-            parsed.ok_or_else(|| {
-                c.node().error(format!(
-                    "Keywords must be 0x-prefixed hex or decimal, got {t:?}"
-                ))
-            })?
-        }
-    };
-    let event_level = match n.get("EventLevel") {
-        None => level::VERBOSE,
-        Some(c) => {
-            let text = c.node().string()?;
-            crate::providers::parse_level(text.trim()).ok_or_else(|| {
-                c.node().error(format!(
-                    "EventLevel must be LogAlways, Critical, Error, Warning, Informational or \
-                     Verbose, got {text:?}"
-                ))
-            })?
-        }
-    };
-    let mut provider = ProviderConfig::new(name, keywords, event_level);
-    if let Some(args) = n.get("Arguments") {
-        let pairs = args
-            .node()
-            .object()?
-            .iter()
-            .map(|(k, v)| Ok((k.clone(), v.node().string()?)))
-            .collect::<Result<Vec<_>, ConfigError>>()?;
-        let pairs: Vec<(&str, &str)> = pairs
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        provider = provider.with_arguments(crate::providers::encode_arguments(&pairs));
-    }
-    Ok(provider)
+    serde_json::from_value::<EventPipeProvider>(n.value.clone())
+        .map(|p| p.to_config())
+        .map_err(|e| n.error(e.to_string()))
 }
 
 #[cfg(test)]
@@ -1039,6 +994,43 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn custom_providers_and_a_stopping_event() {
+        let all = rules(json!({"R": {
+            "Trigger": {"Type": "Startup"},
+            "Actions": [{"Type": "CollectTrace", "Settings": {
+                "Providers": [{"Name": "Microsoft-Windows-DotNETRuntime", "Keywords": "0x1",
+                               "EventLevel": "Informational"}],
+                "RequestRundown": "false", "BufferSizeMegabytes": 64, "Egress": "e",
+                "StoppingEvent": {"ProviderName": "Microsoft-Windows-DotNETRuntime",
+                                  "EventName": "GCStart", "PayloadFilter": {"Depth": "2"}}}}]
+        }}))
+        .unwrap();
+        let ActionKind::CollectTrace {
+            source,
+            stopping_event,
+            duration,
+            ..
+        } = &all[0].actions[0].kind
+        else {
+            panic!()
+        };
+        assert_eq!(*duration, DEFAULT_TRACE_DURATION);
+        let TraceSource::Providers {
+            providers,
+            request_rundown,
+            buffer_mb,
+        } = source
+        else {
+            panic!("{source:?}")
+        };
+        assert_eq!((providers[0].keywords, providers[0].level), (1, 4));
+        assert_eq!((*request_rundown, *buffer_mb), (false, 64));
+        let stop = stopping_event.as_ref().unwrap();
+        assert_eq!(stop.event_name, "GCStart");
+        assert_eq!(stop.payload_filter["Depth"], "2");
     }
 
     #[test]
