@@ -88,8 +88,15 @@ fn wait_rules(agent: &Agent, pid: u32, timeout: Duration, done: impl Fn(&Value) 
     }
 }
 
+/// This process only (tests run side by side), by every key dotnet-monitor filters on: the
+/// executable is `dotnet`, the entry assembly `AsyncWeb`.
 fn filters(pid: u32) -> Value {
-    json!([{"Key": "ProcessId", "Value": pid.to_string()}])
+    json!([
+        {"Key": "ProcessId", "Value": pid.to_string()},
+        {"ProcessName": "dotnet"},
+        {"Key": "ManagedEntryPointAssemblyName", "Value": "asyncweb"},
+        {"Key": "CommandLine", "Value": "AsyncWeb.dll", "MatchType": "Contains"}
+    ])
 }
 
 /// The seed's rules: slow /alpha requests (AspNetRequestDuration, hosting DiagnosticSource

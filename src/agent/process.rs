@@ -218,14 +218,17 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         .process_info()
         .await
         .context("asking the runtime who it is (ProcessInfo)")?;
+    // The executable's name: what dotnet-monitor's ProcessName filters compare (`dotnet` for a
+    // framework-dependent app).
+    let executable = {
+        let argv0 = info.command_line.split(' ').next().unwrap_or("");
+        argv0.rsplit('/').next().unwrap_or(argv0).to_string()
+    };
     let name = info
         .managed_entrypoint_assembly_name
         .clone()
         .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| {
-            let argv0 = info.command_line.split(' ').next().unwrap_or("");
-            argv0.rsplit('/').next().unwrap_or(argv0).to_string()
-        });
+        .unwrap_or_else(|| executable.clone());
     let local = local_proc(target.pid, &info.command_line);
     let command_line = local
         .as_ref()
@@ -276,7 +279,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
             runtime_cookie: &cookie,
             facts: ProcessFacts {
                 pid: target.pid,
-                name: &name,
+                name: &executable,
                 command_line,
                 managed_entry_point_assembly_name: &entry_assembly,
             },

@@ -77,6 +77,8 @@ pub struct ProcessFilter {
 #[derive(Debug, Clone, Copy)]
 pub struct ProcessFacts<'a> {
     pub pid: u64,
+    /// The executable's name (`dotnet` for a framework-dependent app), as dotnet-monitor's
+    /// `ProcessName` is.
     pub name: &'a str,
     pub command_line: &'a str,
     pub managed_entry_point_assembly_name: &'a str,
