@@ -109,6 +109,7 @@ pub struct EventPipeConfiguration {
     pub request_rundown: bool,
     /// 1..=1024, default 256.
     #[serde(
+        rename = "bufferSizeInMB",
         alias = "BufferSizeInMB",
         alias = "BufferSizeMegabytes",
         alias = "bufferSizeMegabytes",

@@ -125,6 +125,10 @@ impl DiskBudget {
 impl Ledger {
     /// Deletes the oldest artifacts until `bytes` more fit; false if they cannot.
     fn make_room(&mut self, bytes: u64) -> bool {
+        // Beyond what evicting every finished artifact could free: fail without evicting any.
+        if self.reserved.saturating_add(bytes) > self.max_bytes {
+            return false;
+        }
         while self.used + self.reserved + bytes > self.max_bytes {
             let Some((modified, path, size)) = self.files.pop_first() else {
                 return false;
@@ -191,8 +195,8 @@ mod tests {
         let fresh = artifact(dir.path(), 4, 500);
         budget.commit(fresh.clone(), 500);
         budget.reserve(400).unwrap();
-        assert!(!middle.exists() && !newest.exists() && fresh.exists());
-        assert!(budget.used_bytes() <= 1000);
+        assert!(!middle.exists() && newest.exists() && fresh.exists());
+        assert_eq!(budget.used_bytes(), 1000);
     }
 
     #[test]
