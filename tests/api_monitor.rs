@@ -25,6 +25,11 @@ fn request(agent: &Agent, method: &str, path: &str, headers: &[(&str, &str)]) ->
     http_request(agent.port, method, path, headers)
 }
 
+/// `GET path`, expecting `status`.
+fn get(agent: &Agent, path: &str, status: u16) -> HttpResponse {
+    expect(request(agent, "GET", path, &[]), status, path, agent)
+}
+
 fn expect(response: HttpResponse, status: u16, what: &str, agent: &Agent) -> HttpResponse {
     assert_eq!(
         response.status,
@@ -43,6 +48,19 @@ fn settings(name: &str, settings: Value) -> PathBuf {
     let path = dir.join("settings.json");
     std::fs::write(&path, settings.to_string()).unwrap();
     path
+}
+
+/// An agent profiling `pid` only, with the settings.json at `config`.
+fn agent_with_config(dir: &Path, pid: u32, config: &Path) -> Agent {
+    Agent::start(
+        dir,
+        &[
+            "--pid",
+            &pid.to_string(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    )
 }
 
 /// The operation id in a `Location: http://host/operations/{id}`.
@@ -132,13 +150,7 @@ fn process_routes_answer_with_dotnet_monitors_shapes() {
     let dir = data_dir("monitor-process");
     let agent = Agent::start(&dir, &["--pid", &pid.to_string()]);
 
-    let processes = expect(
-        request(&agent, "GET", "/processes", &[]),
-        200,
-        "/processes",
-        &agent,
-    )
-    .json();
+    let processes = get(&agent, "/processes", 200).json();
     let ours = processes
         .as_array()
         .unwrap()
@@ -151,13 +163,7 @@ fn process_routes_answer_with_dotnet_monitors_shapes() {
     assert!(ours["isDefault"].is_boolean());
     let uid = ours["uid"].as_str().unwrap();
 
-    let process = expect(
-        request(&agent, "GET", &format!("/process?uid={uid}"), &[]),
-        200,
-        "/process",
-        &agent,
-    )
-    .json();
+    let process = get(&agent, &format!("/process?uid={uid}"), 200).json();
     assert_eq!(process["pid"], pid);
     assert_eq!(process["uid"], uid);
     assert_eq!(process["operatingSystem"], "linux");
@@ -168,16 +174,10 @@ fn process_routes_answer_with_dotnet_monitors_shapes() {
     assert_eq!(process["managedEntryPointAssemblyName"], "CpuHot");
     assert!(process["processArchitecture"].is_string());
 
-    let env = expect(
-        request(&agent, "GET", &format!("/env?pid={pid}"), &[]),
-        200,
-        "/env",
-        &agent,
-    )
-    .json();
+    let env = get(&agent, &format!("/env?pid={pid}"), 200).json();
     assert_eq!(env["TESTBED_EXIT_WITH_PARENT"], "1");
 
-    let info = expect(request(&agent, "GET", "/info", &[]), 200, "/info", &agent).json();
+    let info = get(&agent, "/info", 200).json();
     assert_eq!(info["diagnosticPortMode"], "Connect");
     assert!(info["capabilities"]
         .as_array()
@@ -186,12 +186,7 @@ fn process_routes_answer_with_dotnet_monitors_shapes() {
         .any(|c| c["name"] == "call_stacks" && c["enabled"] == true));
 
     // No such process: 400 with a problem body, as dotnet-monitor answers.
-    let missing = expect(
-        request(&agent, "GET", "/process?pid=999999999", &[]),
-        400,
-        "unknown pid",
-        &agent,
-    );
+    let missing = get(&agent, "/process?pid=999999999", 400);
     assert_eq!(
         missing.header("content-type"),
         Some("application/problem+json")
@@ -202,12 +197,7 @@ fn process_routes_answer_with_dotnet_monitors_shapes() {
         .contains("Unable to discover a target process."));
 
     // Stacks: plain text by default, JSON and speedscope by Accept.
-    let text = expect(
-        request(&agent, "GET", &format!("/stacks?pid={pid}"), &[]),
-        200,
-        "/stacks",
-        &agent,
-    );
+    let text = get(&agent, &format!("/stacks?pid={pid}"), 200);
     assert_artifact_name(&attachment_name(&text), pid, "stacks.txt");
     assert!(text.body.contains("Thread: (0x"), "{}", text.body);
     assert!(
@@ -273,12 +263,7 @@ fn the_default_process_is_the_only_one() {
             socket.to_str().unwrap(),
         ],
     );
-    let none = expect(
-        request(&agent, "GET", "/process", &[]),
-        400,
-        "no process",
-        &agent,
-    );
+    let none = get(&agent, "/process", 400);
     assert!(none.body.contains("Unable to discover a target process."));
     let target = Target::builder("CpuHot")
         .args(["--split", "100", "--cores", "1"])
@@ -297,16 +282,10 @@ fn the_default_process_is_the_only_one() {
         std::thread::sleep(Duration::from_millis(200));
     };
     assert_eq!(process["pid"], target.pid());
-    let info = expect(request(&agent, "GET", "/info", &[]), 200, "/info", &agent).json();
+    let info = get(&agent, "/info", 200).json();
     assert_eq!(info["diagnosticPortMode"], "Listen");
     assert_eq!(info["diagnosticPortName"], socket.display().to_string());
-    let processes = expect(
-        request(&agent, "GET", "/processes", &[]),
-        200,
-        "/processes",
-        &agent,
-    )
-    .json();
+    let processes = get(&agent, "/processes", 200).json();
     assert_eq!(processes[0]["isDefault"], true);
 }
 
@@ -370,23 +349,13 @@ fn artifacts_stream_back_and_open() {
     assert!(String::from_utf8_lossy(&inspect.stdout).contains("GCAllocationTick"));
     let _ = std::fs::remove_file(&path);
 
-    let gcdump = expect(
-        request(&agent, "GET", &format!("/gcdump?pid={pid}"), &[]),
-        200,
-        "/gcdump",
-        &agent,
-    );
+    let gcdump = get(&agent, &format!("/gcdump?pid={pid}"), 200);
     assert_artifact_name(&attachment_name(&gcdump), pid, "gcdump");
     let path = write_temp("stream.gcdump", &gcdump.bytes);
     assert!(gcdump_objects(&path) > 1000);
     let _ = std::fs::remove_file(&path);
 
-    let dump = expect(
-        request(&agent, "GET", &format!("/dump?pid={pid}&type=Mini"), &[]),
-        200,
-        "/dump",
-        &agent,
-    );
+    let dump = get(&agent, &format!("/dump?pid={pid}&type=Mini"), 200);
     assert!(attachment_name(&dump).starts_with("core_"));
     assert!(is_elf_core(&dump.bytes), "{} bytes", dump.bytes.len());
 
@@ -397,7 +366,7 @@ fn artifacts_stream_back_and_open() {
         format!("/trace?pid={pid}&durationSeconds=-2"),
         format!("/gcdump?pid={pid}&egressProvider=nowhere"),
     ] {
-        let response = expect(request(&agent, "GET", &bad, &[]), 400, &bad, &agent);
+        let response = get(&agent, &bad, 400);
         assert_eq!(
             response.header("content-type"),
             Some("application/problem+json")
@@ -432,15 +401,7 @@ fn egress_to_a_folder_limits_and_cancellation() {
             "IntermediateDirectoryPath": dir.join("partial"),
         }}}}),
     );
-    let agent = Agent::start(
-        &dir,
-        &[
-            "--pid",
-            &pid.to_string(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let agent = agent_with_config(&dir, pid, &config);
 
     let accepted = expect(
         request(
@@ -466,13 +427,7 @@ fn egress_to_a_folder_limits_and_cancellation() {
         "gcdump",
     );
     assert!(gcdump_objects(&location) > 1000);
-    let tagged = expect(
-        request(&agent, "GET", "/operations?tags=b", &[]),
-        200,
-        "/operations",
-        &agent,
-    )
-    .json();
+    let tagged = get(&agent, "/operations?tags=b", 200).json();
     assert!(tagged
         .as_array()
         .unwrap()
@@ -514,12 +469,7 @@ fn egress_to_a_folder_limits_and_cancellation() {
             operation_id(&response)
         })
         .collect();
-    let refused = expect(
-        request(&agent, "GET", &format!("/trace?pid={pid}&profile=Cpu"), &[]),
-        429,
-        "a fourth trace",
-        &agent,
-    );
+    let refused = get(&agent, &format!("/trace?pid={pid}&profile=Cpu"), 429);
     assert_eq!(
         refused.header("content-type"),
         Some("application/problem+json")
@@ -594,15 +544,7 @@ fn the_disk_budget_is_never_exceeded() {
             "DiskBudget": {"MaxBytes": budget.to_string()},
         }}),
     );
-    let agent = Agent::start(
-        &dir,
-        &[
-            "--pid",
-            &pid.to_string(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let agent = agent_with_config(&dir, pid, &config);
     // Watch the folder the whole time.
     let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let watcher = {
@@ -747,15 +689,7 @@ fn egress_to_s3_lands_objects_named_as_artifacts() {
             "forcePathStyle": true,
         }}}}),
     );
-    let agent = Agent::start(
-        &dir,
-        &[
-            "--pid",
-            &pid.to_string(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let agent = agent_with_config(&dir, pid, &config);
 
     // A gcdump fits one part (PutObject); a dump takes several (multipart upload).
     for (route, what) in [

@@ -104,7 +104,7 @@ pub struct EventPipeConfiguration {
     #[serde(
         alias = "RequestRundown",
         default = "default_true",
-        deserialize_with = "lenient_bool"
+        deserialize_with = "crate::config::lenient::boolean"
     )]
     pub request_rundown: bool,
     /// 1..=1024, default 256.
@@ -230,33 +230,12 @@ fn event_level<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
     }
 }
 
-fn lenient_bool<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-    use serde::de::Error;
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum BoolOrText {
-        Bool(bool),
-        Text(String),
-    }
-    match BoolOrText::deserialize(d)? {
-        BoolOrText::Bool(b) => Ok(b),
-        BoolOrText::Text(t) => match t.trim().to_ascii_lowercase().as_str() {
-            "true" => Ok(true),
-            "false" => Ok(false),
-            _ => Err(D::Error::custom(format!("{t:?} is not true or false"))),
-        },
-    }
-}
-
 fn buffer_mb<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    use serde::de::Error;
-    let n = match NumberOrText::deserialize(d)? {
-        NumberOrText::Number(n) => Some(n),
-        NumberOrText::Text(t) => t.trim().parse().ok(),
-    };
-    match n {
-        Some(n @ 1..=1024) => Ok(n as u32),
-        _ => Err(D::Error::custom("the buffer size is 1 to 1024 MB")),
+    match crate::config::lenient::number::<D, u32>(d)? {
+        n @ 1..=1024 => Ok(n),
+        n => Err(serde::de::Error::custom(format!(
+            "the buffer size is 1 to 1024 MB, not {n}"
+        ))),
     }
 }
 

@@ -3,7 +3,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use serde::{Deserialize, Deserializer};
+use std::time::Duration;
+
+use collector::config::lenient;
+use serde::Deserialize;
 
 /// The artifacts' disk budget unless `Egress:DiskBudget:MaxBytes` says otherwise: room for a
 /// few traces and gcdumps or one dump of a mid-sized service, little enough that a rule firing
@@ -41,7 +44,11 @@ pub struct FileSystemOptions {
     #[serde(default, alias = "intermediateDirectoryPath")]
     pub intermediate_directory_path: Option<PathBuf>,
     /// Bytes copied at a time (1 or more).
-    #[serde(default, alias = "copyBufferSize", deserialize_with = "lenient_size")]
+    #[serde(
+        default,
+        alias = "copyBufferSize",
+        deserialize_with = "lenient::opt_bytes"
+    )]
     pub copy_buffer_size: Option<u64>,
 }
 
@@ -70,16 +77,32 @@ pub struct S3Options {
     pub aws_profile_path: Option<String>,
     /// When set (a .NET TimeSpan such as `01:00:00`, 1 minute to 1 day), the operation's
     /// resource location is a pre-signed GET URL valid that long; else `BucketName=…, Key=…`.
-    #[serde(default, alias = "preSignedUrlExpiry")]
-    pub pre_signed_url_expiry: Option<String>,
+    #[serde(
+        default,
+        alias = "preSignedUrlExpiry",
+        deserialize_with = "lenient::opt_duration"
+    )]
+    pub pre_signed_url_expiry: Option<Duration>,
     /// Path-style URLs (`endpoint/bucket/key`), as S3-compatible servers usually need.
-    #[serde(default, alias = "forcePathStyle", deserialize_with = "lenient_bool")]
+    #[serde(
+        default,
+        alias = "forcePathStyle",
+        deserialize_with = "lenient::boolean"
+    )]
     pub force_path_style: bool,
     /// The multipart upload's part size; at least 5 MiB (S3's minimum), default 5 MiB.
-    #[serde(default, alias = "copyBufferSize", deserialize_with = "lenient_size")]
+    #[serde(
+        default,
+        alias = "copyBufferSize",
+        deserialize_with = "lenient::opt_bytes"
+    )]
     pub copy_buffer_size: Option<u64>,
     /// SSE-KMS is not supported: `true` is refused with an explanation.
-    #[serde(default, alias = "useKmsEncryption", deserialize_with = "lenient_bool")]
+    #[serde(
+        default,
+        alias = "useKmsEncryption",
+        deserialize_with = "lenient::boolean"
+    )]
     pub use_kms_encryption: bool,
     #[serde(default, alias = "kmsEncryptionKey")]
     pub kms_encryption_key: Option<String>,
@@ -91,8 +114,8 @@ pub struct S3Options {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct DiskBudgetOptions {
-    /// Bytes, as a number or a string of digits.
-    #[serde(alias = "maxBytes", deserialize_with = "size")]
+    /// Bytes, as a number or a string with an optional unit (`500MB`, `2GiB`).
+    #[serde(alias = "maxBytes", deserialize_with = "lenient::bytes")]
     pub max_bytes: u64,
 }
 
@@ -104,62 +127,6 @@ impl Default for DiskBudgetOptions {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum NumberOrText {
-    Number(u64),
-    Text(String),
-}
-
-/// A byte count, as a number or a string of digits.
-fn size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    match NumberOrText::deserialize(d)? {
-        NumberOrText::Number(n) => Ok(n),
-        NumberOrText::Text(t) => t
-            .trim()
-            .parse()
-            .map_err(|_| serde::de::Error::custom(format!("{t:?} is not a number of bytes"))),
-    }
-}
-
-fn lenient_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-    size(d).map(Some)
-}
-
-fn lenient_bool<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum BoolOrText {
-        Bool(bool),
-        Text(String),
-    }
-    match BoolOrText::deserialize(d)? {
-        BoolOrText::Bool(b) => Ok(b),
-        BoolOrText::Text(t) => match t.trim().to_ascii_lowercase().as_str() {
-            "true" => Ok(true),
-            "false" => Ok(false),
-            _ => Err(serde::de::Error::custom(format!(
-                "{t:?} is not true or false"
-            ))),
-        },
-    }
-}
-
-/// A .NET TimeSpan `[d.]hh:mm:ss[.fff]` in seconds.
-pub fn parse_timespan(text: &str) -> Option<f64> {
-    let text = text.trim();
-    let (days, rest) = match text.split_once('.') {
-        Some((d, rest)) if !d.contains(':') && rest.contains(':') => (d.parse::<f64>().ok()?, rest),
-        _ => (0.0, text),
-    };
-    let parts: Vec<&str> = rest.split(':').collect();
-    let [h, m, s] = parts.as_slice() else {
-        return None;
-    };
-    let (h, m, s): (f64, f64, f64) = (h.parse().ok()?, m.parse().ok()?, s.parse().ok()?);
-    (m < 60.0 && s < 60.0).then_some(days * 86_400.0 + h * 3600.0 + m * 60.0 + s)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,7 +136,7 @@ mod tests {
         let json = r#"{
             "FileSystem": {"artifacts": {"DirectoryPath": "/diag/out", "IntermediateDirectoryPath": "/diag/tmp", "CopyBufferSize": "8192"}},
             "S3Storage": {"bucket": {"endpoint": "http://127.0.0.1:9000", "bucketName": "b", "accessKeyId": "k", "secretAccessKey": "s", "forcePathStyle": "true", "copyBufferSize": 6000000}},
-            "DiskBudget": {"MaxBytes": "500000000"}
+            "DiskBudget": {"MaxBytes": "500MB"}
         }"#;
         let config: EgressConfig = serde_json::from_str(json).unwrap();
         let fs = &config.file_system["artifacts"];
@@ -184,14 +151,5 @@ mod tests {
         assert!(
             serde_json::from_str::<EgressConfig>(r#"{"DiskBudget":{"MaxBytes":"lots"}}"#).is_err()
         );
-    }
-
-    #[test]
-    fn timespans() {
-        assert_eq!(parse_timespan("01:00:00"), Some(3600.0));
-        assert_eq!(parse_timespan("1.00:00:00"), Some(86_400.0));
-        assert_eq!(parse_timespan("00:00:01.5"), Some(1.5));
-        assert_eq!(parse_timespan("soon"), None);
-        assert_eq!(parse_timespan("00:61:00"), None);
     }
 }

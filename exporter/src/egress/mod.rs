@@ -35,8 +35,7 @@ mod s3;
 
 pub use budget::DiskBudget;
 pub use config::{
-    parse_timespan, DiskBudgetOptions, EgressConfig, FileSystemOptions, S3Options,
-    DEFAULT_DISK_BUDGET_BYTES,
+    DiskBudgetOptions, EgressConfig, FileSystemOptions, S3Options, DEFAULT_DISK_BUDGET_BYTES,
 };
 
 use std::collections::BTreeMap;

@@ -9,7 +9,6 @@ use rusty_s3::actions::CreateMultipartUpload;
 use rusty_s3::{Bucket, Credentials, S3Action, UrlStyle};
 use tokio::io::AsyncReadExt;
 
-use super::config::parse_timespan;
 use super::{EgressError, Input, S3Options};
 
 /// S3's smallest part but the last, and dotnet-monitor's minimum `copyBufferSize`.
@@ -92,19 +91,13 @@ impl S3Provider {
             }
             Some(n) => n.min(MAX_PART),
         };
-        let presigned_url_expiry = match &options.pre_signed_url_expiry {
-            None => None,
-            Some(text) => match parse_timespan(text) {
-                Some(seconds) if (60.0..=86_400.0).contains(&seconds) => {
-                    Some(Duration::from_secs_f64(seconds))
-                }
-                _ => {
-                    return Err(invalid(format!(
-                        "preSignedUrlExpiry {text:?} is not a time span from 00:01:00 to \
-                         1.00:00:00"
-                    )))
-                }
-            },
+        let presigned_url_expiry = match options.pre_signed_url_expiry {
+            Some(expiry) if !(60..=86_400).contains(&expiry.as_secs()) => {
+                return Err(invalid(format!(
+                    "preSignedUrlExpiry is {expiry:?}; it must be from 00:01:00 to 1.00:00:00"
+                )))
+            }
+            expiry => expiry,
         };
         // HTTPS with ring's primitives and the system's root certificates; a provider someone
         // else installed for the process first is as good.
