@@ -166,7 +166,10 @@ fn process_routes_answer_with_dotnet_monitors_shapes() {
     let process = get(&agent, &format!("/process?uid={uid}"), 200).json();
     assert_eq!(process["pid"], pid);
     assert_eq!(process["uid"], uid);
-    assert_eq!(process["operatingSystem"], "linux");
+    assert!(process["operatingSystem"]
+        .as_str()
+        .unwrap()
+        .eq_ignore_ascii_case("linux"));
     assert!(process["commandLine"]
         .as_str()
         .unwrap()

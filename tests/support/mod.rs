@@ -206,7 +206,7 @@ pub fn http_request_with_body(
     for (k, v) in headers {
         request.push_str(&format!("{k}: {v}\r\n"));
     }
-    if !body.is_empty() {
+    if !body.is_empty() || !matches!(method, "GET" | "HEAD") {
         request.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
     request.push_str("\r\n");
