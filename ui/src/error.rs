@@ -61,8 +61,8 @@ pub enum ApiError {
         "no route for {method} {path}; profile queries are under /api/v1/: profile-types, \
          labels, labels/{{name}}/values, series, profile, diff; attached processes under \
          /api/v1/processes, their events under /api/v1/events; dotnet-monitor's routes are \
-         /processes, /process, /env, /info, /trace, /gcdump, /dump, /stacks, /operations; the \
-         web UI is at /"
+         /processes, /process, /env, /info, /trace, /gcdump, /dump, /stacks, /operations, \
+         /collectionrules; the web UI is at /"
     )]
     NotFound { method: String, path: String },
 
