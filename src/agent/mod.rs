@@ -6,13 +6,16 @@
 //! - per process ([`process`]): a light session plus a duty-cycled sampler, turned into store
 //!   batches, which go into a bounded queue;
 //! - the store writer ([`writer`]): the only thread that writes the store;
-//! - the exporters ([`export`]): the same batches, sent to OTLP and Pyroscope backends.
+//! - the exporters ([`export`]): the same batches, sent to OTLP and Pyroscope backends;
+//! - per process and collection rule ([`rules`]): the rule's trigger sessions and actions, and
+//!   the pre-trigger ring of its CollectTrace actions with `PreTriggerSeconds`.
 
 pub mod config;
 mod discover;
 mod export;
 mod health;
 mod process;
+mod rules;
 mod runtime_metrics;
 mod writer;
 
@@ -25,6 +28,7 @@ use collector::attached::AttachedProcesses;
 use collector::counters::{CounterSessionConfig, DEFAULT_INTERVAL_SECONDS};
 use collector::metrics::{MetricsConfig, Registry};
 use collector::sampler::DutyCycle;
+use exporter::egress::{Egress, EgressConfig};
 use store::continuous::EventProfiles;
 use store::tsdb::{Store, StoreOptions};
 use tokio::sync::watch;
@@ -170,6 +174,8 @@ struct Resolved {
     auth: AuthSource,
     kestrel: ui::tls::KestrelConfig,
     exporters: export::ExportersConfig,
+    egress: EgressConfig,
+    rules: Vec<collector::rules::options::CollectionRule>,
 }
 
 /// Where the API key comes from.
@@ -301,6 +307,12 @@ impl Args {
             auth,
             kestrel: config.kestrel.clone(),
             exporters: config.exporters,
+            egress: config.egress.clone(),
+            rules: collector::rules::options::compile(
+                &config.collection_rules,
+                &config.collection_rule_defaults,
+            )
+            .map_err(|e| anyhow::anyhow!("configuration key {e}"))?,
         })
     }
 }
@@ -383,6 +395,8 @@ pub struct Settings {
     pub linkage: Option<Vec<collector::ipc::ProviderConfig>>,
     /// The counter session whose values go on /metrics, unless that is off.
     pub runtime_metrics: Option<RuntimeMetrics>,
+    /// Collection rules and their egress.
+    pub rules: rules::RuleSettings,
 }
 
 /// What the agent's tasks share.
@@ -525,6 +539,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     } else {
         ApiListener::Http(listener)
     };
+    // One Egress (one disk budget) for the API's artifacts and the rules'.
+    let egress = Egress::new(&settings.egress).context("the Egress configuration")?;
+    let rules = rules::RuleSettings {
+        rules: settings.rules,
+        counter_interval_seconds: collector::counters::DEFAULT_INTERVAL_SECONDS,
+        egress: egress.clone(),
+    };
+    rules.check_egress()?;
     let metrics = Registry::default();
     let health = Health::register(&metrics);
     let metrics_listener = match &settings.metrics_urls {
@@ -553,6 +575,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             host_name: host_name(),
             linkage: settings.linkage,
             runtime_metrics: settings.runtime_metrics,
+            rules,
         },
         processes: AttachedProcesses::default(),
         sink,
@@ -561,6 +584,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         shutdown,
     });
 
+    let listen = match &settings.listen_socket {
+        Some(path) => Some(Arc::new(discover::bind_listen(path).await?)),
+        None => None,
+    };
     let stopped = || {
         let mut shutdown = agent.shutdown.clone();
         async move {
@@ -568,8 +595,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     let api = {
+        let monitor = ui::MonitorState {
+            directory: ui::ProcessDirectory {
+                connect: settings.connect,
+                listen: listen.clone(),
+            },
+            egress,
+            ..ui::MonitorState::default()
+        };
         let state = ui::ApiState::new(store.clone())
             .with_processes(agent.processes.clone())
+            .with_monitor(monitor)
             .with_metrics(agent.metrics.clone())
             .with_auth(auth);
         let router = ui::router(state);
@@ -595,8 +631,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             settings.rescan_interval,
         ));
     }
-    if let Some(path) = &settings.listen_socket {
-        let server = discover::bind_listen(path).await?;
+    if let Some(server) = listen {
         tasks.spawn(discover::listen_mode(agent.clone(), server));
     }
     let stop_signal = stop_signal()?;

