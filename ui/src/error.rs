@@ -60,7 +60,8 @@ pub enum ApiError {
     #[error(
         "no route for {method} {path}; profile queries are under /api/v1/: profile-types, \
          labels, labels/{{name}}/values, series, profile, diff; attached processes under \
-         /api/v1/processes, their events under /api/v1/events; the web UI is at /"
+         /api/v1/processes, their events under /api/v1/events; Pyroscope's querier for Grafana \
+         under /querier.v1.QuerierService/; the web UI is at /"
     )]
     NotFound { method: String, path: String },
 
@@ -80,6 +81,11 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// The HTTP status answering the problem.
+    pub(crate) fn status(&self) -> StatusCode {
+        self.kind().0
+    }
+
     /// The HTTP status and the `type` slug and `title` of the problem.
     fn kind(&self) -> (StatusCode, &'static str, &'static str) {
         use StatusCode as S;

@@ -16,6 +16,7 @@ use crate::collection_rules::collection_rule_routes;
 use crate::error::ApiError;
 use crate::events::event_routes;
 use crate::processes::process_routes;
+use crate::querier::querier_routes;
 use crate::query::query_routes;
 use crate::web::web_routes;
 
@@ -81,13 +82,14 @@ impl ApiState {
     }
 }
 
-/// The whole API: [`query_routes`], [`process_routes`], [`event_routes`] and the web UI
+/// The whole API: [`query_routes`], [`querier_routes`], [`process_routes`], [`event_routes`] and the web UI
 /// ([`web_routes`]), with problem+json answers for unknown routes and methods, and request
 /// tracing. Routes of later parts (dotnet-monitor's API) merge in here; an auth layer wraps the
 /// API routes, not the web UI's files, which hold no data.
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .merge(query_routes())
+        .merge(querier_routes())
         .merge(process_routes())
         .merge(event_routes())
         .merge(collection_rule_routes())
