@@ -355,6 +355,7 @@ async fn failures_are_connect_errors() {
         (json!({"maxNodes": "-1"}), "max_nodes -1 is out of range"),
         (json!({"spanSelector": ["xyz"]}), "16 hex digits"),
         (json!({"labelSelector": "{a!=\"b\"}"}), "only equality"),
+        (json!({"labelSelector": "{a=~\"b.*\"}"}), "only equality"),
     ];
     for (extra, message) in json_cases {
         let body = with(request.clone(), extra).to_string();
