@@ -415,7 +415,7 @@ async fn select_series(
         .await?;
     if let Some(limit) = request.limit.filter(|&l| l > 0) {
         // The largest first, as Pyroscope keeps the top series.
-        series.sort_by(|a, b| b.0.cmp(&a.0));
+        series.sort_by_key(|s| std::cmp::Reverse(s.0));
         series.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
     }
     Ok(SelectSeriesResponse {
