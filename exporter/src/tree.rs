@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::io::{self, BufWriter, Write};
 
 use store::profile::{FunctionIndex, Profile};
+use store::tsdb::OTHER_FRAME;
 
 use crate::{check, resolve_sample_type, ExportError, UNKNOWN_FRAME};
 
@@ -64,14 +65,11 @@ pub struct FlameGraph {
     pub max_self: i64,
 }
 
-/// Name of the node standing for the children a [`flame_graph`] leaves out, as Pyroscope
-/// names it.
-pub const OTHER_NODE: &str = "other";
-
 /// The flame graph of `sample_type` (default: the profile's default sample type) with at most
 /// about `max_nodes` nodes below the root, as Pyroscope cuts it: nodes whose total is below the
 /// `max_nodes`-th largest total are left out (ties may keep a few more), each parent's left-out
-/// children summed into one [`OTHER_NODE`] child. `max_nodes` 0 keeps every node.
+/// children summed into one child [`OTHER_FRAME`], into which children of that name (what
+/// `Store::flame_profile` already cut) go too. `max_nodes` 0 keeps every node.
 pub fn flame_graph(
     profile: &Profile,
     sample_type: Option<usize>,
@@ -231,7 +229,7 @@ impl<'a> Tree<'a> {
                         values.total,
                     )
                 }
-                Visit::Other(total) => (OTHER_NODE, total, total),
+                Visit::Other(total) => (OTHER_FRAME, total, total),
             };
             let name = *name_index.entry(name).or_insert_with(|| {
                 names.push(name.to_string());
@@ -248,7 +246,7 @@ impl<'a> Tree<'a> {
             let mut other = 0i64;
             for &child in &self.nodes[i].children {
                 let total = self.nodes[child].values[0].total;
-                if total >= min_total {
+                if total >= min_total && self.name(self.nodes[child].frame) != OTHER_FRAME {
                     children.push((Visit::Node(child), depth + 1, cursor));
                     cursor = cursor.saturating_add(total);
                 } else {
@@ -487,7 +485,7 @@ mod tests {
         let graph = flame_graph(&shop(), None, 3).unwrap();
         // total, Main, HandleOrder, Serialize, then the rest as "other".
         assert_eq!(graph.names[..4], whole.names[..4]);
-        assert_eq!(graph.names[4..], [OTHER_NODE]);
+        assert_eq!(graph.names[4..], [OTHER_FRAME]);
         assert_eq!(
             graph.levels,
             [
@@ -500,6 +498,19 @@ mod tests {
         assert_eq!((graph.total, graph.max_self), (100, 70));
         // A cut no smaller than the tree keeps it whole.
         assert_eq!(flame_graph(&shop(), None, 7).unwrap(), whole);
+    }
+
+    #[test]
+    fn flame_graph_folds_children_named_other_into_one() {
+        let mut b = cpu_builder();
+        let main = function(&mut b, "Shop.Program.Main(System.String[])");
+        let cut = function(&mut b, OTHER_FRAME);
+        let hot = function(&mut b, "Shop.Hot()");
+        b.add(vec![hot, main], Vec::new(), &[50]);
+        b.add(vec![cut, main], Vec::new(), &[30]);
+        let graph = flame_graph(&b.build(), None, 0).unwrap();
+        assert_eq!(graph.levels[2], [0, 50, 50, 2, 0, 30, 30, 3]);
+        assert_eq!(graph.names[2..], ["Shop.Hot()", OTHER_FRAME]);
     }
 
     #[test]

@@ -325,14 +325,6 @@ async fn failures_are_connect_errors() {
             "invalid_argument",
             "e.g. process_cpu",
         ),
-        (
-            "SelectHeatmap",
-            "application/json",
-            "{}",
-            501,
-            "unimplemented",
-            "SelectMergeProfile",
-        ),
     ];
     for (method, content_type, body, status, code, message) in cases {
         let (got, _, error) = call(&url, method, content_type, body).await;

@@ -10,7 +10,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{post, MethodRouter};
+use axum::routing::{self, MethodRouter};
 use prost::Message;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -156,16 +156,16 @@ impl IntoResponse for ConnectError {
     }
 }
 
-/// The route of one unary method: decodes the request in the codec its `Content-Type` names,
-/// runs `method` and encodes its answer in the same codec.
-pub fn unary<Req, Rep, F, Fut>(method: F) -> MethodRouter<ApiState>
+/// The route of one unary method, `POST`: decodes the request in the codec its `Content-Type`
+/// names, runs `method` and encodes its answer in the same codec.
+pub fn post<Req, Rep, F, Fut>(method: F) -> MethodRouter<ApiState>
 where
     Req: Message + DeserializeOwned + Default + Send + 'static,
     Rep: Reply,
     F: Fn(ApiState, Req) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<Rep, ConnectError>> + Send + 'static,
 {
-    post(
+    routing::post(
         move |State(state): State<ApiState>, headers: HeaderMap, body: Bytes| {
             let method = method.clone();
             async move {

@@ -3,7 +3,7 @@
 //! (`ProfileTypes`, `LabelNames`, `LabelValues`, `Series`, `SelectSeries`,
 //! `SelectMergeStacktraces`, `SelectMergeSpanProfile`, `SelectMergeProfile`), each at
 //! `POST /querier.v1.QuerierService/<Method>` ([`connect`] for the protocol, [`proto`] for the
-//! messages). Other methods of the service answer Connect's `unimplemented`.
+//! messages).
 //!
 //! How clrscope's store looks through Pyroscope's eyes:
 //!
@@ -26,21 +26,17 @@ mod proto;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use axum::routing::post;
 use axum::Router;
 use exporter::pprof::proto as pprof;
 use exporter::tree::flame_graph;
 use store::profile::{LabelValue, Profile, ProfileBuilder, ValueType};
-use store::tsdb::{self, parse_selector, SampleLabels, Store};
+use store::tsdb::{self, parse_selector, SampleLabels, Store, StoreError};
 
 use crate::error::ApiError;
 use crate::query::{default_step, Selection};
 use crate::server::ApiState;
-use connect::{unary, ConnectError, Reply};
+use connect::{ConnectError, Reply};
 use proto::*;
-
-/// The path of the service's methods.
-const SERVICE: &str = "/querier.v1.QuerierService";
 
 /// Flame graph nodes when a request names no `max_nodes`, and the most it may name: Pyroscope's
 /// defaults.
@@ -50,33 +46,39 @@ const MAX_MAX_NODES: i64 = 1 << 20;
 /// Most span or trace ids one request may select (each is one store query).
 const MAX_ID_SELECTORS: usize = 100;
 
-/// The querier routes, for [`crate::router`] to merge.
+/// The querier routes, for [`crate::router`] to merge. Other methods of the service are
+/// unknown routes, which Connect clients read as `unimplemented`.
 pub fn querier_routes() -> Router<ApiState> {
-    let method = |name: &str| format!("{SERVICE}/{name}");
     Router::new()
-        .route(&method("ProfileTypes"), unary(profile_types))
-        .route(&method("LabelNames"), unary(label_names))
-        .route(&method("LabelValues"), unary(label_values))
-        .route(&method("Series"), unary(series))
-        .route(&method("SelectSeries"), unary(select_series))
         .route(
-            &method("SelectMergeStacktraces"),
-            unary(select_merge_stacktraces),
+            "/querier.v1.QuerierService/ProfileTypes",
+            connect::post(profile_types),
         )
         .route(
-            &method("SelectMergeSpanProfile"),
-            unary(select_merge_span_profile),
+            "/querier.v1.QuerierService/LabelNames",
+            connect::post(label_names),
         )
-        .route(&method("SelectMergeProfile"), unary(select_merge_profile))
-        .route(&method("{method}"), post(unknown_method))
-}
-
-async fn unknown_method() -> ConnectError {
-    ConnectError::unimplemented(
-        "clrscope serves ProfileTypes, LabelNames, LabelValues, Series, SelectSeries, \
-         SelectMergeStacktraces, SelectMergeSpanProfile and SelectMergeProfile of \
-         querier.v1.QuerierService",
-    )
+        .route(
+            "/querier.v1.QuerierService/LabelValues",
+            connect::post(label_values),
+        )
+        .route("/querier.v1.QuerierService/Series", connect::post(series))
+        .route(
+            "/querier.v1.QuerierService/SelectSeries",
+            connect::post(select_series),
+        )
+        .route(
+            "/querier.v1.QuerierService/SelectMergeStacktraces",
+            connect::post(select_merge_stacktraces),
+        )
+        .route(
+            "/querier.v1.QuerierService/SelectMergeSpanProfile",
+            connect::post(select_merge_span_profile),
+        )
+        .route(
+            "/querier.v1.QuerierService/SelectMergeProfile",
+            connect::post(select_merge_profile),
+        )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -459,13 +461,14 @@ fn max_nodes(requested: Option<i64>) -> Result<usize, ConnectError> {
     }
 }
 
-/// The merged profile of `selected`, of the samples matching any of `filters` (all samples
-/// when there are none).
+/// The merged profile of `selected` as `read` reads it from the store, of the samples
+/// matching any of `filters` (all samples when there are none).
 fn merged_profile(
     store: &Store,
     selected: &Selected,
     filters: &[(String, LabelValue)],
     sample_labels: SampleLabels,
+    read: impl Fn(&tsdb::Query) -> Result<Profile, StoreError>,
 ) -> Result<Profile, ApiError> {
     let (query, selects) = selected.query(store, sample_labels)?;
     if !selects {
@@ -476,12 +479,12 @@ fn merged_profile(
         return Ok(empty.build());
     }
     if filters.is_empty() {
-        return Ok(store.profile(&query)?);
+        return Ok(read(&query)?);
     }
     let profiles = filters
         .iter()
         .map(|filter| {
-            store.profile(&tsdb::Query {
+            read(&tsdb::Query {
                 sample_matchers: vec![filter.clone()],
                 ..query.clone()
             })
@@ -524,9 +527,12 @@ async fn flame_graph_reply(
 ) -> Result<FlameGraphResponse, ConnectError> {
     let graph = state
         .query(move |store| {
-            // A flame graph shows no sample labels: merging without them is much cheaper.
+            // The store's call tree, cut to max_nodes (without sample labels, which a flame
+            // graph does not show), then Pyroscope's cut of the graph: it merges the trees of
+            // several spans and folds what the store cut into one `other` per node.
             let no_labels = SampleLabels::Only(Vec::new());
-            let profile = merged_profile(&store, &selected, &filters, no_labels)?;
+            let read = |query: &tsdb::Query| store.flame_profile(query, max_nodes);
+            let profile = merged_profile(&store, &selected, &filters, no_labels, read)?;
             drop(store);
             Ok(flame_graph(&profile, None, max_nodes)?)
         })
@@ -620,7 +626,8 @@ async fn select_merge_profile(
     let profile = state
         .query(move |store| {
             // pprof carries every sample label (threads, spans), as /api/v1/profile's does.
-            let profile = merged_profile(&store, &selected, &filters, SampleLabels::All)?;
+            let read = |query: &tsdb::Query| store.profile(query);
+            let profile = merged_profile(&store, &selected, &filters, SampleLabels::All, read)?;
             drop(store);
             Ok(exporter::pprof::to_proto(&profile)?)
         })
