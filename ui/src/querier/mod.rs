@@ -8,10 +8,13 @@
 //! How clrscope's store looks through Pyroscope's eyes:
 //!
 //! - Profile types get Pyroscope's ids `<name>:<sample type>:<unit>:<period type>:<period unit>`
-//!   as Pyroscope's .NET profiler gives them: `process_cpu:cpu:nanoseconds:cpu:nanoseconds`,
-//!   `wall:wall:nanoseconds:cpu:nanoseconds`, `process_cpu:alloc_samples:count:cpu:nanoseconds`,
-//!   and so on ([`pyroscope_type`]). A request's id is read by its sample type and unit, so
-//!   Pyroscope's other spellings of the same type (`alloc:alloc_samples:count:…`) select it too.
+//!   with the names clrscope's Pyroscope exporter sends them under:
+//!   `process_cpu:cpu:nanoseconds:cpu:nanoseconds`, `wall:wall:nanoseconds:wall:nanoseconds`,
+//!   `alloc:alloc_samples:count:cpu:nanoseconds`, `exception:exception:count:cpu:nanoseconds`,
+//!   `lock:lock_time:nanoseconds:cpu:nanoseconds`, … ([`pyroscope_type`]). A request's id is
+//!   read by its sample type, so other spellings of the same type
+//!   (`process_cpu:alloc_samples:count:cpu:nanoseconds`, as older .NET profilers name it)
+//!   select it too.
 //! - Every series carries, besides its labels (`service_name`, `process_id`, `host_name`),
 //!   Pyroscope's profile-type labels `__name__`, `__profile_type__`, `__type__`, `__unit__`,
 //!   `__period_type__` and `__period_unit__`; selectors may name them.
@@ -28,6 +31,7 @@ use std::time::Duration;
 
 use axum::Router;
 use exporter::pprof::proto as pprof;
+use exporter::pyroscope::pyroscope_name;
 use exporter::tree::flame_graph;
 use store::profile::{LabelValue, Profile, ProfileBuilder, ValueType};
 use store::tsdb::{self, parse_selector, SampleLabels, Store, StoreError};
@@ -84,14 +88,12 @@ pub fn querier_routes() -> Router<ApiState> {
 // ---------------------------------------------------------------------------------------------
 // profile types and labels
 
-/// A clrscope profile type as Pyroscope names it: the types of Pyroscope's .NET profiler, all
-/// of whose ids end in the cpu period it sends them with.
+/// A clrscope profile type as Pyroscope names it: as the Pyroscope exporter sends it
+/// ([`exporter::pyroscope::pyroscope_name`]), so the ids are those a Pyroscope server fed by
+/// clrscope shows; a type that exporter does not know keeps its own name, with a cpu period.
 fn pyroscope_type(profile_type: &tsdb::ProfileType) -> ProfileType {
-    let name = match profile_type.name.as_str() {
-        "wall" => "wall",
-        _ => "process_cpu",
-    };
-    let (period_type, period_unit) = ("cpu", "nanoseconds");
+    let (name, (period_type, period_unit)) = pyroscope_name(profile_type)
+        .unwrap_or((profile_type.name.as_str(), ("cpu", "nanoseconds")));
     ProfileType {
         id: format!(
             "{name}:{}:{}:{period_type}:{period_unit}",
