@@ -4,7 +4,9 @@
 #   docker run --rm clrscope --version
 #
 # Stage 1 builds the release binary with the official Rust image; stage 2 runs it on distroless
-# (glibc and libgcc, no shell, no package manager) as the non-root user 65532. The build context
+# (glibc and libgcc, no shell, no package manager) as the non-root uid 1654, the `app` user of
+# Microsoft's .NET images: a sidecar and its service share the diagnostic socket (mode 0600) when
+# they run as the same user. The build context
 # has no .git (.dockerignore), so `clrscope --version` names the revision passed as a build
 # argument, or says "unknown revision".
 ARG RUST_VERSION=1.88
@@ -20,9 +22,9 @@ RUN cargo build --release --locked --bin clrscope \
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/clrscope /usr/local/bin/clrscope
-# The store: mount a volume here to keep profiles across restarts (created 0700, owned by 65532).
-COPY --from=build --chown=65532:65532 /out/data /var/lib/clrscope
-USER 65532:65532
+# The store: mount a volume here to keep profiles across restarts (created 0700, owned by 1654).
+COPY --from=build --chown=1654:1654 /out/data /var/lib/clrscope
+USER 1654:1654
 # 52323: the API and web UI; 52325: Prometheus metrics.
 EXPOSE 52323 52325
 ENTRYPOINT ["/usr/local/bin/clrscope"]

@@ -1,12 +1,11 @@
 //! `clrscope dump`: a core dump of a process, written by the runtime's own `createdump`.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use collector::artifacts::{write_dump, DumpKind};
 use collector::client::DiagnosticsClient;
-use collector::ipc::{CoreDump, DumpType};
 use indicatif::ProgressBar;
 
 use crate::args::parse_duration;
@@ -25,13 +24,13 @@ pub enum Kind {
     Full,
 }
 
-impl Kind {
-    fn dump_type(self) -> DumpType {
-        match self {
-            Kind::Mini => DumpType::Normal,
-            Kind::WithHeap => DumpType::WithHeap,
-            Kind::Triage => DumpType::Triage,
-            Kind::Full => DumpType::Full,
+impl From<Kind> for DumpKind {
+    fn from(kind: Kind) -> DumpKind {
+        match kind {
+            Kind::Mini => DumpKind::Mini,
+            Kind::WithHeap => DumpKind::WithHeap,
+            Kind::Triage => DumpKind::Triage,
+            Kind::Full => DumpKind::Full,
         }
     }
 }
@@ -57,9 +56,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = DiagnosticsClient::for_pid(args.pid)?;
     let path = std::path::absolute(&args.output)
         .with_context(|| format!("resolving {}", args.output.display()))?;
-    let path_text = path
-        .to_str()
-        .with_context(|| format!("{} is not valid UTF-8", path.display()))?;
     let bar = ProgressBar::new_spinner();
     bar.enable_steady_tick(Duration::from_millis(200));
     bar.set_message(format!(
@@ -67,18 +63,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         args.pid, args.kind
     ));
     let started = Instant::now();
-    let result = client
-        .write_dump(
-            CoreDump::new(path_text, args.kind.dump_type()),
-            args.timeout,
-        )
-        .await;
+    let result = write_dump(&client, &path, args.kind.into(), args.timeout).await;
     bar.finish_and_clear();
     result.with_context(|| format!("dumping pid {}", args.pid))?;
-    // createdump writes with the target's umask; a dump holds secrets, so keep it private when
-    // this side can reach the file.
     if let Ok(meta) = std::fs::metadata(&path) {
-        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
         eprintln!(
             "wrote {} ({:.1} MB, {:?}) in {:.1} s",
             path.display(),

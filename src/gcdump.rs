@@ -1,14 +1,16 @@
 //! `clrscope gcdump`: a heap snapshot of a live process as a `.gcdump` file (PerfView's format),
 //! and `clrscope gcdump report`: the type histogram of such a file.
 
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use collector::artifacts::{collect_gcdump, write_gcdump_async};
 use collector::client::DiagnosticsClient;
-use collector::gcdump::{self, DumpInfo, Histogram, SnapshotOptions, SnapshotProgress};
+use collector::gcdump::{self, Histogram, SnapshotOptions, SnapshotProgress};
 use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
 use serde::Serialize;
 
@@ -59,15 +61,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 async fn collect(pid: u32, output: Option<PathBuf>, timeout: Duration) -> anyhow::Result<()> {
     let started = Instant::now();
     let client = DiagnosticsClient::for_pid(pid)?;
-    let process = client
-        .process_info()
-        .await
-        .with_context(|| format!("asking pid {pid} who it is"))?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let output =
-        output.unwrap_or_else(|| PathBuf::from(format!("clrscope-{pid}-{}.gcdump", now.as_secs())));
+    let output = output.unwrap_or_else(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        PathBuf::from(format!("clrscope-{pid}-{}.gcdump", now.as_secs()))
+    });
 
     let bar = ProgressBar::new_spinner();
     bar.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("valid template"));
@@ -85,22 +84,10 @@ async fn collect(pid: u32, output: Option<PathBuf>, timeout: Duration) -> anyhow
             p.elapsed.as_secs_f64()
         ));
     };
-    let result = gcdump::snapshot(&client, SnapshotOptions { timeout }, show).await;
+    let result = collect_gcdump(&client, pid, SnapshotOptions { timeout }, show).await;
     bar.finish_and_clear();
-    let graph = result.with_context(|| format!("heap snapshot of pid {pid}"))?;
+    let snapshot = Arc::new(result.with_context(|| format!("heap snapshot of pid {pid}"))?);
 
-    let info = DumpInfo {
-        process_id: pid,
-        process_name: process
-            .managed_entrypoint_assembly_name
-            .clone()
-            .unwrap_or_else(|| program_name(&process.command_line)),
-        machine_name: std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_default(),
-        collected_unix_nanos: i64::try_from(now.as_nanos()).unwrap_or(i64::MAX),
-        creation_tool: format!("clrscope {}", env!("CARGO_PKG_VERSION")),
-    };
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -108,8 +95,11 @@ async fn collect(pid: u32, output: Option<PathBuf>, timeout: Duration) -> anyhow
         .mode(0o600)
         .open(&output)
         .with_context(|| format!("creating {}", output.display()))?;
-    gcdump::write_gcdump(&graph, &info, BufWriter::with_capacity(1 << 20, file))
+    let mut out = tokio::io::BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(file));
+    write_gcdump_async(snapshot.clone(), &mut out)
+        .await
         .with_context(|| format!("writing {}", output.display()))?;
+    let graph = &snapshot.graph;
     let histogram = graph.histogram();
     eprintln!(
         "wrote {}: {} objects ({}), {} references, {} types, {} roots ({:.1} s)",
@@ -122,14 +112,6 @@ async fn collect(pid: u32, output: Option<PathBuf>, timeout: Duration) -> anyhow
         started.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-/// The program's file name from a ProcessInfo command line (argv[0] first).
-fn program_name(command_line: &str) -> String {
-    let argv0 = command_line.split(' ').next().unwrap_or_default();
-    Path::new(argv0)
-        .file_name()
-        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
 }
 
 /// What `report --json` prints.

@@ -1,6 +1,5 @@
 //! Attaching to a live process with every frame nameable.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -75,19 +74,4 @@ pub fn load_images(pid: u32, recorder: &mut Recorder) {
     if let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
         recorder.set_images(symbolizer::parse_proc_maps(&maps));
     }
-}
-
-/// Thread names from `/proc/PID/task/*/comm` (the runtime names OS threads after managed ones).
-pub fn thread_names(pid: u32) -> HashMap<u64, String> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return HashMap::new();
-    };
-    tasks
-        .filter_map(|task| {
-            let task = task.ok()?;
-            let tid = task.file_name().to_str()?.parse().ok()?;
-            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
-            Some((tid, comm.trim_end().to_string()))
-        })
-        .collect()
 }

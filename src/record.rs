@@ -56,7 +56,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = DiagnosticsClient::for_pid(args.pid)?;
     let mut recorder = Recorder::default();
     live::load_images(args.pid, &mut recorder);
-    let mut thread_names = live::thread_names(args.pid);
+    let mut thread_names = collector::processes::thread_names(args.pid);
 
     // Live JIT/Loader events name code compiled while we sample; the rundown at the end names
     // everything else that is loaded, ReadyToRun code included.
@@ -116,7 +116,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         recorder.set_trace(trace);
     }
     // Threads that started while sampling are named now; ones that ended keep their earlier name.
-    thread_names.extend(live::thread_names(args.pid));
+    thread_names.extend(collector::processes::thread_names(args.pid));
 
     let (profile, resolution) = recorder.profile(output::time_profiles(&args.types), &thread_names);
     if profile.samples.is_empty() {

@@ -1,23 +1,13 @@
 //! `clrscope stacks`: every managed thread's stack at one moment (one sampler tick).
 
 use std::io::Write;
-use std::time::Duration;
 
 use anyhow::Context;
+use collector::artifacts::collect_stack_tick;
 use collector::client::DiagnosticsClient;
-use collector::ipc::{CollectTracing, ProviderConfig};
-use collector::nettrace::events::{KnownEvent, SampleKind};
-use collector::nettrace::AsyncNettraceReader;
-use collector::providers::{self, level};
-use collector::session;
+use collector::processes::thread_names;
 use serde::Serialize;
-use store::sampled::Recorder;
-use symbolizer::FrameKind;
-
-use crate::live;
-
-/// Samples of one tick lie within microseconds; the next tick comes a sampler interval later.
-const TICK_GAP_NS: i64 = 500_000;
+use symbolizer::stacks::{CallStacks, RundownMap};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -47,87 +37,31 @@ struct StackFrame {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = DiagnosticsClient::for_pid(args.pid)?;
-    let mut recorder = Recorder::default();
-    live::load_images(args.pid, &mut recorder);
-    let names = live::thread_names(args.pid);
-    // The sampler alone; the rundown at stop names every method the stacks point into.
-    let config = CollectTracing::v2(vec![ProviderConfig::new(
-        providers::SAMPLE_PROFILER,
-        0,
-        level::INFORMATIONAL,
-    )])
-    .with_rundown(true);
-    let (session, _) = session::start(&client, config)
+    let images = std::fs::read_to_string(format!("/proc/{}/maps", args.pid))
+        .map(|maps| symbolizer::parse_proc_maps(&maps))
+        .unwrap_or_default();
+    let mut names = RundownMap::default().with_images(images);
+    let tick = collect_stack_tick(&client, &mut names)
         .await
-        .with_context(|| format!("starting the sampler in pid {}", args.pid))?;
-    let session_id = session.id;
-    let mut reader = AsyncNettraceReader::new(session.stream);
-
-    let mut tick = Vec::new();
-    let mut tick_at = None;
-    let first_tick = async {
-        while let Some(event) = reader.next_event().await? {
-            let Some(KnownEvent::ThreadSample(sample)) = event.known()? else {
-                continue;
-            };
-            let at = event.unix_nanos();
-            let started = *tick_at.get_or_insert(at);
-            if at - started > TICK_GAP_NS {
-                break;
-            }
-            let ips: Vec<u64> = event.stack().map(|s| s.ips().collect()).unwrap_or_default();
-            tick.push((event.header.thread_id, sample.kind, ips));
-        }
-        Ok::<_, anyhow::Error>(())
-    };
-    tokio::time::timeout(Duration::from_secs(10), first_tick)
-        .await
-        .map_err(|_| {
-            anyhow::anyhow!(
-                "no sampler tick from pid {} within 10 s: is it hung?",
-                args.pid
-            )
-        })??;
-
-    // Stop, and read the rest (the rundown) while the runtime answers.
-    let drain = async {
-        while let Some(event) = reader.next_event().await? {
-            recorder.observe(&event)?;
-        }
-        Ok::<_, anyhow::Error>(())
-    };
-    let (stopped, drained) = tokio::join!(client.stop_tracing(session_id), drain);
-    stopped?;
-    drained.context("reading the rundown")?;
-
-    let map = recorder.code_map();
-    let mut threads: Vec<ThreadStack> = tick
+        .with_context(|| format!("the stacks of pid {}", args.pid))?;
+    let stacks = CallStacks::build(&names.map, &tick, &thread_names(args.pid));
+    let threads: Vec<ThreadStack> = stacks
+        .stacks
         .into_iter()
-        .map(|(thread_id, kind, ips)| ThreadStack {
-            thread_id,
-            thread_name: names.get(&thread_id).cloned(),
-            state: if kind == SampleKind::Managed {
-                "managed"
-            } else {
-                "native"
-            },
-            frames: map
-                .symbolize_stack(&ips)
+        .map(|stack| ThreadStack {
+            thread_id: stack.thread_id,
+            thread_name: stack.thread_name,
+            state: if stack.managed { "managed" } else { "native" },
+            frames: stack
+                .frames
                 .into_iter()
-                .map(|frame| {
-                    let function = map.function(frame.function);
-                    StackFrame {
-                        function: match frame.kind {
-                            FrameKind::Managed { .. } => function.display_name().to_string(),
-                            _ => map.frame_label(frame),
-                        },
-                        module: function.module.to_string(),
-                    }
+                .map(|frame| StackFrame {
+                    function: frame.display,
+                    module: frame.module,
                 })
                 .collect(),
         })
         .collect();
-    threads.sort_by_key(|t| t.thread_id);
 
     let mut out = std::io::stdout().lock();
     if args.json {

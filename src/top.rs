@@ -92,7 +92,7 @@ fn draw(
     elapsed: Duration,
     terminal: bool,
 ) -> anyhow::Result<u64> {
-    let names = live::thread_names(args.pid);
+    let names = collector::processes::thread_names(args.pid);
     let (profile, resolution) = recorder.profile(types, &names);
     let value_type = 1;
     let total = profile.total(value_type).max(1) as f64;

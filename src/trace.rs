@@ -2,15 +2,14 @@
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use collector::artifacts::{collect_trace, TraceEnd, TraceProgress, TraceRequest};
 use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, DEFAULT_RUNDOWN_KEYWORD};
 use collector::providers::{self, SessionProviders, TraceProfile};
-use collector::session::{self, EventObserver, ParsingWriter, SessionEnd, SessionProgress};
 use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
 use tokio::io::BufWriter;
 use tokio::sync::Notify;
@@ -90,7 +89,9 @@ impl Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let session = args.session_providers()?;
+    let mut request = TraceRequest::new(args.session_providers()?)?.with_duration(args.duration);
+    request.buffer_mb = args.buffer_mb;
+    request.stop_timeout = args.stop_timeout;
     let client = DiagnosticsClient::for_pid(args.pid)?;
     let output = args.output.clone().unwrap_or_else(|| {
         let now = std::time::SystemTime::now()
@@ -106,52 +107,38 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .mode(0o600)
         .open(&output)
         .with_context(|| format!("creating {}", output.display()))?;
-    let events = Arc::new(AtomicU64::new(0));
-    let mut out = ParsingWriter::new(
-        BufWriter::with_capacity(256 * 1024, tokio::fs::File::from_std(file)),
-        EventCount(events.clone()),
-    );
-
-    let config = CollectTracing::v2(session.providers)
-        .with_rundown_keyword(session.rundown_keyword)
-        .with_circular_buffer_mb(args.buffer_mb);
+    let mut out = BufWriter::with_capacity(256 * 1024, tokio::fs::File::from_std(file));
 
     let bar = ProgressBar::new_spinner();
     bar.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("valid template"));
     bar.enable_steady_tick(Duration::from_millis(200));
-    let show = |p: SessionProgress| {
-        let phase = if p.stopping {
+    let show = |p: TraceProgress| {
+        let phase = if p.session.stopping {
             "stopping, collecting rundown".to_string()
         } else {
             match args.duration {
-                Some(d) => format!("{:.0} s left", d.saturating_sub(p.elapsed).as_secs_f64()),
+                Some(d) => format!(
+                    "{:.0} s left",
+                    d.saturating_sub(p.session.elapsed).as_secs_f64()
+                ),
                 None => "Ctrl-C to stop".to_string(),
             }
         };
         bar.set_message(format!(
             "pid {}: {} events, {} in {:.1} s · {phase}",
             args.pid,
-            events.load(Ordering::Relaxed),
-            HumanBytes(p.bytes),
-            p.elapsed.as_secs_f64()
+            p.events,
+            HumanBytes(p.session.bytes),
+            p.session.elapsed.as_secs_f64()
         ));
     };
 
+    // The first Ctrl-C stops the trace (the rundown follows); a second one abandons it.
     let stop_requested = Arc::new(Notify::new());
     let stop = {
         let stop_requested = stop_requested.clone();
-        let duration = args.duration;
         async move {
-            let elapsed = async {
-                match duration {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = elapsed => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
+            let _ = tokio::signal::ctrl_c().await;
             stop_requested.notify_one();
         }
     };
@@ -160,7 +147,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let _ = tokio::signal::ctrl_c().await;
     };
     let result = tokio::select! {
-        result = session::run(&client, config, &mut out, stop, args.stop_timeout, show) => result,
+        result = collect_trace(&client, &request, &mut out, stop, show) => result,
         () = abort => {
             bar.finish_and_clear();
             anyhow::bail!("aborted: {} is incomplete (it lacks the end of the stream and the rundown)", output.display());
@@ -169,30 +156,21 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let summary = result.with_context(|| format!("tracing pid {}", args.pid))?;
     let how = match summary.end {
-        SessionEnd::Stopped => "stopped",
-        SessionEnd::EndedByRuntime => "ended by the runtime (did the process exit?)",
+        TraceEnd::Duration | TraceEnd::Stopped | TraceEnd::StoppingEvent => "stopped",
+        TraceEnd::EndedByRuntime => "ended by the runtime (did the process exit?)",
     };
-    if let Some(error) = out.error() {
+    if let Some(error) = &summary.parse_error {
         tracing::warn!(%error, "the stream did not parse; the file holds it as the runtime sent it");
     }
     eprintln!(
         "wrote {} events ({}, {} dropped by the runtime) to {} ({:.1} s, session {:#x} via {}, {how})",
-        events.load(Ordering::Relaxed),
-        HumanBytes(summary.bytes),
-        out.parser().dropped_events(),
+        summary.events,
+        HumanBytes(summary.session.bytes),
+        summary.dropped_events,
         output.display(),
-        summary.elapsed.as_secs_f64(),
-        summary.session_id,
-        summary.version.name(),
+        summary.session.elapsed.as_secs_f64(),
+        summary.session.session_id,
+        summary.session.version.name(),
     );
     Ok(())
-}
-
-/// Counts events for the progress line.
-struct EventCount(Arc<AtomicU64>);
-
-impl EventObserver for EventCount {
-    fn on_event(&mut self, _: &collector::nettrace::Event<'_>) {
-        self.0.fetch_add(1, Ordering::Relaxed);
-    }
 }

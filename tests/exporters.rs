@@ -402,7 +402,7 @@ fn prepared(log: &str) -> Vec<(String, f64, f64)> {
 #[test]
 #[ignore = "benchmark of about 4 minutes; see BENCHMARKS.md"]
 fn export_cost() {
-    let seconds: u64 = std::env::var("CLRSCOPE_BENCH_SECONDS")
+    let seconds: u64 = std::env::var("EXPORT_COST_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(120);

@@ -1,6 +1,7 @@
 //! The collector: everything that talks to a .NET runtime.
 //!
 //! - [`activity`]: trace linkage, which span was current on a thread at a time.
+//! - [`artifacts`]: traces, gcdumps and dumps of a live process, and their file names.
 //! - [`attached`]: the processes an agent profiles right now.
 //! - [`ipc`]: the diagnostics IPC wire protocol (pure encode/decode, no I/O).
 //! - [`metrics`]: the agent's counters and gauges, which every stage may register and update.
@@ -19,6 +20,7 @@
 //! - [`processes`]: the .NET processes reachable from here, as `clrscope ps` lists them.
 
 pub mod activity;
+pub mod artifacts;
 pub mod attached;
 pub mod client;
 pub mod config;

@@ -1,5 +1,6 @@
 //! The .NET processes reachable from here, with what their runtimes say about themselves.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,6 +19,8 @@ pub struct ProcessSummary {
     /// The entry assembly's name, else the kernel's process name.
     pub name: String,
     pub command_line: Option<String>,
+    /// The entry assembly's name as the runtime reports it (ProcessInfo2+).
+    pub entry_assembly: Option<String>,
     /// The runtime's product version, e.g. `8.0.4+2d7eea25…`.
     pub runtime_version: Option<String>,
     pub os: Option<String>,
@@ -37,6 +40,7 @@ impl ProcessSummary {
             pid,
             name,
             command_line: None,
+            entry_assembly: None,
             runtime_version: None,
             os: None,
             arch: None,
@@ -53,7 +57,8 @@ impl ProcessSummary {
             .managed_entrypoint_assembly_name
             .filter(|n| !n.is_empty())
         {
-            self.name = entry;
+            self.name = entry.clone();
+            self.entry_assembly = Some(entry);
         }
         self.command_line = Some(info.command_line);
         self.runtime_version = info.clr_product_version;
@@ -64,8 +69,57 @@ impl ProcessSummary {
     }
 }
 
+/// A process [`reachable`] found: what its runtime says, and a client to send it commands.
+#[derive(Debug, Clone)]
+pub struct ReachableProcess {
+    pub summary: ProcessSummary,
+    pub client: DiagnosticsClient,
+}
+
 /// Lists every process with a default diagnostic socket, asking each runtime for its facts.
 pub async fn list_connect(timeout: Duration) -> Result<Vec<ProcessSummary>, DiscoveryError> {
+    Ok(reachable_connect(timeout)
+        .await?
+        .into_iter()
+        .map(|p| p.summary)
+        .collect())
+}
+
+/// One process by pid; discovery problems come back as an error.
+pub async fn describe_pid(pid: u32, timeout: Duration) -> Result<ProcessSummary, DiscoveryError> {
+    Ok(describe_socket(discovery::find_socket(pid)?, timeout)
+        .await
+        .summary)
+}
+
+/// The runtimes that dialled `server`, each asked for its facts.
+pub async fn list_listen(server: &ListenServer, timeout: Duration) -> Vec<ProcessSummary> {
+    reachable_listen(server, timeout)
+        .await
+        .into_iter()
+        .map(|p| p.summary)
+        .collect()
+}
+
+/// The processes with a default diagnostic socket (`connect`) and those that dialled `listen`,
+/// each asked for its facts (a runtime that did not answer has [`ProcessSummary::error`] set).
+pub async fn reachable(
+    connect: bool,
+    listen: Option<&ListenServer>,
+    timeout: Duration,
+) -> Result<Vec<ReachableProcess>, DiscoveryError> {
+    let mut all = if connect {
+        reachable_connect(timeout).await?
+    } else {
+        Vec::new()
+    };
+    if let Some(server) = listen {
+        all.extend(reachable_listen(server, timeout).await);
+    }
+    Ok(all)
+}
+
+async fn reachable_connect(timeout: Duration) -> Result<Vec<ReachableProcess>, DiscoveryError> {
     let sockets = discovery::scan(Path::new("/proc"))?;
     let queries = sockets
         .into_iter()
@@ -73,16 +127,10 @@ pub async fn list_connect(timeout: Duration) -> Result<Vec<ProcessSummary>, Disc
     Ok(spawn_all(queries).await)
 }
 
-/// One process by pid; discovery problems come back as an error.
-pub async fn describe_pid(pid: u32, timeout: Duration) -> Result<ProcessSummary, DiscoveryError> {
-    Ok(describe_socket(discovery::find_socket(pid)?, timeout).await)
-}
-
-/// The runtimes that dialled `server`, each asked for its facts.
-pub async fn list_listen(server: &ListenServer, timeout: Duration) -> Vec<ProcessSummary> {
+async fn reachable_listen(server: &ListenServer, timeout: Duration) -> Vec<ReachableProcess> {
     let queries = server.runtimes().into_iter().map(|info| {
         let client = server.client(info).with_timeout(timeout);
-        let mut row = ProcessSummary::new(
+        let mut summary = ProcessSummary::new(
             info.pid,
             String::new(),
             "listen",
@@ -90,39 +138,40 @@ pub async fn list_listen(server: &ListenServer, timeout: Duration) -> Vec<Proces
         );
         async move {
             match client.process_info().await {
-                Ok(process) => row.fill(process),
-                Err(e) => row.error = Some(e.to_string()),
+                Ok(process) => summary.fill(process),
+                Err(e) => summary.error = Some(e.to_string()),
             }
-            row
+            ReachableProcess { summary, client }
         }
     });
     spawn_all(queries).await
 }
 
-async fn describe_socket(socket: DiagnosticSocket, timeout: Duration) -> ProcessSummary {
+async fn describe_socket(socket: DiagnosticSocket, timeout: Duration) -> ReachableProcess {
     let name = std::fs::read_to_string(format!("/proc/{}/comm", socket.pid))
         .map(|comm| comm.trim_end().to_string())
         .unwrap_or_default();
-    let mut row = ProcessSummary::new(u64::from(socket.pid), name, "connect", socket.path.clone());
+    let mut summary =
+        ProcessSummary::new(u64::from(socket.pid), name, "connect", socket.path.clone());
+    let client = DiagnosticsClient::for_socket(&socket.path).with_timeout(timeout);
     if socket.path_too_long() {
-        row.error = Some(format!(
+        summary.error = Some(format!(
             "socket path is longer than a Unix socket address allows ({} bytes)",
             socket.path.as_os_str().len()
         ));
-        return row;
+        return ReachableProcess { summary, client };
     }
-    let client = DiagnosticsClient::for_socket(&socket.path).with_timeout(timeout);
     match client.process_info().await {
         Ok(info) if info.pid != u64::from(socket.namespace_pid) => {
-            row.error = Some(format!(
+            summary.error = Some(format!(
                 "the socket belongs to pid {} (its namespace pid), not {}: a stale socket",
                 info.pid, socket.namespace_pid
             ));
         }
-        Ok(info) => row.fill(info),
-        Err(e) => row.error = Some(e.to_string()),
+        Ok(info) => summary.fill(info),
+        Err(e) => summary.error = Some(e.to_string()),
     }
-    row
+    ReachableProcess { summary, client }
 }
 
 /// Runs the futures concurrently and returns their outputs in order.
@@ -140,4 +189,19 @@ where
         }
     }
     outputs
+}
+
+/// Thread names from `/proc/PID/task/*/comm` (the runtime names OS threads after managed ones).
+pub fn thread_names(pid: u32) -> HashMap<u64, String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return HashMap::new();
+    };
+    tasks
+        .filter_map(|task| {
+            let task = task.ok()?;
+            let tid = task.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
+            Some((tid, comm.trim_end().to_string()))
+        })
+        .collect()
 }

@@ -1,4 +1,6 @@
-//! Profile and artifact egress: pprof, OTLP Profiles, Pyroscope push, folded, speedscope, SVG.
+//! Profile and artifact egress: pprof, OTLP Profiles, Pyroscope push, folded, speedscope, SVG;
+//! and [`egress`], where diagnostic artifacts (traces, dumps, gcdumps, stacks) are written:
+//! folders within a disk budget, or S3.
 //!
 //! The file writers here read the canonical [`store::profile::Profile`] and write one format each:
 //!
@@ -33,6 +35,7 @@ use std::str::FromStr;
 
 use store::profile::{LabelValue, Profile, Sample, ValueType};
 
+pub mod egress;
 pub mod folded;
 pub mod otlp;
 pub mod pprof;

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use collector::config::lenient;
+use exporter::egress::EgressConfig;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -49,6 +50,10 @@ pub struct AgentConfig {
     /// Backends the profiles are sent to, by name (clrscope's own; README, "Exporting").
     #[serde(default)]
     pub exporters: super::export::ExportersConfig,
+    /// Where artifacts go when the API or a rule egresses them (dotnet-monitor's `Egress`:
+    /// `FileSystem`, `S3Storage`), and clrscope's `Egress:DiskBudget`.
+    #[serde(default)]
+    pub egress: EgressConfig,
 }
 
 /// dotnet-monitor's `DiagnosticPort` section, or its short form (a path: listen mode).
@@ -415,7 +420,7 @@ mod tests {
     #[test]
     fn sections_are_introspected() {
         let names = section_names();
-        for section in ["Urls", "DiagnosticPort", "Profiling", "Store", "Exporters"] {
+        for section in ["Urls", "DiagnosticPort", "Profiling", "Store", "Exporters", "Egress"] {
             assert!(names.contains(&section), "{section} not in {names:?}");
         }
     }

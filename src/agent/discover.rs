@@ -107,7 +107,7 @@ pub async fn bind_listen(path: &Path) -> anyhow::Result<ListenServer> {
 }
 
 /// Profiles every runtime that dials `server`.
-pub async fn listen_mode(agent: Arc<Agent>, server: ListenServer) -> anyhow::Result<()> {
+pub async fn listen_mode(agent: Arc<Agent>, server: Arc<ListenServer>) -> anyhow::Result<()> {
     let mut tasks = Tasks::new();
     let mut events = server.subscribe();
     let mut shutdown = agent.shutdown.clone();

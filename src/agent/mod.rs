@@ -22,6 +22,7 @@ use anyhow::{bail, Context};
 use collector::attached::AttachedProcesses;
 use collector::metrics::Registry;
 use collector::sampler::DutyCycle;
+use exporter::egress::{Egress, EgressConfig};
 use store::continuous::EventProfiles;
 use store::tsdb::{Store, StoreOptions};
 use tokio::sync::watch;
@@ -139,6 +140,7 @@ struct Resolved {
     linkage: Option<Vec<collector::ipc::ProviderConfig>>,
     store: StoreOptions,
     exporters: export::ExportersConfig,
+    egress: EgressConfig,
 }
 
 impl Args {
@@ -228,6 +230,7 @@ impl Args {
                 ..StoreOptions::default()
             },
             exporters: config.exporters,
+            egress: config.egress.clone(),
         })
     }
 }
@@ -342,8 +345,22 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         shutdown,
     });
 
+    let listen = match &settings.listen_socket {
+        Some(path) => Some(Arc::new(discover::bind_listen(path).await?)),
+        None => None,
+    };
     let api = {
-        let state = ui::ApiState::new(store.clone()).with_processes(agent.processes.clone());
+        let monitor = ui::MonitorState {
+            directory: ui::ProcessDirectory {
+                connect: settings.connect,
+                listen: listen.clone(),
+            },
+            egress: Egress::new(&settings.egress).context("the Egress configuration")?,
+            ..ui::MonitorState::default()
+        };
+        let state = ui::ApiState::new(store.clone())
+            .with_processes(agent.processes.clone())
+            .with_monitor(monitor);
         let mut shutdown = agent.shutdown.clone();
         let stopped = async move {
             let _ = shutdown.wait_for(|stop| *stop).await;
@@ -358,8 +375,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             settings.rescan_interval,
         ));
     }
-    if let Some(path) = &settings.listen_socket {
-        let server = discover::bind_listen(path).await?;
+    if let Some(server) = listen {
         tasks.spawn(discover::listen_mode(agent.clone(), server));
     }
     let stop_signal = stop_signal()?;

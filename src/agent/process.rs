@@ -335,7 +335,9 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
 }
 
 fn thread_names(proc_pid: Option<u32>) -> HashMap<u64, String> {
-    proc_pid.map(live::thread_names).unwrap_or_default()
+    proc_pid
+        .map(collector::processes::thread_names)
+        .unwrap_or_default()
 }
 
 /// `period_nanos`: what each sample of sampled batches stands for; 0 for event batches.

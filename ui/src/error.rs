@@ -60,15 +60,43 @@ pub enum ApiError {
     #[error(
         "no route for {method} {path}; profile queries are under /api/v1/: profile-types, \
          labels, labels/{{name}}/values, series, profile, diff; attached processes under \
-         /api/v1/processes, their events under /api/v1/events; Pyroscope's querier for Grafana \
-         under /querier.v1.QuerierService/; the web UI is at /"
+         /api/v1/processes, their events under /api/v1/events; dotnet-monitor's routes are \
+         /processes, /process, /env, /info, /trace, /gcdump, /dump, /stacks, /operations, \
+         /collectionrules; Pyroscope's querier for Grafana under /querier.v1.QuerierService/; \
+         the web UI is at /"
     )]
     NotFound { method: String, path: String },
 
     #[error("no attached process has pid {pid}; GET /api/v1/processes lists them")]
     ProcessNotFound { pid: u64 },
 
-    #[error("{method} is not allowed on {path}: this route answers GET")]
+    /// No process, or more than one, matches what the request names (dotnet-monitor's messages).
+    #[error("{0}")]
+    ProcessSelection(String),
+
+    #[error(
+        "Rate limit reached: at most {limit} {kind} operation(s) run at once; wait for the \
+         running one to end (GET /operations) or cancel it (DELETE /operations/{{id}})"
+    )]
+    TooManyRequests { kind: &'static str, limit: usize },
+
+    #[error("Operation not found: no operation {id} (finished operations are kept for an hour)")]
+    OperationNotFound { id: String },
+
+    #[error("Operation is not running: {id} is {state:?}")]
+    OperationNotRunning {
+        id: String,
+        state: crate::monitor::OperationState,
+    },
+
+    /// The runtime refused or failed a diagnostics command.
+    #[error("{0}")]
+    Diagnostics(String),
+
+    #[error(transparent)]
+    Egress(#[from] exporter::egress::EgressError),
+
+    #[error("{method} is not allowed on {path}: ui/API.md lists the methods each route answers")]
     MethodNotAllowed { method: String, path: String },
 
     /// The store cannot be read: its writer panicked or the agent is shutting down.
@@ -131,6 +159,30 @@ impl ApiError {
             ApiError::ProcessNotFound { .. } => {
                 (S::NOT_FOUND, "process-not-found", "Process not attached")
             }
+            ApiError::ProcessSelection(_) => (
+                S::BAD_REQUEST,
+                "process-selection",
+                "Target process not found",
+            ),
+            ApiError::TooManyRequests { .. } => (
+                S::TOO_MANY_REQUESTS,
+                "too-many-requests",
+                "Too many requests",
+            ),
+            ApiError::OperationNotFound { .. } => {
+                (S::BAD_REQUEST, "operation-not-found", "Operation not found")
+            }
+            ApiError::OperationNotRunning { .. } => (
+                S::BAD_REQUEST,
+                "operation-not-running",
+                "Operation not running",
+            ),
+            ApiError::Diagnostics(_) => (
+                S::BAD_REQUEST,
+                "diagnostics-error",
+                "Diagnostics command failed",
+            ),
+            ApiError::Egress(_) => (S::BAD_REQUEST, "egress-error", "Egress failed"),
             ApiError::MethodNotAllowed { .. } => (
                 S::METHOD_NOT_ALLOWED,
                 "method-not-allowed",

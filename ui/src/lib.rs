@@ -2,7 +2,8 @@
 //!
 //! So far: the profile query API over the agent's [`store::tsdb::Store`] ([`query_routes`]),
 //! the attached processes with their samplers ([`processes`]), their attach/detach events
-//! ([`event_routes`]) and the web UI at `/` ([`web_routes`], files embedded from `ui/web/`).
+//! ([`event_routes`]), dotnet-monitor's API ([`monitor`]: `/processes`, `/trace`, `/dump`, …,
+//! `/operations`) and the web UI at `/` ([`web_routes`], files embedded from `ui/web/`).
 //! The agent owns the store behind an `Arc<RwLock<Store>>` (its writer appends, queries read)
 //! and serves it with
 //!
@@ -56,6 +57,7 @@
 mod collection_rules;
 mod error;
 mod events;
+pub mod monitor;
 pub mod processes;
 mod querier;
 mod query;
@@ -66,6 +68,7 @@ mod web;
 pub use collection_rules::collection_rule_routes;
 pub use error::{ApiError, PROBLEM_JSON};
 pub use events::event_routes;
+pub use monitor::{monitor_routes, MonitorState, ProcessDirectory};
 pub use processes::process_routes;
 pub use querier::querier_routes;
 pub use query::query_routes;

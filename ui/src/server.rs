@@ -15,6 +15,7 @@ use tower_http::trace::TraceLayer;
 use crate::collection_rules::collection_rule_routes;
 use crate::error::ApiError;
 use crate::events::event_routes;
+use crate::monitor::{monitor_routes, MonitorState};
 use crate::processes::process_routes;
 use crate::querier::querier_routes;
 use crate::query::query_routes;
@@ -32,6 +33,8 @@ pub struct ApiState {
     pub store: Arc<RwLock<Store>>,
     /// The processes the agent profiles, for the process routes; empty without an agent.
     pub processes: AttachedProcesses,
+    /// dotnet-monitor's routes: where runtimes are found, egress, operations.
+    pub monitor: MonitorState,
     /// One permit per query allowed to run at once; the others wait for a permit, so a burst of
     /// requests cannot start more store scans (and their memory) than the machine has cores.
     pub query_permits: Arc<Semaphore>,
@@ -44,6 +47,7 @@ impl ApiState {
         ApiState {
             store,
             processes: AttachedProcesses::default(),
+            monitor: MonitorState::default(),
             query_permits: Arc::new(Semaphore::new(cores)),
         }
     }
@@ -51,6 +55,11 @@ impl ApiState {
     /// The same state, listing and controlling the agent's `processes`.
     pub fn with_processes(self, processes: AttachedProcesses) -> ApiState {
         ApiState { processes, ..self }
+    }
+
+    /// The same state, serving dotnet-monitor's routes with `monitor`.
+    pub fn with_monitor(self, monitor: MonitorState) -> ApiState {
+        ApiState { monitor, ..self }
     }
 
     /// Runs `query` on the blocking thread pool with the store's read guard, once a query
@@ -82,10 +91,10 @@ impl ApiState {
     }
 }
 
-/// The whole API: [`query_routes`], [`querier_routes`], [`process_routes`], [`event_routes`] and the web UI
-/// ([`web_routes`]), with problem+json answers for unknown routes and methods, and request
-/// tracing. Routes of later parts (dotnet-monitor's API) merge in here; an auth layer wraps the
-/// API routes, not the web UI's files, which hold no data.
+/// The whole API: [`query_routes`], [`querier_routes`] (Pyroscope's, for Grafana),
+/// [`process_routes`], [`event_routes`], dotnet-monitor's routes ([`monitor_routes`]) and the
+/// web UI ([`web_routes`]), with problem+json answers for unknown routes and methods, and request
+/// tracing. An auth layer wraps the API routes, not the web UI's files, which hold no data.
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .merge(query_routes())
@@ -93,6 +102,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(process_routes())
         .merge(event_routes())
         .merge(collection_rule_routes())
+        .merge(monitor_routes())
         .merge(web_routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -1,0 +1,141 @@
+//! The file names dotnet-monitor gives artifacts (`Utilities.GetFileNameTimeStampUtcNow` and each
+//! operation's `GenerateFileName`), so scripts that pick files up keep working.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::inspect::civil_from_days;
+
+/// A kind of artifact; its [`name`](ArtifactKind::name) is dotnet-monitor's artifact type (the
+/// key of its per-kind request limits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ArtifactKind {
+    /// A core dump: `core_<ts>` (dotnet-monitor on Linux; `dump_<ts>.dmp` only on Windows).
+    Dump,
+    /// `<ts>_<pid>.gcdump`.
+    GcDump,
+    /// `<ts>_<pid>.nettrace`.
+    Trace,
+    /// `<ts>_<pid>.stacks.txt` as plain text, `<ts>_<pid>.stacks.json` as JSON or speedscope.
+    Stacks { plain_text: bool },
+}
+
+impl ArtifactKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ArtifactKind::Dump => "dump",
+            ArtifactKind::GcDump => "gcdump",
+            ArtifactKind::Trace => "trace",
+            ArtifactKind::Stacks { .. } => "stacks",
+        }
+    }
+
+    /// The artifact's file name for process `pid`, taken at `at`.
+    pub fn file_name(self, pid: u64, at: SystemTime) -> String {
+        let ts = file_timestamp(at);
+        match self {
+            ArtifactKind::Dump => format!("core_{ts}"),
+            ArtifactKind::GcDump => format!("{ts}_{pid}.gcdump"),
+            ArtifactKind::Trace => format!("{ts}_{pid}.nettrace"),
+            ArtifactKind::Stacks { plain_text: true } => format!("{ts}_{pid}.stacks.txt"),
+            ArtifactKind::Stacks { plain_text: false } => format!("{ts}_{pid}.stacks.json"),
+        }
+    }
+
+    /// Whether `file_name` is one [`file_name`](ArtifactKind::file_name) gives some artifact,
+    /// so that clean-up never touches other files in a shared folder.
+    pub fn is_artifact_file_name(file_name: &str) -> bool {
+        let is_ts = |s: &str| {
+            let b = s.as_bytes();
+            b.len() == 19
+                && b.iter().enumerate().all(|(i, &c)| match i {
+                    8 | 15 => c == b'_',
+                    _ => c.is_ascii_digit(),
+                })
+        };
+        if let Some(ts) = file_name.strip_prefix("core_") {
+            return is_ts(ts);
+        }
+        let Some((ts, rest)) = file_name.split_at_checked(19) else {
+            return false;
+        };
+        let Some(rest) = rest.strip_prefix('_') else {
+            return false;
+        };
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        is_ts(ts)
+            && digits > 0
+            && matches!(
+                &rest[digits..],
+                ".gcdump" | ".nettrace" | ".stacks.txt" | ".stacks.json"
+            )
+    }
+}
+
+/// `yyyyMMdd_HHmmss_fff` in UTC, dotnet-monitor's file-name time stamp.
+pub fn file_timestamp(at: SystemTime) -> String {
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (year, month, day) = civil_from_days((secs / 86_400) as i64);
+    let of_day = secs % 86_400;
+    format!(
+        "{year:04}{month:02}{day:02}_{:02}{:02}{:02}_{:03}",
+        of_day / 3600,
+        of_day % 3600 / 60,
+        of_day % 60,
+        since.subsec_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn names_follow_dotnet_monitor() {
+        // 2024-02-29 13:05:09.042 UTC
+        let at = UNIX_EPOCH + Duration::from_millis(1_709_211_909_042);
+        assert_eq!(file_timestamp(at), "20240229_130509_042");
+        assert_eq!(
+            ArtifactKind::Trace.file_name(42, at),
+            "20240229_130509_042_42.nettrace"
+        );
+        assert_eq!(
+            ArtifactKind::Dump.file_name(42, at),
+            "core_20240229_130509_042"
+        );
+        assert_eq!(
+            ArtifactKind::Stacks { plain_text: true }.file_name(7, at),
+            "20240229_130509_042_7.stacks.txt"
+        );
+        assert_eq!(file_timestamp(UNIX_EPOCH), "19700101_000000_000");
+    }
+
+    #[test]
+    fn only_artifact_names_are_recognised() {
+        let at = UNIX_EPOCH + Duration::from_millis(1_709_211_909_042);
+        for kind in [
+            ArtifactKind::Dump,
+            ArtifactKind::GcDump,
+            ArtifactKind::Trace,
+            ArtifactKind::Stacks { plain_text: true },
+            ArtifactKind::Stacks { plain_text: false },
+        ] {
+            assert!(ArtifactKind::is_artifact_file_name(
+                &kind.file_name(1234, at)
+            ));
+        }
+        for other in [
+            "",
+            "core_",
+            "core_2024",
+            "notes.txt",
+            "20240229_130509_042_.nettrace",
+            "20240229_130509_042_12.nettrace.tmp",
+            "2024022a_130509_042_12.gcdump",
+            "core_20240229_130509_042.dmp",
+        ] {
+            assert!(!ArtifactKind::is_artifact_file_name(other), "{other:?}");
+        }
+    }
+}

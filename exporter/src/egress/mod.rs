@@ -1,0 +1,371 @@
+//! Artifact egress: where traces, dumps, gcdumps and stacks go when they are not streamed back,
+//! configured as dotnet-monitor's `Egress` section ([`EgressConfig`]).
+//!
+//! - `FileSystem`: into `DirectoryPath` (through `IntermediateDirectoryPath` when set), files
+//!   0600 and folders 0700, under one [`DiskBudget`] for all such folders: the oldest artifacts
+//!   are deleted to make room, so a rule that fires for ever never fills the disk;
+//! - `S3Storage`: into a bucket of AWS S3 or an S3-compatible server (multipart upload in
+//!   `CopyBufferSize` parts, nothing on disk).
+//!
+//! An artifact is written through an [`Upload`], an [`AsyncWrite`] the collector's functions
+//! write into:
+//!
+//! ```no_run
+//! # async fn demo(config: exporter::egress::EgressConfig, client: collector::client::DiagnosticsClient) -> Result<(), Box<dyn std::error::Error>> {
+//! use collector::artifacts::{collect_trace, ArtifactKind, TraceRequest};
+//! let egress = exporter::egress::Egress::new(&config)?;
+//! let name = ArtifactKind::Trace.file_name(42, std::time::SystemTime::now());
+//! let mut upload = egress.start("artifacts", &name)?;
+//! let request = TraceRequest::profiles(&collector::providers::TraceProfile::DEFAULT, 5)?;
+//! match collect_trace(&client, &request, &mut upload, std::future::pending(), |_| {}).await {
+//!     Ok(_) => println!("at {}", upload.finish().await?),
+//!     // The upload's own failure (e.g. over budget) explains a write error best.
+//!     Err(error) => return Err(match upload.abort().await { Err(e) => e.into(), Ok(()) => error.into() }),
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! Dropping an [`Upload`] without finishing it cancels it: the partial file is deleted, the
+//! multipart upload aborted.
+
+mod budget;
+mod config;
+mod filesystem;
+mod s3;
+
+pub use budget::DiskBudget;
+pub use config::{
+    DiskBudgetOptions, EgressConfig, FileSystemOptions, S3Options, DEFAULT_DISK_BUDGET_BYTES,
+};
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncWrite, AsyncWriteExt, DuplexStream};
+use tokio::task::JoinHandle;
+
+/// How many bytes may wait between the collector and the provider: enough to keep both busy.
+const PIPE_BYTES: usize = 256 * 1024;
+
+/// Why an artifact could not be egressed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EgressError {
+    #[error("no egress provider named {name:?}; configured: {known}")]
+    UnknownProvider { name: String, known: String },
+    #[error("egress provider {name:?}: {reason}")]
+    InvalidProvider { name: String, reason: String },
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the artifact does not fit the disk budget of {max_bytes} bytes ({in_flight} bytes are \
+         being written by other artifacts); raise Egress:DiskBudget:MaxBytes or egress large \
+         artifacts to S3"
+    )]
+    OverBudget { max_bytes: u64, in_flight: u64 },
+    #[error("S3 {action} of {key:?} in bucket {bucket:?}: {reason}")]
+    S3 {
+        action: &'static str,
+        bucket: String,
+        key: String,
+        reason: String,
+    },
+    #[error("the upload was cancelled")]
+    Cancelled,
+    #[error("the upload task failed: {0}")]
+    Task(String),
+}
+
+/// A configured provider.
+#[derive(Debug)]
+enum Provider {
+    FileSystem(filesystem::FileSystemProvider),
+    S3(s3::S3Provider),
+}
+
+/// The configured providers by name, and the FileSystem providers' disk budget. Cloning shares.
+#[derive(Debug, Clone)]
+pub struct Egress {
+    providers: Arc<BTreeMap<String, Provider>>,
+    budget: DiskBudget,
+}
+
+/// No providers, the default disk budget.
+impl Default for Egress {
+    fn default() -> Self {
+        Egress {
+            providers: Arc::new(BTreeMap::new()),
+            budget: DiskBudget::new(DEFAULT_DISK_BUDGET_BYTES),
+        }
+    }
+}
+
+impl Egress {
+    /// Checks every provider's settings and counts the artifacts already in the FileSystem
+    /// providers' folders against the budget (deleting the oldest if they exceed it).
+    pub fn new(config: &EgressConfig) -> Result<Egress, EgressError> {
+        let budget = DiskBudget::new(config.disk_budget.max_bytes);
+        let mut providers = BTreeMap::new();
+        for (name, options) in &config.file_system {
+            let provider = filesystem::FileSystemProvider::new(name, options, budget.clone())?;
+            providers.insert(name.clone(), Provider::FileSystem(provider));
+        }
+        for (name, options) in &config.s3_storage {
+            if providers.contains_key(name) {
+                return Err(EgressError::InvalidProvider {
+                    name: name.clone(),
+                    reason: "the name is used by a FileSystem provider too; names must be unique"
+                        .into(),
+                });
+            }
+            providers.insert(
+                name.clone(),
+                Provider::S3(s3::S3Provider::new(name, options)?),
+            );
+        }
+        Ok(Egress {
+            providers: Arc::new(providers),
+            budget,
+        })
+    }
+
+    pub fn budget(&self) -> &DiskBudget {
+        &self.budget
+    }
+
+    pub fn provider_names(&self) -> impl Iterator<Item = &str> {
+        self.providers.keys().map(String::as_str)
+    }
+
+    /// Whether `provider` is configured; the error names the ones that are.
+    pub fn check(&self, provider: &str) -> Result<(), EgressError> {
+        if self.providers.contains_key(provider) {
+            return Ok(());
+        }
+        let known: Vec<&str> = self.provider_names().collect();
+        Err(EgressError::UnknownProvider {
+            name: provider.to_string(),
+            known: if known.is_empty() {
+                "none (add Egress:FileSystem:<name>:DirectoryPath or Egress:S3Storage:<name> to \
+                 settings.json)"
+                    .to_string()
+            } else {
+                known.join(", ")
+            },
+        })
+    }
+
+    /// Starts writing the artifact `file_name` to provider `provider`.
+    pub fn start(&self, provider: &str, file_name: &str) -> Result<Upload, EgressError> {
+        self.check(provider)?;
+        let target = &self.providers[provider];
+        let (writer, reader) = tokio::io::duplex(PIPE_BYTES);
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let input = Input {
+            reader,
+            cancelled: cancelled.clone(),
+        };
+        let task = match target {
+            Provider::FileSystem(p) => tokio::spawn(p.clone().write(file_name.to_string(), input)),
+            Provider::S3(p) => tokio::spawn(p.clone().write(file_name.to_string(), input)),
+        };
+        Ok(Upload {
+            writer: Some(writer),
+            cancelled,
+            task: Some(task),
+        })
+    }
+}
+
+/// What a provider reads the artifact from: the bytes, and whether the writer gave up.
+struct Input {
+    reader: DuplexStream,
+    cancelled: Arc<AtomicBool>,
+}
+
+impl Input {
+    /// The end of the artifact: `Ok` if the writer finished it, `Cancelled` if it gave up.
+    fn end(&self) -> Result<(), EgressError> {
+        if self.cancelled.load(Ordering::Acquire) {
+            Err(EgressError::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// An artifact being egressed; write it, then [`finish`](Upload::finish) or
+/// [`abort`](Upload::abort). Dropped unfinished, it is cancelled.
+#[derive(Debug)]
+pub struct Upload {
+    writer: Option<DuplexStream>,
+    cancelled: Arc<AtomicBool>,
+    task: Option<JoinHandle<Result<String, EgressError>>>,
+}
+
+impl Upload {
+    /// Ends the artifact and waits until the provider has it; returns where it is (a path, or
+    /// dotnet-monitor's `BucketName=…, Key=…` / a pre-signed URL for S3).
+    pub async fn finish(mut self) -> Result<String, EgressError> {
+        if let Some(mut writer) = self.writer.take() {
+            // A provider that failed has closed its end; its own error says why.
+            let _ = writer.shutdown().await;
+        }
+        self.join().await
+    }
+
+    /// Gives the artifact up (the partial file is deleted, the multipart upload aborted). Returns
+    /// the provider's own error if it had failed before, which explains a failed write best.
+    pub async fn abort(mut self) -> Result<(), EgressError> {
+        self.cancelled.store(true, Ordering::Release);
+        self.writer = None;
+        match self.join().await {
+            Ok(_) | Err(EgressError::Cancelled) => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn join(&mut self) -> Result<String, EgressError> {
+        let task = self.task.take().expect("an upload is joined once");
+        task.await
+            .map_err(|e| EgressError::Task(e.to_string()))
+            .and_then(|result| result)
+    }
+
+    fn writer(&mut self) -> std::io::Result<&mut DuplexStream> {
+        self.writer.as_mut().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the upload has ended")
+        })
+    }
+}
+
+impl Drop for Upload {
+    fn drop(&mut self) {
+        if self.task.is_some() {
+            // The provider sees the end of the input with the flag set, and cleans up.
+            self.cancelled.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl AsyncWrite for Upload {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.writer() {
+            Ok(writer) => Pin::new(writer).poll_write(cx, buf),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.writer() {
+            Ok(writer) => Pin::new(writer).poll_flush(cx),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.writer() {
+            Ok(writer) => Pin::new(writer).poll_shutdown(cx),
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    fn folder_egress(dir: &std::path::Path, max_bytes: u64) -> Egress {
+        let config: EgressConfig = serde_json::from_value(serde_json::json!({
+            "FileSystem": {"local": {
+                "DirectoryPath": dir.join("out"),
+                "IntermediateDirectoryPath": dir.join("partial"),
+                "CopyBufferSize": 1000,
+            }},
+            "DiskBudget": {"MaxBytes": max_bytes},
+        }))
+        .unwrap();
+        Egress::new(&config).unwrap()
+    }
+
+    fn name(seconds: u64) -> String {
+        collector::artifacts::ArtifactKind::Trace
+            .file_name(7, UNIX_EPOCH + Duration::from_secs(1_700_000_000 + seconds))
+    }
+
+    fn files(dir: &std::path::Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn folder_uploads_finish_abort_and_keep_to_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let egress = folder_egress(dir.path(), 10_000);
+
+        let mut upload = egress.start("local", &name(1)).unwrap();
+        upload.write_all(&[1u8; 6000]).await.unwrap();
+        let location = upload.finish().await.unwrap();
+        assert_eq!(std::fs::read(&location).unwrap(), vec![1u8; 6000]);
+        assert_eq!(files(&dir.path().join("out")), [name(1)]);
+
+        // Given up: nothing stays, in either folder.
+        let mut upload = egress.start("local", &name(2)).unwrap();
+        upload.write_all(&[2u8; 3000]).await.unwrap();
+        upload.abort().await.unwrap();
+        assert_eq!(files(&dir.path().join("out")), [name(1)]);
+        assert!(files(&dir.path().join("partial")).is_empty());
+        assert_eq!(egress.budget().used_bytes(), 6000);
+
+        // Dropped unfinished: cancelled too.
+        let mut upload = egress.start("local", &name(3)).unwrap();
+        upload.write_all(&[3u8; 100]).await.unwrap();
+        drop(upload);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(files(&dir.path().join("partial")).is_empty());
+
+        // 6000 more do not fit beside the first: it is evicted.
+        let mut upload = egress.start("local", &name(4)).unwrap();
+        upload.write_all(&[4u8; 6000]).await.unwrap();
+        upload.finish().await.unwrap();
+        assert_eq!(files(&dir.path().join("out")), [name(4)]);
+
+        // Larger than the whole budget: the writer is cut off, the upload says why.
+        let mut upload = egress.start("local", &name(5)).unwrap();
+        let written = upload.write_all(&[5u8; 20_000]).await;
+        let error = match written {
+            Ok(()) => upload.finish().await.unwrap_err(),
+            Err(_) => upload.abort().await.unwrap_err(),
+        };
+        assert!(matches!(error, EgressError::OverBudget { .. }), "{error}");
+        assert!(files(&dir.path().join("partial")).is_empty());
+        assert!(egress.budget().used_bytes() <= 10_000);
+
+        assert!(matches!(
+            egress.start("elsewhere", &name(6)),
+            Err(EgressError::UnknownProvider { .. })
+        ));
+    }
+}

@@ -1,0 +1,462 @@
+//! The artifact routes: `/trace`, `/gcdump`, `/dump`, `/stacks`, streamed back or egressed.
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use axum::body::Body;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use collector::artifacts::{
+    collect_dump, collect_gcdump, collect_stack_tick, write_gcdump_async, ArtifactError,
+    ArtifactKind, DumpKind, EventPipeConfiguration, TraceRequest, DEFAULT_DUMP_TIMEOUT,
+};
+use collector::gcdump::SnapshotOptions;
+use collector::processes::thread_names;
+use collector::providers::TraceProfile;
+use exporter::egress::Upload;
+use symbolizer::stacks::{CallStacks, RundownMap, StackFormat};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::oneshot;
+
+use super::{MonitorParams, OperationHandle, QueryPairs, Target};
+use crate::error::ApiError;
+use crate::server::ApiState;
+
+/// How many bytes of a streamed artifact may wait for the client.
+const STREAM_PIPE_BYTES: usize = 256 * 1024;
+/// How much of a streamed artifact is sent at a time.
+const STREAM_CHUNK: usize = 64 * 1024;
+/// How long a heap snapshot may take (dotnet-monitor has no limit; a hung runtime should not
+/// hold the gcdump slot for ever).
+const GCDUMP_TIMEOUT: Duration = Duration::from_secs(300);
+/// dotnet-monitor's default trace duration.
+const DEFAULT_TRACE_SECONDS: i64 = 30;
+
+const ARTIFACT_PARAMS: [&str; 5] = ["pid", "uid", "name", "egressProvider", "tags"];
+
+pub(super) fn routes() -> Router<ApiState> {
+    Router::new()
+        .route("/trace", get(trace).post(trace_custom))
+        .route("/gcdump", get(gcdump))
+        .route("/dump", get(dump))
+        .route("/stacks", get(stacks))
+}
+
+/// What an artifact route collects.
+enum Job {
+    Trace(TraceRequest),
+    GcDump,
+    Dump(DumpKind),
+    Stacks(StackFormat),
+}
+
+impl Job {
+    fn kind(&self) -> ArtifactKind {
+        match self {
+            Job::Trace(_) => ArtifactKind::Trace,
+            Job::GcDump => ArtifactKind::GcDump,
+            Job::Dump(_) => ArtifactKind::Dump,
+            Job::Stacks(format) => ArtifactKind::Stacks {
+                plain_text: *format == StackFormat::PlainText,
+            },
+        }
+    }
+
+    fn content_type(&self) -> &'static str {
+        match self {
+            Job::Stacks(format) => format.content_type(),
+            _ => "application/octet-stream",
+        }
+    }
+
+    /// A dump is written by the runtime's createdump, which cannot be called off: a cancelled
+    /// dump is discarded once written, so its temporary file does not outlive the operation.
+    fn cancellable_midway(&self) -> bool {
+        !matches!(self, Job::Dump(_))
+    }
+
+    /// Collects the artifact from `target` into `out`; `stop` ends a trace early.
+    async fn write<W: AsyncWrite + Unpin + Send>(
+        &self,
+        target: &Target,
+        dump_temp_dir: &Path,
+        out: &mut W,
+        stop: impl Future<Output = ()>,
+    ) -> Result<(), ArtifactError> {
+        let client = &target.client;
+        let written = match self {
+            Job::Trace(request) => trace_into(client, request, out, stop).await?,
+            Job::GcDump => {
+                let pid = u32::try_from(target.pid).unwrap_or(0);
+                let options = SnapshotOptions {
+                    timeout: GCDUMP_TIMEOUT,
+                };
+                let snapshot = collect_gcdump(client, pid, options, |_| {}).await?;
+                write_gcdump_async(Arc::new(snapshot), out).await?
+            }
+            Job::Dump(kind) => {
+                collect_dump(client, *kind, dump_temp_dir, DEFAULT_DUMP_TIMEOUT, out).await?
+            }
+            Job::Stacks(format) => {
+                let local_pid = target
+                    .local
+                    .then(|| u32::try_from(target.pid).ok())
+                    .flatten();
+                let images = local_pid
+                    .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/maps")).ok())
+                    .map(|maps| symbolizer::parse_proc_maps(&maps))
+                    .unwrap_or_default();
+                let mut names = RundownMap::default().with_images(images);
+                let tick = collect_stack_tick(client, &mut names).await?;
+                let threads = local_pid.map(thread_names).unwrap_or_default();
+                let text = CallStacks::build(&names.map, &tick, &threads).render(*format);
+                out.write_all(text.as_bytes())
+                    .await
+                    .map_err(|source| ArtifactError::Write { bytes: 0, source })?;
+                text.len() as u64
+            }
+        };
+        out.flush().await.map_err(|source| ArtifactError::Write {
+            bytes: written,
+            source,
+        })
+    }
+}
+
+/// A trace into `out`; returns its bytes.
+async fn trace_into<W: AsyncWrite + Unpin>(
+    client: &collector::client::DiagnosticsClient,
+    request: &TraceRequest,
+    out: &mut W,
+    stop: impl Future<Output = ()>,
+) -> Result<u64, ArtifactError> {
+    let summary = collector::artifacts::collect_trace(client, request, out, stop, |_| {}).await?;
+    if let Some(error) = &summary.parse_error {
+        tracing::warn!(%error, "a trace's stream did not parse; it is kept as the runtime sent it");
+    }
+    Ok(summary.session.bytes)
+}
+
+/// Runs `job` into `out` until it ends or the operation is cancelled (`None`).
+async fn run_job<W: AsyncWrite + Unpin + Send>(
+    job: &Job,
+    target: &Target,
+    dump_temp_dir: &Path,
+    out: &mut W,
+    handle: &OperationHandle,
+) -> Option<Result<(), ArtifactError>> {
+    if job.cancellable_midway() {
+        tokio::select! {
+            result = job.write(target, dump_temp_dir, out, handle.stop_requested()) => Some(result),
+            () = handle.cancelled() => None,
+        }
+    } else {
+        let result = job
+            .write(target, dump_temp_dir, out, handle.stop_requested())
+            .await;
+        (!handle.is_cancelled()).then_some(result)
+    }
+}
+
+/// Collects an egressed artifact to its end and records the outcome in its operation.
+async fn run_egressed(
+    job: Job,
+    target: Target,
+    dump_temp_dir: std::path::PathBuf,
+    mut upload: Upload,
+    handle: OperationHandle,
+) {
+    let result = run_job(&job, &target, &dump_temp_dir, &mut upload, &handle).await;
+    match result {
+        // Cancelled: the operation says so already; the partial artifact goes.
+        None => {
+            let _ = upload.abort().await;
+        }
+        Some(Ok(())) => match upload.finish().await {
+            Ok(location) => handle.succeed(Some(location)),
+            Err(error) => handle.fail(error.to_string()),
+        },
+        Some(Err(error)) => {
+            // The upload's own failure (e.g. over the disk budget) explains a write error best.
+            let message = match upload.abort().await {
+                Err(egress) => egress.to_string(),
+                Ok(()) => error.to_string(),
+            };
+            tracing::warn!(operation = handle.id(), %message, "egressing an artifact failed");
+            handle.fail(message);
+        }
+    }
+}
+
+/// `{scheme}://{host}/operations/{id}`, as dotnet-monitor's `Location` headers are absolute.
+fn operation_url(headers: &HeaderMap, scheme: &str, id: &str) -> String {
+    match headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
+        Some(host) => format!("{scheme}://{host}/operations/{id}"),
+        None => format!("/operations/{id}"),
+    }
+}
+
+/// Resolves the process, registers the operation, then streams the artifact back or sends it
+/// to the egress provider.
+async fn collect(
+    state: ApiState,
+    headers: HeaderMap,
+    params: MonitorParams,
+    job: Job,
+) -> Result<Response, ApiError> {
+    let monitor = &state.monitor;
+    let target = monitor.directory.resolve(&params.process_key()?).await?;
+    let kind = job.kind();
+    let provider = params.get("egressProvider").map(str::to_string);
+    if let Some(name) = &provider {
+        monitor.egress.check(name)?;
+    }
+    let handle = monitor.operations.start(
+        kind,
+        target.operation_process(),
+        provider.clone(),
+        params.tags(),
+    )?;
+    let location = operation_url(&headers, &monitor.public_scheme, handle.id());
+    let file_name = kind.file_name(target.pid, SystemTime::now());
+    let dump_temp_dir = monitor.dump_temp_dir.clone();
+    if let Some(name) = provider {
+        let upload = monitor.egress.start(&name, &file_name)?;
+        tokio::spawn(run_egressed(job, target, dump_temp_dir, upload, handle));
+        return Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)]).into_response());
+    }
+
+    let content_type = job.content_type();
+    let (mut writer, mut reader) = tokio::io::duplex(STREAM_PIPE_BYTES);
+    let (done, outcome) = oneshot::channel::<Result<(), String>>();
+    tokio::spawn(async move {
+        let result = run_job(&job, &target, &dump_temp_dir, &mut writer, &handle).await;
+        // The body ends here: complete, or cut short if the artifact failed midway.
+        drop(writer);
+        match result {
+            None => {}
+            Some(Ok(())) => {
+                handle.succeed(None);
+                let _ = done.send(Ok(()));
+            }
+            Some(Err(error)) => {
+                let message = error.to_string();
+                tracing::warn!(operation = handle.id(), %message, "collecting an artifact failed");
+                handle.fail(message.clone());
+                let _ = done.send(Err(message));
+            }
+        }
+    });
+    // Answer once the artifact has begun, so a failure to start is an error answer (400), not
+    // an empty 200.
+    let mut first = vec![0u8; STREAM_CHUNK];
+    let n = reader.read(&mut first).await.unwrap_or(0);
+    first.truncate(n);
+    if n == 0 {
+        if let Ok(Err(message)) = outcome.await {
+            return Err(ApiError::Diagnostics(message));
+        }
+    }
+    let rest = futures_util::stream::unfold(Some(reader), |reader| async move {
+        let mut reader = reader?;
+        let mut chunk = vec![0u8; STREAM_CHUNK];
+        match reader.read(&mut chunk).await {
+            Ok(0) => None,
+            Ok(n) => {
+                chunk.truncate(n);
+                Some((Ok::<_, std::io::Error>(chunk), Some(reader)))
+            }
+            Err(e) => Some((Err(e), None)),
+        }
+    });
+    let body = futures_util::StreamExt::chain(
+        futures_util::stream::iter((!first.is_empty()).then_some(Ok::<_, std::io::Error>(first))),
+        rest,
+    );
+    let disposition = format!("attachment; filename={file_name}");
+    let mut response = Response::new(Body::from_stream(body));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Ok(value) = HeaderValue::from_str(&disposition) {
+        headers.insert(header::CONTENT_DISPOSITION, value);
+    }
+    if let Ok(value) = HeaderValue::from_str(&location) {
+        headers.insert(header::LOCATION, value);
+    }
+    Ok(response)
+}
+
+/// `durationSeconds`: default 30, -1 for until stopped.
+fn trace_duration(params: &MonitorParams) -> Result<Option<Duration>, ApiError> {
+    let seconds = match params.get("durationSeconds") {
+        None => DEFAULT_TRACE_SECONDS,
+        Some(text) => text
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|&s| (-1..=i64::from(i32::MAX)).contains(&s))
+            .ok_or_else(|| ApiError::InvalidParameter {
+                name: "durationSeconds",
+                value: text.to_string(),
+                reason: "whole seconds from -1 (until stopped) to 2147483647".into(),
+            })?,
+    };
+    Ok(u64::try_from(seconds).ok().map(Duration::from_secs))
+}
+
+async fn trace(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    params: QueryPairs,
+) -> Result<Response, ApiError> {
+    let allowed = [&ARTIFACT_PARAMS[..], &["profile", "durationSeconds"]].concat();
+    let params = MonitorParams::new(params, &allowed)?;
+    let profiles: Vec<TraceProfile> = match params.get("profile") {
+        None => TraceProfile::DEFAULT.to_vec(),
+        Some(list) => list
+            .split(',')
+            .filter(|p| !p.trim().is_empty())
+            .map(|p| {
+                p.parse()
+                    .map_err(|e: collector::providers::ProviderSpecError| {
+                        ApiError::InvalidParameter {
+                            name: "profile",
+                            value: list.to_string(),
+                            reason: e.to_string(),
+                        }
+                    })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let request = TraceRequest::profiles(&profiles, state.monitor.counter_interval_seconds)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?
+        .with_duration(trace_duration(&params)?);
+    collect(state, headers, params, Job::Trace(request)).await
+}
+
+async fn trace_custom(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    params: QueryPairs,
+    body: Result<Json<EventPipeConfiguration>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let allowed = [&ARTIFACT_PARAMS[..], &["durationSeconds"]].concat();
+    let params = MonitorParams::new(params, &allowed)?;
+    let Json(configuration) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let request = TraceRequest::custom(&configuration)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?
+        .with_duration(trace_duration(&params)?);
+    collect(state, headers, params, Job::Trace(request)).await
+}
+
+async fn gcdump(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    params: QueryPairs,
+) -> Result<Response, ApiError> {
+    let params = MonitorParams::new(params, &ARTIFACT_PARAMS)?;
+    collect(state, headers, params, Job::GcDump).await
+}
+
+async fn dump(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    params: QueryPairs,
+) -> Result<Response, ApiError> {
+    let allowed = [&ARTIFACT_PARAMS[..], &["type"]].concat();
+    let params = MonitorParams::new(params, &allowed)?;
+    let kind = match params.get("type") {
+        None => DumpKind::WithHeap,
+        Some(text) => text
+            .parse()
+            .map_err(
+                |e: collector::artifacts::UnknownDumpKind| ApiError::InvalidParameter {
+                    name: "type",
+                    value: text.to_string(),
+                    reason: e.to_string(),
+                },
+            )?,
+    };
+    collect(state, headers, params, Job::Dump(kind)).await
+}
+
+async fn stacks(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    params: QueryPairs,
+) -> Result<Response, ApiError> {
+    let params = MonitorParams::new(params, &ARTIFACT_PARAMS)?;
+    let format = stack_format(&headers);
+    collect(state, headers, params, Job::Stacks(format)).await
+}
+
+/// The stacks' format from `Accept`, as dotnet-monitor picks it: an exact media type first
+/// (text, then JSON, then speedscope), then a wildcard that covers one; plain text otherwise.
+fn stack_format(headers: &HeaderMap) -> StackFormat {
+    let accepted: Vec<String> = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|m| {
+            m.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .collect();
+    let formats = [
+        StackFormat::PlainText,
+        StackFormat::Json,
+        StackFormat::Speedscope,
+    ];
+    let covers = |range: &str, media: &str| {
+        range == "*/*"
+            || range
+                .strip_suffix("/*")
+                .is_some_and(|top| media.split('/').next() == Some(top))
+    };
+    formats
+        .into_iter()
+        .find(|f| accepted.iter().any(|a| a == f.content_type()))
+        .or_else(|| {
+            formats
+                .into_iter()
+                .find(|f| accepted.iter().any(|a| covers(a, f.content_type())))
+        })
+        .unwrap_or(StackFormat::PlainText)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accept(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ACCEPT, HeaderValue::from_str(value).unwrap());
+        headers
+    }
+
+    #[test]
+    fn stack_formats_follow_accept() {
+        assert_eq!(stack_format(&HeaderMap::new()), StackFormat::PlainText);
+        assert_eq!(stack_format(&accept("application/json")), StackFormat::Json);
+        assert_eq!(
+            stack_format(&accept("application/speedscope+json")),
+            StackFormat::Speedscope
+        );
+        assert_eq!(
+            stack_format(&accept("application/json, text/plain;q=0.5")),
+            StackFormat::PlainText
+        );
+        assert_eq!(stack_format(&accept("application/*")), StackFormat::Json);
+        assert_eq!(stack_format(&accept("*/*")), StackFormat::PlainText);
+    }
+}
