@@ -2,14 +2,15 @@
 //! `opentelemetry-proto` on `grpcio` for OTLP, Pyroscope's push messages, `/ingest`), with real
 //! .NET targets profiled: what arrives decodes with the official protos, carries the targets'
 //! hot methods, adds up to what the store holds for the same windows, links samples to the spans
-//! AsyncWeb logged; `go tool pprof` reads the Pyroscope profiles; TLS endpoints are verified.
+//! AsyncWeb logged; `go tool pprof` reads the Pyroscope profiles; TLS endpoints are verified; and
+//! an outage of the receiver costs bounded memory, is reported, and ends with the export resuming.
 
 mod support;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::agent::{data_dir, Agent};
@@ -120,6 +121,13 @@ fn is_ingest_of(request: &Value, pid: u32) -> bool {
         && request["query"]["name"]
             .as_str()
             .is_some_and(|n| n.contains(&format!("process_id={pid}")))
+}
+
+fn unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
 }
 
 /// `go tool pprof -REPORT FILE`.
@@ -370,6 +378,111 @@ fn otlp_and_pyroscope_exports_reach_real_receivers() {
     let top = go_pprof("top", ingest["pprof"].as_str().unwrap());
     assert!(!top.is_empty());
 
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What the log says was dropped: (requests, samples), summed over the drop lines.
+fn dropped_in_log(log: &str) -> (u64, u64) {
+    let field = |line: &str, key: &str| -> u64 {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    log.lines()
+        .filter(|l| l.contains("the oldest queued profiles were dropped"))
+        .fold((0, 0), |(r, s), l| {
+            (r + field(l, "requests"), s + field(l, "samples"))
+        })
+}
+
+/// The receiver is down for two minutes: the agent keeps running in bounded memory with a
+/// bounded queue, says what it dropped (in its log; the same counts are the
+/// `clrscope_export_dropped_*` metrics), and sends again once the receiver is back.
+/// Takes about 2.5 minutes; runs beside the other tests.
+#[test]
+fn an_outage_of_the_receiver_costs_bounded_memory_and_is_reported() {
+    let dir = data_dir("export-outage");
+    let out = dir.join("received");
+    let mut receiver = Receiver::start(&out, 0, 0);
+    let http_port = receiver.http_port;
+    let cpuhot = Target::builder("CpuHot").start();
+    let config = settings(
+        &dir,
+        json!({
+            "outage": {"Kind": "otlp-http", "Endpoint": format!("http://127.0.0.1:{http_port}"),
+                       "Interval": "2s", "QueueSize": "4", "MaxRetryDelay": "4s",
+                       "Timeout": "2s"},
+        }),
+    );
+    let pid = format!("--pid={}", cpuhot.pid());
+    let agent = Agent::start(
+        &dir.join("data"),
+        &[
+            &pid,
+            "--sample-period",
+            "2s",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    receiver.collect_until(Duration::from_secs(60), |got| {
+        got.iter().filter(|r| r["kind"] == "otlp").count() >= 2
+    });
+    let before = agent.rss_kib();
+    receiver.kill();
+    let down_at = Instant::now();
+    let outage_end = unix_nanos() + 120_000_000_000;
+
+    // Two minutes down: memory sampled every 5 s.
+    let mut rss = Vec::new();
+    while down_at.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_secs(5));
+        rss.push(agent.rss_kib());
+    }
+    let log = plain_log(&agent);
+    let (dropped, dropped_samples) = dropped_in_log(&log);
+    let peak = *rss.iter().max().unwrap();
+    let late = rss[rss.len() / 2..].iter().max().unwrap() - rss[rss.len() / 2];
+    eprintln!(
+        "outage: RSS {before} KiB before, peak {peak} KiB, growth over the second minute \
+         {late} KiB; dropped {dropped} requests ({dropped_samples} samples)"
+    );
+    assert!(log.contains("the backend did not take profiles"), "{log}");
+    // ~60 intervals of 2 s, 4 kept: the rest dropped, oldest first, each drop logged.
+    assert!(dropped >= 30 && dropped_samples > 0, "{log}");
+    assert!(
+        peak <= before + 64 * 1024,
+        "RSS grew from {before} KiB to {peak} KiB during the outage: {rss:?}"
+    );
+    // Flat by the second minute: nothing accumulates.
+    assert!(late <= 8 * 1024, "RSS still growing: {rss:?}");
+
+    // Back on the same port: queued requests, then new ones, arrive.
+    let receiver = Receiver::start(&out, 0, http_port);
+    let back = receiver.collect_until(Duration::from_secs(60), |got| {
+        got.iter().filter(|r| r["kind"] == "otlp").count() >= 5
+    });
+    let oldest = back
+        .iter()
+        .flat_map(|r| {
+            otlp_samples(
+                std::slice::from_ref(r),
+                "http",
+                cpuhot.pid(),
+                "cpu/nanoseconds",
+            )
+        })
+        .map(|s| s.time)
+        .min()
+        .unwrap();
+    // The requests queued during the outage (its last ~8 s) came first.
+    assert!(
+        oldest < outage_end,
+        "the first windows after the outage are from after it: queued requests were lost"
+    );
+    assert!(plain_log(&agent).contains("the backend takes profiles again"));
     drop(agent);
     let _ = std::fs::remove_dir_all(&dir);
 }

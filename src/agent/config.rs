@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use collector::config::lenient;
+use collector::rules::options::{CollectionRuleDefaultsSection, CollectionRulesSection};
 use exporter::egress::EgressConfig;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -54,6 +55,13 @@ pub struct AgentConfig {
     /// `FileSystem`, `S3Storage`), and clrscope's `Egress:DiskBudget`.
     #[serde(default)]
     pub egress: EgressConfig,
+    /// dotnet-monitor's collection rules, checked with `CollectionRuleDefaults` by
+    /// `collector::rules::options::compile`.
+    #[serde(default)]
+    pub collection_rules: CollectionRulesSection,
+    /// dotnet-monitor's `CollectionRuleDefaults` (`Actions:Egress`, `Triggers`, `Limits`).
+    #[serde(default)]
+    pub collection_rule_defaults: CollectionRuleDefaultsSection,
 }
 
 /// dotnet-monitor's `DiagnosticPort` section, or its short form (a path: listen mode).
@@ -420,7 +428,16 @@ mod tests {
     #[test]
     fn sections_are_introspected() {
         let names = section_names();
-        for section in ["Urls", "DiagnosticPort", "Profiling", "Store", "Exporters", "Egress"] {
+        for section in [
+            "Urls",
+            "DiagnosticPort",
+            "Profiling",
+            "Store",
+            "Exporters",
+            "Egress",
+            "CollectionRules",
+            "CollectionRuleDefaults",
+        ] {
             assert!(names.contains(&section), "{section} not in {names:?}");
         }
     }

@@ -6,12 +6,15 @@
 //! - per process ([`process`]): a light session plus a duty-cycled sampler, turned into store
 //!   batches, which go into a bounded queue;
 //! - the store writer ([`writer`]): the only thread that writes the store;
-//! - the exporters ([`export`]): the same batches, sent to OTLP and Pyroscope backends.
+//! - the exporters ([`export`]): the same batches, sent to OTLP and Pyroscope backends;
+//! - per process and collection rule ([`rules`]): the rule's trigger sessions and actions, and
+//!   the pre-trigger ring of its CollectTrace actions with `PreTriggerSeconds`.
 
 pub mod config;
 mod discover;
 mod export;
 mod process;
+mod rules;
 mod writer;
 
 use std::path::PathBuf;
@@ -141,6 +144,7 @@ struct Resolved {
     store: StoreOptions,
     exporters: export::ExportersConfig,
     egress: EgressConfig,
+    rules: Vec<collector::rules::options::CollectionRule>,
 }
 
 impl Args {
@@ -231,6 +235,11 @@ impl Args {
             },
             exporters: config.exporters,
             egress: config.egress.clone(),
+            rules: collector::rules::options::compile(
+                &config.collection_rules,
+                &config.collection_rule_defaults,
+            )
+            .map_err(|e| anyhow::anyhow!("configuration key {e}"))?,
         })
     }
 }
@@ -270,6 +279,8 @@ pub struct Settings {
     pub host_name: String,
     /// The providers that join samples to the spans their threads ran, when linkage is on.
     pub linkage: Option<Vec<collector::ipc::ProviderConfig>>,
+    /// Collection rules and their egress.
+    pub rules: rules::RuleSettings,
 }
 
 /// What the agent's tasks share.
@@ -327,6 +338,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if !api_addr.ip().is_loopback() {
         tracing::warn!(%api_addr, "the HTTP API listens beyond loopback without authentication: anyone who can reach it can read the profiles");
     }
+    // One Egress (one disk budget) for the API's artifacts and the rules'.
+    let egress = Egress::new(&settings.egress).context("the Egress configuration")?;
+    let rules = rules::RuleSettings {
+        rules: settings.rules,
+        counter_interval_seconds: collector::counters::DEFAULT_INTERVAL_SECONDS,
+        egress: egress.clone(),
+    };
+    rules.check_egress()?;
     let metrics = Registry::default();
     let (taps, mut exporting) =
         export::spawn(&settings.exporters, &metrics).context("starting the exporters")?;
@@ -339,6 +358,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             filters: settings.filters,
             host_name: host_name(),
             linkage: settings.linkage,
+            rules,
         },
         processes: AttachedProcesses::default(),
         sink,
@@ -355,7 +375,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 connect: settings.connect,
                 listen: listen.clone(),
             },
-            egress: Egress::new(&settings.egress).context("the Egress configuration")?,
+            egress,
             ..ui::MonitorState::default()
         };
         let state = ui::ApiState::new(store.clone())

@@ -13,6 +13,8 @@ use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::nettrace::events::KnownEvent;
 use collector::nettrace::Event;
 use collector::providers::{self, level};
+use collector::rules::options::ProcessFacts;
+use collector::rules::state::RuleStates;
 use collector::sampler::{SamplerControl, SamplerStep, MAX_WINDOW};
 use collector::samples::SampleAggregator;
 use collector::session::{self, EventObserver, ParsingWriter};
@@ -21,7 +23,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::writer::BatchSink;
-use super::Agent;
+use super::{rules, Agent};
 use crate::live;
 
 /// How long after a sampler window its stacks are named: methods compiled during the window are
@@ -216,14 +218,17 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         .process_info()
         .await
         .context("asking the runtime who it is (ProcessInfo)")?;
+    // The executable's name: what dotnet-monitor's ProcessName filters compare (`dotnet` for a
+    // framework-dependent app).
+    let executable = {
+        let argv0 = info.command_line.split(' ').next().unwrap_or("");
+        argv0.rsplit('/').next().unwrap_or(argv0).to_string()
+    };
     let name = info
         .managed_entrypoint_assembly_name
         .clone()
         .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| {
-            let argv0 = info.command_line.split(' ').next().unwrap_or("");
-            argv0.rsplit('/').next().unwrap_or(argv0).to_string()
-        });
+        .unwrap_or_else(|| executable.clone());
     let local = local_proc(target.pid, &info.command_line);
     let command_line = local
         .as_ref()
@@ -244,6 +249,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
     };
     let service = service_name(&environment).unwrap_or_else(|| name.clone());
     let sampler = SamplerControl::new(agent.settings.duty);
+    let rule_states = RuleStates::default();
     let Some(_registration) = agent.processes.register(AttachedProcess {
         pid: target.pid,
         name: name.clone(),
@@ -254,11 +260,35 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         transport: target.transport,
         attached_unix_ms: unix_millis(),
         sampler: sampler.clone(),
-        rules: Default::default(),
+        rules: rule_states.clone(),
     }) else {
         return Ok(Outcome::AlreadyAttached);
     };
     tracing::info!(pid = target.pid, %name, service = %service, transport = target.transport, "attached");
+    let entry_assembly = info
+        .managed_entrypoint_assembly_name
+        .clone()
+        .unwrap_or_default();
+    let cookie = info.runtime_cookie.to_string();
+    // Dropped when the process's profiling ends: rule tasks still running are aborted then.
+    let _rules = rules::start(
+        &agent.settings.rules,
+        rules::RuleTarget {
+            client,
+            pid: target.pid,
+            runtime_cookie: &cookie,
+            facts: ProcessFacts {
+                pid: target.pid,
+                name: &executable,
+                command_line,
+                managed_entry_point_assembly_name: &entry_assembly,
+            },
+            sampler: sampler.clone(),
+            states: rule_states,
+        },
+        &agent.processes,
+        &agent.shutdown,
+    );
 
     let series = vec![
         ("host_name".to_string(), agent.settings.host_name.clone()),

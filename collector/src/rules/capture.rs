@@ -154,7 +154,7 @@ impl Reader {
         &mut self,
         client: &DiagnosticsClient,
         id: u64,
-        each: &mut dyn FnMut(crate::nettrace::splice::RawObject) -> io::Result<()>,
+        each: &mut (dyn FnMut(crate::nettrace::splice::RawObject) -> io::Result<()> + Send),
     ) -> Result<(), CaptureError> {
         let stop_command = async { client.stop_tracing(id).await.map_err(SessionError::Stop) };
         let drain = async {

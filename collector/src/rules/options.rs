@@ -13,8 +13,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::config::{ConfigError, Node};
-use crate::ipc::{DumpType, ProviderConfig};
-use crate::providers::{level, TraceProfile};
+use crate::artifacts::{DumpKind, EventPipeProvider, StoppingEvent};
+use crate::ipc::ProviderConfig;
+use crate::providers::TraceProfile;
 
 const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
@@ -76,6 +77,8 @@ pub struct ProcessFilter {
 #[derive(Debug, Clone, Copy)]
 pub struct ProcessFacts<'a> {
     pub pid: u64,
+    /// The executable's name (`dotnet` for a framework-dependent app), as dotnet-monitor's
+    /// `ProcessName` is.
     pub name: &'a str,
     pub command_line: &'a str,
     pub managed_entry_point_assembly_name: &'a str,
@@ -250,16 +253,6 @@ pub enum TraceSource {
     },
 }
 
-/// CollectTrace's `StoppingEvent`: the trace ends at the first matching event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoppingEvent {
-    pub provider: String,
-    /// `EventName`, or `Task/Opcode` as TraceEvent names events.
-    pub event_name: String,
-    /// Payload field → value; all must match (as strings).
-    pub payload_filter: Vec<(String, String)>,
-}
-
 /// CollectStacks' `Format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StacksFormat {
@@ -282,7 +275,7 @@ pub enum ActionKind {
         egress: String,
     },
     CollectDump {
-        dump_type: DumpType,
+        dump_type: DumpKind,
         egress: String,
     },
     CollectStacks {
@@ -721,13 +714,8 @@ fn action(node: Node<'_>, index: usize, d: &Defaults<'_>) -> Result<Action, Conf
         "collectgcdump" => ActionKind::CollectGCDump { egress: egress()? },
         "collectdump" => ActionKind::CollectDump {
             dump_type: match s.get("Type") {
-                None => DumpType::WithHeap,
-                Some(c) => c.node().one_of(&[
-                    ("Mini", DumpType::Normal),
-                    ("Full", DumpType::Full),
-                    ("Triage", DumpType::Triage),
-                    ("WithHeap", DumpType::WithHeap),
-                ])?,
+                None => DumpKind::WithHeap,
+                Some(c) => c.node().one_of(&DumpKind::ALL.map(|k| (k.name(), k)))?,
             },
             egress: egress()?,
         },
@@ -843,11 +831,11 @@ fn collect_trace(
                     .object()?
                     .iter()
                     .map(|(k, v)| Ok((k.clone(), v.node().string()?)))
-                    .collect::<Result<Vec<_>, ConfigError>>()?,
-                None => Vec::new(),
+                    .collect::<Result<BTreeMap<_, _>, ConfigError>>()?,
+                None => BTreeMap::new(),
             };
             Ok(StoppingEvent {
-                provider: text("ProviderName")?,
+                provider_name: text("ProviderName")?,
                 event_name: text("EventName")?,
                 payload_filter,
             })
@@ -873,57 +861,12 @@ fn collect_trace(
     })
 }
 
-/// One of CollectTrace's `Providers`: `{Name, Keywords, EventLevel, Arguments}`.
+/// One of CollectTrace's `Providers` (`{Name, Keywords, EventLevel, Arguments}`), read as the
+/// HTTP API's `POST /trace` reads it.
 fn event_provider(n: Node<'_>) -> Result<ProviderConfig, ConfigError> {
-    let name = n
-        .get("Name")
-        .ok_or_else(|| n.error("Name is required"))?
-        .node()
-        .string()?;
-    // Keywords: "0x…" hex or a decimal string; dotnet-monitor's default is all bits.
-    let keywords = match n.get("Keywords") {
-        None => u64::MAX,
-        Some(c) => {
-            let text = c.node().string()?;
-            let t = text.trim();
-            let parsed = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-                Some(hex) => u64::from_str_radix(hex, 16).ok(),
-                None => t.parse::<u64>().ok(),
-            };
-            parsed.ok_or_else(|| {
-                c.node().error(format!(
-                    "Keywords must be 0x-prefixed hex or decimal, got {t:?}"
-                ))
-            })?
-        }
-    };
-    let event_level = match n.get("EventLevel") {
-        None => level::VERBOSE,
-        Some(c) => {
-            let text = c.node().string()?;
-            crate::providers::parse_level(text.trim()).ok_or_else(|| {
-                c.node().error(format!(
-                    "EventLevel must be LogAlways, Critical, Error, Warning, Informational or \
-                     Verbose, got {text:?}"
-                ))
-            })?
-        }
-    };
-    let mut provider = ProviderConfig::new(name, keywords, event_level);
-    if let Some(args) = n.get("Arguments") {
-        let pairs = args
-            .node()
-            .object()?
-            .iter()
-            .map(|(k, v)| Ok((k.clone(), v.node().string()?)))
-            .collect::<Result<Vec<_>, ConfigError>>()?;
-        let pairs: Vec<(&str, &str)> = pairs
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        provider = provider.with_arguments(crate::providers::encode_arguments(&pairs));
-    }
-    Ok(provider)
+    serde_json::from_value::<EventPipeProvider>(n.value.clone())
+        .map(|p| p.to_config())
+        .map_err(|e| n.error(e.to_string()))
 }
 
 #[cfg(test)]
@@ -1036,7 +979,7 @@ mod tests {
         assert_eq!(
             all[1].actions[0].kind,
             ActionKind::CollectDump {
-                dump_type: DumpType::WithHeap,
+                dump_type: DumpKind::WithHeap,
                 egress: "files".into()
             }
         );
@@ -1053,6 +996,43 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn custom_providers_and_a_stopping_event() {
+        let all = rules(json!({"R": {
+            "Trigger": {"Type": "Startup"},
+            "Actions": [{"Type": "CollectTrace", "Settings": {
+                "Providers": [{"Name": "Microsoft-Windows-DotNETRuntime", "Keywords": "0x1",
+                               "EventLevel": "Informational"}],
+                "RequestRundown": "false", "BufferSizeMegabytes": 64, "Egress": "e",
+                "StoppingEvent": {"ProviderName": "Microsoft-Windows-DotNETRuntime",
+                                  "EventName": "GCStart", "PayloadFilter": {"Depth": "2"}}}}]
+        }}))
+        .unwrap();
+        let ActionKind::CollectTrace {
+            source,
+            stopping_event,
+            duration,
+            ..
+        } = &all[0].actions[0].kind
+        else {
+            panic!()
+        };
+        assert_eq!(*duration, DEFAULT_TRACE_DURATION);
+        let TraceSource::Providers {
+            providers,
+            request_rundown,
+            buffer_mb,
+        } = source
+        else {
+            panic!("{source:?}")
+        };
+        assert_eq!((providers[0].keywords, providers[0].level), (1, 4));
+        assert_eq!((*request_rundown, *buffer_mb), (false, 64));
+        let stop = stopping_event.as_ref().unwrap();
+        assert_eq!(stop.event_name, "GCStart");
+        assert_eq!(stop.payload_filter["Depth"], "2");
     }
 
     #[test]

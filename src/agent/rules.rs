@@ -1,0 +1,429 @@
+//! Collection rules on the attached processes: one task per applicable rule and process (its
+//! trigger sessions and action list, [`collector::rules::engine`]), plus one pre-trigger ring
+//! task per CollectTrace action with `PreTriggerSeconds`; artifacts go through egress with
+//! dotnet-monitor's file names. The tasks end when the process exits (their sessions end) or the
+//! agent stops; the process task aborts any left when it returns.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use collector::artifacts::{self, ArtifactKind, TraceRequest};
+use collector::attached::{AttachedProcesses, ProcessEventKind};
+use collector::client::DiagnosticsClient;
+use collector::ipc::CollectTracing;
+use collector::providers::SessionProviders;
+use collector::rules::capture::{self, CaptureRequest};
+use collector::rules::engine::{self, ActionFuture, Firing, RuleEvent};
+use collector::rules::options::{
+    Action, ActionKind, CollectionRule, ProcessFacts, StacksFormat, TraceSource,
+};
+use collector::rules::ring::RingLimits;
+use collector::rules::state::RuleStates;
+use collector::sampler::SamplerControl;
+use exporter::egress::{Egress, Upload};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+/// Most bytes a pre-trigger ring holds per action (before the blocks in flight).
+pub const RING_BYTES: usize = 64 << 20;
+/// Chunks of a capture in flight between the ring task and the upload.
+const CAPTURE_CHUNKS: usize = 8;
+
+/// The rules from settings.json and what their actions need.
+#[derive(Debug, Clone)]
+pub struct RuleSettings {
+    pub rules: Vec<CollectionRule>,
+    /// EventCounter and meter interval of trigger sessions (`GlobalCounter:IntervalSeconds`).
+    pub counter_interval_seconds: u32,
+    /// Where rule artifacts go (shared with the API: one disk budget).
+    pub egress: Egress,
+}
+
+impl RuleSettings {
+    /// Refuses rules whose actions name an egress provider that is not configured.
+    pub fn check_egress(&self) -> anyhow::Result<()> {
+        for rule in &self.rules {
+            for action in &rule.actions {
+                let Some(name) = action.kind.egress() else {
+                    continue;
+                };
+                self.egress.check(name).with_context(|| {
+                    format!("CollectionRules:{}: action {}", rule.name, action.name)
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One process as the rules see it.
+pub struct RuleTarget<'a> {
+    pub client: &'a DiagnosticsClient,
+    pub pid: u64,
+    pub runtime_cookie: &'a str,
+    pub facts: ProcessFacts<'a>,
+    pub sampler: SamplerControl,
+    pub states: RuleStates,
+}
+
+/// Starts the rules that apply to `target`; the returned set owns their tasks.
+pub fn start(
+    settings: &RuleSettings,
+    target: RuleTarget<'_>,
+    processes: &AttachedProcesses,
+    shutdown: &watch::Receiver<bool>,
+) -> JoinSet<()> {
+    let mut tasks = JoinSet::new();
+    for rule in settings
+        .rules
+        .iter()
+        .filter(|r| r.applies_to(&target.facts))
+    {
+        let mut captures = HashMap::new();
+        for action in &rule.actions {
+            let ActionKind::CollectTrace {
+                source,
+                pre_trigger: Some(pre_trigger),
+                ..
+            } = &action.kind
+            else {
+                continue;
+            };
+            let config = match session_config(source, settings.counter_interval_seconds) {
+                Ok(config) => config,
+                Err(error) => {
+                    tracing::warn!(rule = %rule.name, action = %action.name, error = %format!("{error:#}"), "no pre-trigger ring");
+                    continue;
+                }
+            };
+            let (requests, mut received) = mpsc::channel(1);
+            captures.insert(action.name.clone(), requests);
+            let limits = RingLimits {
+                max_bytes: RING_BYTES,
+                max_age: *pre_trigger + Duration::from_secs(5),
+            };
+            let client = target.client.clone();
+            let stop = stopped(shutdown.clone());
+            let (rule_name, pid) = (rule.name.clone(), target.pid);
+            tasks.spawn(async move {
+                if let Err(error) =
+                    capture::run_ring(&client, config, limits, &mut received, stop).await
+                {
+                    tracing::warn!(pid, rule = %rule_name, %error, "the pre-trigger ring stopped");
+                }
+            });
+        }
+        let context = Arc::new(ActionContext {
+            client: target.client.clone(),
+            pid: target.pid,
+            sampler: target.sampler.clone(),
+            egress: settings.egress.clone(),
+            counter_interval_seconds: settings.counter_interval_seconds,
+            captures,
+        });
+        let rule = rule.clone();
+        let client = target.client.clone();
+        let states = target.states.clone();
+        let processes = processes.clone();
+        let cookie = target.runtime_cookie.to_string();
+        let interval = settings.counter_interval_seconds;
+        let stop = stopped(shutdown.clone());
+        tracing::info!(pid = target.pid, rule = %rule.name, "collection rule applied");
+        tasks.spawn(async move {
+            let execute = |action: &Action, firing: &Firing| -> ActionFuture {
+                let context = context.clone();
+                let (action, firing) = (action.clone(), firing.clone());
+                Box::pin(async move {
+                    context
+                        .run(&action, &firing)
+                        .await
+                        .map_err(|e| format!("{e:#}"))
+                })
+            };
+            let report = |event: RuleEvent| {
+                let kind = match event {
+                    RuleEvent::Triggered => ProcessEventKind::CollectionRuleTriggered,
+                    RuleEvent::Throttled => ProcessEventKind::CollectionRuleThrottled,
+                    RuleEvent::Finished => return,
+                };
+                processes.record_rule_event(&cookie, kind, &rule.name);
+            };
+            engine::run_rule(&client, &rule, &states, interval, execute, report, stop).await;
+        });
+    }
+    tasks
+}
+
+async fn stopped(mut shutdown: watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|stop| *stop).await;
+}
+
+/// The session a CollectTrace action's providers make.
+fn session_config(source: &TraceSource, counter_interval: u32) -> anyhow::Result<CollectTracing> {
+    let request = trace_request(source, counter_interval)?;
+    Ok(CollectTracing::v2(request.session.providers.clone())
+        .with_rundown_keyword(request.session.rundown_keyword)
+        .with_circular_buffer_mb(request.buffer_mb))
+}
+
+fn trace_request(source: &TraceSource, counter_interval: u32) -> anyhow::Result<TraceRequest> {
+    Ok(match source {
+        TraceSource::Profiles(profiles) => TraceRequest::profiles(profiles, counter_interval)?,
+        TraceSource::Providers {
+            providers,
+            request_rundown,
+            buffer_mb,
+        } => {
+            let mut session = SessionProviders::default();
+            for p in providers {
+                session.add(p.clone())?;
+            }
+            if *request_rundown {
+                session.rundown_keyword = collector::ipc::DEFAULT_RUNDOWN_KEYWORD;
+            }
+            let mut request = TraceRequest::new(session)?;
+            request.buffer_mb = *buffer_mb;
+            request
+        }
+    })
+}
+
+/// What a rule's actions on one process share.
+struct ActionContext {
+    client: DiagnosticsClient,
+    pid: u64,
+    sampler: SamplerControl,
+    egress: Egress,
+    counter_interval_seconds: u32,
+    /// Pre-trigger rings by action name.
+    captures: HashMap<String, mpsc::Sender<CaptureRequest>>,
+}
+
+impl ActionContext {
+    fn upload(&self, egress: &str, kind: ArtifactKind, at: SystemTime) -> anyhow::Result<Upload> {
+        Ok(self.egress.start(egress, &kind.file_name(self.pid, at))?)
+    }
+
+    async fn run(&self, action: &Action, firing: &Firing) -> anyhow::Result<()> {
+        let pid32 = u32::try_from(self.pid).unwrap_or(0);
+        match &action.kind {
+            ActionKind::CollectTrace {
+                source,
+                duration,
+                egress,
+                stopping_event,
+                pre_trigger,
+            } => {
+                let upload = self.upload(egress, ArtifactKind::Trace, firing.time)?;
+                match (pre_trigger, self.captures.get(&action.name)) {
+                    (Some(pre), Some(ring)) => {
+                        self.capture(upload, ring, firing.time, *pre, *duration)
+                            .await
+                    }
+                    _ => {
+                        let request = trace_request(source, self.counter_interval_seconds)?
+                            .with_duration(Some(*duration))
+                            .with_stopping_event(stopping_event.clone());
+                        let mut upload = upload;
+                        let written = artifacts::collect_trace(
+                            &self.client,
+                            &request,
+                            &mut upload,
+                            std::future::pending(),
+                            |_| {},
+                        )
+                        .await
+                        .map(drop)
+                        .map_err(anyhow::Error::from);
+                        conclude(upload, written).await
+                    }
+                }
+            }
+            ActionKind::CollectGCDump { egress } => {
+                let mut upload = self.upload(egress, ArtifactKind::GcDump, firing.time)?;
+                let written = async {
+                    let snapshot =
+                        artifacts::collect_gcdump(&self.client, pid32, Default::default(), |_| {})
+                            .await?;
+                    artifacts::write_gcdump_async(Arc::new(snapshot), &mut upload).await?;
+                    Ok(())
+                }
+                .await;
+                conclude(upload, written).await
+            }
+            ActionKind::CollectDump { dump_type, egress } => {
+                let mut upload = self.upload(egress, ArtifactKind::Dump, firing.time)?;
+                let written = artifacts::collect_dump(
+                    &self.client,
+                    *dump_type,
+                    &std::env::temp_dir(),
+                    artifacts::DEFAULT_DUMP_TIMEOUT,
+                    &mut upload,
+                )
+                .await
+                .map(drop)
+                .map_err(anyhow::Error::from);
+                conclude(upload, written).await
+            }
+            ActionKind::CollectStacks { format, egress } => {
+                let plain_text = *format == StacksFormat::PlainText;
+                let mut upload =
+                    self.upload(egress, ArtifactKind::Stacks { plain_text }, firing.time)?;
+                let images = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
+                    .map(|maps| symbolizer::parse_proc_maps(&maps))
+                    .unwrap_or_default();
+                let mut names = symbolizer::stacks::RundownMap::default().with_images(images);
+                let tick = artifacts::collect_stack_tick(&self.client, &mut names).await?;
+                let stacks = symbolizer::stacks::CallStacks::build(
+                    &names.map,
+                    &tick,
+                    &collector::processes::thread_names(pid32),
+                );
+                let text = stacks.render(match format {
+                    StacksFormat::Json => symbolizer::stacks::StackFormat::Json,
+                    StacksFormat::PlainText => symbolizer::stacks::StackFormat::PlainText,
+                    StacksFormat::Speedscope => symbolizer::stacks::StackFormat::Speedscope,
+                });
+                let written = upload
+                    .write_all(text.as_bytes())
+                    .await
+                    .map_err(anyhow::Error::from);
+                conclude(upload, written).await
+            }
+            ActionKind::Execute {
+                path,
+                arguments,
+                ignore_exit_code,
+            } => {
+                let args = split_arguments(arguments.as_deref().unwrap_or_default());
+                let status = tokio::process::Command::new(path)
+                    .args(&args)
+                    .kill_on_drop(true)
+                    .status()
+                    .await
+                    .with_context(|| format!("starting {path}"))?;
+                anyhow::ensure!(
+                    status.success() || *ignore_exit_code,
+                    "{path} exited with {status} (set IgnoreExitCode to accept that)"
+                );
+                Ok(())
+            }
+            ActionKind::RaiseSamplingRate { duration } => {
+                self.sampler.boost(*duration);
+                Ok(())
+            }
+        }
+    }
+
+    /// A trace from the pre-trigger ring: from `pre` before the trigger, `duration` on.
+    async fn capture(
+        &self,
+        mut upload: Upload,
+        ring: &mpsc::Sender<CaptureRequest>,
+        trigger: SystemTime,
+        pre: Duration,
+        duration: Duration,
+    ) -> anyhow::Result<()> {
+        let from = trigger
+            .checked_sub(pre)
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+        let (chunks, mut received) = mpsc::channel(CAPTURE_CHUNKS);
+        let (reply, outcome) = tokio::sync::oneshot::channel();
+        ring.send(CaptureRequest {
+            from_unix_nanos: from,
+            duration,
+            out: chunks,
+            reply,
+        })
+        .await
+        .map_err(|_| anyhow::anyhow!("the pre-trigger ring has stopped"))?;
+        let copied = async {
+            while let Some(chunk) = received.recv().await {
+                upload.write_all(&chunk).await?;
+            }
+            Ok::<_, std::io::Error>(())
+        }
+        .await;
+        let summary = outcome
+            .await
+            .map_err(|_| anyhow::anyhow!("the pre-trigger ring stopped during the capture"))
+            .and_then(|r| r.map_err(anyhow::Error::from));
+        match (copied, summary) {
+            (Ok(()), Ok(summary)) => {
+                let location = upload.finish().await?;
+                let reach = summary
+                    .first_event_unix_nanos
+                    .map(|first| (from as f64 - first as f64) / -1e9);
+                tracing::info!(pid = self.pid, %location, bytes = summary.bytes, starts_after_cut_s = ?reach, "pre-trigger trace written");
+                Ok(())
+            }
+            (copied, summary) => {
+                let _ = upload.abort().await;
+                copied?;
+                summary.map(|_| ())
+            }
+        }
+    }
+}
+
+/// Finishes the upload once its artifact was written, or aborts it (no partial artifact stays).
+async fn conclude(upload: Upload, written: anyhow::Result<()>) -> anyhow::Result<()> {
+    match written {
+        Ok(()) => {
+            upload.finish().await?;
+            Ok(())
+        }
+        Err(error) => {
+            let _ = upload.abort().await;
+            Err(error)
+        }
+    }
+}
+
+/// Splits Execute's `Arguments` like a command line: whitespace separates, double quotes group.
+fn split_arguments(text: &str) -> Vec<String> {
+    let mut args = Vec::new();
+    let mut current = String::new();
+    let mut quoted = false;
+    let mut any = false;
+    for c in text.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                any = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if any {
+                    args.push(std::mem::take(&mut current));
+                    any = false;
+                }
+            }
+            c => {
+                current.push(c);
+                any = true;
+            }
+        }
+    }
+    if any {
+        args.push(current);
+    }
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_split_like_a_command_line() {
+        assert_eq!(
+            split_arguments(r#"-c "echo a b"  x "" "#),
+            ["-c", "echo a b", "x", ""]
+        );
+        assert!(split_arguments("  ").is_empty());
+    }
+}
