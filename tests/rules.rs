@@ -60,27 +60,19 @@ fn artifacts(dir: &Path) -> Vec<(String, u64)> {
     files
 }
 
-/// Polls `/collectionrules` until `done` accepts it.
+/// Polls `/collectionrules` (through [`Agent::get`], which authenticates where the agent asks
+/// for it) until `done` accepts it.
 fn wait_rules(agent: &Agent, pid: u32, timeout: Duration, done: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + timeout;
+    agent.wait_attached(pid, true, timeout);
     loop {
-        let response = support::http_get(agent.port, &format!("/collectionrules?pid={pid}"), &[]);
-        if response.status == 200 {
-            let rules = response.json();
-            if done(&rules) {
-                return rules;
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "rules not done after {timeout:?}: {rules}\nagent log:\n{}",
-                    agent.log()
-                );
-            }
-        } else if Instant::now() > deadline {
+        let rules = agent.get(&format!("/collectionrules?pid={pid}")).json();
+        if done(&rules) {
+            return rules;
+        }
+        if Instant::now() > deadline {
             panic!(
-                "GET /collectionrules: {} {}\nagent log:\n{}",
-                response.status,
-                response.body,
+                "rules not done after {timeout:?}: {rules}\nagent log:\n{}",
                 agent.log()
             );
         }
