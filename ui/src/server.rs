@@ -17,6 +17,7 @@ use crate::error::ApiError;
 use crate::events::event_routes;
 use crate::monitor::{monitor_routes, MonitorState};
 use crate::processes::process_routes;
+use crate::querier::querier_routes;
 use crate::query::query_routes;
 use crate::web::web_routes;
 
@@ -90,13 +91,14 @@ impl ApiState {
     }
 }
 
-/// The whole API: [`query_routes`], [`process_routes`], [`event_routes`], dotnet-monitor's
-/// routes ([`monitor_routes`]) and the web UI ([`web_routes`]), with problem+json answers for
-/// unknown routes and methods, and request tracing. An auth layer wraps the API routes, not the
-/// web UI's files, which hold no data.
+/// The whole API: [`query_routes`], [`querier_routes`] (Pyroscope's, for Grafana),
+/// [`process_routes`], [`event_routes`], dotnet-monitor's routes ([`monitor_routes`]) and the
+/// web UI ([`web_routes`]), with problem+json answers for unknown routes and methods, and request
+/// tracing. An auth layer wraps the API routes, not the web UI's files, which hold no data.
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .merge(query_routes())
+        .merge(querier_routes())
         .merge(process_routes())
         .merge(event_routes())
         .merge(collection_rule_routes())
