@@ -1,7 +1,8 @@
 # clrscope developer and CI entry points. The test-bed logic lives in tests/testbed/*.sh.
 #
 #   make setup   install what the tests use if missing (.NET >= 8, mcs, go, curl, chromium,
-#                playwright-core; see tests/testbed/setup.sh); compile tests/targets/*.cs
+#                playwright-core, the Connect client's npm packages; see tests/testbed/setup.sh);
+#                compile tests/targets/*.cs
 #   make build   cargo build --workspace --all-targets
 #   make test    setup + build + cargo test --workspace
 #   make demo    the agent, the sample Bookstore under load, and what clrscope sees of it (tests/testbed/demo.sh)

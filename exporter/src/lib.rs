@@ -8,7 +8,8 @@
 //! - [`folded`]: Brendan Gregg's collapsed stacks, for `flamegraph.pl`, inferno and scripts;
 //! - [`speedscope`]: speedscope's JSON file format, for <https://www.speedscope.app>;
 //! - [`svg`]: an interactive flame graph drawn by inferno;
-//! - [`tree`]: a JSON flame-graph tree, root first, for the agent's web UI.
+//! - [`tree`]: a JSON flame-graph tree, root first, for the agent's web UI, and the same tree as
+//!   Pyroscope's flame graph levels ([`tree::flame_graph`]) for Grafana.
 //!
 //! The agent's exporters read its store batches instead, which keep each window's time and each
 //! sample's trace link:

@@ -108,6 +108,15 @@ enum Slot {
     At(usize),
 }
 
+/// The profile name (`__name__`) and period type Pyroscope files a store profile type under,
+/// as the pushes send it: `process_cpu` with `cpu`/`nanoseconds` for `cpu`, `alloc` for
+/// `alloc_samples` and `alloc_size`, … (the querier API answers with the same names).
+pub fn pyroscope_name(
+    profile_type: &ProfileType,
+) -> Option<(&'static str, (&'static str, &'static str))> {
+    group_of(profile_type).map(|(group, _)| (group.name, group.period_type))
+}
+
 fn group_of(profile_type: &ProfileType) -> Option<(&'static Group, Slot)> {
     Some(match profile_type.name.as_str() {
         "cpu" => (&PROCESS_CPU, Slot::Sampled),

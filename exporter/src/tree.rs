@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::io::{self, BufWriter, Write};
 
 use store::profile::{FunctionIndex, Profile};
+use store::tsdb::OTHER_FRAME;
 
 use crate::{check, resolve_sample_type, ExportError, UNKNOWN_FRAME};
 
@@ -47,6 +48,36 @@ pub fn write_diff_tree(diff: &Profile, out: impl Write) -> Result<(), ExportErro
     let new = resolve_sample_type(diff, Some(1))?;
     Tree::build(diff, new, Some(base)).write_json(out)?;
     Ok(())
+}
+
+/// Pyroscope's flame graph ("flamebearer"), what its `querier.v1.QuerierService` answers and
+/// Grafana draws: the same tree, flattened into one row of nodes per depth.
+///
+/// Each level holds 4 numbers per node, `[x, total, self, name]`: `name` indexes
+/// [`FlameGraph::names`] (`names[0]` is `total`, the root), `x` is the node's offset from the
+/// end of the previous node of its level (so the first node's is its absolute offset), in the
+/// profile's unit. A node's children start at its offset plus its self value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlameGraph {
+    pub names: Vec<String>,
+    pub levels: Vec<Vec<i64>>,
+    pub total: i64,
+    pub max_self: i64,
+}
+
+/// The flame graph of `sample_type` (default: the profile's default sample type) with at most
+/// about `max_nodes` nodes below the root, as Pyroscope cuts it: nodes whose total is below the
+/// `max_nodes`-th largest total are left out (ties may keep a few more), each parent's left-out
+/// children summed into one child [`OTHER_FRAME`], into which children of that name (what
+/// `Store::flame_profile` already cut) go too. `max_nodes` 0 keeps every node.
+pub fn flame_graph(
+    profile: &Profile,
+    sample_type: Option<usize>,
+    max_nodes: usize,
+) -> Result<FlameGraph, ExportError> {
+    check(profile)?;
+    let shown = resolve_sample_type(profile, sample_type)?;
+    Ok(Tree::build(profile, shown, None).flame_graph(max_nodes))
 }
 
 /// What a node stands for.
@@ -160,6 +191,86 @@ impl<'a> Tree<'a> {
         match frame {
             Frame::Root | Frame::Unknown => "",
             Frame::Function(f) => &self.profile.functions[f as usize].module,
+        }
+    }
+
+    /// The smallest total a node needs to be drawn with at most about `max_nodes` nodes:
+    /// the `max_nodes`-th largest total, or 0 when the tree is no larger.
+    fn min_total(&self, max_nodes: usize) -> i64 {
+        let mut totals: Vec<i64> = self.nodes[1..].iter().map(|n| n.values[0].total).collect();
+        if max_nodes == 0 || totals.len() <= max_nodes {
+            return 0;
+        }
+        let (_, &mut kth, _) = totals.select_nth_unstable_by(max_nodes - 1, |a, b| b.cmp(a));
+        kth
+    }
+
+    /// See [`flame_graph`]. Walks the tree depth first, children in order, so that each level
+    /// receives its nodes left to right.
+    fn flame_graph(&self, max_nodes: usize) -> FlameGraph {
+        enum Visit {
+            Node(usize),
+            Other(i64),
+        }
+        let min_total = self.min_total(max_nodes);
+        let mut names: Vec<String> = Vec::new();
+        let mut name_index: HashMap<&str, i64> = HashMap::new();
+        let mut levels: Vec<Vec<i64>> = Vec::new();
+        let mut max_self = 0;
+        // (what, depth, absolute offset)
+        let mut pending = vec![(Visit::Node(0), 0usize, 0i64)];
+        while let Some((visit, depth, x)) = pending.pop() {
+            let (name, self_value, total) = match visit {
+                Visit::Node(i) => {
+                    let values = self.nodes[i].values[0];
+                    (
+                        self.name(self.nodes[i].frame),
+                        values.self_value,
+                        values.total,
+                    )
+                }
+                Visit::Other(total) => (OTHER_FRAME, total, total),
+            };
+            let name = *name_index.entry(name).or_insert_with(|| {
+                names.push(name.to_string());
+                names.len() as i64 - 1
+            });
+            if levels.len() == depth {
+                levels.push(Vec::new());
+            }
+            levels[depth].extend([x, total, self_value, name]);
+            max_self = max_self.max(self_value);
+            let Visit::Node(i) = visit else { continue };
+            let mut children = Vec::new();
+            let mut cursor = x.saturating_add(self_value);
+            let mut other = 0i64;
+            for &child in &self.nodes[i].children {
+                let total = self.nodes[child].values[0].total;
+                if total >= min_total && self.name(self.nodes[child].frame) != OTHER_FRAME {
+                    children.push((Visit::Node(child), depth + 1, cursor));
+                    cursor = cursor.saturating_add(total);
+                } else {
+                    other = other.saturating_add(total);
+                }
+            }
+            if other != 0 {
+                children.push((Visit::Other(other), depth + 1, cursor));
+            }
+            pending.extend(children.into_iter().rev());
+        }
+        for level in &mut levels {
+            let mut end = 0;
+            for node in level.chunks_exact_mut(4) {
+                let x = node[0];
+                node[0] = x - end;
+                end = x.saturating_add(node[1]);
+            }
+        }
+        FlameGraph {
+            names,
+            levels,
+            total: self.nodes[0].values[0].total,
+            max_self,
         }
     }
 
@@ -338,6 +449,68 @@ mod tests {
         let main = &tree["root"]["children"][0];
         assert_eq!(main["module"], "Shop.dll");
         assert_eq!(tree["root"]["children"][1]["module"], "");
+    }
+
+    #[test]
+    fn flame_graph_levels_are_pyroscope_flamebearer() {
+        let graph = flame_graph(&shop(), None, 0).unwrap();
+        assert_eq!(
+            graph.names,
+            [
+                "total",
+                "Shop.Program.Main(System.String[])",
+                "Shop.OrderController.HandleOrder(Shop.Order)",
+                "System.Text.Json.JsonSerializer.Serialize<Shop.Order>(Shop.Order)",
+                "Shop.OrderValidator.Validate(Shop.Order)",
+                "Shop.Tree.Walk(Shop.Node)",
+                "[unknown]",
+            ]
+        );
+        // [offset from the previous node's end, total, self, name] per node.
+        assert_eq!(
+            graph.levels,
+            [
+                vec![0, 100, 0, 0],
+                vec![0, 98, 0, 1, 0, 2, 2, 6],
+                vec![0, 95, 5, 2, 0, 3, 0, 5],
+                vec![5, 70, 70, 3, 0, 20, 20, 4, 0, 3, 3, 5],
+            ]
+        );
+        assert_eq!((graph.total, graph.max_self), (100, 70));
+    }
+
+    #[test]
+    fn flame_graph_cut_to_max_nodes_sums_the_rest_into_other() {
+        let whole = flame_graph(&shop(), None, 0).unwrap();
+        let graph = flame_graph(&shop(), None, 3).unwrap();
+        // total, Main, HandleOrder, Serialize, then the rest as "other".
+        assert_eq!(graph.names[..4], whole.names[..4]);
+        assert_eq!(graph.names[4..], [OTHER_FRAME]);
+        assert_eq!(
+            graph.levels,
+            [
+                vec![0, 100, 0, 0],
+                vec![0, 98, 0, 1, 0, 2, 2, 4],
+                vec![0, 95, 5, 2, 0, 3, 3, 4],
+                vec![5, 70, 70, 3, 0, 20, 20, 4],
+            ]
+        );
+        assert_eq!((graph.total, graph.max_self), (100, 70));
+        // A cut no smaller than the tree keeps it whole.
+        assert_eq!(flame_graph(&shop(), None, 7).unwrap(), whole);
+    }
+
+    #[test]
+    fn flame_graph_folds_children_named_other_into_one() {
+        let mut b = cpu_builder();
+        let main = function(&mut b, "Shop.Program.Main(System.String[])");
+        let cut = function(&mut b, OTHER_FRAME);
+        let hot = function(&mut b, "Shop.Hot()");
+        b.add(vec![hot, main], Vec::new(), &[50]);
+        b.add(vec![cut, main], Vec::new(), &[30]);
+        let graph = flame_graph(&b.build(), None, 0).unwrap();
+        assert_eq!(graph.levels[2], [0, 50, 50, 2, 0, 30, 30, 3]);
+        assert_eq!(graph.names[2..], ["Shop.Hot()", OTHER_FRAME]);
     }
 
     #[test]

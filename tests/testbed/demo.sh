@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
-# tests/testbed/demo.sh (`make demo`): the whole scene in one command. Starts the clrscope agent
-# listening on a diagnostic socket, starts the sample Bookstore service in listen mode
-# (DOTNET_DiagnosticPorts=SOCKET,nosuspend: it dials the agent, nothing waits), drives a bounded
-# load through Bookstore's own load generator, then shows what the agent saw: the attached process,
-# the hottest functions of the last minute (the CSV report export), its /metrics, and the URL of
-# the web UI. The API wants a token, as it does by default: the demo makes a key with
-# `clrscope generatekey`, configures the agent with it and sends the token, as a user would.
+# tests/testbed/demo.sh (`make demo`): the whole scene in one command.
+#
+#  1. starts the clrscope agent with tests/testbed/demo-settings.json: the two collection rules of
+#     a team moving off dotnet-monitor — slow report requests (AspNetRequestDuration on
+#     /reports/*: a CPU trace that starts 10 s before the trigger, and a sampling boost) and
+#     payment latency (EventMeter: p95 of bookstore.payment.duration above 300 ms: a heap
+#     snapshot) — each limited to one action per 10 minutes, writing to a FileSystem egress under
+#     a disk budget; the agent listens on a diagnostic socket only, so it profiles nothing else;
+#  2. starts the sample Bookstore service in listen mode (DOTNET_DiagnosticPorts=SOCKET,nosuspend:
+#     it dials the agent and starts without waiting) with its own bounded load generator, whose
+#     slow CSV exports and slow payments make both rules fire;
+#  3. waits (at most 2 minutes) for both rules to fire and their artifacts to land, then shows the
+#     rules' state, the artifacts, the hottest functions of the last minutes (the CSV export) and
+#     the URL of the web UI, and stays up until Ctrl-C (at most DEMO_SECONDS).
 # Needs `make setup` and `make build` (the Makefile's demo target does both first).
 #
-# Environment:
-#   CLRSCOPE_DEMO_PORT     the agent's API and UI port (default 52323; 0 picks a free one)
-#   CLRSCOPE_DEMO_METRICS_PORT  its /metrics port (default 52325; 0 picks a free one)
-#   CLRSCOPE_DEMO_DIR      where the agent's data and logs go (default target/demo, emptied first)
-#   CLRSCOPE_DEMO_SECONDS  how long the scene stays up after the summary (default 600), then it
-#                          stops by itself; Ctrl-C stops it earlier
-#   CLRSCOPE_DEMO_CHECK=1  verify and exit instead of staying up: exit 0 only if the agent
-#                          attached Bookstore and its profile shows the report export's hot path
+# Environment (`make demo DEMO_PORT=0`; not CLRSCOPE_…, which the agent reads as configuration):
+#   DEMO_PORT     the agent's API and UI port (default 52323; 0 picks a free one)
+#   DEMO_METRICS_PORT  its /metrics port (default 52325; 0 picks a free one)
+# The API wants a token, as it does by default: the demo makes a key with `clrscope generatekey`,
+# configures the agent with it and sends the token; the web UI asks for it (in $DEMO_DIR/apikey).
+#   DEMO_DIR      where the agent's data, artifacts and logs go (default target/demo; emptied
+#                 first: another folder only if it is empty or an earlier demo's)
+#   DEMO_SECONDS  how long the scene stays up after the summary (default 600), then it stops
+#                 by itself; Ctrl-C stops it earlier
+#   DEMO_CHECK=1  verify and exit instead of staying up: exit 0 only if, within 2 minutes, both
+#                 rules fired, each wrote its artifact, and the profile shows the report
+#                 export's hot path
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -23,15 +34,15 @@ TESTBED=${CLRSCOPE_TESTBED_DIR:-$ROOT/.testbed}
 DOTNET=$TESTBED/bin/dotnet
 DLL=$TESTBED/targets/Bookstore/Bookstore.dll
 CLRSCOPE=${CLRSCOPE:-$ROOT/target/debug/clrscope}
-PORT=${CLRSCOPE_DEMO_PORT:-52323}
-METRICS_PORT=${CLRSCOPE_DEMO_METRICS_PORT:-52325}
-DEMO_DIR=${CLRSCOPE_DEMO_DIR:-$ROOT/target/demo}
-STAY_SECONDS=${CLRSCOPE_DEMO_SECONDS:-600}
-CHECK=${CLRSCOPE_DEMO_CHECK:-0}
-# How long Bookstore's load generator runs, and how long the demo waits for the agent's data.
-LOAD_SECONDS=150
+SETTINGS=$ROOT/tests/testbed/demo-settings.json
+PORT=${DEMO_PORT:-52323}
+DEMO_DIR=${DEMO_DIR:-$ROOT/target/demo}
+STAY_SECONDS=${DEMO_SECONDS:-600}
+CHECK=${DEMO_CHECK:-0}
+# How long Bookstore's load generator runs, and how long the demo waits for the rules.
+LOAD_SECONDS=300
 WAIT_SECONDS=120
-MIN_SECONDS=35
+RULES=(SlowReportRequests SlowPayments)
 HOT_PATH=Bookstore.Reports.SalesReport.ExportCsv
 
 say() { printf 'demo: %s\n' "$*" >&2; }
@@ -40,10 +51,18 @@ if [ ! -x "$DOTNET" ] || [ ! -f "$DLL" ]; then say "no test bed in $TESTBED: run
 [ -x "$CLRSCOPE" ] || { say "no $CLRSCOPE: run \`make build\` first"; exit 1; }
 command -v curl >/dev/null || { say "curl is missing: run \`make setup\`"; exit 1; }
 
+if [ "$DEMO_DIR" != "$ROOT/target/demo" ] && [ -e "$DEMO_DIR" ] && [ -n "$(ls -A "$DEMO_DIR")" ] &&
+    [ ! -e "$DEMO_DIR/.clrscope-demo" ]; then
+    say "$DEMO_DIR is not empty and not an earlier demo's: give DEMO_DIR another folder"
+    exit 1
+fi
 rm -rf "$DEMO_DIR"
 mkdir -p "$DEMO_DIR"
 chmod 0700 "$DEMO_DIR"
+touch "$DEMO_DIR/.clrscope-demo"
 socket=$DEMO_DIR/diag/clrscope.sock
+artifacts=$DEMO_DIR/artifacts
+mkdir -m 0700 "$artifacts"
 agent_log=$DEMO_DIR/agent.log
 store_log=$DEMO_DIR/bookstore.log
 
@@ -65,6 +84,7 @@ cleanup() {
     stop "$agent" "the agent"
 }
 trap cleanup EXIT
+trap 'echo; say interrupted; exit 130' INT TERM
 
 # wait_for_line PID NAME LOG PATTERN: waits up to 30 s for PATTERN in LOG while PID runs.
 wait_for_line() {
@@ -78,23 +98,23 @@ wait_for_line() {
     cat "$log" >&2
     exit 1
 }
-trap 'echo; say interrupted; exit 130' INT TERM
 
-# --- an API key: settings for the agent (its environment), the token for our requests ---
+# --- an API key, as a user makes one: the agent's settings (its environment) and our token ---
 "$CLRSCOPE" generatekey -o Shell >"$DEMO_DIR/apikey"
 chmod 0600 "$DEMO_DIR/apikey"
 eval "$(grep '^export ' "$DEMO_DIR/apikey")"
 auth=$(grep '^Authorization: ' "$DEMO_DIR/apikey")
-token=${auth#Authorization: Bearer }
 
-# --- the agent: listen mode only, so it profiles Bookstore and nothing else on this machine ---
-"$CLRSCOPE" agent --urls "http://127.0.0.1:$PORT" --metrics-urls "http://127.0.0.1:$METRICS_PORT" \
+# --- the agent ---
+CLRSCOPE_Egress__FileSystem__artifacts__DirectoryPath=$artifacts \
+    "$CLRSCOPE" agent --config "$SETTINGS" --urls "http://127.0.0.1:$PORT" \
+    --metrics-urls "http://127.0.0.1:${DEMO_METRICS_PORT:-52325}" \
     --data-dir "$DEMO_DIR/data" --diagnostic-port "$socket" --no-connect 2>"$agent_log" &
 agent=$!
 wait_for_line "$agent" "the agent" "$agent_log" 'API on'
 api=$(grep -o 'API on http://[0-9.]*:[0-9]*' "$agent_log" | head -1 | sed 's/^API on //')
-metrics=$(grep -o 'metrics http://[0-9.]*:[0-9]*/metrics' "$agent_log" | head -1 | sed 's/^metrics //')
-say "agent up: $api (log: $agent_log)"
+say "agent up: $api, rules from ${SETTINGS#"$ROOT"/} (log: $agent_log)"
+api_get() { curl -sf -H "$auth" "$api$1"; }
 
 # --- Bookstore, dialling the agent's socket ---
 DOTNET_DiagnosticPorts="$socket,nosuspend" OTEL_SERVICE_NAME=bookstore \
@@ -102,63 +122,73 @@ DOTNET_DiagnosticPorts="$socket,nosuspend" OTEL_SERVICE_NAME=bookstore \
     >"$store_log" 2>&1 &
 bookstore=$!
 wait_for_line "$bookstore" Bookstore "$store_log" '"ready"'
+started=$SECONDS
 bookstore_url=$(grep -m1 '"ready"' "$store_log" | grep -o '"url":"[^"]*"' | cut -d'"' -f4)
 say "Bookstore up: $bookstore_url (pid $bookstore), ${LOAD_SECONDS}s of load at 20 requests/s"
 
-# --- wait for the agent's view of it ---
-query="%7Bservice_name%3D%22bookstore%22%7D"
-hot_share() {
-    curl -sf -H "$auth" "$api/api/v1/profile?type=cpu&from=now-2m&query=$query&format=folded" |
-        awk -v hot="$HOT_PATH" '{ v = $NF; all += v; if (index($0, hot)) h += v }
-             END { if (all > 0) printf "%.0f", 100 * h / all; else print 0 }'
+# --- wait for both rules to fire and their artifacts to land ---
+# fired RULE: how often RULE has run its actions on Bookstore.
+fired() {
+    api_get "/collectionrules/$1?pid=$bookstore" |
+        grep -o '"lifetimeOccurrences":[0-9]*' | cut -d: -f2 || echo 0
 }
-started=$SECONDS
-deadline=$((started + WAIT_SECONDS))
+declare -A fired_at=()
 attached=0
-share=0
-while [ $SECONDS -lt $deadline ]; do
-    if [ $attached -eq 0 ] && curl -sf -H "$auth" "$api/api/v1/processes" | grep -q "\"pid\":$bookstore,"; then
+while [ $((SECONDS - started)) -lt $WAIT_SECONDS ]; do
+    if [ $attached -eq 0 ] && api_get /api/v1/processes | grep -q "\"pid\":$bookstore,"; then
         attached=1
-        say "the agent attached Bookstore (listen mode)"
+        say "$((SECONDS - started))s: the agent attached Bookstore (listen mode)"
     fi
-    # a few sampler windows (1 s every 10 s) before summing up
-    if [ $attached -eq 1 ] && [ $SECONDS -ge $((started + MIN_SECONDS)) ]; then
-        share=$(hot_share)
-        [ "$share" -gt 0 ] && break
-    fi
+    for rule in "${RULES[@]}"; do
+        if [ -z "${fired_at[$rule]:-}" ] && [ "$(fired "$rule")" -gt 0 ]; then
+            fired_at[$rule]=$((SECONDS - started))
+            say "${fired_at[$rule]}s: rule $rule fired"
+        fi
+    done
+    artifact_count=$(find "$artifacts" -type f | wc -l)
+    [ ${#fired_at[@]} -eq ${#RULES[@]} ] && [ "$artifact_count" -ge ${#RULES[@]} ] && break
     sleep 2
 done
 
 echo
-echo "\$ curl '$api/api/v1/processes'   (no token: refused)"
-curl -s "$api/api/v1/processes"
+for rule in "${RULES[@]}"; do
+    echo "\$ curl '$api/collectionrules/$rule?pid=$bookstore'"
+    api_get "/collectionrules/$rule?pid=$bookstore" || true
+    echo
+done
 echo
+echo "\$ ls -l $artifacts"
+ls -l "$artifacts"
 echo
-echo "\$ curl -H 'Authorization: Bearer …' '$api/api/v1/processes'"
-curl -sf -H "$auth" "$api/api/v1/processes"
-echo
-echo
-echo "\$ curl -H 'Authorization: Bearer …' '$api/api/v1/profile?type=cpu&from=now-2m&query={service_name=\"bookstore\"}&format=folded'   (self time per function)"
-curl -sf -H "$auth" "$api/api/v1/profile?type=cpu&from=now-2m&query=$query&format=folded" |
-    awk '{n=split($0,f,";"); leaf=f[n]; sub(/ [0-9]+$/, "", leaf); t[leaf]+=$NF; all+=$NF}
+query="%7Bservice_name%3D%22bookstore%22%7D"
+echo "\$ curl '$api/api/v1/profile?type=cpu&from=now-3m&query={service_name=\"bookstore\"}&format=folded'   (self time per function)"
+folded=$(api_get "/api/v1/profile?type=cpu&from=now-3m&query=$query&format=folded" || true)
+printf '%s\n' "$folded" | awk 'NF {n=split($0,f,";"); leaf=f[n]; sub(/ [0-9]+$/, "", leaf); t[leaf]+=$NF; all+=$NF}
          END {for (k in t) printf "  %5.1f%%  %s\n", 100*t[k]/all, k}' | sort -rn | head -8
+share=$(printf '%s\n' "$folded" | awk -v hot="$HOT_PATH" 'NF { all += $NF; if (index($0, hot)) h += $NF }
+         END { if (all > 0) printf "%.0f", 100 * h / all; else print 0 }')
 echo
-say "$share% of Bookstore's cpu time in the last 2 minutes is under $HOT_PATH (the CSV report export)"
-echo
-echo "\$ curl '$metrics'   (Prometheus text, no token; a few lines)"
-curl -sf "$metrics" | grep -E '^(clrscope_(processes_attached|samples_total|store_bytes)|systemruntime_(cpu_usage_ratio|working_set_bytes))[ {]' || true
+say "$share% of Bookstore's cpu time is under $HOT_PATH (the CSV report export)"
 
 if [ "$CHECK" = 1 ]; then
-    [ $attached -eq 1 ] || { say "FAILED: the agent never attached Bookstore"; exit 1; }
-    [ "$share" -gt 0 ] || { say "FAILED: no cpu samples under $HOT_PATH within ${WAIT_SECONDS}s"; exit 1; }
-    say "check passed"
+    failed=0
+    [ $attached -eq 1 ] || { say "FAILED: the agent never attached Bookstore"; failed=1; }
+    for rule in "${RULES[@]}"; do
+        [ -n "${fired_at[$rule]:-}" ] || { say "FAILED: rule $rule did not fire within ${WAIT_SECONDS}s"; failed=1; }
+    done
+    for kind in nettrace gcdump; do
+        find "$artifacts" -type f -name "*.$kind" | grep -q . ||
+            { say "FAILED: no .$kind artifact in $artifacts"; failed=1; }
+    done
+    [ "$share" -gt 0 ] || { say "FAILED: no cpu samples under $HOT_PATH"; failed=1; }
+    [ $failed -eq 0 ] || exit 1
+    say "check passed: both rules fired, their artifacts exist, the hot path shows"
     exit 0
 fi
 
 echo
 echo "  web UI:  $api/#type=cpu&service=bookstore&search=SalesReport"
-echo "  token:   $token   (the page asks for it once per browser tab)"
-echo "  data:    $DEMO_DIR"
+echo "  data:    $DEMO_DIR (artifacts in $artifacts)"
 echo
 say "up for ${STAY_SECONDS}s more; Ctrl-C stops Bookstore and the agent"
 sleep "$STAY_SECONDS" &

@@ -18,9 +18,11 @@
 #   * PyPI `opentelemetry-proto`, `grpcio` and `grpcio-tools` in .testbed/pypeers, with which
 #     tests/otlp/receiver.py decodes the agent's OTLP and Pyroscope exports as a real receiver, and
 #     `moto[server]`, the S3-compatible server tests/api_monitor.rs egresses to;
-#   * Debian `chromium`, Node.js (the machine's, else Debian nodejs + npm) and npm
-#     `playwright-core@$PLAYWRIGHT_VERSION` in .testbed/node, with which tests/webui.rs drives the
-#     web UI in a real browser (Playwright drives the system Chromium: it downloads no browser);
+#   * Debian `chromium`, Node.js (the machine's, else Debian nodejs + npm) and the npm packages of
+#     $NPM_PACKAGES in .testbed/node: `playwright-core`, with which tests/webui.rs drives the web UI
+#     in a real browser (Playwright drives the system Chromium: it downloads no browser), and the
+#     Connect client of tests/querier.rs (`@connectrpc/connect-node`, `@bufbuild/protobuf`, and
+#     `@bufbuild/buf` + `@bufbuild/protoc-gen-es` to generate it from .proto files without protoc);
 #   * .testbed/bin/dotnet -> the chosen host, and .testbed/runtime.env describing it (rewritten only
 #     when its content changes, so make recompiles targets when the runtime changes);
 #   * .testbed/targets/<Name>/<Name>.dll + <Name>.runtimeconfig.json for tests/targets/<Name>.cs.
@@ -36,6 +38,15 @@ PLAYWRIGHT_VERSION=1.65.1
 # OTLP receiver); moto's server stands in for S3 (`python3 -m moto.server`).
 PYPEERS_PACKAGES=(opentelemetry-proto==1.45.2 grpcio==1.85.1 grpcio-tools==1.85.1
     'moto[server]==5.2.5')
+# Installed by one `npm install` (one that named fewer would remove the others).
+NPM_PACKAGES=(
+    "playwright-core@$PLAYWRIGHT_VERSION"
+    @connectrpc/connect@2.3.0
+    @connectrpc/connect-node@2.3.0
+    @bufbuild/protobuf@2.17.0
+    @bufbuild/protoc-gen-es@2.17.0
+    @bufbuild/buf@1.75.0
+)
 PIP_HOST_REL=py/dnv/net/runtime/.net/dotnet
 MONO_FACADES=/usr/lib/mono/4.5/Facades
 
@@ -206,7 +217,7 @@ ensure_curl() {
     apt_install curl
 }
 
-# Chromium, Node.js and playwright-core (the web UI's browser test)
+# Chromium, Node.js and the tests' npm packages (the web UI's browser test, the querier's client)
 
 ensure_browser() {
     if [ ! -x /usr/bin/chromium ]; then
@@ -217,13 +228,17 @@ ensure_browser() {
         say "installing Node.js (Debian nodejs, npm)…"
         apt_install nodejs npm
     fi
-    local installed
-    installed=$(node -p "require('$TESTBED/node/node_modules/playwright-core/package.json').version" 2>/dev/null || true)
-    if [ "$installed" != "$PLAYWRIGHT_VERSION" ]; then
-        say "installing playwright-core@$PLAYWRIGHT_VERSION (npm) into $TESTBED/node…"
+    local spec name installed stale=0
+    for spec in "${NPM_PACKAGES[@]}"; do
+        name=${spec%@*}
+        installed=$(node -p "require('$TESTBED/node/node_modules/$name/package.json').version" 2>/dev/null || true)
+        [ "$name@$installed" = "$spec" ] || stale=1
+    done
+    if [ "$stale" -eq 1 ]; then
+        say "installing ${NPM_PACKAGES[*]} (npm) into $TESTBED/node…"
         mkdir -p "$TESTBED/node"
         npm install --prefix "$TESTBED/node" --no-save --no-audit --no-fund --silent \
-            "playwright-core@$PLAYWRIGHT_VERSION" >&2
+            "${NPM_PACKAGES[@]}" >&2
     fi
 }
 

@@ -62,7 +62,8 @@ pub enum ApiError {
          labels, labels/{{name}}/values, series, profile, diff; attached processes under \
          /api/v1/processes, their events under /api/v1/events; dotnet-monitor's routes are \
          /processes, /process, /env, /info, /trace, /gcdump, /dump, /stacks, /operations, \
-         /collectionrules; the web UI is at /"
+         /collectionrules; Pyroscope's querier for Grafana under /querier.v1.QuerierService/; \
+         the web UI is at /"
     )]
     NotFound { method: String, path: String },
 
@@ -122,6 +123,11 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// The HTTP status answering the problem.
+    pub(crate) fn status(&self) -> StatusCode {
+        self.kind().0
+    }
+
     /// The HTTP status and the `type` slug and `title` of the problem.
     fn kind(&self) -> (StatusCode, &'static str, &'static str) {
         use StatusCode as S;

@@ -20,7 +20,7 @@
 //!
 //! # Routes
 //!
-//! All `GET` (but the boost routes of [`processes`]); `ui/API.md` has examples. Errors are
+//! All `GET` (but the boost routes of [`processes`] and the Connect methods of the querier); `ui/API.md` has examples. Errors are
 //! RFC 7807 `application/problem+json` (`{type, title, status, detail}`), unknown routes (404)
 //! and methods (405) included.
 //!
@@ -35,6 +35,7 @@
 //! | `/api/v1/events` | `query`, `from`, `until` | `[{"unix_ms", "kind": "attached"\|"detached", "pid", …}]` |
 //! | `/collectionrules`, `/collectionrules/{name}` | `pid`, `uid`, `name` | dotnet-monitor's rule states ([`collection_rule_routes`]) |
 //! | `/`, `/ui/{file}` | — | the web UI |
+//! | `POST /querier.v1.QuerierService/{method}` | a Connect request | Pyroscope's query API for Grafana ([`querier_routes`]) |
 //!
 //! - `type` (required): a profile type, e.g. `cpu`; one the store holds or one clrscope records
 //!   (an unknown name is refused with the list).
@@ -60,6 +61,7 @@ mod events;
 pub mod metrics;
 pub mod monitor;
 pub mod processes;
+mod querier;
 mod query;
 mod selfprofile;
 mod server;
@@ -74,6 +76,7 @@ pub use events::event_routes;
 pub use metrics::{metrics_router, metrics_routes};
 pub use monitor::{monitor_routes, MonitorState, ProcessDirectory};
 pub use processes::process_routes;
+pub use querier::querier_routes;
 pub use query::query_routes;
 pub use server::{router, serve, ApiState, DEFAULT_API_ADDR};
 pub use time::parse_duration;

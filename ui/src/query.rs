@@ -276,11 +276,7 @@ impl Params {
     /// [`DEFAULT_MAX_POINTS`] points.
     fn step(&self, span: i64) -> Result<Duration, ApiError> {
         let Some(text) = self.get("step") else {
-            let seconds = span
-                .unsigned_abs()
-                .div_ceil(DEFAULT_MAX_POINTS)
-                .div_ceil(SECOND.unsigned_abs());
-            return Ok(Duration::from_secs(seconds).max(MIN_DEFAULT_STEP));
+            return Ok(default_step(span));
         };
         let step = parse_duration(text).map_err(|reason| self.invalid("step", reason))?;
         if step.is_zero() || step.as_nanos() % MILLISECOND as u128 != 0 {
@@ -293,11 +289,24 @@ impl Params {
     }
 }
 
+/// The step of a timeline over `span` nanoseconds when none is asked for: 10 s, or longer so
+/// that it has at most [`DEFAULT_MAX_POINTS`] points.
+pub(crate) fn default_step(span: i64) -> Duration {
+    let seconds = span
+        .unsigned_abs()
+        .div_ceil(DEFAULT_MAX_POINTS)
+        .div_ceil(SECOND.unsigned_abs());
+    Duration::from_secs(seconds).max(MIN_DEFAULT_STEP)
+}
+
 /// The samples a request selects, before the store names the profile type's unit.
-struct Selection {
-    type_name: String,
-    matchers: Vec<(String, String)>,
-    sample_matchers: Vec<(String, LabelValue)>,
+pub(crate) struct Selection {
+    /// A clrscope profile type name, e.g. `cpu`.
+    pub(crate) type_name: String,
+    /// Series label equalities.
+    pub(crate) matchers: Vec<(String, String)>,
+    /// Sample label equalities.
+    pub(crate) sample_matchers: Vec<(String, LabelValue)>,
 }
 
 impl Selection {
@@ -322,7 +331,12 @@ impl Selection {
 
     /// The store query over `[from, until)`: a profile type the store holds, else one clrscope
     /// records (which then selects nothing).
-    fn query(self, store: &Store, from: i64, until: i64) -> Result<tsdb::Query, ApiError> {
+    pub(crate) fn query(
+        self,
+        store: &Store,
+        from: i64,
+        until: i64,
+    ) -> Result<tsdb::Query, ApiError> {
         let stored = store.profile_types();
         let profile_type = stored
             .iter()

@@ -20,6 +20,7 @@ use crate::events::event_routes;
 use crate::metrics::metrics_routes;
 use crate::monitor::{monitor_routes, MonitorState};
 use crate::processes::process_routes;
+use crate::querier::querier_routes;
 use crate::query::query_routes;
 use crate::selfprofile::self_profile_routes;
 use crate::web::web_routes;
@@ -111,15 +112,16 @@ impl ApiState {
     }
 }
 
-/// The whole API: [`query_routes`], [`process_routes`], [`event_routes`], dotnet-monitor's
-/// routes ([`monitor_routes`]), `/metrics`, `/debug/pprof/profile` and the web UI
-/// ([`web_routes`]), with problem+json answers for unknown routes and methods, and request
-/// tracing. The auth layer ([`crate::auth`]) wraps everything, the fallbacks included, and lets
-/// only the web UI's files (which hold no data) through without a token: a route added here is
-/// covered without more.
+/// The whole API: [`query_routes`], [`querier_routes`] (Pyroscope's, for Grafana),
+/// [`process_routes`], [`event_routes`], dotnet-monitor's routes ([`monitor_routes`]), `/metrics`,
+/// `/debug/pprof/profile` and the web UI ([`web_routes`]), with problem+json answers for unknown
+/// routes and methods, and request tracing. The auth layer ([`crate::auth`]) wraps everything,
+/// the fallbacks included, and lets only the web UI's files (which hold no data) through without
+/// a token: a route added here is covered without more.
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .merge(query_routes())
+        .merge(querier_routes())
         .merge(process_routes())
         .merge(event_routes())
         .merge(metrics_routes())

@@ -91,6 +91,13 @@ const MINUTE_1: [(&str, i64); 3] = [(TAX, 70), (SERIALIZE, 20), (SAVE, 10)];
 /// The minute after: serialization hot, tax cheap.
 const MINUTE_2: [(&str, i64); 3] = [(TAX, 10), (SERIALIZE, 90), (SAVE, 10)];
 
+/// An HTTP client. reqwest is built with rustls and no default crypto provider (the exporters
+/// choose theirs), so the process needs one installed before a client is made.
+fn http_client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::new()
+}
+
 struct Server {
     url: String,
     client: reqwest::Client,
@@ -151,6 +158,7 @@ async fn serve_state(state: ApiState, dir: tempfile::TempDir) -> Server {
     let key = ui::auth::generate_key(expires);
     let auth = ui::auth::ApiKey::new(Some(&key.subject), Some(&key.public_key), None).unwrap();
     let router = ui::router(state.with_auth(ui::Authentication::ApiKey(Arc::new(auth))));
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(
         reqwest::header::AUTHORIZATION,
@@ -855,7 +863,7 @@ async fn shutdown_stops_accepting_connections() {
     let url = server.url.clone();
     assert_eq!(server.get("/api/v1/labels", &[]).await.status, 200);
     server.stop().await;
-    let refused = reqwest::Client::new()
+    let refused = http_client()
         .get(format!("{url}/api/v1/labels"))
         .send()
         .await;

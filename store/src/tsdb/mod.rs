@@ -710,6 +710,13 @@ impl Store {
             .chain(self.blocks.iter().flat_map(|b| b.meta.series.iter()))
     }
 
+    /// Every series in the store, each once, in no particular order: what callers filter
+    /// themselves (by profile type, labels) to list label sets or group a timeline.
+    pub fn series_list(&self) -> Vec<Series> {
+        let distinct: HashSet<&Series> = self.all_series().collect();
+        distinct.into_iter().cloned().collect()
+    }
+
     /// Series label names present in the store, sorted.
     pub fn label_names(&self) -> Vec<String> {
         let names: BTreeSet<&String> = self

@@ -244,6 +244,11 @@ pub fn parse_selector(input: &str) -> Result<Vec<(String, String)>> {
                 "expected '=' after {key} (only equality is supported)"
             )));
         }
+        if chars.peek() == Some(&'~') {
+            return Err(fail(&format!(
+                "{key}=~ is a regular expression match: only equality is supported"
+            )));
+        }
         while chars.peek().is_some_and(|c| c.is_whitespace()) {
             chars.next();
         }
