@@ -28,4 +28,4 @@ USER 1654:1654
 # 52323: the API and web UI; 52325: Prometheus metrics.
 EXPOSE 52323 52325
 ENTRYPOINT ["/usr/local/bin/clrscope"]
-CMD ["agent", "--urls", "http://0.0.0.0:52323", "--data-dir", "/var/lib/clrscope"]
+CMD ["agent", "--urls", "http://0.0.0.0:52323", "--metrics-urls", "http://0.0.0.0:52325", "--data-dir", "/var/lib/clrscope"]

@@ -24,8 +24,13 @@ trap cleanup EXIT
 "$TB/bin/dotnet" "$TB/targets/Faults/Faults.dll" >"$work/faults.out" & F=$!
 pids+=("$C" "$A" "$F")
 sleep 3
-"$CLRSCOPE" agent --data-dir "$work/data" --urls http://127.0.0.1:0 --pid "$C" --pid "$A" --pid "$F" \
-    2>"$work/agent.log" & G=$!
+# Authentication as a user sets it up: a key from generatekey, its settings in the agent's
+# environment, its header on every request.
+"$CLRSCOPE" generatekey -o Shell >"$work/key"
+eval "$(grep '^export ' "$work/key")"
+auth=$(grep '^Authorization: ' "$work/key")
+"$CLRSCOPE" agent --data-dir "$work/data" --urls http://127.0.0.1:0 --metrics-urls http://127.0.0.1:0 \
+    --pid "$C" --pid "$A" --pid "$F" 2>"$work/agent.log" & G=$!
 pids=("$G" "${pids[@]}")
 for _ in $(seq 50); do grep -q 'API on' "$work/agent.log" && break; sleep 0.1; done
 api=$(grep -o 'http://127.0.0.1:[0-9]*' "$work/agent.log" | head -1)
@@ -34,7 +39,7 @@ echo "agent at $api; sampling for $SECONDS_TO_RUN s…" >&2
 sleep "$SECONDS_TO_RUN"
 echo "load: $(cat /proc/loadavg)"
 
-profile() { curl -sf "$api/api/v1/profile?type=$1&format=$2&from=now-1m&query=%7Bprocess_id%3D%22$3%22%7D"; }
+profile() { curl -sf -H "$auth" "$api/api/v1/profile?type=$1&format=$2&from=now-1m&query=%7Bprocess_id%3D%22$3%22%7D"; }
 top_stacks() { profile "$1" folded "$2" | sort -t' ' -k2 -nr | head -3 | cut -c1-300; }
 types() { profile "$1" pprof "$2" >"$work/p.pb.gz"; go tool pprof -tags "$work/p.pb.gz" 2>/dev/null | sed -n '/^ type:/,/^$/p'; }
 

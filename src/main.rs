@@ -5,6 +5,7 @@ mod args;
 mod convert;
 mod dump;
 mod gcdump;
+mod generatekey;
 mod inspect;
 mod live;
 mod output;
@@ -66,7 +67,10 @@ enum Command {
     /// Heap snapshot of a process as a .gcdump file (`gcdump report FILE`: its type histogram).
     Gcdump(gcdump::Args),
     /// Profile every .NET process continuously into a local store, and serve queries.
-    Agent(agent::Args),
+    Agent(Box<agent::Args>),
+    /// A new API key for the agent: its settings (Subject, PublicKey) and the bearer token for
+    /// clients, as dotnet-monitor's generatekey prints them.
+    Generatekey(generatekey::Args),
 }
 
 fn main() -> ExitCode {
@@ -96,7 +100,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Stacks(args) => stacks::run(args).await,
             Command::Dump(args) => dump::run(args).await,
             Command::Gcdump(args) => gcdump::run(args).await,
-            Command::Agent(args) => agent::run(args).await,
+            Command::Agent(args) => agent::run(*args).await,
+            Command::Generatekey(args) => generatekey::run(args),
         }
     })
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 use support::agent::{data_dir, encode, Agent};
-use support::{http_request, Target};
+use support::Target;
 
 fn unix_ms() -> u128 {
     SystemTime::now()
@@ -166,26 +166,22 @@ fn three_targets_profiled_continuously_and_kept_across_a_kill() {
     );
 
     // A boost through the API, and back.
-    let boost = http_request(
-        agent.port,
+    let boost = agent.request(
         "POST",
         &format!("/api/v1/processes/{}/boost?duration=30s", cpuhot.pid()),
-        &[],
     );
     assert_eq!(boost.status, 200, "{}", boost.body);
     let left = boost.json()["sampler"]["boost_seconds_left"]
         .as_f64()
         .unwrap();
     assert!(left > 25.0 && left <= 30.0, "{}", boost.body);
-    let cancel = http_request(
-        agent.port,
+    let cancel = agent.request(
         "DELETE",
         &format!("/api/v1/processes/{}/boost", cpuhot.pid()),
-        &[],
     );
     assert_eq!(cancel.json()["sampler"]["boost_seconds_left"], Value::Null);
     assert_eq!(
-        http_request(agent.port, "POST", "/api/v1/processes/1/boost", &[]).status,
+        agent.request("POST", "/api/v1/processes/1/boost").status,
         404
     );
 

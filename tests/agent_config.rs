@@ -21,7 +21,8 @@ fn file_directory_and_environment_configure_the_agent() {
           "Logging": {"LogLevel": {"Default": "Warning"}},
           "Urls": "http://127.0.0.1:0",
           "Profiling": {"SampleWindow": "00:00:02", "SamplePeriod": "20s", "ProcessIds": ["1"]},
-          "Store": {"DataDirectory": "/nonexistent/overridden"}
+          "Store": {"DataDirectory": "/nonexistent/overridden"},
+          "Metrics": {"Endpoints": "http://127.0.0.1:0", "IncludeDefaultProviders": "false"}
         }"#,
     )
     .unwrap();
@@ -61,6 +62,7 @@ fn file_directory_and_environment_configure_the_agent() {
     // The window from the file, the period from the environment, the data directory from the
     // key-per-file directory over the file's.
     assert!(first.contains("API on http://127.0.0.1:"), "{first}");
+    assert!(first.contains("metrics http://127.0.0.1:"), "{first}");
     assert!(first.contains("(5% duty: 2s every 40s)"), "{first}");
     assert!(first.contains("that match the filters"), "{first}");
     assert!(

@@ -21,8 +21,12 @@ fn clrscope(args: &[&str]) -> std::process::Output {
         .expect("run clrscope")
 }
 
+/// `method path` with the agent's token (and `headers`).
 fn request(agent: &Agent, method: &str, path: &str, headers: &[(&str, &str)]) -> HttpResponse {
-    http_request(agent.port, method, path, headers)
+    let auth = format!("Bearer {}", agent.token());
+    let mut headers = headers.to_vec();
+    headers.push(("Authorization", &auth));
+    http_request(agent.port, method, path, &headers)
 }
 
 /// `GET path`, expecting `status`.
@@ -339,7 +343,10 @@ fn artifacts_stream_back_and_open() {
             agent.port,
             "POST",
             &format!("/trace?pid={pid}&durationSeconds=1"),
-            &[("Content-Type", "application/json")],
+            &[
+                ("Content-Type", "application/json"),
+                ("Authorization", &format!("Bearer {}", agent.token())),
+            ],
             body.to_string().as_bytes(),
         ),
         200,

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use support::agent::{data_dir, Agent};
-use support::http_request;
+use support::openapi::concrete;
 
 /// Methods a route can be registered with (HEAD comes with GET in axum).
 const METHODS: [&str; 5] = ["GET", "POST", "PUT", "DELETE", "PATCH"];
@@ -24,9 +24,7 @@ fn root() -> &'static Path {
 
 /// path → methods, as `docs/openapi.json` documents them.
 fn documented() -> BTreeMap<String, BTreeSet<String>> {
-    let text =
-        std::fs::read_to_string(root().join("docs/openapi.json")).expect("docs/openapi.json");
-    let doc: Value = serde_json::from_str(&text).expect("docs/openapi.json is JSON");
+    let doc = support::openapi::document();
     assert!(
         doc["openapi"].as_str().is_some_and(|v| v.starts_with("3.")),
         "not an OpenAPI 3 document"
@@ -201,39 +199,6 @@ fn the_document_lists_exactly_the_registered_routes() {
     );
 }
 
-/// A documented path with its parameters filled in from their examples (else `1`).
-fn concrete(path: &str, item: &Value) -> String {
-    let examples: BTreeMap<String, String> = item
-        .as_object()
-        .unwrap()
-        .values()
-        .flat_map(|v| {
-            v.as_array()
-                .cloned()
-                .or_else(|| v["parameters"].as_array().cloned())
-                .unwrap_or_default()
-        })
-        .filter(|p| p["in"] == "path")
-        .map(|p| {
-            let example = match &p["example"] {
-                Value::String(s) => s.clone(),
-                Value::Null => "1".to_string(),
-                other => other.to_string(),
-            };
-            (p["name"].as_str().unwrap().to_string(), example)
-        })
-        .collect();
-    let mut out = path.to_string();
-    for (name, value) in examples {
-        out = out.replace(&format!("{{{name}}}"), &value);
-    }
-    assert!(
-        !out.contains('{'),
-        "{path}: a path parameter has no example"
-    );
-    out
-}
-
 #[test]
 fn a_real_agent_serves_every_documented_route_and_refuses_other_methods() {
     let dir = data_dir("openapi");
@@ -248,8 +213,7 @@ fn a_real_agent_serves_every_documented_route_and_refuses_other_methods() {
             socket.to_str().unwrap(),
         ],
     );
-    let text = std::fs::read_to_string(root().join("docs/openapi.json")).unwrap();
-    let doc: Value = serde_json::from_str(&text).unwrap();
+    let doc = support::openapi::document();
     let mut problems = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
         let url = concrete(path, item);
@@ -261,7 +225,8 @@ fn a_real_agent_serves_every_documented_route_and_refuses_other_methods() {
             .filter(|k| METHODS.contains(&k.as_str()))
             .collect();
         for method in METHODS {
-            let response = http_request(agent.port, method, &url, &[]);
+            // With the agent's token: authentication is tests/auth.rs's subject.
+            let response = agent.request(method, &url);
             let problem_type = serde_json::from_str::<Value>(&response.body)
                 .ok()
                 .and_then(|v| v["type"].as_str().map(str::to_string))

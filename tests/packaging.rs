@@ -100,17 +100,17 @@ fn the_image_runs_the_agent_as_non_root_with_arguments_it_accepts() {
     let mut command = exec_form("CMD");
     assert_eq!(command[0], "agent", "{command:?}");
 
-    // Run that command with this build's binary; only the port (0: any free one) and the data
+    // Run that command with this build's binary; only the ports (0: any free one) and the data
     // directory (a scratch one) change, and a pid filter keeps it away from other processes.
     let dir = std::env::temp_dir().join(format!("clrscope-image-cmd-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut saw = (false, false);
     for i in 1..command.len() {
         match command[i - 1].as_str() {
-            "--urls" => {
-                let (address, _port) = command[i].rsplit_once(':').expect("--urls HOST:PORT");
+            flag @ ("--urls" | "--metrics-urls") => {
+                saw.0 |= flag == "--urls";
+                let (address, _port) = command[i].rsplit_once(':').expect("URL HOST:PORT");
                 command[i] = format!("{address}:0");
-                saw.0 = true;
             }
             "--data-dir" => {
                 command[i] = dir.display().to_string();

@@ -186,6 +186,7 @@ fn a_grafana_connect_client_reads_what_the_store_holds() {
 
     let report = run_client(&json!({
         "url": format!("http://127.0.0.1:{}", agent.port),
+        "token": agent.token(),
         "genDir": generated_dir(),
         "profileTypeID": CPU,
         "labelSelector": selector,

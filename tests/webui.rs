@@ -1,8 +1,9 @@
 //! The web UI in a real browser: `tests/browser/webui.cjs` drives Debian Chromium through npm
 //! playwright-core (both installed by `make setup`) against `clrscope agent` profiling CpuHot
-//! `--split 60,30,10`: timeline, drag, flame graph, search, sandwich, compare, export, process
-//! list, the token prompt, and the 50 000-node benchmark. Screenshots, the downloaded pprof and
-//! the report go to `target/webui/`.
+//! `--split 60,30,10` with authentication on (a key from `clrscope generatekey`): the token
+//! prompt, then timeline, drag, flame graph, search, sandwich, compare, export, process list,
+//! each API call checked to carry the token, and the 50 000-node benchmark. Screenshots, the
+//! downloaded pprof and the report go to `target/webui/`.
 
 mod support;
 
@@ -116,6 +117,7 @@ fn the_web_ui_in_chromium_shows_browses_compares_and_exports_a_profile() {
         let config = json!({
             "phase": phase,
             "url": format!("http://127.0.0.1:{}", agent.port),
+            "token": agent.token(),
             "from": from,
             "until": until,
             "artifacts": artifacts,

@@ -49,6 +49,10 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use serde::Deserialize;
+
+use crate::config::lenient;
+
 /// How many label sets one family keeps; beyond this, updates of new sets are dropped (counted).
 pub const MAX_SERIES_PER_FAMILY: usize = 2000;
 
@@ -483,6 +487,51 @@ impl Value {
     }
 }
 
+/// The `Metrics` section of settings.json, dotnet-monitor's keys: whether the metrics listener
+/// and the targets' runtime counters are on, where the listener is, and which counters and
+/// meters to read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `false`: no metrics listener and no runtime counters (the API's `/metrics` still shows
+    /// the agent's own numbers).
+    #[serde(default, deserialize_with = "lenient::opt_boolean")]
+    pub enabled: Option<bool>,
+    /// The metrics listener's URL (`--metrics-urls`), one.
+    #[serde(default)]
+    pub endpoints: Option<String>,
+    /// dotnet-monitor's count of samples kept per metric. Read so that its files load; clrscope
+    /// serves each value's latest sample.
+    #[serde(default, deserialize_with = "lenient::opt_number")]
+    pub metric_count: Option<u32>,
+    /// `false`: not `System.Runtime`, `Microsoft.AspNetCore.Hosting`, `Grpc.AspNetCore.Server`.
+    #[serde(default, deserialize_with = "lenient::opt_boolean")]
+    pub include_default_providers: Option<bool>,
+    #[serde(default)]
+    pub providers: Vec<MetricProvider>,
+    #[serde(default)]
+    pub meters: Vec<MetricMeter>,
+}
+
+/// `Metrics:Providers:N`: an EventCounter source, and which of its counters (default: all).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct MetricProvider {
+    pub provider_name: String,
+    #[serde(default)]
+    pub counter_names: Vec<String>,
+}
+
+/// `Metrics:Meters:N`: a System.Diagnostics.Metrics meter, and which of its instruments
+/// (default: all).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct MetricMeter {
+    pub meter_name: String,
+    #[serde(default)]
+    pub instrument_names: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -570,6 +619,22 @@ mod tests {
         // Existing series still count.
         family.with(&["0"]).inc();
         assert_eq!(family.with(&["0"]).get(), 2);
+    }
+
+    #[test]
+    fn the_metrics_section_reads_dotnet_monitors_keys() {
+        let config: MetricsConfig = serde_json::from_str(
+            r#"{"Enabled": "true", "Endpoints": "http://+:52325", "MetricCount": 3,
+                "IncludeDefaultProviders": false,
+                "Providers": [{"ProviderName": "System.Runtime", "CounterNames": ["cpu-usage"]}],
+                "Meters": [{"MeterName": "AsyncWeb"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(config.enabled, Some(true));
+        assert_eq!(config.include_default_providers, Some(false));
+        assert_eq!(config.providers[0].counter_names, ["cpu-usage"]);
+        assert!(config.meters[0].instrument_names.is_empty());
+        assert!(serde_json::from_str::<MetricsConfig>(r#"{"Enable": true}"#).is_err());
     }
 
     #[test]

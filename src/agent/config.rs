@@ -48,6 +48,15 @@ pub struct AgentConfig {
     /// Where and how long profiles are kept (clrscope's own).
     #[serde(default)]
     pub store: StoreConfig,
+    /// The API key (dotnet-monitor's `Authentication:MonitorApiKey`).
+    #[serde(default)]
+    pub authentication: ui::auth::AuthenticationConfig,
+    /// The certificate for `https` URLs (Kestrel's `Kestrel:Certificates:Default`).
+    #[serde(default)]
+    pub kestrel: ui::tls::KestrelConfig,
+    /// The metrics listener and the targets' runtime counters (dotnet-monitor's `Metrics`).
+    #[serde(default)]
+    pub metrics: collector::metrics::MetricsConfig,
     /// Backends the profiles are sent to, by name (clrscope's own; README, "Exporting").
     #[serde(default)]
     pub exporters: super::export::ExportersConfig,

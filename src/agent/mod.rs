@@ -13,17 +13,20 @@
 pub mod config;
 mod discover;
 mod export;
+mod health;
 mod process;
 mod rules;
+mod runtime_metrics;
 mod writer;
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use collector::attached::AttachedProcesses;
-use collector::metrics::Registry;
+use collector::counters::{CounterSessionConfig, DEFAULT_INTERVAL_SECONDS};
+use collector::metrics::{MetricsConfig, Registry};
 use collector::sampler::DutyCycle;
 use exporter::egress::{Egress, EgressConfig};
 use store::continuous::EventProfiles;
@@ -32,6 +35,7 @@ use tokio::sync::watch;
 
 use crate::args::{parse_bytes, parse_duration};
 use config::{AgentConfig, ConfigSources};
+use health::Health;
 use writer::BatchSink;
 
 /// Command-line settings. Each flag overrides the configuration's key of the same meaning
@@ -59,6 +63,19 @@ pub struct Args {
     /// [config: Urls]
     #[arg(long, value_name = "URL")]
     urls: Option<String>,
+    /// Where Prometheus scrapes /metrics, without authentication (numbers only; the API serves
+    /// /metrics too, behind its authentication); `none` to serve it only there.
+    /// [default: http://127.0.0.1:52325] [config: Metrics:Endpoints]
+    #[arg(long, value_name = "URL")]
+    metrics_urls: Option<String>,
+    /// Turn authentication off: anyone who can reach the API can read the profiles and take
+    /// dumps. Logs a warning; for a trusted machine only.
+    #[arg(long, conflicts_with = "temp_apikey")]
+    no_auth: bool,
+    /// Generate an API key at start (valid 7 days, until the agent stops) and print its token,
+    /// instead of the configured one (Authentication:MonitorApiKey).
+    #[arg(long)]
+    temp_apikey: bool,
     /// Where profiles are stored (created 0700). [default: ./clrscope-data]
     /// [config: Store:DataDirectory]
     #[arg(long, value_name = "DIR")]
@@ -107,6 +124,15 @@ pub struct Args {
     /// [config: Profiling:TraceSources]
     #[arg(long = "trace-source", value_name = "NAME")]
     trace_sources: Vec<String>,
+    /// Also put this System.Diagnostics.Metrics meter's instruments on /metrics (repeatable).
+    /// System.Runtime's and ASP.NET Core's counters are there unless
+    /// Metrics:IncludeDefaultProviders is false. [config: Metrics:Meters]
+    #[arg(long = "meter", value_name = "NAME")]
+    meters: Vec<String>,
+    /// Do not read the targets' runtime counters (a counter session per process) for /metrics.
+    /// [config: Metrics:Enabled = false, which also turns the metrics listener off]
+    #[arg(long, conflicts_with = "meters")]
+    no_runtime_metrics: bool,
     /// Delete profiles older than this. [default: 7d] [config: Store:Retention]
     #[arg(long, value_parser = parse_duration)]
     retention: Option<Duration>,
@@ -142,9 +168,33 @@ struct Resolved {
     filters: Filters,
     linkage: Option<Vec<collector::ipc::ProviderConfig>>,
     store: StoreOptions,
+    /// Where /metrics is served without authentication, if anywhere.
+    metrics_urls: Option<String>,
+    runtime_metrics: Option<RuntimeMetrics>,
+    auth: AuthSource,
+    kestrel: ui::tls::KestrelConfig,
     exporters: export::ExportersConfig,
     egress: EgressConfig,
     rules: Vec<collector::rules::options::CollectionRule>,
+}
+
+/// Where the API key comes from.
+#[derive(Debug)]
+enum AuthSource {
+    /// `--no-auth`.
+    Off,
+    /// `--temp-apikey`.
+    Temporary,
+    Configured(ui::auth::AuthenticationConfig),
+}
+
+/// The counter session whose values go on /metrics, and which EventCounters of it to keep.
+#[derive(Debug, Clone)]
+pub struct RuntimeMetrics {
+    pub session: CounterSessionConfig,
+    /// Per EventCounter source, the counters to keep (`Metrics:Providers:CounterNames`);
+    /// a source not listed keeps every counter.
+    pub counter_names: Vec<(String, Vec<String>)>,
 }
 
 impl Args {
@@ -191,6 +241,25 @@ impl Args {
             None
         };
         let store = &config.store;
+        let metrics = &config.metrics;
+        let metrics_on = metrics.enabled != Some(false);
+        if metrics.metric_count.is_some() {
+            tracing::warn!("Metrics:MetricCount is read but not used: /metrics shows each value's latest sample");
+        }
+        let metrics_urls = match self.metrics_urls.or_else(|| metrics.endpoints.clone()) {
+            Some(url) if url == "none" => None,
+            Some(url) => Some(url),
+            None => metrics_on.then(|| ui::metrics::DEFAULT_METRICS_URL.to_string()),
+        };
+        let runtime_metrics = (metrics_on && !self.no_runtime_metrics)
+            .then(|| runtime_metrics_config(metrics, &self.meters));
+        let auth = if self.no_auth {
+            AuthSource::Off
+        } else if self.temp_apikey {
+            AuthSource::Temporary
+        } else {
+            AuthSource::Configured(config.authentication.clone())
+        };
         Ok(Resolved {
             urls: self
                 .urls
@@ -233,6 +302,10 @@ impl Args {
                     .unwrap_or(1 << 30),
                 ..StoreOptions::default()
             },
+            metrics_urls,
+            runtime_metrics,
+            auth,
+            kestrel: config.kestrel.clone(),
             exporters: config.exporters,
             egress: config.egress.clone(),
             rules: collector::rules::options::compile(
@@ -241,6 +314,38 @@ impl Args {
             )
             .map_err(|e| anyhow::anyhow!("configuration key {e}"))?,
         })
+    }
+}
+
+/// The counter session of the `Metrics` section and `--meter` flags: dotnet-monitor's default
+/// sources unless `IncludeDefaultProviders` is false, `Providers`, `Meters`.
+fn runtime_metrics_config(metrics: &MetricsConfig, meters: &[String]) -> RuntimeMetrics {
+    let mut session = CounterSessionConfig::new(DEFAULT_INTERVAL_SECONDS);
+    if metrics.include_default_providers != Some(false) {
+        for source in runtime_metrics::DEFAULT_SOURCES {
+            session = session.with_event_counters(source);
+        }
+    }
+    let mut counter_names = Vec::new();
+    for provider in &metrics.providers {
+        session = session.with_event_counters(&provider.provider_name);
+        if !provider.counter_names.is_empty() {
+            counter_names.push((
+                provider.provider_name.clone(),
+                provider.counter_names.clone(),
+            ));
+        }
+    }
+    for meter in &metrics.meters {
+        let instruments: Vec<&str> = meter.instrument_names.iter().map(String::as_str).collect();
+        session = session.with_meter(&meter.meter_name, &instruments);
+    }
+    for meter in meters {
+        session = session.with_meter(meter, &[]);
+    }
+    RuntimeMetrics {
+        session,
+        counter_names,
     }
 }
 
@@ -270,6 +375,15 @@ impl Filters {
     }
 }
 
+/// Where the API listens.
+enum ApiListener {
+    Http(tokio::net::TcpListener),
+    Https(ui::tls::TlsListener),
+}
+
+/// How long a `--temp-apikey` token is valid (dotnet-monitor's default expiration).
+const TEMP_APIKEY_DAYS: i64 = 7;
+
 /// What every per-process task is configured with.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -279,6 +393,8 @@ pub struct Settings {
     pub host_name: String,
     /// The providers that join samples to the spans their threads ran, when linkage is on.
     pub linkage: Option<Vec<collector::ipc::ProviderConfig>>,
+    /// The counter session whose values go on /metrics, unless that is off.
+    pub runtime_metrics: Option<RuntimeMetrics>,
     /// Collection rules and their egress.
     pub rules: rules::RuleSettings,
 }
@@ -288,28 +404,103 @@ pub struct Agent {
     pub settings: Settings,
     pub processes: AttachedProcesses,
     pub sink: BatchSink,
+    /// Every component's metrics, served on `/metrics`: register yours on it (see
+    /// [`collector::metrics`]).
+    pub metrics: Registry,
+    /// The agent's own metrics.
+    pub health: Health,
     /// Turns true once when the agent stops.
     pub shutdown: watch::Receiver<bool>,
 }
 
-/// `http://HOST:PORT` or `HOST:PORT` to a socket address: HOST an IP address, `localhost`, or
-/// `+`/`*` for every interface (as dotnet-monitor's and ASP.NET Core's URLs write it).
-fn parse_url(url: &str) -> anyhow::Result<std::net::SocketAddr> {
-    if url.starts_with("https://") {
-        anyhow::bail!("--urls {url}: TLS is not supported yet; use http:// on loopback");
-    }
-    let authority = url
-        .strip_prefix("http://")
-        .unwrap_or(url)
-        .trim_end_matches('/');
+/// A listener address: `http://HOST:PORT`, `https://HOST:PORT` or `HOST:PORT` (http), HOST an
+/// IP address, `localhost`, or `+` or `*` for every interface (as Kestrel and dotnet-monitor
+/// read them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ListenUrl {
+    tls: bool,
+    addr: std::net::SocketAddr,
+}
+
+fn parse_url(flag: &str, url: &str) -> anyhow::Result<ListenUrl> {
+    let (tls, authority) = match url.split_once("://") {
+        Some(("http", rest)) => (false, rest),
+        Some(("https", rest)) => (true, rest),
+        Some((scheme, _)) => {
+            anyhow::bail!("{flag} {url}: unknown scheme {scheme}: use http or https")
+        }
+        None => (false, url),
+    };
+    let authority = authority.trim_end_matches('/');
     let authority = match authority.rsplit_once(':') {
         Some(("localhost", port)) => format!("127.0.0.1:{port}"),
         Some(("+" | "*", port)) => format!("0.0.0.0:{port}"),
         _ => authority.to_string(),
     };
-    authority.parse().with_context(|| {
-        format!("--urls {url}: expected http://IP:PORT, e.g. http://127.0.0.1:52323 (one URL)")
-    })
+    let addr = authority.parse().with_context(|| {
+        format!("{flag} {url}: expected http://IP:PORT, e.g. http://127.0.0.1:52323")
+    })?;
+    Ok(ListenUrl { tls, addr })
+}
+
+/// What the API asks of a request: `--no-auth`, `--temp-apikey` or the configured key; with
+/// `--temp-apikey`, also the token to print.
+fn authentication(
+    source: &AuthSource,
+    tls: bool,
+    api_addr: std::net::SocketAddr,
+) -> (ui::Authentication, Option<String>) {
+    let config = match source {
+        AuthSource::Off => {
+            tracing::warn!(
+            "WARNING: Authentication has been disabled (--no-auth). Anyone who can reach the API \
+             can read the profiles and take dumps; this is not intended for production."
+        );
+            if !api_addr.ip().is_loopback() {
+                tracing::warn!(%api_addr, "the API listens beyond loopback without authentication");
+            }
+            return (ui::Authentication::Disabled, None);
+        }
+        AuthSource::Temporary => None,
+        AuthSource::Configured(config) => Some(config),
+    };
+    let mut token = None;
+    let auth = if let Some(config) = config {
+        ui::Authentication::from_config(config)
+    } else {
+        let expires = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64)
+            + TEMP_APIKEY_DAYS * 24 * 3600;
+        let key = ui::auth::generate_key(expires);
+        token = Some(key.token.clone());
+        match ui::auth::ApiKey::new(Some(&key.subject), Some(&key.public_key), None) {
+            Ok(key) => ui::Authentication::ApiKey(Arc::new(key)),
+            Err(error) => ui::Authentication::Unconfigured(Arc::new(error)),
+        }
+    };
+    match &auth {
+        ui::Authentication::Unconfigured(error) => tracing::warn!(
+            "authentication is on but no usable API key is configured ({error}): every API \
+             request is refused. Run `clrscope generatekey` and set its Subject and PublicKey \
+             (settings.json Authentication:MonitorApiKey, or the environment variables it \
+             prints), or use --temp-apikey, or --no-auth on a trusted machine"
+        ),
+        ui::Authentication::ApiKey(key) if key.has_private_key() => tracing::warn!(
+            "Authentication:MonitorApiKey:PublicKey holds private key material; the agent only \
+             needs the public key: remove the private parts (d, p, q, dp, dq, qi)"
+        ),
+        _ => {}
+    }
+    if !tls && !api_addr.ip().is_loopback() {
+        tracing::warn!(
+            %api_addr,
+            "WARNING: Authentication is enabled over insecure http transport beyond loopback: \
+             tokens can be read on the network. Use https (Kestrel:Certificates:Default) in \
+             production."
+        );
+    }
+    (auth, token)
 }
 
 fn host_name() -> String {
@@ -322,22 +513,32 @@ fn host_name() -> String {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let settings = args.resolve()?;
-    let api_addr = parse_url(&settings.urls)?;
+    let api_url = parse_url("--urls", &settings.urls)?;
     let store = Store::open(&settings.data_dir, settings.store.clone())
         .with_context(|| format!("opening the store in {}", settings.data_dir.display()))?;
     for problem in store.problems() {
         tracing::warn!(path = %problem.path.display(), "skipping an unreadable block: {}", problem.message);
     }
     let store = Arc::new(RwLock::new(store));
-    let listener = tokio::net::TcpListener::bind(api_addr)
+    let listener = tokio::net::TcpListener::bind(api_url.addr)
         .await
         .with_context(|| {
-            format!("binding the HTTP API to {api_addr} (is another agent running?)")
+            format!(
+                "binding the HTTP API to {} (is another agent running?)",
+                api_url.addr
+            )
         })?;
     let api_addr = listener.local_addr()?;
-    if !api_addr.ip().is_loopback() {
-        tracing::warn!(%api_addr, "the HTTP API listens beyond loopback without authentication: anyone who can reach it can read the profiles");
-    }
+    let (auth, temp_token) = authentication(&settings.auth, api_url.tls, api_addr);
+    let listener = if api_url.tls {
+        let tls = settings
+            .kestrel
+            .server_config()
+            .with_context(|| format!("--urls {}", settings.urls))?;
+        ApiListener::Https(ui::tls::TlsListener::new(listener, tls)?)
+    } else {
+        ApiListener::Http(listener)
+    };
     // One Egress (one disk budget) for the API's artifacts and the rules'.
     let egress = Egress::new(&settings.egress).context("the Egress configuration")?;
     let rules = rules::RuleSettings {
@@ -347,9 +548,24 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     rules.check_egress()?;
     let metrics = Registry::default();
+    let health = Health::register(&metrics);
+    let metrics_listener = match &settings.metrics_urls {
+        None => None,
+        Some(url) => {
+            let ListenUrl { tls, addr } = parse_url("--metrics-urls", url)?;
+            if tls {
+                bail!("--metrics-urls {url}: /metrics is served over http only");
+            }
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding /metrics to {addr} (--metrics-urls)"))?;
+            Some(listener)
+        }
+    };
     let (taps, mut exporting) =
         export::spawn(&settings.exporters, &metrics).context("starting the exporters")?;
-    let (sink, writer) = writer::spawn(store.clone(), taps).context("starting the store writer")?;
+    let (sink, writer) = writer::spawn(store.clone(), health.store.clone(), taps)
+        .context("starting the store writer")?;
     let (stop, shutdown) = watch::channel(false);
     let agent = Arc::new(Agent {
         settings: Settings {
@@ -358,16 +574,25 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             filters: settings.filters,
             host_name: host_name(),
             linkage: settings.linkage,
+            runtime_metrics: settings.runtime_metrics,
             rules,
         },
         processes: AttachedProcesses::default(),
         sink,
+        metrics,
+        health,
         shutdown,
     });
 
     let listen = match &settings.listen_socket {
         Some(path) => Some(Arc::new(discover::bind_listen(path).await?)),
         None => None,
+    };
+    let stopped = || {
+        let mut shutdown = agent.shutdown.clone();
+        async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        }
     };
     let api = {
         let monitor = ui::MonitorState {
@@ -380,12 +605,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         };
         let state = ui::ApiState::new(store.clone())
             .with_processes(agent.processes.clone())
-            .with_monitor(monitor);
-        let mut shutdown = agent.shutdown.clone();
-        let stopped = async move {
-            let _ = shutdown.wait_for(|stop| *stop).await;
-        };
-        tokio::spawn(ui::serve(listener, ui::router(state), stopped))
+            .with_monitor(monitor)
+            .with_metrics(agent.metrics.clone())
+            .with_auth(auth);
+        let router = ui::router(state);
+        match listener {
+            ApiListener::Http(listener) => tokio::spawn(ui::serve(listener, router, stopped())),
+            ApiListener::Https(listener) => tokio::spawn(ui::serve(listener, router, stopped())),
+        }
+    };
+    let metrics_addr = match metrics_listener {
+        Some(listener) => {
+            let addr = listener.local_addr()?;
+            let router = ui::metrics_router(agent.metrics.clone());
+            tokio::spawn(ui::serve(listener, router, stopped()));
+            format!("http://{addr}/metrics")
+        }
+        None => "only on the API".to_string(),
     };
     let filtered = !agent.settings.filters.is_empty();
     let mut tasks = tokio::task::JoinSet::new();
@@ -400,8 +636,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let stop_signal = stop_signal()?;
     eprintln!(
-        "clrscope agent: API on http://{api_addr}; profiling {} ({:.0}% duty: {:?} every {:?}); \
-         data in {}",
+        "clrscope agent: API on {}://{api_addr}; metrics {metrics_addr}; profiling {} \
+         ({:.0}% duty: {:?} every {:?}); data in {}",
+        if api_url.tls { "https" } else { "http" },
         match (&settings.listen_socket, settings.connect) {
             (Some(p), false) => format!("runtimes dialling {}", p.display()),
             (Some(p), true) => format!(".NET processes and runtimes dialling {}", p.display()),
@@ -416,6 +653,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         agent.settings.duty.period,
         settings.data_dir.display()
     );
+    if let Some(token) = temp_token {
+        eprintln!(
+            "clrscope agent: generated a one-time API key (--temp-apikey); use the following \
+             header for authorization:\nAuthorization: Bearer {token}"
+        );
+    }
 
     export::log_started(&settings.exporters);
 
@@ -471,23 +714,32 @@ fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_url;
+    use super::*;
 
     #[test]
-    fn urls() {
-        let addr = |url: &str| {
-            parse_url(url)
-                .map(|a| a.to_string())
-                .map_err(|e| e.to_string())
-        };
-        assert_eq!(addr("http://127.0.0.1:52323").unwrap(), "127.0.0.1:52323");
-        assert_eq!(addr("http://localhost:0/").unwrap(), "127.0.0.1:0");
-        assert_eq!(addr("http://+:52323").unwrap(), "0.0.0.0:52323");
-        assert_eq!(addr("*:1").unwrap(), "0.0.0.0:1");
-        assert_eq!(addr("http://[::1]:80").unwrap(), "[::1]:80");
-        assert!(addr("http://a:1;http://b:2")
-            .unwrap_err()
-            .contains("one URL"));
-        assert!(addr("https://127.0.0.1:1").unwrap_err().contains("TLS"));
+    fn listen_urls_read_like_kestrels() {
+        let url = |text: &str| parse_url("--urls", text).map(|u| (u.tls, u.addr.to_string()));
+        assert_eq!(
+            url("http://127.0.0.1:52323").unwrap(),
+            (false, "127.0.0.1:52323".into())
+        );
+        assert_eq!(
+            url("https://localhost:1/").unwrap(),
+            (true, "127.0.0.1:1".into())
+        );
+        assert_eq!(
+            url("http://+:52325").unwrap(),
+            (false, "0.0.0.0:52325".into())
+        );
+        assert_eq!(url("*:0").unwrap(), (false, "0.0.0.0:0".into()));
+        assert_eq!(url("http://[::1]:80").unwrap(), (false, "[::1]:80".into()));
+        for bad in [
+            "ftp://127.0.0.1:1",
+            "http://example.com:80",
+            "http://127.0.0.1",
+            "http://a:1;http://b:2",
+        ] {
+            assert!(url(bad).is_err(), "{bad:?} accepted");
+        }
     }
 }

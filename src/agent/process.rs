@@ -22,6 +22,8 @@ use store::continuous::{Batches, EventProfiles, ProcessProfiler};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::health::{GaugeGuard, Health};
+use super::runtime_metrics;
 use super::writer::BatchSink;
 use super::{rules, Agent};
 use crate::live;
@@ -264,6 +266,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
     }) else {
         return Ok(Outcome::AlreadyAttached);
     };
+    let _attached = GaugeGuard::new(&agent.health.processes_attached);
     tracing::info!(pid = target.pid, %name, service = %service, transport = target.transport, "attached");
     let entry_assembly = info
         .managed_entrypoint_assembly_name
@@ -293,7 +296,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
     let series = vec![
         ("host_name".to_string(), agent.settings.host_name.clone()),
         ("process_id".to_string(), target.pid.to_string()),
-        ("service_name".to_string(), service),
+        ("service_name".to_string(), service.clone()),
     ];
     // Samples are joined to spans up to a whole (boosted) window plus the naming delay late.
     let linkage = agent.settings.linkage.is_some().then(|| TrackerLimits {
@@ -314,12 +317,33 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
             .set_images(symbolizer::parse_proc_maps(&maps));
     }
 
+    // Fires when this function returns: the process's other tasks end with it.
+    let (_detaching, detached) = tokio::sync::oneshot::channel::<()>();
+    if let Some(config) = agent.settings.runtime_metrics.clone() {
+        let mut shutdown = agent.shutdown.clone();
+        let stop = async move {
+            tokio::select! {
+                _ = shutdown.wait_for(|stop| *stop) => {}
+                _ = detached => {}
+            }
+        };
+        tokio::spawn(runtime_metrics::export(
+            client.clone(),
+            config,
+            agent.metrics.clone(),
+            target.pid,
+            service.clone(),
+            stop,
+        ));
+    }
     let mut light = {
         let client = client.clone();
         let mut sink = ParsingWriter::new(tokio::io::sink(), profiler.clone());
         let config = light_session(agent.settings.events, agent.settings.linkage.as_deref());
         let mut shutdown = agent.shutdown.clone();
+        let sessions = agent.health.sessions.clone();
         tokio::spawn(async move {
+            let _open = GaugeGuard::new(&sessions);
             let stop = async {
                 let _ = shutdown.wait_for(|stop| *stop).await;
             };
@@ -342,6 +366,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         shutdown: agent.shutdown.clone(),
         keep_times: agent.settings.linkage.is_some(),
         alloc: agent.settings.events.alloc,
+        health: agent.health.clone(),
     };
     let result = tokio::select! {
         result = sampling.run() => result,
@@ -389,6 +414,7 @@ struct SamplingLoop<'a> {
     keep_times: bool,
     /// Take allocation ticks during sampler windows.
     alloc: bool,
+    health: Health,
 }
 
 impl SamplingLoop<'_> {
@@ -477,6 +503,7 @@ impl SamplingLoop<'_> {
         };
         let mut sink = ParsingWriter::new(tokio::io::sink(), window);
         let mut shutdown = self.shutdown.clone();
+        let _open = GaugeGuard::new(&self.health.sessions);
         let stop = async {
             tokio::select! {
                 () = tokio::time::sleep_until(until) => {}
@@ -509,6 +536,7 @@ impl SamplingLoop<'_> {
         if samples.samples() == 0 {
             return;
         }
+        self.health.samples.add(samples.samples());
         let profiler = self.profiler.clone();
         let sink = self.sink.clone();
         let proc_pid = self.proc_pid;

@@ -1,7 +1,6 @@
 //! The one writer of the store: a thread fed by a bounded channel of batches, which also
 //! flushes on time, applies retention and compacts. The same batches go to the exporters.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
@@ -11,6 +10,7 @@ use exporter::otlp::ExportBatch;
 use store::tsdb::{Batch, Store};
 
 use super::export::ExportTaps;
+use super::health::StoreHealth;
 
 /// Batches waiting for the writer. At one batch per profile type per process per period this is
 /// minutes of slack for dozens of processes; past it batches are dropped and counted.
@@ -26,7 +26,7 @@ const MAINTENANCE_EVERY: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct BatchSink {
     queue: SyncSender<Arc<Batch>>,
-    dropped: Arc<AtomicU64>,
+    health: StoreHealth,
     exporters: ExportTaps,
 }
 
@@ -45,7 +45,8 @@ impl BatchSink {
         match self.queue.try_send(batch) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => {
-                let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                self.health.dropped_batches.inc();
+                let dropped = self.health.dropped_batches.get();
                 if dropped.is_power_of_two() {
                     tracing::warn!(
                         dropped,
@@ -59,42 +60,58 @@ impl BatchSink {
 
     /// Batches dropped because the queue was full.
     pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+        self.health.dropped_batches.get()
     }
 }
 
 /// Starts the writer thread. It ends, after a last flush, once every [`BatchSink`] is dropped.
 pub fn spawn(
     store: Arc<RwLock<Store>>,
+    health: StoreHealth,
     exporters: ExportTaps,
 ) -> std::io::Result<(BatchSink, JoinHandle<()>)> {
     let (queue, batches) = sync_channel(QUEUE_BATCHES);
-    let handle = std::thread::Builder::new()
-        .name("store-writer".into())
-        .spawn(move || write_loop(&store, &batches))?;
     let sink = BatchSink {
         queue,
-        dropped: Arc::default(),
+        health: health.clone(),
         exporters,
     };
+    let handle = std::thread::Builder::new()
+        .name("store-writer".into())
+        .spawn(move || write_loop(&store, &batches, &health))?;
     Ok((sink, handle))
 }
 
-fn write_loop(store: &RwLock<Store>, batches: &Receiver<Arc<Batch>>) {
+fn write_loop(store: &RwLock<Store>, batches: &Receiver<Arc<Batch>>, health: &StoreHealth) {
     let write = || store.write().unwrap_or_else(|p| p.into_inner());
     let mut last_maintenance = Instant::now();
+    report_size(&write(), health);
     loop {
-        let result = match batches.recv_timeout(TICK) {
-            Ok(batch) => write().append(&batch),
-            Err(RecvTimeoutError::Timeout) => write().flush_if_due(),
-            Err(RecvTimeoutError::Disconnected) => break,
+        let next = batches.recv_timeout(TICK);
+        let result = {
+            let mut store = write();
+            let blocks = store.blocks().len();
+            let result = match next {
+                Ok(batch) => store.append(&batch),
+                Err(RecvTimeoutError::Timeout) => store.flush_if_due(),
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            // A flush adds a block (only maintenance removes any).
+            if store.blocks().len() != blocks {
+                health.flushes.inc();
+                report_size(&store, health);
+            }
+            result
         };
         if let Err(error) = result {
+            health.write_errors.inc();
             tracing::error!(%error, "writing profiles to the store failed");
         }
         if last_maintenance.elapsed() >= MAINTENANCE_EVERY {
             last_maintenance = Instant::now();
-            maintain(&mut write());
+            let mut store = write();
+            maintain(&mut store, health);
+            report_size(&store, health);
         }
     }
     if let Err(error) = write().flush() {
@@ -102,8 +119,17 @@ fn write_loop(store: &RwLock<Store>, batches: &Receiver<Arc<Batch>>) {
     }
 }
 
+/// The store's blocks and their bytes on disk, as gauges.
+fn report_size(store: &Store, health: &StoreHealth) {
+    let blocks = store.blocks();
+    health.blocks.set(blocks.len() as f64);
+    health
+        .bytes
+        .set(blocks.iter().map(|b| b.bytes).sum::<u64>() as f64);
+}
+
 /// Deletes what retention says is too old or too much, then merges small blocks.
-fn maintain(store: &mut Store) {
+fn maintain(store: &mut Store, health: &StoreHealth) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
@@ -112,9 +138,13 @@ fn maintain(store: &mut Store) {
             tracing::info!(blocks = deleted.len(), "retention deleted old blocks")
         }
         Ok(_) => {}
-        Err(error) => tracing::error!(%error, "applying retention failed"),
+        Err(error) => {
+            health.write_errors.inc();
+            tracing::error!(%error, "applying retention failed");
+        }
     }
     if let Err(error) = store.compact() {
+        health.write_errors.inc();
         tracing::error!(%error, "compacting blocks failed");
     }
 }

@@ -2,11 +2,13 @@
 // running `clrscope agent` that profiles CpuHot --split 60,30,10. Run by tests/webui.rs:
 //
 //   NODE_PATH=.testbed/node/node_modules node tests/browser/webui.cjs '{"phase": "acceptance",
-//     "url": "http://127.0.0.1:PORT", "from": UNIX_MS, "until": UNIX_MS,
+//     "url": "http://127.0.0.1:PORT", "token": "JWT", "from": UNIX_MS, "until": UNIX_MS,
 //     "artifacts": "target/webui", "chromium": "/usr/bin/chromium"}'
 //
-// `phase` is `acceptance` (the page against the agent's data, and the token prompt) or
-// `benchmark` (50 000-node flame graphs; run once CpuHot no longer takes a core of the two).
+// The agent has authentication on; `token` is its key's bearer token (from `clrscope
+// generatekey`). `phase` is `acceptance` (the token prompt, then the page against the agent's
+// data, every API call checked to carry the token) or `benchmark` (50 000-node flame graphs;
+// run once CpuHot no longer takes a core of the two).
 // `from`/`until` bound the agent's data, for a custom window the timeline fills. Screenshots
 // and the downloaded pprof go to `artifacts`. The last stdout line is a JSON report (checks
 // passed, benchmark timings), also written to `artifacts/PHASE.json`; any failed check throws,
@@ -79,10 +81,36 @@ async function newPage(context) {
   return page;
 }
 
+/**
+ * The page against an agent with authentication on: it asks for the token and shows nothing
+ * without it, refuses a wrong one, and once given the right one sends it with every API call
+ * (downloads included) for the rest of the browser session.
+ */
 async function acceptance(context) {
   const page = await newPage(context);
+  const apiCalls = [];
+  page.on('request', (r) => {
+    if (new URL(r.url()).pathname.startsWith('/api/')) apiCalls.push({ url: r.url(), auth: r.headers().authorization ?? '' });
+  });
   await page.goto(pageUrl());
-  await waitFor(page, () => window.clrscope?.timeline.data?.points.some(([, v]) => v > 0), 'timeline data');
+  await page.waitForSelector('#token-dialog[open]');
+  let shown = await page.evaluate(() => ({ tree: clrscope.single.tree, timeline: clrscope.timeline.data }));
+  check(shown.tree === null && shown.timeline === null && apiCalls.length > 0 && apiCalls.every((c) => c.auth === ''), 'with auth on and no token the page asks for one and shows no data', JSON.stringify(apiCalls.slice(0, 3)));
+  await shot(page, '00-token-prompt');
+
+  await page.fill('#token-input', `${config.token.slice(0, -4)}AAAA`);
+  await page.click('#token-form button[type="submit"]');
+  await waitFor(page, () => document.getElementById('token-dialog').open && /signature/.test(document.getElementById('token-reason').textContent), 'the refusal of a wrong token');
+  shown = await page.evaluate(() => ({ tree: clrscope.single.tree, timeline: clrscope.timeline.data }));
+  check(shown.tree === null && shown.timeline === null, 'a wrong token is refused, saying why, and shows no data', await page.textContent('#token-reason'));
+
+  const withToken = apiCalls.length;
+  await page.fill('#token-input', config.token);
+  await page.click('#token-form button[type="submit"]');
+  await waitFor(page, () => window.clrscope?.timeline.data?.points.some(([, v]) => v > 0), 'timeline data after the token');
+  await page.reload();
+  await waitFor(page, () => window.clrscope?.timeline.data?.points.some(([, v]) => v > 0), 'timeline data after a reload');
+  check(!(await page.evaluate(() => document.getElementById('token-dialog').open)), 'the token is asked once per browser session (a reload does not ask again)');
   await settled(page);
   const timelineTotal = await page.evaluate(() => clrscope.timeline.data.points.reduce((s, [, v]) => s + v, 0));
   check(timelineTotal > 0, 'the timeline has data', `${timelineTotal} ns`);
@@ -181,6 +209,12 @@ async function acceptance(context) {
   await shot(page, '07-processes');
   await row.locator('button', { hasText: 'End boost' }).click();
   await waitFor(page, () => !/boosted/.test(document.getElementById('process-rows').textContent), 'the boost to end');
+  const after = apiCalls.slice(withToken);
+  const bare = after.filter((c) => c.auth !== `Bearer ${config.token}`);
+  check(after.length > 20 && bare.length === 0, 'with the token every API call sends it, the pprof download included', `${after.length} calls, without it: ${bare.map((c) => c.url).join(', ')}`);
+  check(after.some((c) => c.url.includes('format=pprof')), 'the download went through the API with the token');
+  const stored = await page.evaluate(() => sessionStorage.getItem('clrscope.token'));
+  check(stored === config.token, 'the token is kept in sessionStorage');
   await page.close();
 }
 
@@ -215,40 +249,6 @@ async function filters(page) {
   await page.selectOption('#f-pid', '');
   await settled(page);
   page.off('request', record);
-}
-
-/**
- * Authentication as the page sees it (the agent's auth comes later): API calls without the
- * right bearer token answer 401, as the agent will.
- */
-async function tokenPrompt(context) {
-  const page = await newPage(context);
-  const TOKEN = 'test-token-123';
-  const calls = [];
-  await page.route('**/api/v1/**', (route) => {
-    const header = route.request().headers().authorization ?? '';
-    calls.push(header);
-    if (header === `Bearer ${TOKEN}`) return route.continue();
-    return route.fulfill({
-      status: 401,
-      contentType: 'application/problem+json',
-      body: JSON.stringify({ type: 'urn:clrscope:problem:unauthorized', title: 'Unauthorized', status: 401, detail: 'a bearer token is required' }),
-    });
-  });
-  await page.goto(pageUrl());
-  await page.waitForSelector('#token-dialog[open]');
-  const shown = await page.evaluate(() => ({ tree: clrscope.single.tree, timeline: clrscope.timeline.data }));
-  check(shown.tree === null && shown.timeline === null, 'without a token the page asks for one and shows no data');
-  await shot(page, '08-token-prompt');
-  await page.fill('#token-input', TOKEN);
-  const before = calls.length;
-  await page.click('#token-form button[type="submit"]');
-  await waitFor(page, () => clrscope.single.tree?.total[0] > 0, 'the profile after the token');
-  const after = calls.slice(before);
-  check(after.length > 3 && after.every((h) => h === `Bearer ${TOKEN}`), 'with the token every API call sends it', `${after.length} calls`);
-  const stored = await page.evaluate(() => sessionStorage.getItem('clrscope.token'));
-  check(stored === TOKEN, 'the token is kept in sessionStorage');
-  await page.close();
 }
 
 /** A deterministic pseudo-random generator (mulberry32), so every run draws the same tree. */
@@ -316,6 +316,8 @@ async function benchmark(context) {
   try {
     for (const shape of Object.keys(trees)) {
       const page = await newPage(context);
+      // The token, as if typed earlier in this browser session.
+      await page.addInitScript((token) => sessionStorage.setItem('clrscope.token', token), config.token);
       await page.route('**/api/v1/profile?*', (route) =>
         route.request().url().includes('format=json') ? route.continue({ url: `http://127.0.0.1:${port}/${shape}` }) : route.continue(),
       );
@@ -374,7 +376,6 @@ async function main() {
     const context = await browser.newContext({ viewport: { width: 1400, height: 1000 }, acceptDownloads: true });
     if (config.phase === 'acceptance') {
       await acceptance(context);
-      await tokenPrompt(context);
     } else {
       await benchmark(context);
     }

@@ -9,43 +9,132 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{http_get, HttpResponse};
+use super::{http_request, HttpResponse};
+
+/// A key made by `clrscope generatekey`: what the agent is configured with, and the token.
+#[derive(Debug, Clone)]
+pub struct ApiKey {
+    pub subject: String,
+    pub public_key: String,
+    /// The JWT (what follows `Bearer `).
+    pub token: String,
+}
+
+impl ApiKey {
+    /// Runs `clrscope generatekey -o MachineJson` with `extra` arguments (e.g. `-e 1s`).
+    pub fn generate(extra: &[&str]) -> ApiKey {
+        let output = Command::new(env!("CARGO_BIN_EXE_clrscope"))
+            .args(["generatekey", "-o", "MachineJson"])
+            .args(extra)
+            .output()
+            .expect("run clrscope generatekey");
+        assert!(output.status.success(), "generatekey: {output:?}");
+        let json: Value = serde_json::from_slice(&output.stdout).expect("MachineJson is JSON");
+        let key = &json["Authentication"]["MonitorApiKey"];
+        let header = json["AuthorizationHeader"].as_str().unwrap();
+        ApiKey {
+            subject: key["Subject"].as_str().unwrap().to_string(),
+            public_key: key["PublicKey"].as_str().unwrap().to_string(),
+            token: header.strip_prefix("Bearer ").unwrap().to_string(),
+        }
+    }
+
+    /// The environment variables that configure the agent with this key, as `generatekey -o
+    /// Shell` prints them.
+    pub fn env(&self) -> [(&'static str, &str); 2] {
+        [
+            (
+                "CLRSCOPE_Authentication__MonitorApiKey__Subject",
+                &self.subject,
+            ),
+            (
+                "CLRSCOPE_Authentication__MonitorApiKey__PublicKey",
+                &self.public_key,
+            ),
+        ]
+    }
+}
 
 /// A running `clrscope agent`, killed on drop, its stderr kept for failure messages.
 pub struct Agent {
     child: Child,
+    /// The API and web UI.
     pub port: u16,
+    /// The metrics listener (`/metrics` without authentication).
+    pub metrics_port: u16,
+    /// The key the agent was configured with, if any; its token goes with every request of
+    /// [`Agent::get`] and [`Agent::request`].
+    pub key: Option<ApiKey>,
     log: Arc<Mutex<String>>,
 }
 
 impl Agent {
+    /// Starts an agent as a user runs one: with a key `clrscope generatekey` made, configured
+    /// through its environment variables; requests send its token.
     pub fn start(data_dir: &Path, extra: &[&str]) -> Agent {
-        // `--log clrscope=info` unless the test asks for another filter.
-        let log: &[&str] = if extra.contains(&"--log") {
-            &[]
-        } else {
-            &["--log", "clrscope=info"]
-        };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_clrscope"))
-            .args(["agent", "--urls", "http://127.0.0.1:0"])
-            .args(log)
+        Agent::start_with_key(data_dir, extra, Some(ApiKey::generate(&[])))
+    }
+
+    /// [`Agent::start`] with a given key, or none configured.
+    pub fn start_with_key(data_dir: &Path, extra: &[&str], key: Option<ApiKey>) -> Agent {
+        Agent::start_with_env(data_dir, extra, key, &[])
+    }
+
+    /// [`Agent::start_with_key`] with more environment variables. The API and metrics listen on
+    /// free loopback ports unless `extra` gives `--urls` or `--metrics-urls`; the log filter is
+    /// `clrscope=info` unless it gives `--log`.
+    pub fn start_with_env(
+        data_dir: &Path,
+        extra: &[&str],
+        key: Option<ApiKey>,
+        env: &[(&str, &Path)],
+    ) -> Agent {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_clrscope"));
+        command.arg("agent");
+        for (flag, default) in [
+            ("--urls", "http://127.0.0.1:0"),
+            ("--metrics-urls", "http://127.0.0.1:0"),
+            ("--log", "clrscope=info"),
+        ] {
+            if !extra.contains(&flag) {
+                command.args([flag, default]);
+            }
+        }
+        let mut child = command
             .arg("--data-dir")
             .arg(data_dir)
             .args(extra)
+            .envs(key.iter().flat_map(ApiKey::env))
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start clrscope agent");
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut first = String::new();
-        stderr.read_line(&mut first).unwrap();
-        let port = first
-            .split("http://127.0.0.1:")
-            .nth(1)
-            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no API address in the agent's first line: {first:?}"));
-        let log = Arc::new(Mutex::new(first));
+        // Warnings may come first; the line naming the addresses comes once it listens.
+        let mut head = String::new();
+        let started = loop {
+            let mut line = String::new();
+            if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+                let _ = child.kill();
+                panic!("the agent ended before it listened; its log:\n{head}");
+            }
+            head.push_str(&line);
+            if line.contains("API on") {
+                break line;
+            }
+        };
+        let port_after = |prefix: &str| -> u16 {
+            started
+                .split(prefix)
+                .nth(1)
+                .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|p| p.parse().ok())
+                .unwrap_or_else(|| panic!("no {prefix}PORT in the agent's line: {started:?}"))
+        };
+        let port = port_after("://127.0.0.1:");
+        let metrics_port = port_after("metrics http://127.0.0.1:");
+        let log = Arc::new(Mutex::new(head));
         let sink = log.clone();
         std::thread::spawn(move || {
             for line in stderr.lines().map_while(Result::ok) {
@@ -54,7 +143,35 @@ impl Agent {
                 log.push('\n');
             }
         });
-        Agent { child, port, log }
+        Agent {
+            child,
+            port,
+            metrics_port,
+            key,
+            log,
+        }
+    }
+
+    /// The token of the agent's key; panics if it was started without one.
+    pub fn token(&self) -> &str {
+        &self
+            .key
+            .as_ref()
+            .expect("an agent started with a key")
+            .token
+    }
+
+    /// `method path` to the API with the token (if the agent has a key), whatever the answer.
+    pub fn request(&self, method: &str, path: &str) -> HttpResponse {
+        match &self.key {
+            Some(key) => http_request(
+                self.port,
+                method,
+                path,
+                &[("Authorization", &format!("Bearer {}", key.token))],
+            ),
+            None => http_request(self.port, method, path, &[]),
+        }
     }
 
     pub fn log(&self) -> String {
@@ -75,8 +192,9 @@ impl Agent {
             .expect("VmRSS in /proc/PID/status")
     }
 
+    /// `GET path` with the token; panics unless the answer is 200.
     pub fn get(&self, path: &str) -> HttpResponse {
-        let response = http_get(self.port, path, &[]);
+        let response = self.request("GET", path);
         assert_eq!(
             response.status,
             200,

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod agent;
+pub mod openapi;
 pub mod receiver;
 
 /// How long [`TargetBuilder::start`] waits for the ready line.

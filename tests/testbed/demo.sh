@@ -17,6 +17,9 @@
 #
 # Environment (`make demo DEMO_PORT=0`; not CLRSCOPE_…, which the agent reads as configuration):
 #   DEMO_PORT     the agent's API and UI port (default 52323; 0 picks a free one)
+#   DEMO_METRICS_PORT  its /metrics port (default 52325; 0 picks a free one)
+# The API wants a token, as it does by default: the demo makes a key with `clrscope generatekey`,
+# configures the agent with it and sends the token; the web UI asks for it (in $DEMO_DIR/apikey).
 #   DEMO_DIR      where the agent's data, artifacts and logs go (default target/demo; emptied
 #                 first: another folder only if it is empty or an earlier demo's)
 #   DEMO_SECONDS  how long the scene stays up after the summary (default 600), then it stops
@@ -96,15 +99,22 @@ wait_for_line() {
     exit 1
 }
 
+# --- an API key, as a user makes one: the agent's settings (its environment) and our token ---
+"$CLRSCOPE" generatekey -o Shell >"$DEMO_DIR/apikey"
+chmod 0600 "$DEMO_DIR/apikey"
+eval "$(grep '^export ' "$DEMO_DIR/apikey")"
+auth=$(grep '^Authorization: ' "$DEMO_DIR/apikey")
+
 # --- the agent ---
 CLRSCOPE_Egress__FileSystem__artifacts__DirectoryPath=$artifacts \
     "$CLRSCOPE" agent --config "$SETTINGS" --urls "http://127.0.0.1:$PORT" \
+    --metrics-urls "http://127.0.0.1:${DEMO_METRICS_PORT:-52325}" \
     --data-dir "$DEMO_DIR/data" --diagnostic-port "$socket" --no-connect 2>"$agent_log" &
 agent=$!
 wait_for_line "$agent" "the agent" "$agent_log" 'API on'
 api=$(grep -o 'API on http://[0-9.]*:[0-9]*' "$agent_log" | head -1 | sed 's/^API on //')
 say "agent up: $api, rules from ${SETTINGS#"$ROOT"/} (log: $agent_log)"
-api_get() { curl -sf "$api$1"; }
+api_get() { curl -sf -H "$auth" "$api$1"; }
 
 # --- Bookstore, dialling the agent's socket ---
 DOTNET_DiagnosticPorts="$socket,nosuspend" OTEL_SERVICE_NAME=bookstore \

@@ -11,6 +11,9 @@
 #   * `mcs` (Debian mono-devel) to compile the C# target apps without an SDK;
 #   * `go` (Debian golang-go), whose `go tool pprof` is the real pprof reader the tests check
 #     clrscope's pprof files against;
+#   * `promtool` and `prometheus` (Debian prometheus): the agent's /metrics is checked by promtool
+#     and scraped by a real Prometheus server (the package's service is not started);
+#   * Debian `python3-yaml`, with which tests/deploy.rs parses deploy/kubernetes/*.yaml;
 #   * `curl` (Debian curl), with which the demo asks the agent's HTTP API;
 #   * PyPI `opentelemetry-proto`, `grpcio` and `grpcio-tools` in .testbed/pypeers, with which
 #     tests/otlp/receiver.py decodes the agent's OTLP and Pyroscope exports as a real receiver, and
@@ -187,6 +190,25 @@ ensure_go() {
     command -v go >/dev/null 2>&1 || die "golang-go installed but go is not on PATH"
 }
 
+# promtool and the Prometheus server (tests/metrics.rs: the agent's /metrics is valid and scraped)
+
+ensure_prometheus() {
+    if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then
+        return
+    fi
+    say "installing promtool and prometheus (Debian prometheus)…"
+    apt_install prometheus
+    command -v promtool >/dev/null 2>&1 || die "prometheus installed but promtool is not on PATH"
+}
+
+# Debian's python3 with PyYAML (tests/deploy.rs parses the Kubernetes manifests with it)
+
+ensure_pyyaml() {
+    /usr/bin/python3 -c 'import yaml' >/dev/null 2>&1 && return
+    say "installing PyYAML (Debian python3-yaml)…"
+    apt_install python3-yaml
+}
+
 # curl (the demo asks the agent's HTTP API with it)
 
 ensure_curl() {
@@ -254,6 +276,8 @@ cmd_runtime() {
     ensure_runtime
     ensure_mcs
     ensure_go
+    ensure_prometheus
+    ensure_pyyaml
     ensure_curl
     ensure_browser
     ensure_python_peers

@@ -67,6 +67,12 @@ pub enum ApiError {
     )]
     NotFound { method: String, path: String },
 
+    #[error(
+        "no route for {path}: this listener serves only GET /metrics; the API and the web UI \
+         are on the agent's --urls"
+    )]
+    OnlyMetrics { path: String },
+
     #[error("no attached process has pid {pid}; GET /api/v1/processes lists them")]
     ProcessNotFound { pid: u64 },
 
@@ -98,6 +104,14 @@ pub enum ApiError {
 
     #[error("{method} is not allowed on {path}: ui/API.md lists the methods each route answers")]
     MethodNotAllowed { method: String, path: String },
+
+    /// No valid token: see [`crate::auth`].
+    #[error("{0}")]
+    Unauthorized(#[from] crate::auth::Refusal),
+
+    /// A one-at-a-time operation is already running.
+    #[error("{0}")]
+    Busy(String),
 
     /// The store cannot be read: its writer panicked or the agent is shutting down.
     #[error("the profile store is unavailable: {0}")]
@@ -155,7 +169,9 @@ impl ApiError {
                 "export-error",
                 "Profile could not be written",
             ),
-            ApiError::NotFound { .. } => (S::NOT_FOUND, "not-found", "Not found"),
+            ApiError::NotFound { .. } | ApiError::OnlyMetrics { .. } => {
+                (S::NOT_FOUND, "not-found", "Not found")
+            }
             ApiError::ProcessNotFound { .. } => {
                 (S::NOT_FOUND, "process-not-found", "Process not attached")
             }
@@ -188,6 +204,8 @@ impl ApiError {
                 "method-not-allowed",
                 "Method not allowed",
             ),
+            ApiError::Busy(_) => (S::TOO_MANY_REQUESTS, "busy", "Too many requests"),
+            ApiError::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized", "Unauthorized"),
             ApiError::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal-error", "Internal error"),
             ApiError::Unavailable(_) => (
                 S::SERVICE_UNAVAILABLE,

@@ -54,20 +54,26 @@
 //!   `new`) and `folded` (`stack base new` lines).
 //! - A route refuses parameters it does not take, and any given twice.
 
+pub mod auth;
 mod collection_rules;
 mod error;
 mod events;
+pub mod metrics;
 pub mod monitor;
 pub mod processes;
 mod querier;
 mod query;
+mod selfprofile;
 mod server;
 pub mod time;
+pub mod tls;
 mod web;
 
+pub use auth::Authentication;
 pub use collection_rules::collection_rule_routes;
 pub use error::{ApiError, PROBLEM_JSON};
 pub use events::event_routes;
+pub use metrics::{metrics_router, metrics_routes};
 pub use monitor::{monitor_routes, MonitorState, ProcessDirectory};
 pub use processes::process_routes;
 pub use querier::querier_routes;

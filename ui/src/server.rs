@@ -5,20 +5,24 @@ use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use axum::http::{Method, Uri};
+use axum::middleware::from_fn_with_state;
 use axum::Router;
 use collector::attached::AttachedProcesses;
+use collector::metrics::Registry;
 use store::tsdb::Store;
-use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower_http::trace::TraceLayer;
 
+use crate::auth::{authenticate, Authentication};
 use crate::collection_rules::collection_rule_routes;
 use crate::error::ApiError;
 use crate::events::event_routes;
+use crate::metrics::metrics_routes;
 use crate::monitor::{monitor_routes, MonitorState};
 use crate::processes::process_routes;
 use crate::querier::querier_routes;
 use crate::query::query_routes;
+use crate::selfprofile::self_profile_routes;
 use crate::web::web_routes;
 
 /// Where the agent serves its API and UI unless told otherwise: loopback only, so nothing is
@@ -38,6 +42,11 @@ pub struct ApiState {
     /// One permit per query allowed to run at once; the others wait for a permit, so a burst of
     /// requests cannot start more store scans (and their memory) than the machine has cores.
     pub query_permits: Arc<Semaphore>,
+    /// The agent's metrics, for `/metrics`; empty without an agent.
+    pub metrics: Registry,
+    /// What a request needs to be answered: by default a token, of no key (every request is
+    /// refused until a key is configured with [`ApiState::with_auth`]).
+    pub auth: Authentication,
 }
 
 impl ApiState {
@@ -49,12 +58,24 @@ impl ApiState {
             processes: AttachedProcesses::default(),
             monitor: MonitorState::default(),
             query_permits: Arc::new(Semaphore::new(cores)),
+            metrics: Registry::default(),
+            auth: Authentication::Unconfigured(Arc::new(crate::auth::KeyError::MissingSubject)),
         }
     }
 
     /// The same state, listing and controlling the agent's `processes`.
     pub fn with_processes(self, processes: AttachedProcesses) -> ApiState {
         ApiState { processes, ..self }
+    }
+
+    /// The same state, authenticating requests as `auth` says.
+    pub fn with_auth(self, auth: Authentication) -> ApiState {
+        ApiState { auth, ..self }
+    }
+
+    /// The same state, serving the agent's `metrics` on `/metrics`.
+    pub fn with_metrics(self, metrics: Registry) -> ApiState {
+        ApiState { metrics, ..self }
     }
 
     /// The same state, serving dotnet-monitor's routes with `monitor`.
@@ -92,20 +113,25 @@ impl ApiState {
 }
 
 /// The whole API: [`query_routes`], [`querier_routes`] (Pyroscope's, for Grafana),
-/// [`process_routes`], [`event_routes`], dotnet-monitor's routes ([`monitor_routes`]) and the
-/// web UI ([`web_routes`]), with problem+json answers for unknown routes and methods, and request
-/// tracing. An auth layer wraps the API routes, not the web UI's files, which hold no data.
+/// [`process_routes`], [`event_routes`], dotnet-monitor's routes ([`monitor_routes`]), `/metrics`,
+/// `/debug/pprof/profile` and the web UI ([`web_routes`]), with problem+json answers for unknown
+/// routes and methods, and request tracing. The auth layer ([`crate::auth`]) wraps everything,
+/// the fallbacks included, and lets only the web UI's files (which hold no data) through without
+/// a token: a route added here is covered without more.
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .merge(query_routes())
         .merge(querier_routes())
         .merge(process_routes())
         .merge(event_routes())
+        .merge(metrics_routes())
+        .merge(self_profile_routes())
         .merge(collection_rule_routes())
         .merge(monitor_routes())
         .merge(web_routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(from_fn_with_state(state.clone(), authenticate))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
@@ -117,21 +143,26 @@ async fn not_found(method: Method, uri: Uri) -> ApiError {
     }
 }
 
-async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+pub(crate) async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     ApiError::MethodNotAllowed {
         method: method.to_string(),
         path: uri.path().to_string(),
     }
 }
 
-/// Serves `router` on `listener` until `shutdown` completes, then stops accepting connections
-/// and returns once the requests in flight are answered.
-pub async fn serve(
-    listener: TcpListener,
+/// Serves `router` on `listener` (a [`tokio::net::TcpListener`], or a [`crate::tls::TlsListener`] for
+/// https) until `shutdown` completes, then stops accepting connections and returns once the
+/// requests in flight are answered.
+pub async fn serve<L>(
+    listener: L,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    tracing::info!(addr = %listener.local_addr()?, "serving the HTTP API");
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    tracing::info!(addr = ?listener.local_addr()?, "serving HTTP");
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await

@@ -51,6 +51,14 @@ const ASSETS: &[(&str, &str)] = assets![
 const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; img-src 'self' data: blob:; \
      object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
+/// Whether `path` is one of the web UI's files, which [`crate::auth`] serves without a token.
+pub(crate) fn is_public(path: &str) -> bool {
+    path == "/"
+        || path
+            .strip_prefix("/ui/")
+            .is_some_and(|file| !file.contains('/'))
+}
+
 pub fn web_routes() -> Router<ApiState> {
     Router::new()
         .route("/", get(index))

@@ -147,18 +147,32 @@ async fn serve(store: Arc<RwLock<Store>>, dir: tempfile::TempDir) -> Server {
     serve_state(ApiState::new(store), dir).await
 }
 
+/// Serves `state` with authentication on, as the agent does: the test's client holds a token
+/// of a key `generatekey` made, and sends it with every request.
 async fn serve_state(state: ApiState, dir: tempfile::TempDir) -> Server {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = oneshot::channel::<()>();
     let store = Arc::clone(&state.store);
-    let router = ui::router(state);
+    let expires = ui::time::now_unix_nanos() / 1_000_000_000 + 3600;
+    let key = ui::auth::generate_key(expires);
+    let auth = ui::auth::ApiKey::new(Some(&key.subject), Some(&key.public_key), None).unwrap();
+    let router = ui::router(state.with_auth(ui::Authentication::ApiKey(Arc::new(auth))));
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {}", key.token).parse().unwrap(),
+    );
     let task = tokio::spawn(ui::serve(listener, router, async {
         rx.await.ok();
     }));
     Server {
         url: format!("http://{addr}"),
-        client: http_client(),
+        client: reqwest::Client::builder()
+            .default_headers(headers)
+            .build()
+            .unwrap(),
         store,
         shutdown: Some(tx),
         task: Some(task),

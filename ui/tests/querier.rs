@@ -71,7 +71,9 @@ async fn start() -> (String, tempfile::TempDir) {
     }
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let router = ui::router(ApiState::new(Arc::new(RwLock::new(store))));
+    // Without authentication: the router's auth is ui/tests/api.rs's and tests/auth.rs's subject.
+    let state = ApiState::new(Arc::new(RwLock::new(store))).with_auth(ui::Authentication::Disabled);
+    let router = ui::router(state);
     tokio::spawn(ui::serve(listener, router, std::future::pending()));
     (url, dir)
 }

@@ -1,0 +1,316 @@
+//! Targets' runtime counters on the agent's metrics: per attached process, one counter session
+//! ([`collector::counters`]) of dotnet-monitor's default sources (`System.Runtime`,
+//! `Microsoft.AspNetCore.Hosting`, `Grpc.AspNetCore.Server`) and the meters asked for, every
+//! value a gauge named as dotnet-monitor names it on its `/metrics` (`systemruntime_cpu_usage_ratio`,
+//! `systemruntime_working_set_bytes`, …, so existing dashboards keep working), labelled
+//! `process_id` and `service_name`, plus a meter's tags and a histogram's `quantile`. A process's
+//! series go away when it does.
+
+use std::collections::HashMap;
+use std::future::Future;
+
+use collector::client::DiagnosticsClient;
+use collector::counters::{self, CounterSample, CounterUpdate, CounterValue};
+use collector::metrics::{GaugeVec, Registry};
+use tokio::sync::mpsc;
+
+use super::RuntimeMetrics;
+
+/// EventCounter sources dotnet-monitor collects by default (`Metrics:IncludeDefaultProviders`).
+pub const DEFAULT_SOURCES: [&str; 3] = [
+    "System.Runtime",
+    "Microsoft.AspNetCore.Hosting",
+    "Grpc.AspNetCore.Server",
+];
+
+/// Name endings that mean a histogram's parts or a counter, which promtool refuses on gauges.
+const NOT_FOR_GAUGES: [&str; 4] = ["_count", "_sum", "_bucket", "_total"];
+
+/// Updates waiting to be recorded; the session drops (and logs) updates past this.
+const UPDATES_QUEUE: usize = 1024;
+
+/// Records one process's counters until its session ends (the process exited) or `stop`
+/// completes (the agent detaches), then removes its series.
+pub async fn export(
+    client: DiagnosticsClient,
+    config: RuntimeMetrics,
+    registry: Registry,
+    pid: u64,
+    service: String,
+    stop: impl Future<Output = ()> + Send + 'static,
+) {
+    let (updates, mut received) = mpsc::channel(UPDATES_QUEUE);
+    let session_config = config.session;
+    let session =
+        tokio::spawn(async move { counters::run(&client, &session_config, stop, updates).await });
+    let mut recorder = Recorder {
+        registry,
+        counter_names: config.counter_names,
+        process: [pid.to_string(), service],
+        families: HashMap::new(),
+    };
+    while let Some(update) = received.recv().await {
+        match update {
+            CounterUpdate::Sample(sample) => recorder.record(&sample),
+            CounterUpdate::MetricsError { message } => {
+                tracing::warn!(pid, %message, "the runtime's metrics source reported an error")
+            }
+        }
+    }
+    match session.await {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => tracing::info!(pid, %error, "the counter session ended"),
+        Err(error) => tracing::warn!(pid, %error, "the counter session's task failed"),
+    }
+    recorder.forget();
+}
+
+/// Writes one process's samples into the registry.
+struct Recorder {
+    registry: Registry,
+    /// `process_id`, `service_name`: the first two labels of every series.
+    process: [String; 2],
+    /// Per source, the only counters to keep.
+    counter_names: Vec<(String, Vec<String>)>,
+    /// The families this process wrote to, by name.
+    families: HashMap<String, GaugeVec>,
+}
+
+impl Recorder {
+    fn record(&mut self, sample: &CounterSample) {
+        let wanted = self
+            .counter_names
+            .iter()
+            .find(|(source, _)| source.eq_ignore_ascii_case(&sample.provider))
+            .is_none_or(|(_, names)| names.contains(&sample.name));
+        if !wanted {
+            return;
+        }
+        let (unit, scale) = prometheus_unit(&sample.unit);
+        let name = prometheus_name(&sample.provider, &sample.name, unit);
+        let mut tags: Vec<(String, &str)> = sample
+            .tags
+            .iter()
+            .map(|(k, v)| {
+                let key = label_name(k);
+                // Not to be confused with the labels the agent adds.
+                if ["process_id", "service_name", "quantile"].contains(&key.as_str()) {
+                    (format!("tag_{key}"), v.as_str())
+                } else {
+                    (key, v.as_str())
+                }
+            })
+            .collect();
+        tags.sort();
+        // `a.b` and `a_b` both become `a_b`: one label, the first value.
+        tags.dedup_by(|a, b| a.0 == b.0);
+        let values: Vec<(Option<String>, f64)> = match &sample.value {
+            CounterValue::Histogram { quantiles, .. } => quantiles
+                .iter()
+                .map(|q| (Some((q.percentile / 100.0).to_string()), q.value))
+                .collect(),
+            other => other.value().map(|v| (None, v)).into_iter().collect(),
+        };
+        let Some((quantile, _)) = values.first() else {
+            return;
+        };
+        let mut labels: Vec<&str> = vec!["process_id", "service_name"];
+        labels.extend(tags.iter().map(|(k, _)| k.as_str()));
+        if quantile.is_some() {
+            labels.push("quantile");
+        }
+        let family = match self.families.get(&name) {
+            Some(family) => family.clone(),
+            None => {
+                let help = format!(
+                    "{} {} of the process ({}), every {} s",
+                    sample.provider,
+                    sample.name,
+                    if sample.unit.is_empty() {
+                        "no unit"
+                    } else {
+                        &sample.unit
+                    },
+                    sample.interval_seconds.unwrap_or(0.0)
+                );
+                match self.registry.try_gauge_vec(&name, &help, &labels) {
+                    Ok(family) => {
+                        self.families.insert(name.clone(), family.clone());
+                        family
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, "a runtime counter is not exported");
+                        return;
+                    }
+                }
+            }
+        };
+        for (quantile, value) in values {
+            let mut label_values: Vec<&str> = self.process.iter().map(String::as_str).collect();
+            label_values.extend(tags.iter().map(|(_, v)| *v));
+            if let Some(quantile) = &quantile {
+                label_values.push(quantile);
+            }
+            if label_values.len() == labels.len() {
+                family.with(&label_values).set(value * scale);
+            }
+        }
+    }
+
+    /// Removes this process's series from every family it wrote.
+    fn forget(self) {
+        for family in self.families.values() {
+            family.retain(|labels| labels.first() != Some(&self.process[0]));
+        }
+    }
+}
+
+/// The base unit suffix and the factor to it: dotnet-monitor's (`%` → `ratio`, `B` and `MB`
+/// → `bytes`, `count` → none) plus times in seconds and OpenTelemetry's `By`, `s`, `{thing}`
+/// annotations (none). Other units are kept as written.
+fn prometheus_unit(unit: &str) -> (&str, f64) {
+    match unit {
+        "" | "count" | "1" => ("", 1.0),
+        u if u.starts_with('{') => ("", 1.0),
+        "%" => ("ratio", 1.0),
+        "B" | "By" => ("bytes", 1.0),
+        "KB" | "kB" | "KBy" => ("bytes", 1e3),
+        "MB" | "MBy" => ("bytes", 1e6),
+        "GB" | "GBy" => ("bytes", 1e9),
+        "s" | "sec" => ("seconds", 1.0),
+        "ms" => ("seconds", 1e-3),
+        "us" | "μs" => ("seconds", 1e-6),
+        "ns" => ("seconds", 1e-9),
+        other => (other, 1.0),
+    }
+}
+
+/// dotnet-monitor's metric name, made to pass `promtool check metrics`: the provider
+/// lower-cased without the characters a name cannot hold, `_`, the counter's name in
+/// snake_case, `_unit` in base units. A gauge may not end in `_count`, `_sum`, `_bucket` or
+/// `_total` (those mean histograms and counters), so that suffix goes: dotnet-monitor's
+/// `systemruntime_gen_0_gc_count` is `systemruntime_gen_0_gc` here.
+fn prometheus_name(provider: &str, name: &str, unit: &str) -> String {
+    let mut text: String = provider
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    if text.is_empty() || text.starts_with(|c: char| c.is_ascii_digit()) {
+        text.insert(0, '_');
+    }
+    let provider_len = text.len();
+    text.push('_');
+    text.push_str(&snake_case(name));
+    while let Some(stripped) = NOT_FOR_GAUGES
+        .iter()
+        .find_map(|suffix| text.strip_suffix(suffix))
+        .filter(|stripped| stripped.len() > provider_len)
+    {
+        text = stripped.to_string();
+    }
+    // A counter named just `count`: nothing left to strip down to.
+    if NOT_FOR_GAUGES.iter().any(|suffix| text.ends_with(suffix)) {
+        text.push_str("_value");
+    }
+    if !unit.is_empty() {
+        text.push('_');
+        text.push_str(&snake_case(unit));
+    }
+    text
+}
+
+/// `cpu-usage` → `cpu_usage`, `requestDuration` → `request_duration`, `http.route` →
+/// `http_route`: lower case, words joined by one `_`.
+fn snake_case(text: &str) -> String {
+    let mut snake = String::with_capacity(text.len() + 4);
+    let mut previous: Option<char> = None;
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            if c.is_ascii_uppercase()
+                && previous.is_some_and(|p| p.is_ascii_lowercase() || p.is_ascii_digit())
+            {
+                snake.push('_');
+            }
+            snake.push(c.to_ascii_lowercase());
+        } else if !snake.is_empty() && !snake.ends_with('_') {
+            snake.push('_');
+        }
+        previous = Some(c);
+    }
+    let trimmed = snake.trim_end_matches('_');
+    if trimmed.is_empty() {
+        "x".to_string()
+    } else {
+        trimmed.to_string()
+    }
+}
+
+/// A tag as a label name: snake_case, not starting with a digit.
+fn label_name(text: &str) -> String {
+    let mut name = snake_case(text);
+    if name.starts_with(|c: char| c.is_ascii_digit()) {
+        name.insert(0, 'x');
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use collector::metrics::is_valid_metric_name;
+
+    #[test]
+    fn names_are_dotnet_monitors_made_lint_clean() {
+        let name = |p, n, u| {
+            let (unit, _) = prometheus_unit(u);
+            prometheus_name(p, n, unit)
+        };
+        for (provider, counter, unit, expected) in [
+            (
+                "System.Runtime",
+                "cpu-usage",
+                "%",
+                "systemruntime_cpu_usage_ratio",
+            ),
+            (
+                "System.Runtime",
+                "working-set",
+                "MB",
+                "systemruntime_working_set_bytes",
+            ),
+            (
+                "System.Runtime",
+                "gen-0-gc-count",
+                "",
+                "systemruntime_gen_0_gc",
+            ),
+            (
+                "System.Runtime",
+                "time-in-jit",
+                "ms",
+                "systemruntime_time_in_jit_seconds",
+            ),
+            (
+                "AsyncWeb",
+                "asyncweb.requestDuration",
+                "ms",
+                "asyncweb_asyncweb_request_duration_seconds",
+            ),
+        ] {
+            assert_eq!(name(provider, counter, unit), expected);
+        }
+        assert_eq!(name("M", "requests.total", "{request}"), "m_requests");
+        assert_eq!(prometheus_unit("ms").1, 1e-3);
+        for (p, n) in [("!@#", "1x"), ("9lives", "a b"), ("", ""), ("x", "_count")] {
+            let made = name(p, n, "");
+            assert!(
+                is_valid_metric_name(&made) && !made.ends_with("_count"),
+                "{made:?}"
+            );
+        }
+        assert_eq!(label_name("http.route"), "http_route");
+        assert_eq!(label_name("__x"), "x");
+        assert_eq!(label_name("9a"), "x9a");
+    }
+}

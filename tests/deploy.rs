@@ -1,0 +1,196 @@
+//! `deploy/kubernetes/` without a cluster: the manifests parse (Debian python3-yaml, installed by
+//! `make setup`), fit together (the app dials the socket the agent listens on, with `nosuspend`,
+//! on a volume both mount; the key comes from the Secret's keys; the API stays on loopback;
+//! limits are set), and the agent starts with exactly the sidecar's arguments and environment
+//! (paths and ports moved to this machine's scratch space).
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+use support::agent::{data_dir, ApiKey};
+use support::http_get;
+
+const PYTHON: &str = "/usr/bin/python3";
+
+/// Every document of a YAML file, as JSON.
+fn documents(file: &str) -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/kubernetes")
+        .join(file);
+    let output = Command::new(PYTHON)
+        .args([
+            "-c",
+            "import json, sys, yaml; print(json.dumps(list(yaml.safe_load_all(open(sys.argv[1])))))",
+        ])
+        .arg(&path)
+        .output()
+        .expect("python3 (Debian python3-yaml, installed by `make setup`)");
+    assert!(
+        output.status.success(),
+        "{} does not parse: {}",
+        path.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice::<Vec<Value>>(&output.stdout)
+        .unwrap()
+        .into_iter()
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    pod["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+}
+
+fn env<'a>(container: &'a Value, name: &str) -> &'a Value {
+    container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("no env {name} in {}", container["name"]))
+}
+
+/// The value after `flag` in `args`.
+fn flag<'a>(args: &'a [String], flag: &str) -> &'a str {
+    let at = args
+        .iter()
+        .position(|a| a == flag)
+        .unwrap_or_else(|| panic!("no {flag} in {args:?}"));
+    &args[at + 1]
+}
+
+/// The path a container mounts `volume` at.
+fn mount<'a>(container: &'a Value, volume: &str) -> &'a str {
+    container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == volume)
+        .and_then(|m| m["mountPath"].as_str())
+        .unwrap_or_else(|| panic!("{} does not mount {volume}", container["name"]))
+}
+
+#[test]
+fn the_sidecar_manifest_fits_together_and_the_agent_starts_with_its_arguments() {
+    let secret = &documents("apikey-secret.yaml")[0];
+    assert_eq!(secret["kind"], "Secret");
+    let deployment = documents("clrscope-sidecar.yaml")
+        .into_iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("a Deployment");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let app = container(pod, "app");
+    let agent = container(pod, "clrscope");
+    let args: Vec<String> = agent["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(args[0], "agent");
+
+    // Listen mode on a socket of a volume both containers mount at the same place.
+    let socket = flag(&args, "--diagnostic-port");
+    assert!(args.iter().any(|a| a == "--no-connect"), "{args:?}");
+    assert_eq!(
+        env(app, "DOTNET_DiagnosticPorts")["value"],
+        format!("{socket},nosuspend")
+    );
+    let diag = mount(agent, "diag");
+    assert_eq!(mount(app, "diag"), diag);
+    assert_eq!(Path::new(socket).parent().unwrap(), Path::new(diag));
+    assert!(mount(agent, "profiles") == flag(&args, "--data-dir"));
+
+    // The API on loopback; metrics on the port the pod declares and Prometheus is told.
+    assert!(
+        flag(&args, "--urls").starts_with("http://127.0.0.1:"),
+        "{args:?}"
+    );
+    let metrics_port = flag(&args, "--metrics-urls").rsplit(':').next().unwrap();
+    let declared = agent["ports"][0]["containerPort"].as_u64().unwrap();
+    assert_eq!(metrics_port, declared.to_string());
+    let annotations = &deployment["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(annotations["prometheus.io/port"], metrics_port);
+
+    // The key from the Secret's keys; limits set.
+    for (variable, key) in [
+        ("CLRSCOPE_Authentication__MonitorApiKey__Subject", "Subject"),
+        (
+            "CLRSCOPE_Authentication__MonitorApiKey__PublicKey",
+            "PublicKey",
+        ),
+    ] {
+        let from = &env(agent, variable)["valueFrom"]["secretKeyRef"];
+        assert_eq!(from["name"], secret["metadata"]["name"]);
+        assert_eq!(from["key"], key);
+        assert!(
+            secret["stringData"][key].is_string(),
+            "the Secret has no {key}"
+        );
+    }
+    for limit in ["cpu", "memory"] {
+        assert!(
+            agent["resources"]["limits"][limit].is_string(),
+            "no {limit} limit"
+        );
+    }
+
+    // The agent runs with these very arguments (paths and ports moved here) and this
+    // environment, the Secret holding a key from generatekey.
+    let scratch = data_dir("deploy");
+    std::fs::create_dir_all(scratch.join("diag")).unwrap();
+    let local: Vec<String> = args
+        .iter()
+        .map(|a| {
+            a.replace(diag, &scratch.join("diag").display().to_string())
+                .replace(
+                    flag(&args, "--data-dir"),
+                    &scratch.join("data").display().to_string(),
+                )
+                .replace(":52323", ":0")
+                .replace(&format!(":{metrics_port}"), ":0")
+        })
+        .collect();
+    let key = ApiKey::generate(&[]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_clrscope"))
+        .args(&local)
+        .envs(key.env())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut log = String::new();
+    let line = loop {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut stderr, &mut line).unwrap_or(0) == 0 {
+            let _ = child.kill();
+            panic!("the agent did not start with {local:?}:\n{log}");
+        }
+        log.push_str(&line);
+        if line.contains("API on") {
+            break line;
+        }
+    };
+    let metrics: u16 = line
+        .split("metrics http://0.0.0.0:")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("metrics not on every interface: {line}"));
+    let answer = http_get(metrics, "/metrics", &[]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(answer.status, 200);
+    assert!(!log.contains("no usable API key"), "{log}");
+    let _ = std::fs::remove_dir_all(&scratch);
+}

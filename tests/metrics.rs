@@ -1,0 +1,245 @@
+//! The agent's `/metrics` against the real Prometheus tools (Debian `prometheus`, installed by
+//! `make setup`): `promtool check metrics` accepts the exposition, and a Prometheus server
+//! scraping the metrics listener sees the target `up`, the agent's health numbers and the
+//! profiled process's runtime counters; and `go tool pprof` reads the agent's own CPU profile.
+
+mod support;
+
+use std::io::Write;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::agent::{data_dir, encode, Agent};
+use support::{http_get, Target};
+
+/// A `prometheus` server, killed on drop.
+struct Prometheus {
+    child: Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl Prometheus {
+    /// Scrapes `127.0.0.1:target_port/metrics` every second.
+    fn start(target_port: u16) -> Prometheus {
+        let dir = data_dir("prometheus");
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  \
+                 - job_name: clrscope\n    static_configs:\n      \
+                 - targets: ['127.0.0.1:{target_port}']\n"
+            ),
+        )
+        .unwrap();
+        // A free port for its web API (the race with other tests binding it is harmless: the
+        // server would fail to start and the test say so).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (Debian prometheus, installed by `make setup`)");
+        Prometheus { child, port, dir }
+    }
+
+    /// The values of an instant query's vector result.
+    fn query(&self, expr: &str) -> Vec<f64> {
+        let url = format!("/api/v1/query?query={}", encode(expr));
+        let response = http_get(self.port, &url, &[]);
+        if response.status != 200 {
+            return Vec::new();
+        }
+        let body: Value = response.json();
+        body["data"]["result"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["value"][1].as_str()?.parse().ok())
+            .collect()
+    }
+
+    /// Polls `expr` until `accept` holds for its values.
+    fn wait_for(&self, expr: &str, accept: impl Fn(&[f64]) -> bool) -> Vec<f64> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let port_open = std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok();
+            let values = if port_open {
+                self.query(expr)
+            } else {
+                Vec::new()
+            };
+            if accept(&values) {
+                return values;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Prometheus: {expr} = {values:?} after 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `promtool check metrics` on `text`: its exit status and what it said.
+fn promtool_check(text: &str) -> (bool, String) {
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian prometheus, installed by `make setup`)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), said)
+}
+
+#[test]
+fn prometheus_scrapes_the_agents_health_and_promtool_accepts_it() {
+    let cpuhot = Target::builder("CpuHot").args(["--split", "70,30"]).start();
+    let dir = data_dir("metrics");
+    let pid = format!("--pid={}", cpuhot.pid());
+    let agent = Agent::start(
+        &dir,
+        &[&pid, "--sample-period", "2s", "--flush-interval", "2s"],
+    );
+    agent.wait_for_data("cpu", cpuhot.pid(), 500_000_000, Duration::from_secs(60));
+
+    // The target's runtime counters, published every 5 s, named as dotnet-monitor names them.
+    let pid_label = format!("process_id=\"{}\"", cpuhot.pid());
+    let has_counters = |text: &str| {
+        text.lines()
+            .any(|l| l.starts_with("systemruntime_working_set_bytes{") && l.contains(&pid_label))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let scrape = loop {
+        let scrape = http_get(agent.metrics_port, "/metrics", &[]);
+        if has_counters(&scrape.body) || Instant::now() > deadline {
+            break scrape;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        has_counters(&scrape.body),
+        "{}\n{}",
+        scrape.body,
+        agent.log()
+    );
+    assert_eq!(scrape.status, 200);
+    assert_eq!(
+        scrape.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    let (valid, said) = promtool_check(&scrape.body);
+    assert!(valid, "promtool check metrics: {said}\n{}", scrape.body);
+    // The same numbers on the API listener, behind the token.
+    assert_eq!(http_get(agent.port, "/metrics", &[]).status, 401);
+    assert!(agent
+        .get("/metrics")
+        .body
+        .contains("# TYPE clrscope_samples_total counter"));
+
+    let prometheus = Prometheus::start(agent.metrics_port);
+    prometheus.wait_for("up{job=\"clrscope\"}", |v| v == [1.0]);
+    prometheus.wait_for("clrscope_processes_attached", |v| v == [1.0]);
+    prometheus.wait_for("clrscope_samples_total", |v| v.len() == 1 && v[0] > 0.0);
+    prometheus.wait_for("clrscope_eventpipe_sessions", |v| {
+        v.len() == 1 && v[0] >= 1.0
+    });
+    prometheus.wait_for("clrscope_store_flushes_total", |v| {
+        v.len() == 1 && v[0] >= 1.0
+    });
+    prometheus.wait_for("clrscope_store_bytes", |v| v.len() == 1 && v[0] > 0.0);
+    let cpu = format!("systemruntime_cpu_usage_ratio{{{pid_label}}}");
+    prometheus.wait_for(&cpu, |v| v.len() == 1 && v[0] > 0.0);
+    drop(prometheus);
+
+    // A process's series leave with it.
+    drop(cpuhot);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while has_counters(&http_get(agent.metrics_port, "/metrics", &[]).body) {
+        assert!(
+            Instant::now() < deadline,
+            "the exited process's counters stay"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn go_tool_pprof_reads_the_agents_own_cpu_profile() {
+    let dir = data_dir("selfprofile");
+    let agent = Agent::start(&dir, &["--pid=999999999"]);
+    let path = "/debug/pprof/profile?seconds=3";
+    assert_eq!(http_get(agent.port, path, &[]).status, 401);
+    // Work for the agent while it profiles itself: queries, answered on its thread pool.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let stop = stop.clone();
+        let port = agent.port;
+        let auth = format!("Bearer {}", agent.token());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                http_get(port, "/metrics", &[("Authorization", &auth)]);
+                http_get(port, "/api/v1/labels", &[("Authorization", &auth)]);
+            }
+        })
+    };
+    let profile = agent.get(path);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    load.join().unwrap();
+    let file = dir.with_extension("pb.gz");
+    std::fs::write(&file, &profile.bytes).unwrap();
+    let top = Command::new("go")
+        .args(["tool", "pprof", "-top", "-sample_index=cpu"])
+        .arg(&file)
+        .output()
+        .expect("go tool pprof (installed by `make setup`)");
+    let text = String::from_utf8_lossy(&top.stdout);
+    assert!(top.status.success(), "{top:?}");
+    assert!(text.contains("Type: cpu"), "{text}");
+    // Some of the time went to the agent's own code, named.
+    assert!(
+        text.lines()
+            .any(|l| l.contains("ui::") || l.contains("axum::") || l.contains("hyper::")),
+        "{text}"
+    );
+    drop(agent);
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_dir_all(&dir);
+}

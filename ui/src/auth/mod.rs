@@ -1,0 +1,143 @@
+//! Authentication of the API, compatible with dotnet-monitor's MonitorApiKey: every request
+//! but the web UI's files (which hold no data) needs `Authorization: Bearer <JWT>`, a token
+//! signed by the key configured as `Authentication:MonitorApiKey:{Subject,PublicKey}` (see
+//! [`key`] for exactly what is checked). `clrscope generatekey` makes a key and its token
+//! ([`generate_key`]).
+//!
+//! Auth is on unless the agent runs with `--no-auth`: without a usable key every request is
+//! refused with 401 and a problem+json body that says how to configure one. A refused request
+//! gets `WWW-Authenticate: Bearer` (with `error="invalid_token"` when a token was given).
+
+mod generate;
+mod key;
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+pub use generate::{generate_key, GeneratedKey};
+pub use key::{ApiKey, KeyError, TokenError, ALGORITHMS, AUDIENCE, GENERATEKEY_ISSUER};
+
+use crate::error::ApiError;
+use crate::server::ApiState;
+
+/// The `Authentication` section of settings.json (dotnet-monitor's keys).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct AuthenticationConfig {
+    #[serde(default)]
+    pub monitor_api_key: Option<MonitorApiKeyConfig>,
+}
+
+/// `Authentication:MonitorApiKey`: what `clrscope generatekey` (or dotnet-monitor's) printed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct MonitorApiKeyConfig {
+    pub subject: Option<String>,
+    /// The JWK of the public key, base64url.
+    pub public_key: Option<String>,
+    /// The issuer tokens must name; default [`GENERATEKEY_ISSUER`].
+    pub issuer: Option<String>,
+}
+
+/// What the API asks of a request.
+#[derive(Debug, Clone)]
+pub enum Authentication {
+    /// `--no-auth`: nothing.
+    Disabled,
+    /// A token of this key.
+    ApiKey(Arc<ApiKey>),
+    /// Auth is on but no usable key is configured: every request is refused, saying why.
+    Unconfigured(Arc<KeyError>),
+}
+
+impl Authentication {
+    /// Auth as `config` asks: its key, or [`Authentication::Unconfigured`] with the reason.
+    pub fn from_config(config: &AuthenticationConfig) -> Authentication {
+        let key = config.monitor_api_key.clone().unwrap_or_default();
+        match ApiKey::new(
+            key.subject.as_deref(),
+            key.public_key.as_deref(),
+            key.issuer.as_deref(),
+        ) {
+            Ok(key) => Authentication::ApiKey(Arc::new(key)),
+            Err(error) => Authentication::Unconfigured(Arc::new(error)),
+        }
+    }
+
+    /// Whether `authorization` (the header's value, if any) may call the API at `now_unix`.
+    pub fn check(&self, authorization: Option<&str>, now_unix: i64) -> Result<(), Refusal> {
+        let key = match self {
+            Authentication::Disabled => return Ok(()),
+            Authentication::Unconfigured(error) => {
+                return Err(Refusal::Unconfigured(Arc::clone(error)))
+            }
+            Authentication::ApiKey(key) => key,
+        };
+        let header = authorization.ok_or(Refusal::Token(TokenError::Missing))?;
+        let token = header
+            .split_once(' ')
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+            .ok_or(Refusal::Token(TokenError::NotBearer))?;
+        key.verify(token, now_unix).map_err(Refusal::Token)
+    }
+}
+
+/// Why a request may not call the API.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    #[error("{0}")]
+    Token(TokenError),
+
+    #[error(
+        "the agent has authentication on but no usable API key ({0}); run `clrscope generatekey` \
+         and configure its Subject and PublicKey (settings.json Authentication:MonitorApiKey, or \
+         CLRSCOPE_Authentication__MonitorApiKey__Subject/__PublicKey), or start the agent with \
+         --temp-apikey, or --no-auth on a trusted machine"
+    )]
+    Unconfigured(Arc<KeyError>),
+}
+
+/// The middleware over the whole router: requests for the web UI's files pass, every other
+/// one (any API route, present or future, and unknown paths) needs a valid token.
+pub(crate) async fn authenticate(
+    State(state): State<ApiState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if crate::web::is_public(request.uri().path()) {
+        return next.run(request).await;
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match state.auth.check(authorization, now) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => {
+            let challenge = match refusal {
+                Refusal::Token(TokenError::Missing) | Refusal::Unconfigured(_) => "Bearer",
+                Refusal::Token(_) => "Bearer error=\"invalid_token\"",
+            };
+            let mut response = ApiError::Unauthorized(refusal).into_response();
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(challenge),
+            );
+            response
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
