@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What `clrscope agent` costs the .NET processes it profiles, and what it costs itself.
 
-    benches/agent_overhead.py [--rounds 5] [--configs none,default,full] [--twins] [--fleet-seconds 120]
+    benches/agent_overhead.py [--rounds 5] [--configs none,default,full] [--twins [--pin]] [--fleet-seconds 120]
 
 Part 1, throughput: for --rounds rounds, one run per configuration of the Throughput target
 (tests/targets/Throughput.cs), each the same length: --warmup seconds (JIT tiering, the agent's
@@ -16,6 +16,12 @@ same moment, so the loss is taken against the twin, run by run. On a machine sha
 this is much steadier than comparing runs made one after another; configuration "none" then
 measures the noise floor (two unprofiled twins). Besides ops/s, every run reports ops per
 CPU-second of the target: the cost inside the process, whatever CPU share the scheduler gave it.
+
+With --pin each twin runs on a CPU of its own (the first started on CPU 0, the second on CPU 1,
+all of its threads: workers, GC, the runtime's sampler and EventPipe threads), so on a quiet
+machine with --threads 1 neither twin competes with the other, the time the profiled one stands
+suspended is lost to it alone, and whatever the machine's speed does in a run it does to both.
+The profiled twin changes CPU every round, so a difference between the CPUs cancels out.
 
 Part 2, fleet: four test-bed targets (CpuHot, Alloc, Faults, AsyncWeb --self-load 50) profiled by
 one agent (default settings, or --fleet-config) for --fleet-seconds: the agent's CPU (utime+stime
@@ -137,7 +143,7 @@ def status_kib(pid, key):
 class Target:
     """A test-bed target whose JSON lines are read by a thread into a queue."""
 
-    def __init__(self, name, args, logdir):
+    def __init__(self, name, args, logdir, cpu=None):
         dll = os.path.join(TESTBED, "targets", name, name + ".dll")
         if not os.path.isfile(dll):
             raise SetupError(f"{dll} is missing: run tests/testbed/setup.sh")
@@ -145,8 +151,10 @@ class Target:
         self.stderr = open(os.path.join(logdir, f"{name}-{time.monotonic_ns()}.stderr"), "w")
         # The target also dies with this script, should the script be killed.
         env = dict(os.environ, TESTBED_EXIT_WITH_PARENT="1")
+        # The affinity is set before exec, so every thread the runtime starts inherits it.
+        pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
         self.proc = subprocess.Popen([DOTNET, dll, *args], stdout=subprocess.PIPE,
-                                     stderr=self.stderr, env=env, text=True)
+                                     stderr=self.stderr, env=env, text=True, preexec_fn=pin)
         self.lines = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.ready = self.next_line(30, "ready")
@@ -248,11 +256,11 @@ class Agent:
                    if e.get("fields", {}).get("message") == "sampler window stored")
 
 
-def start_throughput(args, workdir):
+def start_throughput(args, workdir, cpu=None):
     return Target("Throughput", ["--threads", str(args.threads),
                                  "--blocked-threads", str(args.blocked_threads),
                                  "--duration-seconds", str(args.warmup + args.measure + 120)],
-                  workdir)
+                  workdir, cpu)
 
 
 def measure(targets, agent, args):
@@ -295,9 +303,9 @@ def throughput_run(config, args, workdir, run_id, swap):
     agent = None
     load_start = loadavg()
     try:
-        targets.append(start_throughput(args, workdir))
+        targets.append(start_throughput(args, workdir, 0 if args.pin else None))
         if args.twins:
-            targets.append(start_throughput(args, workdir))
+            targets.append(start_throughput(args, workdir, 1 if args.pin else None))
             if swap:
                 targets.reverse()
         if CONFIGS[config] is not None:
@@ -320,6 +328,8 @@ def throughput_run(config, args, workdir, run_id, swap):
         for t in targets:
             t.stop()
     result.update(config=config, load_start=load_start, load_end=loadavg())
+    if args.pin:
+        result["cpu"] = 1 if swap else 0
     return result
 
 
@@ -413,16 +423,31 @@ def loss_pct(base, value):
     return 100 * (base - value) / base
 
 
+# Student's t, two-sided 95 %, by degrees of freedom (beyond 30: the normal's 1.96 is close).
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26,
+       10: 2.23, 11: 2.20, 12: 2.18, 13: 2.16, 14: 2.14, 15: 2.13, 16: 2.12, 17: 2.11,
+       18: 2.10, 19: 2.09, 20: 2.09, 25: 2.06, 30: 2.04}
+
+
+def mean_ci95(values):
+    """Mean and the half-width of its 95 % confidence interval (at least 2 values)."""
+    df = len(values) - 1
+    t = T95[max(k for k in T95 if k <= df)] if df <= 30 else 1.96
+    return statistics.fmean(values), t * statistics.stdev(values) / len(values) ** 0.5
+
+
 def report_throughput(runs, configs, args):
     by_config = {c: [r for r in runs if r["config"] == c] for c in configs}
     mode = ("twins: two Throughputs side by side, the agent on one" if args.twins
             else "one Throughput at a time, configurations interleaved")
+    if args.pin:
+        mode += ", each twin pinned to a CPU of its own"
     print(f"\nThroughput ({mode}): --threads {args.threads} --blocked-threads {args.blocked_threads}, "
           f"{args.rounds} rounds, {args.warmup} s warm-up + {args.measure} s measured per run")
     print("| config | agent args | ops/s median | min – max (spread) | loss vs no agent, median [min, max] "
           "| ops per target CPU-s | its loss, median [min, max] | agent CPU % of a core "
-          "| target CPU % | busiest runtime threads, % of a core |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| target CPU % | busiest runtime threads, % of a core | loss, mean ± 95 % CI |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for c in configs:
         rs = by_config[c]
         med, lo, hi = spread([r["ops_per_s"] for r in rs])
@@ -445,9 +470,12 @@ def report_throughput(runs, configs, args):
         if args.twins:
             target_cpu += " (twin {:.0f})".format(statistics.median(r["twin"]["target_cpu_pct"] for r in rs))
         agent_args = "(no agent)" if CONFIGS[c] is None else (" ".join(CONFIGS[c]) or "(defaults)")
+        ci = "—"
+        if losses and len(losses) > 1:
+            ci = "{:+.2f} ± {:.2f} %".format(*mean_ci95(losses))
         print(f"| {c} | `{agent_args}` | {med:,.0f} | {lo:,.0f} – {hi:,.0f} ({100 * (hi - lo) / med:.1f} %) "
               f"| {fmt(losses)} | {cpu_med:,.0f} | {fmt(cpu_losses)} | {agent_cpu} | {target_cpu} "
-              f"| {runtime_threads(rs)} |")
+              f"| {runtime_threads(rs)} | {ci} |")
     loads = [x for r in runs for x in (r["load_start"], r["load_end"])]
     allocs = [r["alloc_mb_per_s"] for r in runs]
     print(f"load average (1 min) during part 1: {min(loads):.2f} – {max(loads):.2f}; "
@@ -466,7 +494,8 @@ def print_runs(runs):
         agent_cpu = f"{r['agent_cpu_pct']:.2f}" if "agent_cpu_pct" in r else "—"
         stop = f"{r['agent_stop_s']:.1f}" if "agent_stop_s" in r else "—"
         twin = f"{r['twin']['ops_per_s']:,.0f}, {r['twin']['ops_per_cpu_s']:,.0f}" if "twin" in r else "—"
-        print(f"| {r['round']} | {r['config']} | {r['ops_per_s']:,.0f} | {r['ops_per_cpu_s']:,.0f} "
+        config = r["config"] + (f" (CPU {r['cpu']})" if "cpu" in r else "")
+        print(f"| {r['round']} | {config} | {r['ops_per_s']:,.0f} | {r['ops_per_cpu_s']:,.0f} "
               f"| {r['target_cpu_pct']:.0f} | {twin} | {agent_cpu} | {stop} "
               f"| {r['load_start']:.2f}→{r['load_end']:.2f} | {problems} |")
 
@@ -534,6 +563,8 @@ def main():
     parser.add_argument("--twins", action="store_true",
                         help="run two Throughputs at once, the agent on one: on a loaded machine both "
                              "see the same load, so their ratio is steadier than runs one after another")
+    parser.add_argument("--pin", action="store_true",
+                        help="with --twins, run each twin on a CPU of its own (CPU 0 and CPU 1)")
     parser.add_argument("--fleet-config", default="default",
                         help="agent configuration of part 2, from the same list (default: default)")
     parser.add_argument("--no-build", action="store_true", help="use target/release/clrscope as it is")
@@ -547,6 +578,8 @@ def main():
         parser.error(f"--fleet-config must name an agent configuration, not {args.fleet_config}")
     if 0 < args.fleet_seconds < 10:
         parser.error("--fleet-seconds must be 0 (skip) or at least 10")
+    if args.pin and (not args.twins or len(os.sched_getaffinity(0)) < 2):
+        parser.error("--pin needs --twins and at least 2 CPUs")
     if args.measure % SAMPLE_PERIOD_S:
         parser.error(f"--measure must be a multiple of the default sample period, {SAMPLE_PERIOD_S} s")
 

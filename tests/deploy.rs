@@ -2,7 +2,8 @@
 //! `make setup`), fit together (the app dials the socket the agent listens on, with `nosuspend`,
 //! on a volume both mount; the key comes from the Secret's keys; the API stays on loopback;
 //! limits are set), and the agent starts with exactly the sidecar's arguments and environment
-//! (paths and ports moved to this machine's scratch space).
+//! (paths and ports moved to this machine's scratch space). The node agent's manifest is run
+//! against a service in a pid and mount namespace of its own, as in another container.
 
 mod support;
 
@@ -192,5 +193,146 @@ fn the_sidecar_manifest_fits_together_and_the_agent_starts_with_its_arguments() 
     let _ = child.wait();
     assert_eq!(answer.status, 200);
     assert!(!log.contains("no usable API key"), "{log}");
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// The host pid of `wrapper`'s only child: the .NET process `unshare --fork` started.
+fn child_pid(wrapper: u32) -> u32 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let children = std::fs::read_to_string(format!("/proc/{wrapper}/task/{wrapper}/children"))
+            .unwrap_or_default();
+        if let Some(pid) = children.split_whitespace().next() {
+            return pid.parse().unwrap();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "unshare (pid {wrapper}) started no child"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_node_agent_manifest_profiles_a_process_in_another_container() {
+    let daemonset = documents("clrscope-node-agent.yaml")
+        .into_iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .expect("a DaemonSet");
+    let pod = &daemonset["spec"]["template"]["spec"];
+    let agent = container(pod, "clrscope");
+    let args: Vec<String> = agent["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(args[0], "agent");
+
+    // Connect mode in the node's pid namespace, with the two capabilities it needs, as root.
+    assert_eq!(pod["hostPID"], true);
+    assert!(
+        !args.iter().any(|a| a == "--no-connect" || a == "--diagnostic-port"),
+        "{args:?}"
+    );
+    let security = &agent["securityContext"];
+    assert_eq!(security["runAsUser"], 0);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(
+        security["capabilities"]["add"],
+        serde_json::json!(["SYS_PTRACE", "DAC_OVERRIDE"])
+    );
+    // The store on the node, bounded; the API on loopback; metrics where Prometheus is told.
+    assert_eq!(mount(agent, "profiles"), flag(&args, "--data-dir"));
+    assert!(pod["volumes"][0]["hostPath"]["path"].is_string());
+    assert!(args.iter().any(|a| a == "--retention-size"), "{args:?}");
+    assert!(
+        flag(&args, "--urls").starts_with("http://127.0.0.1:"),
+        "{args:?}"
+    );
+    let metrics_port = flag(&args, "--metrics-urls").rsplit(':').next().unwrap();
+    assert_eq!(
+        daemonset["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"],
+        metrics_port
+    );
+    for limit in ["cpu", "memory"] {
+        assert!(
+            agent["resources"]["limits"][limit].is_string(),
+            "no {limit} limit"
+        );
+    }
+
+    // A service in a "container" of its own: its own pid namespace (it is pid 1 there) and its
+    // own /tmp, where its runtime puts the diagnostic socket, so the agent reaches it only
+    // through /proc/PID/root.
+    let service = support::Target::builder("CpuHot")
+        .args(["--split", "70,30"])
+        .wrapped_in([
+            "unshare",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount",
+            "--mount-proc",
+            "--",
+            "sh",
+            "-c",
+            "mount -t tmpfs -o mode=1777 tmpfs /tmp && exec \"$@\"",
+            "sh",
+        ])
+        .start();
+    let service_pid = child_pid(service.pid());
+    let status = std::fs::read_to_string(format!("/proc/{service_pid}/status")).unwrap();
+    let nspid = status.lines().find(|l| l.starts_with("NSpid:")).unwrap();
+    assert!(nspid.ends_with("\t1"), "not pid 1 of its namespace: {nspid}");
+    let inside = Path::new(&format!("/proc/{service_pid}/root")).join(
+        support::diagnostic_socket_dir()
+            .strip_prefix("/")
+            .unwrap(),
+    );
+    let socket_inside = std::fs::read_dir(&inside)
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|e| e.file_name().to_string_lossy().starts_with("dotnet-diagnostic-1-"));
+    assert!(socket_inside, "no socket of pid 1 in {}", inside.display());
+    assert!(
+        support::diagnostic_sockets(service_pid).is_empty(),
+        "the service's socket is visible outside its namespace"
+    );
+
+    // The agent with the manifest's arguments and environment (ports and the data directory
+    // moved here), limited to this test's service: the machine runs other tests' .NET processes.
+    let mut local = Vec::new();
+    let mut rest = args[1..].iter();
+    while let Some(arg) = rest.next() {
+        match arg.as_str() {
+            "--data-dir" => {
+                rest.next();
+            }
+            "--urls" | "--metrics-urls" => {
+                rest.next();
+                local.extend([arg.clone(), "http://127.0.0.1:0".to_string()]);
+            }
+            _ => local.push(arg.clone()),
+        }
+    }
+    local.extend(["--pid".to_string(), service_pid.to_string()]);
+    let local: Vec<&str> = local.iter().map(String::as_str).collect();
+    let scratch = data_dir("node-agent");
+    let agent = support::agent::Agent::start(&scratch, &local);
+    agent.wait_attached(service_pid, true, std::time::Duration::from_secs(30));
+    agent.wait_for_data("cpu", service_pid, 500_000_000, std::time::Duration::from_secs(60));
+    let folded = agent.folded("cpu", service_pid, "");
+    let total: i64 = folded.iter().map(|(_, v)| v).sum();
+    let alpha: i64 = folded
+        .iter()
+        .filter(|(stack, _)| stack.contains("CpuHot.Program.SpinAlpha"))
+        .map(|(_, v)| v)
+        .sum();
+    assert!(
+        alpha * 100 / total >= 40,
+        "SpinAlpha has {alpha} of {total} ns: {folded:?}"
+    );
     let _ = std::fs::remove_dir_all(&scratch);
 }

@@ -722,8 +722,9 @@ fn flame(query: &Query, max_nodes: usize) -> impl Fn(&Store) -> Profile + '_ {
     }
 }
 
-/// Nodes a flame graph shows by default (Pyroscope's `max_nodes` default).
-const FLAME_NODES: usize = 8_192;
+/// Nodes a flame graph shows: Pyroscope's `max_nodes` default, and what clrscope's web UI asks
+/// for (ui/web/api.js `MAX_NODES`).
+const FLAME_NODES: [usize; 2] = [8_192, 65_536];
 
 fn profile_summary(p: &Profile) -> String {
     format!(
@@ -829,13 +830,15 @@ fn hour(name: &str, processes: u32, ticks: usize, settings: &Settings) {
         profile(&flame_graph),
         profile_summary,
     );
-    measure(
-        &format!("flame graph cpu, {minutes} min, {FLAME_NODES} nodes"),
-        &dir,
-        runs,
-        flame(&all_cpu, FLAME_NODES),
-        profile_summary,
-    );
+    for nodes in FLAME_NODES {
+        measure(
+            &format!("flame graph cpu, {minutes} min, {nodes} nodes"),
+            &dir,
+            runs,
+            flame(&all_cpu, nodes),
+            profile_summary,
+        );
+    }
     measure(
         &format!("profile wall, {minutes} min"),
         &dir,
@@ -924,13 +927,15 @@ fn unique(settings: &Settings) {
         profile(&q),
         profile_summary,
     );
-    measure(
-        &format!("flame graph of 3M unique stacks, {FLAME_NODES} nodes"),
-        &dir,
-        runs,
-        flame(&q, FLAME_NODES),
-        profile_summary,
-    );
+    for nodes in FLAME_NODES {
+        measure(
+            &format!("flame graph of 3M unique stacks, {nodes} nodes"),
+            &dir,
+            runs,
+            flame(&q, nodes),
+            profile_summary,
+        );
+    }
     println!("peak RSS: {} MiB", peak_rss_mib());
     settings.done_with(&dir);
 }

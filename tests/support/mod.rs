@@ -284,6 +284,7 @@ pub struct TargetBuilder {
     envs: Vec<(String, String)>,
     env_removes: Vec<String>,
     current_dir: Option<PathBuf>,
+    wrapper: Vec<String>,
 }
 
 impl TargetBuilder {
@@ -321,9 +322,28 @@ impl TargetBuilder {
         self
     }
 
+    /// Runs the target under `wrapper` (a program and its arguments, before the .NET host's
+    /// path): e.g. `unshare` to put it in namespaces of its own. [`Target::pid`] is then the
+    /// wrapper's pid.
+    pub fn wrapped_in<I, S>(mut self, wrapper: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.wrapper = wrapper.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// The command that [`spawn`](Self::spawn) runs.
     pub fn command(&self) -> Command {
-        let mut cmd = Command::new(dotnet_host());
+        let mut cmd = match self.wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(dotnet_host());
+                cmd
+            }
+            None => Command::new(dotnet_host()),
+        };
         cmd.arg(target_dll(&self.name));
         cmd.args(&self.args);
         // The target exits by itself within a second if this process dies without dropping it.
@@ -471,6 +491,7 @@ impl Target {
             envs: Vec::new(),
             env_removes: Vec::new(),
             current_dir: None,
+            wrapper: Vec::new(),
         }
     }
 
