@@ -2,6 +2,7 @@
 """What `clrscope agent` costs the .NET processes it profiles, and what it costs itself.
 
     benches/agent_overhead.py [--rounds 5] [--configs none,default,full] [--twins [--pin]] [--fleet-seconds 120]
+                              [--phase-seconds 600]
 
 Part 1, throughput: for --rounds rounds, one run per configuration of the Throughput target
 (tests/targets/Throughput.cs), each the same length: --warmup seconds (JIT tiering, the agent's
@@ -28,6 +29,18 @@ one agent (default settings, or --fleet-config) for --fleet-seconds: the agent's
 from /proc, as % of one core, in all and per thread name: the store writer apart from the tokio
 workers that parse and symbolize), its peak RSS (VmHWM) and RSS over time, and the store's bytes
 on disk per sample.
+
+Part 3, phase (--phase-seconds): what the sampler's windows cost one process, measured inside
+that process, so that neither other load nor the machine's drifting speed can bias it. One
+Throughput (--threads 1, pinned to CPU 0) prints its operation count every 100 ms against the wall
+clock; the agent (default settings, pinned to CPU 1) logs when each sampler window opened and
+closed. Each sampler period, from 2 s before a window opens to 2 s before the next one opens, is
+compared with its own quiet part (all of it but 0.5 s before the window to 2 s after it): the
+loss of a period is 1 - (its operations per second) / (those of its quiet part). The same sum with
+the windows moved by half a period, where nothing happens (the real windows' spans left out), is
+the method's control and must come out near 0. A cost spread evenly over time (the light session's events) does not show here: on
+Throughput nothing in the light session fires once its code is compiled (no exceptions, no
+contended locks), and part 1 measures it.
 
 Every agent is limited with --pid to the targets this script started: the machine may run other
 people's .NET processes. The script exits 1 on a setup problem (no runtime, a target or the agent
@@ -195,14 +208,17 @@ class Target:
 class Agent:
     """`clrscope agent` with JSON logs in a file, limited to the given pids."""
 
-    def __init__(self, extra_args, pids, data_dir, log_path):
+    def __init__(self, extra_args, pids, data_dir, log_path, cpu=None):
         self.log_path = log_path
         self.log_file = open(log_path, "w")
         pid_args = [a for pid in pids for a in ("--pid", str(pid))]
+        # Free ports, and a key of its own: nothing here calls the API.
         self.command = [CLRSCOPE, "--log", "warn,clrscope=debug", "--log-format", "json",
-                        "agent", "--data-dir", data_dir, *pid_args, *extra_args]
+                        "agent", "--urls", "http://127.0.0.1:0", "--metrics-urls", "none",
+                        "--temp-apikey", "--data-dir", data_dir, *pid_args, *extra_args]
+        pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
         self.proc = subprocess.Popen(self.command, stdout=subprocess.DEVNULL,
-                                     stderr=self.log_file)
+                                     stderr=self.log_file, preexec_fn=pin)
         self.pid = self.proc.pid
 
     def events(self):
@@ -249,6 +265,12 @@ class Agent:
                 key = f"{e['level']} {fields.get('message', '')} {fields.get('error', '')}".strip()
                 counts[key] = counts.get(key, 0) + 1
         return counts
+
+    def windows(self, pid):
+        """(opened, closed) wall-clock ms of each sampler window of `pid`, in order."""
+        return [(f["opened_unix_ms"], f["closed_unix_ms"])
+                for f in (e.get("fields", {}) for e in self.events())
+                if f.get("message") == "sampler window closed" and f.get("pid") == pid]
 
     def stored_samples(self):
         """Sampler samples (with a stack) stored, from the per-window debug records."""
@@ -383,6 +405,120 @@ def fleet_run(args, workdir):
             t.stop()
     result["load_end"] = loadavg()
     return result
+
+
+def phase_run(args, workdir):
+    """Part 3: one Throughput's 100 ms operation counts and the agent's windows over
+    --phase-seconds."""
+    target = Target("Throughput", ["--threads", "1", "--tick-ms", str(PHASE_TICK_MS),
+                                   "--blocked-threads", str(args.blocked_threads),
+                                   "--duration-seconds", str(args.warmup + args.phase_seconds + 120)],
+                    workdir, cpu=0)
+    agent = None
+    result = {"load_start": loadavg()}
+    try:
+        agent = Agent(CONFIGS[args.phase_config], [target.pid],
+                      os.path.join(workdir, "data-phase"), os.path.join(workdir, "agent-phase.log"),
+                      cpu=1)
+        agent.wait_attached(1)
+        time.sleep(args.warmup)
+        start_ms = time.time() * 1000
+        agent_cpu0 = cpu_seconds(agent.pid)
+        ticks = []
+        while not ticks or ticks[-1][0] - start_ms < args.phase_seconds * 1000:
+            line = target.next_line(10, "tick")
+            if line["unix_ms"] >= start_ms:  # the warm-up's ticks wait in the queue
+                ticks.append((line["unix_ms"], line["total_ops"]))
+        result["agent_cpu_pct"] = 100 * (cpu_seconds(agent.pid) - agent_cpu0) / args.phase_seconds
+        result["agent_stop_s"] = agent.stop()
+        result["agent_problems"] = agent.problems()
+        result["windows"] = agent.windows(target.pid)
+        agent = None
+        result["ticks"] = ticks
+    finally:
+        if agent:
+            agent.stop()
+        target.stop()
+    result["load_end"] = loadavg()
+    return result
+
+
+PHASE_TICK_MS = 100
+# Around a window, the part of a period its cost may reach: from shortly before it opens (the
+# session's start) to a while after it closes (the session's stop, the runtime's cleanup).
+PHASE_BEFORE_MS, PHASE_AFTER_MS = 500, 2000
+# Where a period starts: this long before its window opens.
+PHASE_LEAD_MS = 2000
+
+
+def rate(ticks, spans, exclude=()):
+    """Operations per ms over the tick intervals that start inside any of `spans` ([a, b)) and
+    inside none of `exclude`."""
+    ops = ms = 0.0
+    for (t0, n0), (t1, n1) in zip(ticks, ticks[1:]):
+        if any(a <= t0 < b for a, b in spans) and not any(a <= t0 < b for a, b in exclude):
+            ops += n1 - n0
+            ms += t1 - t0
+    return ops / ms if ms else None
+
+
+def affected(windows):
+    """The spans around `windows` their cost may reach."""
+    return [(o - PHASE_BEFORE_MS, c + PHASE_AFTER_MS) for o, c in windows]
+
+
+def phase_losses(ticks, windows, exclude=()):
+    """Per period, the loss against its quiet part (%), and the rate inside the window against
+    it (%); tick intervals inside `exclude` count nowhere."""
+    losses, inside = [], []
+    for (opened, closed), (next_opened, _) in zip(windows, windows[1:]):
+        start, end = opened - PHASE_LEAD_MS, next_opened - PHASE_LEAD_MS
+        if start < ticks[0][0] or end > ticks[-1][0]:
+            continue
+        quiet = rate(ticks, [(start, opened - PHASE_BEFORE_MS), (closed + PHASE_AFTER_MS, end)],
+                     exclude)
+        whole = rate(ticks, [(start, end)], exclude)
+        during = rate(ticks, [(opened, closed)], exclude)
+        if quiet and whole and during:
+            losses.append(100 * (1 - whole / quiet))
+            inside.append(100 * (1 - during / quiet))
+    return losses, inside
+
+
+def report_phase(p, args):
+    windows, ticks = p["windows"], p["ticks"]
+    print(f"\nPhase: one Throughput (--threads 1 --blocked-threads {args.blocked_threads}, CPU 0), "
+          f"agent `{args.phase_config}` (CPU 1), "
+          f"{args.phase_seconds} s after {args.warmup} s of warm-up; operations every {PHASE_TICK_MS} ms")
+    if len(windows) < 3 or len(ticks) < 100:
+        print(f"too little data: {len(windows)} windows, {len(ticks)} ticks")
+        return
+    period = statistics.median(b[0] - a[0] for a, b in zip(windows, windows[1:]))
+    length = statistics.median(c - o for o, c in windows)
+    losses, inside = phase_losses(ticks, windows)
+    # Pretend windows half a period away, the real windows' spans left out: what the method
+    # finds where nothing happens.
+    shifted = [(o + period / 2, c + period / 2) for o, c in windows]
+    control, _ = phase_losses(ticks, shifted, exclude=affected(windows))
+    if len(losses) < 2 or len(control) < 2:
+        print(f"too few whole periods: {len(losses)}")
+        return
+    fmt = lambda v: "{:+.2f} ± {:.2f} %".format(*mean_ci95(v))
+    print("| measure | mean ± 95 % CI | median [min, max] | periods |")
+    print("|---|---|---|---|")
+    print(f"| throughput lost over a period (the duty cycle's cost) | **{fmt(losses)}** "
+          "| {:+.2f} [{:+.2f}, {:+.2f}] | {} |".format(*spread(losses), len(losses)))
+    print(f"| control: the same with the windows moved by half a period (the real ones left out) | {fmt(control)} "
+          "| {:+.2f} [{:+.2f}, {:+.2f}] | {} |".format(*spread(control), len(control)))
+    print(f"| throughput lost while a window is open (≈ a 100 % duty cycle's cost) | {fmt(inside)} "
+          "| {:+.2f} [{:+.2f}, {:+.2f}] | {} |".format(*spread(inside), len(inside)))
+    print(f"windows: {len(windows)}, median period {period / 1000:.2f} s, median window "
+          f"{length:.0f} ms (from the session's request to its end); agent CPU "
+          f"{p['agent_cpu_pct']:.2f} % of a core (on CPU 1); load average "
+          f"{p['load_start']:.2f} → {p['load_end']:.2f}")
+    problems = "; ".join(f"{n}× {k}" for k, n in p["agent_problems"].items()) or "none"
+    print(f"agent warnings/errors: {problems}")
+    print(f"goal: throughput loss at default settings ≤ {GOAL_LOSS_PCT} %")
 
 
 def store_figures(data_dir):
@@ -567,6 +703,11 @@ def main():
                         help="with --twins, run each twin on a CPU of its own (CPU 0 and CPU 1)")
     parser.add_argument("--fleet-config", default="default",
                         help="agent configuration of part 2, from the same list (default: default)")
+    parser.add_argument("--phase-seconds", type=int, default=0,
+                        help="seconds of part 3 (the windows' cost inside one process); 0 skips it "
+                             "(default 0; 600 gives ~60 periods)")
+    parser.add_argument("--phase-config", default="default",
+                        help="agent configuration of part 3 (default: default)")
     parser.add_argument("--no-build", action="store_true", help="use target/release/clrscope as it is")
     parser.add_argument("--keep", metavar="DIR", help="keep logs and stores in DIR instead of a temporary folder")
     args = parser.parse_args()
@@ -574,6 +715,10 @@ def main():
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         parser.error(f"unknown configuration(s) {', '.join(unknown)}")
+    if args.phase_config not in CONFIGS or CONFIGS[args.phase_config] is None:
+        parser.error(f"--phase-config must name an agent configuration, not {args.phase_config}")
+    if 0 < args.phase_seconds < 60 or (args.phase_seconds and len(os.sched_getaffinity(0)) < 2):
+        parser.error("--phase-seconds must be 0 (skip) or at least 60, on at least 2 CPUs")
     if args.fleet_config not in CONFIGS or CONFIGS[args.fleet_config] is None:
         parser.error(f"--fleet-config must name an agent configuration, not {args.fleet_config}")
     if 0 < args.fleet_seconds < 10:
@@ -602,13 +747,19 @@ def main():
             log(f"fleet: 4 targets, agent {args.fleet_config}, {args.warmup} + {args.fleet_seconds} s")
             fleet = fleet_run(args, workdir)
             fleet["config"] = args.fleet_config
+        phase = None
+        if args.phase_seconds:
+            log(f"phase: one Throughput, agent {args.phase_config}, {args.warmup} + {args.phase_seconds} s")
+            phase = phase_run(args, workdir)
         if runs:
             report_throughput(runs, configs, args)
         if fleet:
             report_fleet(fleet)
+        if phase:
+            report_phase(phase, args)
         if args.keep:
             with open(os.path.join(workdir, "results.json"), "w") as f:
-                json.dump({"args": vars(args), "runs": runs, "fleet": fleet}, f, indent=1)
+                json.dump({"args": vars(args), "runs": runs, "fleet": fleet, "phase": phase}, f, indent=1)
         else:
             # Logs and stores are worth keeping only when asked: a long run's take some MB.
             shutil.rmtree(workdir, ignore_errors=True)

@@ -4,6 +4,12 @@
 //! SampleProfiler provider exists, and that interval cannot be changed over IPC on .NET ≤ 10.
 //! A low rate therefore comes from sampling for a short window out of every period (the duty
 //! cycle) with no sampler session in between. A boost samples without pause until a deadline.
+//!
+//! Every tick suspends the process and walks each of its managed threads, so what a window costs
+//! grows with their number: a process with more than [`WINDOW_THREADS`] of them gets a window
+//! shorter in proportion (each tick brings more samples, so a window's samples stay about as
+//! many). Measured in BENCHMARKS.md, "Agent overhead", 2c: a 1 s window every 10 s cost one
+//! managed worker 0.3 % of its throughput, and 1.9 % with 100 more (idle) threads.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +21,13 @@ use tokio::time::Instant;
 /// The longest one sampling window may last, boosted or not: windows are the unit in which
 /// samples are symbolized and stored, so this bounds both memory and how stale the store is.
 pub const MAX_WINDOW: Duration = Duration::from_secs(10);
+
+/// Sampled threads per tick up to which the duty cycle's window is used whole.
+pub const WINDOW_THREADS: u64 = 16;
+
+/// The shortest window a high thread count shrinks a window to (a configured window shorter than
+/// this stays as it is).
+pub const MIN_SCALED_WINDOW: Duration = Duration::from_millis(100);
 
 /// Sample for `window` out of every `period`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -68,6 +81,16 @@ impl DutyCycle {
     pub fn fraction(&self) -> f64 {
         self.window.as_secs_f64() / self.period.as_secs_f64()
     }
+
+    /// The window for a process whose ticks sample `threads` threads each: the whole window up
+    /// to [`WINDOW_THREADS`], shorter in proportion beyond, not below [`MIN_SCALED_WINDOW`].
+    pub fn window_for(&self, threads: u64) -> Duration {
+        if threads <= WINDOW_THREADS {
+            return self.window;
+        }
+        let scaled = self.window.mul_f64(WINDOW_THREADS as f64 / threads as f64);
+        scaled.max(MIN_SCALED_WINDOW.min(self.window))
+    }
 }
 
 impl Default for DutyCycle {
@@ -97,6 +120,14 @@ pub enum SamplerStep {
 struct ControlState {
     duty: DutyCycle,
     boosted_until: Option<Instant>,
+    /// Threads sampled per tick in the last window (0 before the first).
+    threads: u64,
+}
+
+impl ControlState {
+    fn window(&self) -> Duration {
+        self.duty.window_for(self.threads)
+    }
 }
 
 /// The sampler settings of one process, shared between its sampling loop and whoever may change
@@ -110,6 +141,11 @@ pub struct SamplerControl {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct SamplerStatus {
     pub duty: DutyCycle,
+    /// The window used now: the duty cycle's, shorter for a process with many threads.
+    #[serde(with = "duration_ms", rename = "window_ms")]
+    pub window: Duration,
+    /// Threads sampled per tick in the last window (0 before the first).
+    pub threads_per_tick: u64,
     /// Seconds of boost left, if boosted.
     pub boost_seconds_left: Option<f64>,
 }
@@ -120,6 +156,7 @@ impl SamplerControl {
             state: Arc::new(watch::Sender::new(ControlState {
                 duty,
                 boosted_until: None,
+                threads: 0,
             })),
         }
     }
@@ -132,6 +169,19 @@ impl SamplerControl {
         });
     }
 
+    /// Records what the last window sampled: `samples` thread stacks in `ticks` ticks. The next
+    /// windows are sized for that many threads per tick.
+    pub fn observe_window(&self, samples: u64, ticks: u64) {
+        if ticks > 0 {
+            let threads = samples.div_ceil(ticks);
+            // send_if_modified: a pausing loop waits on changes, and this is not one it needs.
+            self.state.send_if_modified(|s| {
+                s.threads = threads;
+                false
+            });
+        }
+    }
+
     /// Ends a boost early.
     pub fn cancel_boost(&self) {
         self.state.send_modify(|s| s.boosted_until = None);
@@ -142,6 +192,8 @@ impl SamplerControl {
         let now = Instant::now();
         SamplerStatus {
             duty: state.duty,
+            window: state.window(),
+            threads_per_tick: state.threads,
             boost_seconds_left: state
                 .boosted_until
                 .filter(|&u| u > now)
@@ -173,7 +225,7 @@ fn plan(state: ControlState, period_start: Instant, now: Instant) -> SamplerStep
             boosted: true,
         };
     }
-    let window_end = period_start + state.duty.window;
+    let window_end = period_start + state.window();
     if now < window_end {
         return SamplerStep::Sample {
             until: window_end,
@@ -220,6 +272,35 @@ mod tests {
                 until: t0 + secs(10)
             }
         );
+    }
+
+    #[test]
+    fn many_threads_shorten_the_window_in_proportion() {
+        let duty = DutyCycle::DEFAULT;
+        assert_eq!(duty.window_for(0), secs(1));
+        assert_eq!(duty.window_for(WINDOW_THREADS), secs(1));
+        assert_eq!(duty.window_for(4 * WINDOW_THREADS), Duration::from_millis(250));
+        assert_eq!(duty.window_for(10_000), MIN_SCALED_WINDOW);
+        let short = DutyCycle::new(Duration::from_millis(50), secs(10)).unwrap();
+        assert_eq!(short.window_for(10_000), Duration::from_millis(50));
+
+        let t0 = Instant::now();
+        let control = SamplerControl::new(duty);
+        // 101 threads walked on each of 1,000 ticks: 1 s × 16/101.
+        control.observe_window(101_000, 1_000);
+        let status = control.status();
+        assert_eq!(status.threads_per_tick, 101);
+        assert_eq!(status.window, Duration::from_secs(1).mul_f64(16.0 / 101.0));
+        assert_eq!(
+            control.step(t0, t0),
+            SamplerStep::Sample {
+                until: t0 + status.window,
+                boosted: false
+            }
+        );
+        // A window with no ticks (the process stopped) changes nothing.
+        control.observe_window(0, 0);
+        assert_eq!(control.status().threads_per_tick, 101);
     }
 
     #[tokio::test]

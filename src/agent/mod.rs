@@ -94,7 +94,8 @@ pub struct Args {
     /// [config: Profiling:CommandLines]
     #[arg(long = "command-line", value_name = "TEXT")]
     command_lines: Vec<String>,
-    /// Sample for this long in every --sample-period (at most 10s). [default: 1s]
+    /// Sample for this long in every --sample-period (at most 10s); a process whose ticks walk
+    /// more than 16 threads gets a window shorter in proportion (at least 100ms). [default: 1s]
     /// [config: Profiling:SampleWindow]
     #[arg(long, value_parser = parse_duration)]
     sample_window: Option<Duration>,

@@ -436,7 +436,10 @@ impl SamplingLoop<'_> {
                         refresh_names = self.refresh_names().await;
                     }
                     match self.window(until).await {
-                        Ok(samples) => self.symbolize_later(samples),
+                        Ok(samples) => {
+                            self.sampler.observe_window(samples.samples(), samples.ticks());
+                            self.symbolize_later(samples);
+                        }
                         Err(error) => {
                             tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "sampler window failed; trying again next period");
                             self.pause(period_start + self.sampler.status().duty.period)
@@ -504,6 +507,7 @@ impl SamplingLoop<'_> {
         let mut sink = ParsingWriter::new(tokio::io::sink(), window);
         let mut shutdown = self.shutdown.clone();
         let _open = GaugeGuard::new(&self.health.sessions);
+        let opened_unix_ms = unix_millis();
         let stop = async {
             tokio::select! {
                 () = tokio::time::sleep_until(until) => {}
@@ -520,6 +524,14 @@ impl SamplingLoop<'_> {
         )
         .await
         .context("sampling")?;
+        // When the target was sampled, on the wall clock: what benches/agent_overhead.py
+        // lines up with the target's own throughput to see what a window costs.
+        tracing::debug!(
+            pid = self.pid,
+            opened_unix_ms,
+            closed_unix_ms = unix_millis(),
+            "sampler window closed"
+        );
         if let Some(error) = sink.error() {
             anyhow::bail!("the sampler's stream did not parse: {error}");
         }

@@ -22,6 +22,9 @@
 //   --threads N            worker threads, 1..64 (default 4)
 //   --blocked-threads M    idle blocked threads, 0..1000 (default 0)
 //   --duration-seconds N   run N seconds, then exit 0 (default: until killed; Ctrl-C exits cleanly)
+//   --tick-ms T            also print a tick line every T ms, 10..1000 (default: none), from a thread
+//                          "Ticker" of its own: operations against the wall clock at a finer grain
+//                          than the progress lines, to see when in time a profiler's cost falls
 //
 // Lines printed to stdout (one JSON object per line)
 //   ready, once every thread runs:
@@ -37,6 +40,9 @@
 //     line, over all workers; ops_per_second: ops divided by the time since the previous line;
 //     total_ops: since the ready line; allocated_bytes: GC.GetTotalAllocatedBytes of the process
 //     (-1 where the runtime lacks it); gen0_collections: GC.CollectionCount(0).
+//   every T ms with --tick-ms T, once every thread runs:
+//     {"tick":"Throughput","unix_ms":1764528000123.4,"total_ops":812345}
+//     unix_ms: the wall clock (UTC) when total_ops was read; total_ops: since the ready line.
 //   at exit (after --duration-seconds or Ctrl-C):
 //     {"exit":"Throughput","elapsed_s":5.001,"total_ops":4061234,"ops_per_second":812084.1,
 //      "per_worker":[1015301,...]}
@@ -235,17 +241,42 @@ namespace Throughput
     static class Program
     {
         const string Usage =
-            "usage: Throughput [--threads 4] [--blocked-threads 0] [--duration-seconds N]\n" +
+            "usage: Throughput [--threads 4] [--blocked-threads 0] [--duration-seconds N] [--tick-ms T]\n" +
             "  runs a fixed mixed managed operation as fast as possible on --threads threads and prints\n" +
             "  operations per second each second; see the top of Throughput.cs for the lines it prints";
 
         static readonly object BlockedGate = new object();
 
+        /// <summary>Prints a tick line every TICKMS ms, on the wall clock's multiples of TICKMS, so
+        /// that ticks of separate runs line up.</summary>
+        static void StartTicker(List<Worker> workers, int tickMs)
+        {
+            var epoch = new DateTime(1970, 1, 1, 0, 0, 0, DateTimeKind.Utc);
+            var ticker = new Thread(() =>
+            {
+                while (true)
+                {
+                    double now = (DateTime.UtcNow - epoch).TotalMilliseconds;
+                    int wait = (int)Math.Ceiling(tickMs - now % tickMs);
+                    Thread.Sleep(Math.Max(1, wait));
+                    long total = TotalOps(workers);
+                    double at = (DateTime.UtcNow - epoch).TotalMilliseconds;
+                    Out.Line(new Json()
+                        .Add("tick", "Throughput")
+                        .Add("unix_ms", Math.Round(at, 1))
+                        .Add("total_ops", total));
+                }
+            }) { Name = "Ticker", IsBackground = true };
+            ticker.Start();
+        }
+
         static int Main(string[] argv)
         {
-            var args = new Args("Throughput", Usage, argv, new[] { "threads", "blocked-threads" }, new string[0]);
+            var args = new Args("Throughput", Usage, argv, new[] { "threads", "blocked-threads", "tick-ms" }, new string[0]);
             int threads = args.Int("threads", 4, 1, 64);
             int blockedCount = args.Int("blocked-threads", 0, 0, 1000);
+            int tickMs = args.Int("tick-ms", 0, 0, 1000);
+            if (tickMs != 0 && tickMs < 10) args.Fail("--tick-ms must be 0 (none) or 10..1000");
             double? duration = args.DurationSeconds();
             Lifetime.Install();
 
@@ -295,6 +326,7 @@ namespace Throughput
                 .Add("blocked", blockedLines));
 
             clock.Restart();
+            if (tickMs != 0) StartTicker(workers, tickMs);
             var allocated = AllocatedBytesReader();
             long lastOps = 0;
             double lastT = 0;

@@ -11,8 +11,9 @@ const BOOST = '5m';
 const REFRESH_MS = 2000;
 const LATER = 'comes with the dotnet-monitor API';
 
-function samplerText({ duty, boost_seconds_left: left }) {
-  const cycle = `${duty.window_ms / 1000} s every ${duty.period_ms / 1000} s (${formatPercent(duty.window_ms / duty.period_ms)})`;
+function samplerText({ duty, window_ms: window, threads_per_tick: threads, boost_seconds_left: left }) {
+  let cycle = `${window / 1000} s every ${duty.period_ms / 1000} s (${formatPercent(window / duty.period_ms)})`;
+  if (window < duty.window_ms) cycle += `, shortened from ${duty.window_ms / 1000} s for ${threads} threads`;
   return left === null ? cycle : `boosted to 100%: ${formatSpan(left * 1000)} left; then ${cycle}`;
 }
 
