@@ -42,6 +42,26 @@ fn documents(file: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The document of kind `kind` in `file`.
+fn resource(file: &str, kind: &str) -> Value {
+    documents(file)
+        .into_iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} in {file}"))
+}
+
+/// A container's `args`, which must start with `agent`.
+fn agent_args(container: &Value) -> Vec<String> {
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(args[0], "agent");
+    args
+}
+
 fn container<'a>(pod: &'a Value, name: &str) -> &'a Value {
     pod["containers"]
         .as_array()
@@ -84,20 +104,11 @@ fn mount<'a>(container: &'a Value, volume: &str) -> &'a str {
 fn the_sidecar_manifest_fits_together_and_the_agent_starts_with_its_arguments() {
     let secret = &documents("apikey-secret.yaml")[0];
     assert_eq!(secret["kind"], "Secret");
-    let deployment = documents("clrscope-sidecar.yaml")
-        .into_iter()
-        .find(|d| d["kind"] == "Deployment")
-        .expect("a Deployment");
+    let deployment = resource("clrscope-sidecar.yaml", "Deployment");
     let pod = &deployment["spec"]["template"]["spec"];
     let app = container(pod, "app");
     let agent = container(pod, "clrscope");
-    let args: Vec<String> = agent["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(args[0], "agent");
+    let args = agent_args(agent);
 
     // Listen mode on a socket of a volume both containers mount at the same place.
     let socket = flag(&args, "--diagnostic-port");
@@ -215,19 +226,10 @@ fn child_pid(wrapper: u32) -> u32 {
 
 #[test]
 fn the_node_agent_manifest_profiles_a_process_in_another_container() {
-    let daemonset = documents("clrscope-node-agent.yaml")
-        .into_iter()
-        .find(|d| d["kind"] == "DaemonSet")
-        .expect("a DaemonSet");
+    let daemonset = resource("clrscope-node-agent.yaml", "DaemonSet");
     let pod = &daemonset["spec"]["template"]["spec"];
     let agent = container(pod, "clrscope");
-    let args: Vec<String> = agent["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(args[0], "agent");
+    let args = agent_args(agent);
 
     // Connect mode in the node's pid namespace, with the two capabilities it needs, as root.
     assert_eq!(pod["hostPID"], true);
