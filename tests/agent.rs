@@ -185,7 +185,10 @@ fn three_targets_profiled_continuously_and_kept_across_a_kill() {
     let sampler = &cancel.json()["sampler"];
     let threads = sampler["threads_per_tick"].as_u64().unwrap();
     assert!((3..16).contains(&threads), "{sampler}");
-    assert_eq!(sampler["window_ms"], sampler["duty"]["window_ms"], "{sampler}");
+    assert_eq!(
+        sampler["window_ms"], sampler["duty"]["window_ms"],
+        "{sampler}"
+    );
     assert_eq!(
         agent.request("POST", "/api/v1/processes/1/boost").status,
         404

@@ -273,9 +273,10 @@ fn ready_to_run_framework_code_resolves() {
         .filter(|(f, _)| f.starts_with("Tiering.Program.LinqLoop("))
         .map(|(_, v)| v)
         .sum();
-    // The JIT inlines part of the LINQ chain into LinqLoop; the rest runs System.Linq's R2R code.
+    // The JIT inlines part of the LINQ chain into LinqLoop; the rest runs System.Linq's R2R code
+    // (4.6–10 % of the loop's samples in suite runs, depending on what was inlined).
     assert!(
-        named * 20 > all,
+        named * 50 > all,
         "named System.Linq frames in {named} of {all}: {frames:?}"
     );
     assert!(unnamed.is_empty(), "unnamed System.Linq code: {unnamed:?}");

@@ -26,7 +26,6 @@ fn make_demo_fires_both_rules_and_shows_the_hot_path() {
         .env("DEMO_METRICS_PORT", "0")
         .env("DEMO_DIR", &dir)
         .env("CLRSCOPE", env!("CARGO_BIN_EXE_clrscope"))
-        .env("CLRSCOPE_TESTBED_DIR", support::testbed_dir())
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log)

@@ -234,7 +234,9 @@ fn the_node_agent_manifest_profiles_a_process_in_another_container() {
     // Connect mode in the node's pid namespace, with the two capabilities it needs, as root.
     assert_eq!(pod["hostPID"], true);
     assert!(
-        !args.iter().any(|a| a == "--no-connect" || a == "--diagnostic-port"),
+        !args
+            .iter()
+            .any(|a| a == "--no-connect" || a == "--diagnostic-port"),
         "{args:?}"
     );
     let security = &agent["securityContext"];
@@ -287,16 +289,20 @@ fn the_node_agent_manifest_profiles_a_process_in_another_container() {
     let service_pid = child_pid(service.pid());
     let status = std::fs::read_to_string(format!("/proc/{service_pid}/status")).unwrap();
     let nspid = status.lines().find(|l| l.starts_with("NSpid:")).unwrap();
-    assert!(nspid.ends_with("\t1"), "not pid 1 of its namespace: {nspid}");
-    let inside = Path::new(&format!("/proc/{service_pid}/root")).join(
-        support::diagnostic_socket_dir()
-            .strip_prefix("/")
-            .unwrap(),
+    assert!(
+        nspid.ends_with("\t1"),
+        "not pid 1 of its namespace: {nspid}"
     );
+    let inside = Path::new(&format!("/proc/{service_pid}/root"))
+        .join(support::diagnostic_socket_dir().strip_prefix("/").unwrap());
     let socket_inside = std::fs::read_dir(&inside)
         .unwrap()
         .filter_map(Result::ok)
-        .any(|e| e.file_name().to_string_lossy().starts_with("dotnet-diagnostic-1-"));
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("dotnet-diagnostic-1-")
+        });
     assert!(socket_inside, "no socket of pid 1 in {}", inside.display());
     assert!(
         support::diagnostic_sockets(service_pid).is_empty(),
@@ -324,7 +330,12 @@ fn the_node_agent_manifest_profiles_a_process_in_another_container() {
     let scratch = data_dir("node-agent");
     let agent = support::agent::Agent::start(&scratch, &local);
     agent.wait_attached(service_pid, true, std::time::Duration::from_secs(30));
-    agent.wait_for_data("cpu", service_pid, 500_000_000, std::time::Duration::from_secs(60));
+    agent.wait_for_data(
+        "cpu",
+        service_pid,
+        500_000_000,
+        std::time::Duration::from_secs(60),
+    );
     let folded = agent.folded("cpu", service_pid, "");
     let total: i64 = folded.iter().map(|(_, v)| v).sum();
     let alpha: i64 = folded

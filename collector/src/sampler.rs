@@ -279,7 +279,10 @@ mod tests {
         let duty = DutyCycle::DEFAULT;
         assert_eq!(duty.window_for(0), secs(1));
         assert_eq!(duty.window_for(WINDOW_THREADS), secs(1));
-        assert_eq!(duty.window_for(4 * WINDOW_THREADS), Duration::from_millis(250));
+        assert_eq!(
+            duty.window_for(4 * WINDOW_THREADS),
+            Duration::from_millis(250)
+        );
         assert_eq!(duty.window_for(10_000), MIN_SCALED_WINDOW);
         let short = DutyCycle::new(Duration::from_millis(50), secs(10)).unwrap();
         assert_eq!(short.window_for(10_000), Duration::from_millis(50));

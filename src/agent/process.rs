@@ -437,7 +437,8 @@ impl SamplingLoop<'_> {
                     }
                     match self.window(until).await {
                         Ok(samples) => {
-                            self.sampler.observe_window(samples.samples(), samples.ticks());
+                            self.sampler
+                                .observe_window(samples.samples(), samples.ticks());
                             self.symbolize_later(samples);
                         }
                         Err(error) => {

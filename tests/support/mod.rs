@@ -271,7 +271,9 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
 pub mod sys {
     extern "C" {
         pub fn kill(pid: i32, sig: i32) -> i32;
+        pub fn signal(sig: i32, handler: usize) -> usize;
     }
+    pub const SIG_DFL: usize = 0;
     pub const SIGTERM: i32 = 15;
     pub const SIGINT: i32 = 2;
 }
@@ -360,6 +362,15 @@ impl TargetBuilder {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        // A test run started in the background by a non-interactive shell (`make test &`, nohup)
+        // ignores SIGINT, and ignored signals are inherited: the runtime would then never see
+        // the Ctrl-C tests send. Targets start with SIGINT's default disposition.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                sys::signal(sys::SIGINT, sys::SIG_DFL);
+                Ok(())
+            });
+        }
         cmd
     }
 

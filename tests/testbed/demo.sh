@@ -68,14 +68,17 @@ store_log=$DEMO_DIR/bookstore.log
 
 agent=""
 bookstore=""
-# Stops what the demo started, newest first: Bookstore (Ctrl-C equivalent: a clean exit), then the
-# agent (SIGINT: it ends its sessions and flushes the store).
+# Stops what the demo started, newest first: Bookstore, then the agent (it ends its sessions and
+# flushes the store). SIGINT first, as Ctrl-C would; then SIGTERM, since a background job of a
+# script inherits SIGINT ignored and .NET then never sees it; then SIGKILL.
 stop() {
     local pid=$1 name=$2
     [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
     say "stopping $name (pid $pid)"
-    kill -INT "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    for signal in INT TERM; do
+        kill -"$signal" "$pid" 2>/dev/null || true
+        for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break 2; sleep 0.1; done
+    done
     kill -KILL "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
 }
@@ -106,13 +109,14 @@ eval "$(grep '^export ' "$DEMO_DIR/apikey")"
 auth=$(grep '^Authorization: ' "$DEMO_DIR/apikey")
 
 # --- the agent ---
-CLRSCOPE_Egress__FileSystem__artifacts__DirectoryPath=$artifacts \
+# (CLRSCOPE_TESTBED_DIR is this script's, not a configuration key of the agent's.)
+env -u CLRSCOPE_TESTBED_DIR CLRSCOPE_Egress__FileSystem__artifacts__DirectoryPath=$artifacts \
     "$CLRSCOPE" agent --config "$SETTINGS" --urls "http://127.0.0.1:$PORT" \
     --metrics-urls "http://127.0.0.1:${DEMO_METRICS_PORT:-52325}" \
     --data-dir "$DEMO_DIR/data" --diagnostic-port "$socket" --no-connect 2>"$agent_log" &
 agent=$!
 wait_for_line "$agent" "the agent" "$agent_log" 'API on'
-api=$(grep -o 'API on http://[0-9.]*:[0-9]*' "$agent_log" | head -1 | sed 's/^API on //')
+api=$(grep -m1 -o 'API on http://[0-9.]*:[0-9]*' "$agent_log" | sed 's/^API on //')
 say "agent up: $api, rules from ${SETTINGS#"$ROOT"/} (log: $agent_log)"
 api_get() { curl -sf -H "$auth" "$api$1"; }
 
@@ -164,7 +168,7 @@ query="%7Bservice_name%3D%22bookstore%22%7D"
 echo "\$ curl '$api/api/v1/profile?type=cpu&from=now-3m&query={service_name=\"bookstore\"}&format=folded'   (self time per function)"
 folded=$(api_get "/api/v1/profile?type=cpu&from=now-3m&query=$query&format=folded" || true)
 printf '%s\n' "$folded" | awk 'NF {n=split($0,f,";"); leaf=f[n]; sub(/ [0-9]+$/, "", leaf); t[leaf]+=$NF; all+=$NF}
-         END {for (k in t) printf "  %5.1f%%  %s\n", 100*t[k]/all, k}' | sort -rn | head -8
+         END {for (k in t) printf "  %5.1f%%  %s\n", 100*t[k]/all, k}' | sort -rn | awk 'NR <= 8'
 share=$(printf '%s\n' "$folded" | awk -v hot="$HOT_PATH" 'NF { all += $NF; if (index($0, hot)) h += $NF }
          END { if (all > 0) printf "%.0f", 100 * h / all; else print 0 }')
 echo
