@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
@@ -121,16 +120,14 @@ impl Drop for Registration {
     fn drop(&mut self) {
         let mut registry = self.registry.lock();
         if let Some(process) = registry.by_cookie.remove(&self.cookie) {
-            let event = ProcessEvent::new(ProcessEventKind::Detached, unix_ms_now(), &process);
+            let event = ProcessEvent::new(
+                ProcessEventKind::Detached,
+                crate::clock::unix_millis(),
+                &process,
+            );
             registry.record(event);
         }
     }
-}
-
-fn unix_ms_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl AttachedProcesses {
@@ -168,7 +165,7 @@ impl AttachedProcesses {
         let Some(process) = registry.by_cookie.get(cookie) else {
             return;
         };
-        let mut event = ProcessEvent::new(kind, unix_ms_now(), process);
+        let mut event = ProcessEvent::new(kind, crate::clock::unix_millis(), process);
         event.rule = Some(rule.to_string());
         registry.record(event);
     }

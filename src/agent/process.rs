@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context;
 use collector::activity::TrackerLimits;
@@ -207,12 +207,6 @@ fn local_proc(pid: u64, reported_command_line: &str) -> Option<LocalProcess> {
     })
 }
 
-fn unix_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 /// Profiles one process until it exits or the agent stops.
 pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcome> {
     let client = &target.client;
@@ -260,7 +254,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         runtime_version: info.clr_product_version.clone(),
         runtime_cookie: info.runtime_cookie.to_string(),
         transport: target.transport,
-        attached_unix_ms: unix_millis(),
+        attached_unix_ms: collector::clock::unix_millis(),
         sampler: sampler.clone(),
         rules: rule_states.clone(),
     }) else {
@@ -508,7 +502,7 @@ impl SamplingLoop<'_> {
         let mut sink = ParsingWriter::new(tokio::io::sink(), window);
         let mut shutdown = self.shutdown.clone();
         let _open = GaugeGuard::new(&self.health.sessions);
-        let opened_unix_ms = unix_millis();
+        let opened_unix_ms = collector::clock::unix_millis();
         let stop = async {
             tokio::select! {
                 () = tokio::time::sleep_until(until) => {}
@@ -530,7 +524,7 @@ impl SamplingLoop<'_> {
         tracing::debug!(
             pid = self.pid,
             opened_unix_ms,
-            closed_unix_ms = unix_millis(),
+            closed_unix_ms = collector::clock::unix_millis(),
             "sampler window closed"
         );
         if let Some(error) = sink.error() {

@@ -4,7 +4,7 @@
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use exporter::otlp::ExportBatch;
 use store::tsdb::{Batch, Store};
@@ -130,10 +130,7 @@ fn report_size(store: &Store, health: &StoreHealth) {
 
 /// Deletes what retention says is too old or too much, then merges small blocks.
 fn maintain(store: &mut Store, health: &StoreHealth) {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
-    match store.apply_retention(now) {
+    match store.apply_retention(collector::clock::unix_nanos()) {
         Ok(deleted) if !deleted.is_empty() => {
             tracing::info!(blocks = deleted.len(), "retention deleted old blocks")
         }

@@ -1,6 +1,6 @@
 //! Durations and points in time as people type them, for the HTTP API and the command line.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat};
 
@@ -12,11 +12,7 @@ pub fn duration_nanos(d: Duration) -> i64 {
 }
 
 /// The current time, Unix nanoseconds.
-pub fn now_unix_nanos() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, duration_nanos)
-}
+pub use collector::clock::unix_nanos as now_unix_nanos;
 
 /// Parses a point in time into Unix nanoseconds: `now`, `now-5m` (any [`parse_duration`]
 /// duration), integer Unix milliseconds (`1764464880000`) or RFC 3339

@@ -24,7 +24,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use arrow::array::UInt32Array;
 use arrow::compute::take_record_batch;
@@ -76,12 +76,6 @@ pub struct Store {
     next_sequence: u64,
     problems: Mutex<Vec<BlockProblem>>,
     cache: QueryCache,
-}
-
-fn now_unix_nanos() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
 }
 
 fn nanos(d: Duration) -> i64 {
@@ -279,7 +273,7 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
-        self.apply_retention(now_unix_nanos())?;
+        self.apply_retention(collector::clock::unix_nanos())?;
         self.compact()?;
         Ok(())
     }
