@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use collector::nettrace::NettraceReader;
 use exporter::Format;
-use store::sampled::Recorder;
+use symbolizer::sampled::Recorder;
 
 use crate::output::{self, TimeType};
 

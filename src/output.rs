@@ -6,8 +6,8 @@ use std::path::Path;
 
 use anyhow::Context;
 use exporter::Format;
-use store::profile::Profile;
-use store::sampled::Resolution;
+use profile::Profile;
+use symbolizer::sampled::Resolution;
 
 /// The format `--format` names, else the one the file's extension asks for.
 pub fn choose_format(path: &Path, format: Option<Format>) -> anyhow::Result<Format> {
@@ -50,8 +50,8 @@ pub enum TimeType {
     Wall,
 }
 
-pub fn time_profiles(types: &[TimeType]) -> store::sampled::TimeProfiles {
-    store::sampled::TimeProfiles {
+pub fn time_profiles(types: &[TimeType]) -> symbolizer::sampled::TimeProfiles {
+    symbolizer::sampled::TimeProfiles {
         cpu: types.contains(&TimeType::Cpu),
         wall: types.contains(&TimeType::Wall),
     }

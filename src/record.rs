@@ -10,7 +10,7 @@ use collector::client::DiagnosticsClient;
 use collector::session::{self, EventObserver, ParsingWriter, SessionProgress};
 use exporter::Format;
 use indicatif::{ProgressBar, ProgressStyle};
-use store::sampled::Recorder;
+use symbolizer::sampled::Recorder;
 
 use crate::args::parse_duration;
 use crate::live;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use collector::client::DiagnosticsClient;
 use collector::nettrace::AsyncNettraceReader;
-use store::sampled::{Recorder, TimeProfiles};
+use symbolizer::sampled::{Recorder, TimeProfiles};
 use symbolizer::RundownRefreshPolicy;
 
 use crate::args::parse_duration;

@@ -16,8 +16,8 @@ use collector::nettrace::Event;
 use collector::providers::{self, level};
 use collector::session::{self, EventObserver, ParsingWriter};
 use serde_json::Value;
-use store::sampled::Recorder;
 use support::Target;
+use symbolizer::sampled::Recorder;
 
 /// The runtime provider's Loader (0x8) and JIT (0x10) keywords.
 const JIT_LOADER: u64 = 0x18;

@@ -122,7 +122,7 @@ impl Drop for Registration {
         if let Some(process) = registry.by_cookie.remove(&self.cookie) {
             let event = ProcessEvent::new(
                 ProcessEventKind::Detached,
-                crate::clock::unix_millis(),
+                profile::clock::unix_millis(),
                 &process,
             );
             registry.record(event);
@@ -165,7 +165,7 @@ impl AttachedProcesses {
         let Some(process) = registry.by_cookie.get(cookie) else {
             return;
         };
-        let mut event = ProcessEvent::new(kind, crate::clock::unix_millis(), process);
+        let mut event = ProcessEvent::new(kind, profile::clock::unix_millis(), process);
         event.rule = Some(rule.to_string());
         registry.record(event);
     }

@@ -23,7 +23,6 @@ pub mod activity;
 pub mod artifacts;
 pub mod attached;
 pub mod client;
-pub mod clock;
 pub mod config;
 pub mod counters;
 pub mod discovery;

@@ -18,9 +18,11 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::io::Write;
 
-use store::profile::Profile;
+use profile::Profile;
 
-use crate::{check, resolve_sample_type, ExportError, ExportOptions, ThreadKey, UNKNOWN_FRAME};
+use profile::labels::UNKNOWN_FRAME;
+
+use crate::{check, resolve_sample_type, ExportError, ExportOptions, ThreadKey};
 
 /// Writes the profile's folded stacks for `options.sample_type` (default: the profile's default),
 /// with a thread root frame per stack when `options.thread_label` is set.
@@ -145,7 +147,7 @@ fn looks_like_count(s: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use store::profile::{Function, ProfileBuilder, ValueType};
+    use profile::{Function, ProfileBuilder, ValueType};
 
     use super::*;
 
@@ -175,7 +177,7 @@ mod tests {
             (&["Shop.Tax.Rate()", main], 7),
         ]);
         let mut out = Vec::new();
-        write_diff_folded(&store::tsdb::diff(&base, &new, 0), &mut out).unwrap();
+        write_diff_folded(&profile::diff(&base, &new, 0), &mut out).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "Shop.Program.Main() 5 0\n\

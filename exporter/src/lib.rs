@@ -2,7 +2,7 @@
 //! and [`egress`], where diagnostic artifacts (traces, dumps, gcdumps, stacks) are written:
 //! folders within a disk budget, or S3.
 //!
-//! The file writers here read the canonical [`store::profile::Profile`] and write one format each:
+//! The file writers here read the canonical [`profile::Profile`] and write one format each:
 //!
 //! - [`pprof`]: gzip-compressed `perftools.profiles.Profile`, for `go tool pprof`, Pyroscope, Grafana;
 //! - [`folded`]: Brendan Gregg's collapsed stacks, for `flamegraph.pl`, inferno and scripts;
@@ -33,7 +33,8 @@ use std::io::Write;
 use std::path::Path;
 use std::str::FromStr;
 
-use store::profile::{LabelValue, Profile, Sample, ValueType};
+use profile::labels;
+use profile::{LabelValue, Profile, Sample, ValueType};
 
 pub mod egress;
 pub mod folded;
@@ -44,11 +45,6 @@ pub mod remote;
 pub mod speedscope;
 pub mod svg;
 pub mod tree;
-
-/// The label key under which the store records the OS thread id of a sample.
-pub const THREAD_ID_LABEL: &str = "thread_id";
-/// The label key under which the store records the name of a sample's thread, when it has one.
-pub const THREAD_NAME_LABEL: &str = "thread_name";
 
 /// Why a profile could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -179,7 +175,7 @@ pub struct ExportOptions {
     /// Index into `Profile::sample_types` of the values to show. `None`: the profile's default
     /// sample type for folded and SVG; every sample type, one profile each, for speedscope.
     pub sample_type: Option<usize>,
-    /// Key of the label that tells threads apart (usually [`THREAD_ID_LABEL`]). `Some`: folded and
+    /// Key of the label that tells threads apart (usually [`labels::THREAD_ID`]). `Some`: folded and
     /// SVG put a root frame `key=value` above each stack (`no key` where a sample lacks the label),
     /// and speedscope writes one profile per label value. `None`: threads are merged.
     pub thread_label: Option<String>,
@@ -193,7 +189,7 @@ impl ExportOptions {
     /// threads elsewhere.
     pub fn defaults_for(format: Format) -> ExportOptions {
         ExportOptions {
-            thread_label: (format == Format::Speedscope).then(|| THREAD_ID_LABEL.to_string()),
+            thread_label: (format == Format::Speedscope).then(|| labels::THREAD_ID.to_string()),
             ..ExportOptions::default()
         }
     }
@@ -300,6 +296,3 @@ impl<'a> ThreadKey<'a> {
         }
     }
 }
-
-/// Stands for an empty stack, so its samples still count (the name perf and inferno use).
-const UNKNOWN_FRAME: &str = "[unknown]";

@@ -28,8 +28,9 @@ use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfil
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::profiles::v1development as otlp;
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use store::profile::{Function, LabelValue};
-use store::tsdb::{Batch, ProfileType};
+use profile::labels;
+use profile::{Batch, ProfileType};
+use profile::{Function, LabelValue};
 
 /// A store batch on its way to an exporter, with what the store does not keep.
 #[derive(Debug, Clone)]
@@ -54,9 +55,9 @@ pub const SCOPE_NAME: &str = "clrscope";
 /// OpenTelemetry's name of a series label, where it has one.
 fn resource_key(label: &str) -> &str {
     match label {
-        "service_name" => "service.name",
-        "process_id" => "process.pid",
-        "host_name" => "host.name",
+        labels::SERVICE_NAME => "service.name",
+        labels::PROCESS_ID => "process.pid",
+        labels::HOST_NAME => "host.name",
         other => other,
     }
 }
@@ -64,15 +65,11 @@ fn resource_key(label: &str) -> &str {
 /// OpenTelemetry's name of a sample label, where it has one.
 fn attribute_key(label: &str) -> &str {
     match label {
-        "thread_id" => "thread.id",
-        "thread_name" => "thread.name",
+        labels::THREAD_ID => "thread.id",
+        labels::THREAD_NAME => "thread.name",
         other => other,
     }
 }
-
-/// The label keys a sample's trace link is made of.
-const TRACE_ID_LABEL: &str = "trace_id";
-const SPAN_ID_LABEL: &str = "span_id";
 
 fn any_string(value: &str) -> AnyValue {
     AnyValue {
@@ -289,15 +286,17 @@ impl Dictionary {
             })
         };
         let link = match (
-            text(TRACE_ID_LABEL).and_then(|t| hex_bytes(t, 16)),
-            text(SPAN_ID_LABEL).and_then(|s| hex_bytes(s, 8)),
+            text(labels::TRACE_ID).and_then(|t| hex_bytes(t, 16)),
+            text(labels::SPAN_ID).and_then(|s| hex_bytes(s, 8)),
         ) {
             (Some(trace_id), Some(span_id)) => Some(self.link(trace_id, span_id)),
             _ => None,
         };
         let mut attributes: Vec<i32> = labels
             .iter()
-            .filter(|(key, _)| link.is_none() || (key != TRACE_ID_LABEL && key != SPAN_ID_LABEL))
+            .filter(|(key, _)| {
+                link.is_none() || (key != labels::TRACE_ID && key != labels::SPAN_ID)
+            })
             .map(|(key, value)| self.attribute(key, value))
             .collect();
         attributes.sort_unstable();
@@ -504,8 +503,8 @@ impl RequestBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use profile::BatchSample;
     use prost::Message;
-    use store::tsdb::BatchSample;
 
     fn batch(profile_type: &str, time: i64, samples: Vec<BatchSample>) -> ExportBatch {
         ExportBatch {
@@ -552,8 +551,8 @@ mod tests {
         let thread = ("thread_id", LabelValue::Num(7));
         let spanned = [
             thread.clone(),
-            (TRACE_ID_LABEL, LabelValue::Str(TRACE.into())),
-            (SPAN_ID_LABEL, LabelValue::Str(SPAN.into())),
+            (labels::TRACE_ID, LabelValue::Str(TRACE.into())),
+            (labels::SPAN_ID, LabelValue::Str(SPAN.into())),
         ];
         let mut builder = RequestBuilder::new();
         builder.add(&batch(
@@ -674,8 +673,8 @@ mod tests {
                 vec![0],
                 1_000_000,
                 &[
-                    (TRACE_ID_LABEL, LabelValue::Str("not-hex".into())),
-                    (SPAN_ID_LABEL, LabelValue::Str(SPAN.into())),
+                    (labels::TRACE_ID, LabelValue::Str("not-hex".into())),
+                    (labels::SPAN_ID, LabelValue::Str(SPAN.into())),
                 ],
             )],
         ));

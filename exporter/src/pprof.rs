@@ -22,8 +22,8 @@ use std::io::Write;
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
+use profile::{LabelValue, Profile};
 use prost::Message;
-use store::profile::{LabelValue, Profile};
 
 use crate::{check, resolve_sample_type, ExportError};
 

@@ -20,8 +20,9 @@
 
 use std::collections::HashMap;
 
-use store::profile::{Function, FunctionIndex, Profile, ProfileBuilder, ValueType};
-use store::tsdb::ProfileType;
+use profile::labels;
+use profile::ProfileType;
+use profile::{Function, FunctionIndex, Profile, ProfileBuilder, ValueType};
 
 use crate::otlp::ExportBatch;
 
@@ -63,8 +64,6 @@ pub mod proto {
 
 /// The label Pyroscope takes the profile name from.
 pub const NAME_LABEL: &str = "__name__";
-/// The label Pyroscope and Grafana select services by.
-pub const SERVICE_LABEL: &str = "service_name";
 
 /// One Pyroscope profile and the store types that fill its sample types.
 struct Group {
@@ -154,7 +153,8 @@ impl SeriesProfile {
     }
 
     pub fn service_name(&self) -> &str {
-        self.label(SERVICE_LABEL).unwrap_or("unknown_service")
+        self.label(labels::SERVICE_NAME)
+            .unwrap_or("unknown_service")
     }
 
     pub fn label(&self, name: &str) -> Option<&str> {
@@ -274,7 +274,7 @@ pub fn ingest_name(profile: &SeriesProfile) -> String {
     let others: Vec<String> = profile
         .labels
         .iter()
-        .filter(|(name, _)| name != NAME_LABEL && name != SERVICE_LABEL)
+        .filter(|(name, _)| name != NAME_LABEL && name != labels::SERVICE_NAME)
         .map(|(name, value)| {
             // Pyroscope's label values end at `,` and `}`.
             let value: String = value
@@ -298,8 +298,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use store::profile::LabelValue;
-    use store::tsdb::{Batch, BatchSample};
+    use profile::LabelValue;
+    use profile::{Batch, BatchSample};
 
     fn export(profile_type: &str, time: i64, values: &[i64], period_nanos: i64) -> ExportBatch {
         ExportBatch {

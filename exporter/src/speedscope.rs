@@ -18,12 +18,12 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 
+use profile::labels::{THREAD_NAME, UNKNOWN_FRAME};
+use profile::{LabelValue, Profile, Sample};
 use serde::Serialize;
-use store::profile::{LabelValue, Profile, Sample};
 
 use crate::{
     check, describe_sample_type, resolve_sample_type, ExportError, ExportOptions, ThreadKey,
-    THREAD_NAME_LABEL, UNKNOWN_FRAME,
 };
 
 const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
@@ -136,7 +136,7 @@ pub fn write_speedscope(
             if let (Some(thread), Some(label)) = (thread, &options.thread_label) {
                 name.push_str(" · ");
                 name.push_str(&thread.describe(label));
-                if let Some(thread_name) = group.name.filter(|_| label != THREAD_NAME_LABEL) {
+                if let Some(thread_name) = group.name.filter(|_| label != THREAD_NAME) {
                     name.push_str(&format!(" ({thread_name})"));
                 }
             }
@@ -179,7 +179,7 @@ struct Group<'a> {
 
 fn thread_name(sample: &Sample) -> Option<&str> {
     sample.labels.iter().find_map(|(key, value)| match value {
-        LabelValue::Str(name) if key == THREAD_NAME_LABEL => Some(name.as_str()),
+        LabelValue::Str(name) if key == THREAD_NAME => Some(name.as_str()),
         _ => None,
     })
 }

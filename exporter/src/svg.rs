@@ -8,7 +8,7 @@ use std::io::Write;
 
 use inferno::flamegraph::color::BasicPalette;
 use inferno::flamegraph::{self, Palette};
-use store::profile::Profile;
+use profile::Profile;
 
 use crate::{describe_sample_type, folded, resolve_sample_type, ExportError, ExportOptions};
 

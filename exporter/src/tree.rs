@@ -1,4 +1,4 @@
-//! A flame-graph tree as JSON, for the web UI: the profile's stacks merged root first.
+//! A flame-graph tree as JSON, for the web UI: a [`CallTree`] written root first.
 //!
 //! ```json
 //! { "unit": "nanoseconds", "total": 120,
@@ -23,10 +23,11 @@
 use std::collections::HashMap;
 use std::io::{self, BufWriter, Write};
 
-use store::profile::{FunctionIndex, Profile};
-use store::tsdb::OTHER_FRAME;
+use profile::labels::OTHER_FRAME;
+use profile::tree::NodeId;
+use profile::{CallTree, Profile};
 
-use crate::{check, resolve_sample_type, ExportError, UNKNOWN_FRAME};
+use crate::{check, resolve_sample_type, ExportError};
 
 /// Writes the tree of `sample_type` (default: the profile's default sample type).
 pub fn write_tree(
@@ -34,19 +35,29 @@ pub fn write_tree(
     sample_type: Option<usize>,
     out: impl Write,
 ) -> Result<(), ExportError> {
-    check(profile)?;
-    let shown = resolve_sample_type(profile, sample_type)?;
-    Tree::build(profile, shown, None).write_json(out)?;
-    Ok(())
+    write_call_tree(&call_tree(profile, sample_type)?, out)
 }
 
-/// Writes the tree of a differential profile as `store::tsdb::diff` builds it: sample type 0
+/// Writes the tree of a differential profile as [`profile::diff`] builds it: sample type 0
 /// holds the base values, 1 the new ones.
 pub fn write_diff_tree(diff: &Profile, out: impl Write) -> Result<(), ExportError> {
     check(diff)?;
     let base = resolve_sample_type(diff, Some(0))?;
     let new = resolve_sample_type(diff, Some(1))?;
-    Tree::build(diff, new, Some(base)).write_json(out)?;
+    write_call_tree(&CallTree::from_profile(diff, new, Some(base)), out)
+}
+
+/// The call tree of `sample_type` (default: the profile's default sample type) of a checked
+/// profile.
+pub fn call_tree(profile: &Profile, sample_type: Option<usize>) -> Result<CallTree, ExportError> {
+    check(profile)?;
+    let shown = resolve_sample_type(profile, sample_type)?;
+    Ok(CallTree::from_profile(profile, shown, None))
+}
+
+/// Writes a call tree (a differential one with its base values) as the web UI's JSON.
+pub fn write_call_tree(tree: &CallTree, out: impl Write) -> Result<(), ExportError> {
+    write_json(tree, out)?;
     Ok(())
 }
 
@@ -65,169 +76,43 @@ pub struct FlameGraph {
     pub max_self: i64,
 }
 
-/// The flame graph of `sample_type` (default: the profile's default sample type) with at most
-/// about `max_nodes` nodes below the root, as Pyroscope cuts it: nodes whose total is below the
-/// `max_nodes`-th largest total are left out (ties may keep a few more), each parent's left-out
-/// children summed into one child [`OTHER_FRAME`], into which children of that name (what
-/// `Store::flame_profile` already cut) go too. `max_nodes` 0 keeps every node.
+/// The flame graph of `sample_type` (default: the profile's default sample type); see
+/// [`FlameGraph::of`].
 pub fn flame_graph(
     profile: &Profile,
     sample_type: Option<usize>,
     max_nodes: usize,
 ) -> Result<FlameGraph, ExportError> {
-    check(profile)?;
-    let shown = resolve_sample_type(profile, sample_type)?;
-    Ok(Tree::build(profile, shown, None).flame_graph(max_nodes))
+    Ok(FlameGraph::of(&call_tree(profile, sample_type)?, max_nodes))
 }
 
-/// What a node stands for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Frame {
-    Root,
-    /// The frame of a sample with an empty stack.
-    Unknown,
-    Function(FunctionIndex),
-}
-
-/// Self and total value of one node for one sample type.
-#[derive(Debug, Clone, Copy, Default)]
-struct Values {
-    self_value: i64,
-    total: i64,
-}
-
-#[derive(Debug)]
-struct Node {
-    frame: Frame,
-    /// The shown sample type's values, then the base's (zero when there is no base).
-    values: [Values; 2],
-    /// Indices into `Tree::nodes`, sorted once the tree is built.
-    children: Vec<usize>,
-}
-
-impl Node {
-    fn new(frame: Frame) -> Node {
-        Node {
-            frame,
-            values: [Values::default(); 2],
-            children: Vec::new(),
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Tree<'a> {
-    profile: &'a Profile,
-    /// `nodes[0]` is the root.
-    nodes: Vec<Node>,
-    /// Whether the second value of each node (the base) is written.
-    diff: bool,
-    /// The shown sample type.
-    shown: usize,
-}
-
-impl<'a> Tree<'a> {
-    /// Merges the samples of a checked profile; `base` adds the diff's second sample type.
-    fn build(profile: &'a Profile, shown: usize, base: Option<usize>) -> Tree<'a> {
-        let mut nodes = vec![Node::new(Frame::Root)];
-        let mut child_of: HashMap<(usize, Frame), usize> = HashMap::new();
-        let mut path = Vec::new();
-        for sample in &profile.samples {
-            let values = [sample.values[shown], base.map_or(0, |b| sample.values[b])];
-            if values == [0, 0] {
-                continue;
-            }
-            path.clear();
-            if sample.stack.is_empty() {
-                path.push(Frame::Unknown);
-            }
-            path.extend(sample.stack.iter().rev().map(|&f| Frame::Function(f)));
-            let mut at = 0;
-            add(&mut nodes[at].values, values, false);
-            for &frame in &path {
-                at = *child_of.entry((at, frame)).or_insert_with(|| {
-                    nodes.push(Node::new(frame));
-                    let child = nodes.len() - 1;
-                    nodes[at].children.push(child);
-                    child
-                });
-                add(&mut nodes[at].values, values, false);
-            }
-            add(&mut nodes[at].values, values, true);
-        }
-        let mut tree = Tree {
-            profile,
-            nodes,
-            diff: base.is_some(),
-            shown,
-        };
-        tree.sort_children();
-        tree
-    }
-
-    fn sort_children(&mut self) {
-        for i in 0..self.nodes.len() {
-            let mut children = std::mem::take(&mut self.nodes[i].children);
-            children.sort_by(|&a, &b| {
-                let (a, b) = (&self.nodes[a], &self.nodes[b]);
-                (b.values[0].total, b.values[1].total)
-                    .cmp(&(a.values[0].total, a.values[1].total))
-                    .then_with(|| self.name(a.frame).cmp(self.name(b.frame)))
-                    .then_with(|| self.module(a.frame).cmp(self.module(b.frame)))
-            });
-            self.nodes[i].children = children;
-        }
-    }
-
-    fn name(&self, frame: Frame) -> &str {
-        match frame {
-            Frame::Root => "total",
-            Frame::Unknown => UNKNOWN_FRAME,
-            Frame::Function(f) => &self.profile.functions[f as usize].name,
-        }
-    }
-
-    fn module(&self, frame: Frame) -> &str {
-        match frame {
-            Frame::Root | Frame::Unknown => "",
-            Frame::Function(f) => &self.profile.functions[f as usize].module,
-        }
-    }
-
-    /// The smallest total a node needs to be drawn with at most about `max_nodes` nodes:
-    /// the `max_nodes`-th largest total, or 0 when the tree is no larger.
-    fn min_total(&self, max_nodes: usize) -> i64 {
-        let mut totals: Vec<i64> = self.nodes[1..].iter().map(|n| n.values[0].total).collect();
-        if max_nodes == 0 || totals.len() <= max_nodes {
-            return 0;
-        }
-        let (_, &mut kth, _) = totals.select_nth_unstable_by(max_nodes - 1, |a, b| b.cmp(a));
-        kth
-    }
-
-    /// See [`flame_graph`]. Walks the tree depth first, children in order, so that each level
-    /// receives its nodes left to right.
-    fn flame_graph(&self, max_nodes: usize) -> FlameGraph {
+impl FlameGraph {
+    /// The flame graph of a tree with at most about `max_nodes` nodes below the root, as
+    /// Pyroscope cuts it: nodes whose total is below the `max_nodes`-th largest total are left
+    /// out (ties may keep a few more), each parent's left-out children summed into one child
+    /// [`OTHER_FRAME`], into which children of that name (what the store's
+    /// [`CallTree::cut`] already cut) go too. `max_nodes` 0 keeps every node.
+    ///
+    /// Walks the tree depth first, children in order, so that each level receives its nodes
+    /// left to right.
+    pub fn of(tree: &CallTree, max_nodes: usize) -> FlameGraph {
         enum Visit {
-            Node(usize),
+            Node(NodeId),
             Other(i64),
         }
-        let min_total = self.min_total(max_nodes);
+        let children = tree.children();
+        let min_total = min_total(tree, max_nodes);
         let mut names: Vec<String> = Vec::new();
         let mut name_index: HashMap<&str, i64> = HashMap::new();
         let mut levels: Vec<Vec<i64>> = Vec::new();
         let mut max_self = 0;
         // (what, depth, absolute offset)
-        let mut pending = vec![(Visit::Node(0), 0usize, 0i64)];
+        let mut pending = vec![(Visit::Node(CallTree::ROOT), 0usize, 0i64)];
         while let Some((visit, depth, x)) = pending.pop() {
             let (name, self_value, total) = match visit {
                 Visit::Node(i) => {
-                    let values = self.nodes[i].values[0];
-                    (
-                        self.name(self.nodes[i].frame),
-                        values.self_value,
-                        values.total,
-                    )
+                    let values = tree.values(i);
+                    (tree.name(i), values.self_value, values.total)
                 }
                 Visit::Other(total) => (OTHER_FRAME, total, total),
             };
@@ -241,22 +126,22 @@ impl<'a> Tree<'a> {
             levels[depth].extend([x, total, self_value, name]);
             max_self = max_self.max(self_value);
             let Visit::Node(i) = visit else { continue };
-            let mut children = Vec::new();
+            let mut next = Vec::new();
             let mut cursor = x.saturating_add(self_value);
             let mut other = 0i64;
-            for &child in &self.nodes[i].children {
-                let total = self.nodes[child].values[0].total;
-                if total >= min_total && self.name(self.nodes[child].frame) != OTHER_FRAME {
-                    children.push((Visit::Node(child), depth + 1, cursor));
+            for &child in &children[i as usize] {
+                let total = tree.values(child).total;
+                if total >= min_total && tree.name(child) != OTHER_FRAME {
+                    next.push((Visit::Node(child), depth + 1, cursor));
                     cursor = cursor.saturating_add(total);
                 } else {
                     other = other.saturating_add(total);
                 }
             }
             if other != 0 {
-                children.push((Visit::Other(other), depth + 1, cursor));
+                next.push((Visit::Other(other), depth + 1, cursor));
             }
-            pending.extend(children.into_iter().rev());
+            pending.extend(next.into_iter().rev());
         }
         for level in &mut levels {
             let mut end = 0;
@@ -269,81 +154,85 @@ impl<'a> Tree<'a> {
         FlameGraph {
             names,
             levels,
-            total: self.nodes[0].values[0].total,
+            total: tree.total(),
             max_self,
         }
     }
-
-    fn write_json(&self, out: impl Write) -> io::Result<()> {
-        let mut out = BufWriter::new(out);
-        let unit = &self.profile.sample_types[self.shown].unit;
-        let root = &self.nodes[0].values;
-        out.write_all(b"{\"unit\":")?;
-        write_str(&mut out, unit)?;
-        write!(out, ",\"total\":{}", root[0].total)?;
-        if self.diff {
-            write!(out, ",\"base_total\":{}", root[1].total)?;
-        }
-        out.write_all(b",\"root\":")?;
-        // Each entry: a node whose object is open and how many of its children are written.
-        let mut open = vec![(0, 0)];
-        self.open_node(&mut out, 0)?;
-        while let Some((node, written)) = open.last_mut() {
-            match self.nodes[*node].children.get(*written) {
-                Some(&child) => {
-                    if *written > 0 {
-                        out.write_all(b",")?;
-                    }
-                    *written += 1;
-                    self.open_node(&mut out, child)?;
-                    open.push((child, 0));
-                }
-                None => {
-                    out.write_all(b"]}")?;
-                    open.pop();
-                }
-            }
-        }
-        out.write_all(b"}")?;
-        out.flush()
-    }
-
-    /// Writes a node's fields up to the opening bracket of its children.
-    fn open_node(&self, out: &mut impl Write, index: usize) -> io::Result<()> {
-        let node = &self.nodes[index];
-        out.write_all(b"{\"name\":")?;
-        write_str(out, self.name(node.frame))?;
-        if node.frame != Frame::Root {
-            out.write_all(b",\"module\":")?;
-            write_str(out, self.module(node.frame))?;
-        }
-        let [shown, base] = node.values;
-        write!(
-            out,
-            ",\"self\":{},\"total\":{}",
-            shown.self_value, shown.total
-        )?;
-        if self.diff {
-            write!(
-                out,
-                ",\"base_self\":{},\"base_total\":{}",
-                base.self_value, base.total
-            )?;
-        }
-        out.write_all(b",\"children\":[")
-    }
 }
 
-/// Adds one sample's values to a node's totals, or to its self values. Saturates.
-fn add(node: &mut [Values; 2], values: [i64; 2], to_self: bool) {
-    for (v, add) in node.iter_mut().zip(values) {
-        let field = if to_self {
-            &mut v.self_value
-        } else {
-            &mut v.total
-        };
-        *field = field.saturating_add(add);
+/// The smallest total a node needs to be drawn with at most about `max_nodes` nodes: the
+/// `max_nodes`-th largest total below the root, or 0 when the tree is no larger.
+fn min_total(tree: &CallTree, max_nodes: usize) -> i64 {
+    let mut totals: Vec<i64> = (1..tree.len() as NodeId)
+        .map(|i| tree.values(i).total)
+        .collect();
+    if max_nodes == 0 || totals.len() <= max_nodes {
+        return 0;
     }
+    let (_, &mut kth, _) = totals.select_nth_unstable_by(max_nodes - 1, |a, b| b.cmp(a));
+    kth
+}
+
+fn write_json(tree: &CallTree, out: impl Write) -> io::Result<()> {
+    let mut out = BufWriter::new(out);
+    let children = tree.children();
+    out.write_all(b"{\"unit\":")?;
+    write_str(&mut out, tree.unit())?;
+    write!(out, ",\"total\":{}", tree.total())?;
+    if tree.is_diff() {
+        write!(
+            out,
+            ",\"base_total\":{}",
+            tree.base_values(CallTree::ROOT).total
+        )?;
+    }
+    out.write_all(b",\"root\":")?;
+    // Each entry: a node whose object is open and how many of its children are written.
+    let mut open = vec![(CallTree::ROOT, 0)];
+    open_node(tree, &mut out, CallTree::ROOT)?;
+    while let Some((node, written)) = open.last_mut() {
+        match children[*node as usize].get(*written) {
+            Some(&child) => {
+                if *written > 0 {
+                    out.write_all(b",")?;
+                }
+                *written += 1;
+                open_node(tree, &mut out, child)?;
+                open.push((child, 0));
+            }
+            None => {
+                out.write_all(b"]}")?;
+                open.pop();
+            }
+        }
+    }
+    out.write_all(b"}")?;
+    out.flush()
+}
+
+/// Writes a node's fields up to the opening bracket of its children.
+fn open_node(tree: &CallTree, out: &mut impl Write, node: NodeId) -> io::Result<()> {
+    out.write_all(b"{\"name\":")?;
+    write_str(out, tree.name(node))?;
+    if node != CallTree::ROOT {
+        out.write_all(b",\"module\":")?;
+        write_str(out, tree.module(node))?;
+    }
+    let shown = tree.values(node);
+    write!(
+        out,
+        ",\"self\":{},\"total\":{}",
+        shown.self_value, shown.total
+    )?;
+    if tree.is_diff() {
+        let base = tree.base_values(node);
+        write!(
+            out,
+            ",\"base_self\":{},\"base_total\":{}",
+            base.self_value, base.total
+        )?;
+    }
+    out.write_all(b",\"children\":[")
 }
 
 /// A JSON string literal, escaped.
@@ -353,8 +242,8 @@ fn write_str(out: &mut impl Write, s: &str) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use profile::{Function, FunctionIndex, ProfileBuilder, ValueType};
     use serde_json::{json, Value};
-    use store::profile::{Function, ProfileBuilder, ValueType};
 
     use super::*;
 
@@ -523,7 +412,7 @@ mod tests {
         b.add(vec![validate, handle, main], Vec::new(), &[200]);
         let new = b.build();
         let mut out = Vec::new();
-        write_diff_tree(&store::tsdb::diff(&base, &new, 0), &mut out).unwrap();
+        write_diff_tree(&profile::diff(&base, &new, 0), &mut out).unwrap();
         let tree: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(
             (&tree["total"], &tree["base_total"]),

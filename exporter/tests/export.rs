@@ -8,7 +8,8 @@ use std::io::Read;
 
 use common::{cpu_hot, golden, PERIOD};
 use exporter::pprof::{encode_pprof, proto, write_pprof};
-use exporter::{write, write_with_options, ExportOptions, Format, THREAD_ID_LABEL};
+use exporter::{write, write_with_options, ExportOptions, Format};
+use profile::labels::THREAD_ID as THREAD_ID_LABEL;
 use prost::Message;
 use quick_xml::events::Event;
 use serde_json::Value;

@@ -2,9 +2,10 @@
 //! says what is wrong; none panics.
 
 use exporter::pprof::{encode_pprof, proto};
-use exporter::{write_with_options, ExportError, ExportOptions, Format, THREAD_ID_LABEL};
+use exporter::{write_with_options, ExportError, ExportOptions, Format};
+use profile::labels::THREAD_ID as THREAD_ID_LABEL;
+use profile::{Function, LabelValue, Profile, ProfileBuilder, Sample, ValueType};
 use prost::Message;
-use store::profile::{Function, LabelValue, Profile, ProfileBuilder, Sample, ValueType};
 
 const FORMATS: [Format; 4] = [
     Format::Pprof,

@@ -29,8 +29,8 @@ use collector::counters::{CounterSessionConfig, DEFAULT_INTERVAL_SECONDS};
 use collector::metrics::{MetricsConfig, Registry};
 use collector::sampler::DutyCycle;
 use exporter::egress::{Egress, EgressConfig};
-use store::continuous::EventProfiles;
 use store::tsdb::{Store, StoreOptions};
+use symbolizer::continuous::EventProfiles;
 use tokio::sync::watch;
 
 use crate::args::{parse_bytes, parse_duration};

@@ -18,7 +18,8 @@ use collector::rules::state::RuleStates;
 use collector::sampler::{SamplerControl, SamplerStep, MAX_WINDOW};
 use collector::samples::SampleAggregator;
 use collector::session::{self, EventObserver, ParsingWriter};
-use store::continuous::{Batches, EventProfiles, ProcessProfiler};
+use profile::labels;
+use symbolizer::continuous::{Batches, EventProfiles, ProcessProfiler};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -254,7 +255,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         runtime_version: info.clr_product_version.clone(),
         runtime_cookie: info.runtime_cookie.to_string(),
         transport: target.transport,
-        attached_unix_ms: collector::clock::unix_millis(),
+        attached_unix_ms: profile::clock::unix_millis(),
         sampler: sampler.clone(),
         rules: rule_states.clone(),
     }) else {
@@ -288,9 +289,12 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
     );
 
     let series = vec![
-        ("host_name".to_string(), agent.settings.host_name.clone()),
-        ("process_id".to_string(), target.pid.to_string()),
-        ("service_name".to_string(), service.clone()),
+        (
+            labels::HOST_NAME.to_string(),
+            agent.settings.host_name.clone(),
+        ),
+        (labels::PROCESS_ID.to_string(), target.pid.to_string()),
+        (labels::SERVICE_NAME.to_string(), service.clone()),
     ];
     // Samples are joined to spans up to a whole (boosted) window plus the naming delay late.
     let linkage = agent.settings.linkage.is_some().then(|| TrackerLimits {
@@ -502,7 +506,7 @@ impl SamplingLoop<'_> {
         let mut sink = ParsingWriter::new(tokio::io::sink(), window);
         let mut shutdown = self.shutdown.clone();
         let _open = GaugeGuard::new(&self.health.sessions);
-        let opened_unix_ms = collector::clock::unix_millis();
+        let opened_unix_ms = profile::clock::unix_millis();
         let stop = async {
             tokio::select! {
                 () = tokio::time::sleep_until(until) => {}
@@ -524,7 +528,7 @@ impl SamplingLoop<'_> {
         tracing::debug!(
             pid = self.pid,
             opened_unix_ms,
-            closed_unix_ms = collector::clock::unix_millis(),
+            closed_unix_ms = profile::clock::unix_millis(),
             "sampler window closed"
         );
         if let Some(error) = sink.error() {

@@ -7,7 +7,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use exporter::otlp::ExportBatch;
-use store::tsdb::{Batch, Store};
+use profile::Batch;
+use store::tsdb::Store;
 
 use super::export::ExportTaps;
 use super::health::StoreHealth;
@@ -130,7 +131,7 @@ fn report_size(store: &Store, health: &StoreHealth) {
 
 /// Deletes what retention says is too old or too much, then merges small blocks.
 fn maintain(store: &mut Store, health: &StoreHealth) {
-    match store.apply_retention(collector::clock::unix_nanos()) {
+    match store.apply_retention(profile::clock::unix_nanos()) {
         Ok(deleted) if !deleted.is_empty() => {
             tracing::info!(blocks = deleted.len(), "retention deleted old blocks")
         }

@@ -24,8 +24,8 @@ use std::fs;
 use std::time::{Duration, Instant};
 
 use common::{fresh_dir, options, query, Rng, SECOND, T0};
-use store::profile::{Function, LabelValue, Profile};
-use store::tsdb::{Batch, BatchSample, ProfileType, Query, SampleLabels, Store};
+use profile::{Batch, BatchSample, CallTree, Function, LabelValue, Profile, ProfileType};
+use store::tsdb::{Query, SampleLabels, Store};
 
 const SERVICE: &str = "shop-api";
 const MODULE_CORELIB: &str = "System.Private.CoreLib.dll";
@@ -714,17 +714,17 @@ fn profile(query: &Query) -> impl Fn(&Store) -> Profile + '_ {
 }
 
 /// The flame-graph query: the call tree cut to `max_nodes`, as the UI and Grafana ask for it.
-fn flame(query: &Query, max_nodes: usize) -> impl Fn(&Store) -> Profile + '_ {
-    move |store| {
-        store
-            .flame_profile(query, max_nodes)
-            .expect("flame profile")
-    }
+fn flame(query: &Query, max_nodes: usize) -> impl Fn(&Store) -> CallTree + '_ {
+    move |store| store.call_tree(query, max_nodes).expect("call tree")
 }
 
 /// Nodes a flame graph shows: Pyroscope's `max_nodes` default, and what clrscope's web UI asks
 /// for (ui/web/api.js `MAX_NODES`).
 const FLAME_NODES: [usize; 2] = [8_192, 65_536];
+
+fn tree_summary(t: &CallTree) -> String {
+    format!("[{} nodes]", t.len())
+}
 
 fn profile_summary(p: &Profile) -> String {
     format!(
@@ -836,7 +836,7 @@ fn hour(name: &str, processes: u32, ticks: usize, settings: &Settings) {
             &dir,
             runs,
             flame(&all_cpu, nodes),
-            profile_summary,
+            tree_summary,
         );
     }
     measure(
@@ -933,7 +933,7 @@ fn unique(settings: &Settings) {
             &dir,
             runs,
             flame(&q, nodes),
-            profile_summary,
+            tree_summary,
         );
     }
     println!("peak RSS: {} MiB", peak_rss_mib());

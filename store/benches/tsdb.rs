@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use common::{fresh_dir, options, Rng, SECOND, T0};
 use criterion::{criterion_group, BatchSize, Criterion, Throughput};
-use store::profile::{Function, LabelValue};
-use store::tsdb::{Batch, BatchSample, ProfileType, Query, Store};
+use profile::{Batch, BatchSample, ProfileType};
+use profile::{Function, LabelValue};
+use store::tsdb::{Query, Store};
 
 const SAMPLES_PER_BATCH: usize = 5_000;
 

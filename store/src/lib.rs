@@ -1,11 +1,6 @@
-//! The system of record: the canonical profile model and its columnar time series on disk.
+//! The time-series store: named profiles (the `profile` model's batches) in, queries out.
 //!
-//! - [`profile`]: the profile every exporter reads.
-//! - [`continuous`]: the always-on profile of one process, as store batches.
-//! - [`sampled`]: cpu and wall profiles from the EventPipe sampler's stacks.
-//! - [`tsdb`]: the on-disk time series of profiles the agent writes and queries.
+//! - [`tsdb`]: the on-disk time series of profiles the agent writes and queries: columnar blocks,
+//!   retention, compaction, and the queries behind every profile and flame-graph answer.
 
-pub mod continuous;
-pub mod profile;
-pub mod sampled;
 pub mod tsdb;

@@ -1,8 +1,11 @@
-//! Per-process code maps: turns raw instruction pointers from EventPipe samples into managed frames.
+//! The symbolizer stage: raw samples and events in, named profiles (the `profile` model) out.
 //!
-//! Fed by the collector's method and module events (through a thin adapter that copies decoded
-//! fields into [`MethodLoad`], [`MethodUnload`], [`R2rEntryPoint`], [`ModuleLoad`] and
-//! [`ModuleUnload`]); read by the store. The core is pure: no I/O, no clock, no threads.
+//! - The per-process code map (the pure core: no I/O, no clock, no threads) turns raw instruction
+//!   pointers from EventPipe samples into managed frames. It is fed by the collector's method
+//!   and module events (through a thin adapter that copies decoded fields into [`MethodLoad`],
+//!   [`MethodUnload`], [`R2rEntryPoint`], [`ModuleLoad`] and [`ModuleUnload`]).
+//! - [`sampled`]: cpu and wall profiles of a recording (`record`, `convert`, `top`).
+//! - [`continuous`]: the always-on profile of one process as batches for the store (the agent).
 //!
 //! # Frames
 //! [`CodeMap::symbolize`] never fails and never drops an address: it returns a [`Frame`] whose
@@ -26,6 +29,7 @@
 //! `System.Linq.dll!System.Linq.Enumerable.Where(IEnumerable<!!0>, Func<!!0, bool>)` like PerfView.
 //! The raw runtime strings stay available, and anything that does not parse falls back to them.
 
+pub mod continuous;
 mod error;
 mod events;
 mod images;
@@ -33,6 +37,7 @@ mod map;
 mod names;
 pub mod nettrace;
 mod refresh;
+pub mod sampled;
 pub mod stacks;
 
 pub use error::EventError;

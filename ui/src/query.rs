@@ -8,10 +8,11 @@ use axum::http::{header, HeaderName, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use exporter::{folded, tree, Format, THREAD_ID_LABEL, THREAD_NAME_LABEL};
+use exporter::{folded, tree, Format};
+use profile::labels::{THREAD_ID, THREAD_NAME};
+use profile::{CallTree, LabelValue, Profile, ProfileType};
 use serde::Serialize;
-use store::profile::{LabelValue, Profile};
-use store::tsdb::{self, parse_selector, ProfileType, Store};
+use store::tsdb::{self, parse_selector, Store};
 
 use crate::error::ApiError;
 use crate::server::ApiState;
@@ -131,12 +132,18 @@ async fn profile(State(state): State<ApiState>, params: QueryPairs) -> Result<Re
                 sample_labels: output.sample_labels(),
                 ..selection.query(&store, from, until)?
             };
-            let profile = match max_nodes {
-                Some(max_nodes) => store.flame_profile(&query, max_nodes)?,
-                None => store.profile(&query)?,
-            };
-            drop(store);
-            output.render(&profile)
+            match max_nodes {
+                Some(max_nodes) => {
+                    let call_tree = store.call_tree(&query, max_nodes)?;
+                    drop(store);
+                    output.render_call_tree(&call_tree)
+                }
+                None => {
+                    let profile = store.profile(&query)?;
+                    drop(store);
+                    output.render(&profile)
+                }
+            }
         })
         .await?;
     Ok(output.respond(&name, body))
@@ -172,7 +179,7 @@ async fn diff(State(state): State<ApiState>, params: QueryPairs) -> Result<Respo
             };
             let (base, new) = (store.profile(&base)?, store.profile(&new)?);
             drop(store);
-            output.render_diff(&tsdb::diff(&base, &new, 0))
+            output.render_diff(&profile::diff(&base, &new, 0))
         })
         .await?;
     Ok(output.respond(&name, body))
@@ -250,7 +257,7 @@ impl Params {
     }
 
     /// `max_nodes`: cut the profile to its largest call-tree nodes, what was cut showing as
-    /// `other` (`Store::flame_profile`); only for the outputs that show no sample labels.
+    /// `other` (`Store::call_tree`); only for the outputs that show no sample labels.
     fn max_nodes(&self, output: Output) -> Result<Option<usize>, ApiError> {
         let Some(text) = self.get("max_nodes") else {
             return Ok(None);
@@ -431,10 +438,9 @@ impl Output {
             Output::Tree | Output::File(Format::Folded | Format::Svg) => {
                 tsdb::SampleLabels::Only(Vec::new())
             }
-            Output::File(Format::Speedscope) => tsdb::SampleLabels::Only(vec![
-                THREAD_ID_LABEL.to_string(),
-                THREAD_NAME_LABEL.to_string(),
-            ]),
+            Output::File(Format::Speedscope) => {
+                tsdb::SampleLabels::Only(vec![THREAD_ID.to_string(), THREAD_NAME.to_string()])
+            }
             Output::File(Format::Pprof) => tsdb::SampleLabels::All,
         }
     }
@@ -448,7 +454,17 @@ impl Output {
         Ok(out)
     }
 
-    /// Writes a profile of [`tsdb::diff`]; only the [`Output::DIFF`] formats reach here.
+    /// Writes a call tree cut by the store: the JSON tree as it is, files from its profile.
+    fn render_call_tree(self, call_tree: &CallTree) -> Result<Vec<u8>, ApiError> {
+        let mut out = Vec::new();
+        match self {
+            Output::Tree => tree::write_call_tree(call_tree, &mut out)?,
+            Output::File(format) => exporter::write(&call_tree.to_profile(), format, &mut out)?,
+        }
+        Ok(out)
+    }
+
+    /// Writes a profile of [`profile::diff`]; only the [`Output::DIFF`] formats reach here.
     fn render_diff(self, diff: &Profile) -> Result<Vec<u8>, ApiError> {
         let mut out = Vec::new();
         match self {

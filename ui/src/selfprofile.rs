@@ -16,8 +16,8 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use profile::{Function, LabelValue, Profile, ProfileBuilder, ValueType};
 use serde::Deserialize;
-use store::profile::{Function, LabelValue, Profile, ProfileBuilder, ValueType};
 
 use crate::error::ApiError;
 use crate::server::ApiState;

@@ -12,7 +12,7 @@ pub fn duration_nanos(d: Duration) -> i64 {
 }
 
 /// The current time, Unix nanoseconds.
-pub use collector::clock::unix_nanos as now_unix_nanos;
+pub use profile::clock::unix_nanos as now_unix_nanos;
 
 /// Parses a point in time into Unix nanoseconds: `now`, `now-5m` (any [`parse_duration`]
 /// duration), integer Unix milliseconds (`1764464880000`) or RFC 3339

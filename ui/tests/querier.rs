@@ -6,9 +6,10 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use profile::{Batch, BatchSample, ProfileType};
+use profile::{Function, LabelValue};
 use serde_json::{json, Value};
-use store::profile::{Function, LabelValue};
-use store::tsdb::{Batch, BatchSample, ProfileType, Store, StoreOptions};
+use store::tsdb::{Store, StoreOptions};
 use tokio::net::TcpListener;
 use ui::ApiState;
 

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use store::profile::{Function, LabelValue, Profile, ProfileBuilder, ValueType};
+use profile::{Function, LabelValue, Profile, ProfileBuilder, ValueType};
 
 /// 10 ms sampling period, in nanoseconds.
 pub const PERIOD: i64 = 10_000_000;

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use arrow::array::{Array, UInt32Array};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use store::tsdb::{BlockInfo, ProfileType, Query, SampleLabels, Store, StoreOptions};
+use profile::ProfileType;
+use store::tsdb::{BlockInfo, Query, SampleLabels, Store, StoreOptions};
 
 pub const SECOND: i64 = 1_000_000_000;
 /// 2025-11-30 12:00 UTC: any fixed time works, a realistic one keeps block names realistic.

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use super::error::{corrupt, io, Result, StoreError};
 use super::head::{Dicts, SampleColumns, StackNode, EMPTY_STACK, NO_PARENT};
 use super::model::Series;
-use crate::profile::{Function, LabelValue};
+use profile::{Function, LabelValue};
 
 /// Major version this code writes and reads; a reader refuses other majors.
 pub const FORMAT_MAJOR: u32 = 1;

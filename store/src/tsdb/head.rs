@@ -11,8 +11,9 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
 use super::error::{Result, StoreError};
-use super::model::{Batch, Series};
-use crate::profile::{Function, LabelValue};
+use super::model::Series;
+use profile::Batch;
+use profile::{Function, LabelValue};
 
 /// Stack id of an empty stack (no frames).
 pub(crate) const EMPTY_STACK: u32 = u32::MAX;

@@ -10,7 +10,6 @@
 
 mod block;
 mod cache;
-mod diff;
 mod error;
 mod head;
 mod model;
@@ -31,19 +30,15 @@ use arrow::compute::take_record_batch;
 use arrow::record_batch::RecordBatch;
 
 pub use block::{BlockInfo, BlockMeta, BlockRows, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME};
-pub use diff::diff;
 pub use error::{Result, StoreError};
-pub use model::{
-    parse_selector, Batch, BatchSample, ProfileType, Query, SampleLabels, Series, StoreOptions,
-};
+pub use model::{parse_selector, Query, SampleLabels, Series, StoreOptions};
 
-use crate::profile::{LabelValue, Profile, ValueType};
 use cache::{BlockIds, QueryCache};
 use error::io;
 use head::{Dicts, Head, SampleColumns};
+use profile::{Batch, CallTree, LabelValue, Profile, ProfileType, ValueType};
 use query::{ProfileMerge, Selection, SKIP};
 use tree::TreeMerge;
-pub use tree::OTHER_FRAME;
 
 /// Most points [`Store::series`] returns, so a tiny step cannot exhaust memory.
 pub const MAX_SERIES_POINTS: u64 = 1_000_000;
@@ -273,7 +268,7 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
-        self.apply_retention(collector::clock::unix_nanos())?;
+        self.apply_retention(profile::clock::unix_nanos())?;
         self.compact()?;
         Ok(())
     }
@@ -592,28 +587,28 @@ impl Store {
         ))
     }
 
-    /// The merged profile as a flame graph shows it: the call tree of the matching samples cut
-    /// to its `max_nodes` largest nodes (what was cut shows as a child [`OTHER_FRAME`] of the
-    /// node above it), one sample per kept node, without sample labels. Unlike
-    /// [`Store::profile`], its cost does not grow with the number of distinct stacks beyond
-    /// reading them: see the `tree` module for how, and for the bound on what cutting may
-    /// move from a node to `other` above it.
-    pub fn flame_profile(&self, query: &Query, max_nodes: usize) -> Result<Profile> {
+    /// The call tree of the matching samples as a flame graph shows it: cut to its `max_nodes`
+    /// largest nodes (what was cut shows as a child [`profile::labels::OTHER_FRAME`] of the
+    /// node above it), without sample labels. Unlike [`Store::profile`], its cost does not grow
+    /// with the number of distinct stacks beyond reading them: see the `tree` module for how,
+    /// and for the bound on what cutting may move from a node to `other` above it.
+    pub fn call_tree(&self, query: &Query, max_nodes: usize) -> Result<CallTree> {
         query.check()?;
         if max_nodes == 0 {
             return Err(StoreError::InvalidQuery(
                 "max_nodes must be at least 1".into(),
             ));
         }
+        let value_type = ValueType::new(&query.profile_type.name, &query.profile_type.unit);
         let mut parts = self
             .fold_blocks(
                 query,
-                TreeMerge::default,
+                || TreeMerge::new(&value_type),
                 block::read_dicts,
                 |merge, _, dicts, rows| merge.add(&dicts, rows, query, max_nodes),
             )?
             .into_iter();
-        let mut merge = parts.next().unwrap_or_default();
+        let mut merge = parts.next().unwrap_or_else(|| TreeMerge::new(&value_type));
         for part in parts {
             merge.absorb(part);
         }
@@ -621,10 +616,8 @@ impl Store {
             let rows = [self.head.record_batch()];
             merge.add(self.head.dicts(), &rows, query, max_nodes)?;
         }
-        let value_type = ValueType::new(&query.profile_type.name, &query.profile_type.unit);
         Ok(merge.build(
             max_nodes,
-            value_type,
             query.from,
             query.until.saturating_sub(query.from),
         ))

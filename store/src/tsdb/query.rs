@@ -6,7 +6,7 @@ use arrow::record_batch::RecordBatch;
 use super::error::Result;
 use super::head::{IdMap, Interner, SampleColumns, EMPTY_STACK};
 use super::model::{Query, Series};
-use crate::profile::{Function, Labels, Profile, Sample, ValueType};
+use profile::{Function, Labels, Profile, Sample, ValueType};
 
 /// In [`Selection`]'s label sets: rows with this label set are not selected.
 pub(crate) const SKIP: u32 = u32::MAX;

@@ -3,7 +3,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::*;
-use crate::profile::{Function, LabelValue};
+use profile::labels::OTHER_FRAME;
+use profile::{diff, BatchSample, Function, LabelValue};
 
 const MINUTE: i64 = 60_000_000_000;
 const HOUR: i64 = 60 * MINUTE;
@@ -1243,7 +1244,10 @@ fn flame_profile_with_room_for_every_node_equals_the_profile() {
         .unwrap(); // ... and the head
     let mut q = query(Some("app"), "cpu", 0, HOUR);
     let whole = by_stack(&store.profile(&q).unwrap());
-    assert_eq!(by_stack(&store.flame_profile(&q, 100).unwrap()), whole);
+    assert_eq!(
+        by_stack(&store.call_tree(&q, 100).unwrap().to_profile()),
+        whole
+    );
     assert_eq!(
         whole[&vec!["Leaf".to_string(), "Mid".into(), "Main".into()]],
         10
@@ -1251,16 +1255,16 @@ fn flame_profile_with_room_for_every_node_equals_the_profile() {
     assert_eq!(whole[&Vec::<String>::new()], 8);
 
     q.sample_matchers = vec![("span_id".into(), LabelValue::Str("s1".into()))];
-    let spans = store.flame_profile(&q, 100).unwrap();
+    let spans = store.call_tree(&q, 100).unwrap().to_profile();
     assert_eq!(
         by_stack(&spans),
         BTreeMap::from([(vec!["Mid".to_string(), "Main".into()], 4)])
     );
-    assert!(store.flame_profile(&q, 0).is_err());
+    assert!(store.call_tree(&q, 0).is_err());
 }
 
 #[test]
-fn flame_profile_cuts_to_max_nodes_and_keeps_the_cut_under_other() {
+fn call_tree_cuts_to_max_nodes_and_keeps_the_cut_under_other() {
     let dir = TempDir::new("flame-cut");
     let mut store = Store::open(&dir.0, keep_all()).unwrap();
     // Main → Hot (1,000) and Main → 200 distinct cold leaves of 1 each, in two blocks.
@@ -1274,7 +1278,7 @@ fn flame_profile_cuts_to_max_nodes_and_keeps_the_cut_under_other() {
         store.flush().unwrap();
     }
     let q = query(Some("app"), "cpu", 0, HOUR);
-    let cut = by_stack(&store.flame_profile(&q, 3).unwrap());
+    let cut = by_stack(&store.call_tree(&q, 3).unwrap().to_profile());
     let s = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
     assert_eq!(
         cut,
@@ -1286,5 +1290,5 @@ fn flame_profile_cuts_to_max_nodes_and_keeps_the_cut_under_other() {
     );
     assert_eq!(cut.values().sum::<i64>(), 1200, "nothing is lost");
     // The largest nodes are the same whatever the order blocks are read in.
-    assert_eq!(by_stack(&store.flame_profile(&q, 2).unwrap()), cut);
+    assert_eq!(by_stack(&store.call_tree(&q, 2).unwrap().to_profile()), cut);
 }

@@ -32,9 +32,9 @@ use std::time::Duration;
 use axum::Router;
 use exporter::pprof::proto as pprof;
 use exporter::pyroscope::pyroscope_name;
-use exporter::tree::flame_graph;
-use store::profile::{LabelValue, Profile, ProfileBuilder, ValueType};
-use store::tsdb::{self, parse_selector, SampleLabels, Store, StoreError};
+use exporter::tree::FlameGraph as Flamebearer;
+use profile::{CallTree, LabelValue, Profile, ProfileBuilder, ValueType};
+use store::tsdb::{self, parse_selector, SampleLabels, Store};
 
 use crate::error::ApiError;
 use crate::query::{default_step, Selection};
@@ -91,7 +91,7 @@ pub fn querier_routes() -> Router<ApiState> {
 /// A clrscope profile type as Pyroscope names it: as the Pyroscope exporter sends it
 /// ([`exporter::pyroscope::pyroscope_name`]), so the ids are those a Pyroscope server fed by
 /// clrscope shows; a type that exporter does not know keeps its own name, with a cpu period.
-fn pyroscope_type(profile_type: &tsdb::ProfileType) -> ProfileType {
+fn pyroscope_type(profile_type: &profile::ProfileType) -> ProfileType {
     let (name, (period_type, period_unit)) = pyroscope_name(profile_type)
         .unwrap_or((profile_type.name.as_str(), ("cpu", "nanoseconds")));
     ProfileType {
@@ -108,7 +108,7 @@ fn pyroscope_type(profile_type: &tsdb::ProfileType) -> ProfileType {
 }
 
 /// The labels Pyroscope gives every series of a profile type.
-fn profile_type_labels(profile_type: &tsdb::ProfileType) -> [(String, String); 6] {
+fn profile_type_labels(profile_type: &profile::ProfileType) -> [(String, String); 6] {
     let t = pyroscope_type(profile_type);
     [
         ("__name__".to_string(), t.name),
@@ -463,36 +463,82 @@ fn max_nodes(requested: Option<i64>) -> Result<usize, ConnectError> {
     }
 }
 
-/// The merged profile of `selected` as `read` reads it from the store, of the samples
-/// matching any of `filters` (all samples when there are none).
+/// The store queries that answer `selected`: one per filter, each selecting the samples matching
+/// it (one for all samples when there are no filters); `Err` with the whole query's empty range
+/// when no series is selected.
+fn selected_queries(
+    store: &Store,
+    selected: &Selected,
+    filters: &[(String, LabelValue)],
+    sample_labels: SampleLabels,
+) -> Result<Result<Vec<tsdb::Query>, tsdb::Query>, ApiError> {
+    let (query, selects) = selected.query(store, sample_labels)?;
+    if !selects {
+        return Ok(Err(query));
+    }
+    if filters.is_empty() {
+        return Ok(Ok(vec![query]));
+    }
+    Ok(Ok(filters
+        .iter()
+        .map(|filter| tsdb::Query {
+            sample_matchers: vec![filter.clone()],
+            ..query.clone()
+        })
+        .collect()))
+}
+
+/// The merged profile of `selected`, of the samples matching any of `filters`.
 fn merged_profile(
     store: &Store,
     selected: &Selected,
     filters: &[(String, LabelValue)],
     sample_labels: SampleLabels,
-    read: impl Fn(&tsdb::Query) -> Result<Profile, StoreError>,
 ) -> Result<Profile, ApiError> {
-    let (query, selects) = selected.query(store, sample_labels)?;
-    if !selects {
-        // What the store answers when no sample matches.
-        let value_type = ValueType::new(&query.profile_type.name, &query.profile_type.unit);
-        let mut empty = ProfileBuilder::new(vec![value_type.clone()], value_type, 0);
-        empty.set_time_range(query.from, query.until.saturating_sub(query.from));
-        return Ok(empty.build());
-    }
-    if filters.is_empty() {
-        return Ok(read(&query)?);
-    }
-    let profiles = filters
+    let queries = match selected_queries(store, selected, filters, sample_labels)? {
+        Ok(queries) => queries,
+        Err(query) => {
+            // What the store answers when no sample matches.
+            let value_type = ValueType::new(&query.profile_type.name, &query.profile_type.unit);
+            let mut empty = ProfileBuilder::new(vec![value_type.clone()], value_type, 0);
+            empty.set_time_range(query.from, query.until.saturating_sub(query.from));
+            return Ok(empty.build());
+        }
+    };
+    let profiles = queries
         .iter()
-        .map(|filter| {
-            read(&tsdb::Query {
-                sample_matchers: vec![filter.clone()],
-                ..query.clone()
-            })
-        })
+        .map(|query| store.profile(query))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(merge(profiles))
+}
+
+/// The merged call tree of `selected`, of the samples matching any of `filters`, each cut to
+/// `max_nodes` by the store.
+fn merged_call_tree(
+    store: &Store,
+    selected: &Selected,
+    filters: &[(String, LabelValue)],
+    max_nodes: usize,
+) -> Result<CallTree, ApiError> {
+    // No sample labels: a flame graph does not show them.
+    let no_labels = SampleLabels::Only(Vec::new());
+    let queries = match selected_queries(store, selected, filters, no_labels)? {
+        Ok(queries) => queries,
+        Err(query) => {
+            let value_type = ValueType::new(&query.profile_type.name, &query.profile_type.unit);
+            let mut empty = CallTree::new(&value_type);
+            empty.set_time_range(query.from, query.until.saturating_sub(query.from));
+            return Ok(empty);
+        }
+    };
+    let mut trees = queries
+        .iter()
+        .map(|query| store.call_tree(query, max_nodes));
+    let mut merged = trees.next().expect("at least one query")?;
+    for tree in trees {
+        merged.merge(&tree?);
+    }
+    Ok(merged)
 }
 
 /// One profile of several of one type and range (samples of distinct spans, say).
@@ -529,14 +575,12 @@ async fn flame_graph_reply(
 ) -> Result<FlameGraphResponse, ConnectError> {
     let graph = state
         .query(move |store| {
-            // The store's call tree, cut to max_nodes (without sample labels, which a flame
-            // graph does not show), then Pyroscope's cut of the graph: it merges the trees of
-            // several spans and folds what the store cut into one `other` per node.
-            let no_labels = SampleLabels::Only(Vec::new());
-            let read = |query: &tsdb::Query| store.flame_profile(query, max_nodes);
-            let profile = merged_profile(&store, &selected, &filters, no_labels, read)?;
+            // The store's call trees, cut to max_nodes, then Pyroscope's cut of the graph: the
+            // trees of several spans merged may exceed it, and what the store cut folds into one
+            // `other` per node.
+            let call_tree = merged_call_tree(&store, &selected, &filters, max_nodes)?;
             drop(store);
-            Ok(flame_graph(&profile, None, max_nodes)?)
+            Ok(Flamebearer::of(&call_tree, max_nodes))
         })
         .await?;
     Ok(FlameGraphResponse {
@@ -628,8 +672,7 @@ async fn select_merge_profile(
     let profile = state
         .query(move |store| {
             // pprof carries every sample label (threads, spans), as /api/v1/profile's does.
-            let read = |query: &tsdb::Query| store.profile(query);
-            let profile = merged_profile(&store, &selected, &filters, SampleLabels::All, read)?;
+            let profile = merged_profile(&store, &selected, &filters, SampleLabels::All)?;
             drop(store);
             Ok(exporter::pprof::to_proto(&profile)?)
         })

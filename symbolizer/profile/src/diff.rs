@@ -1,6 +1,6 @@
 //! Comparing two profiles of one type, e.g. "this minute" against "the same minute yesterday".
 
-use crate::profile::{Function, Profile, ProfileBuilder, ValueType};
+use crate::model::{Function, Profile, ProfileBuilder, ValueType};
 
 /// A profile over the union of both inputs' samples (matched by function names and labels) with
 /// two sample types, `base` and `new`, each holding that input's value of `sample_type` (0 where

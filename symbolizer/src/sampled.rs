@@ -6,13 +6,14 @@
 
 use std::collections::HashMap;
 
+use crate::{CodeMap, Frame, FrameKind, FunctionId, FunctionKind, ImageRange};
 use collector::nettrace::events::KnownEvent;
 use collector::nettrace::{Event, NettraceError, TraceInfo};
 use collector::samples::SampleAggregator;
 use collector::session::EventObserver;
-use symbolizer::{CodeMap, Frame, FrameKind, FunctionId, FunctionKind, ImageRange};
 
-use crate::profile::{Function, LabelValue, Profile, ProfileBuilder, ValueType};
+use profile::labels;
+use profile::{Function, LabelValue, Profile, ProfileBuilder, ValueType};
 
 /// Which time profiles to build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,7 +88,7 @@ impl Recorder {
             Some(KnownEvent::ThreadSample(sample)) => self.samples.add(event, &sample),
             Some(known) => {
                 let timestamp = event.header.timestamp as u64;
-                if symbolizer::nettrace::apply(&mut self.map, &known, timestamp).is_err() {
+                if crate::nettrace::apply(&mut self.map, &known, timestamp).is_err() {
                     self.rejected += 1;
                 }
             }
@@ -180,9 +181,15 @@ pub fn thread_labels(
     thread_id: u64,
     thread_names: &HashMap<u64, String>,
 ) -> Vec<(String, LabelValue)> {
-    let mut labels = vec![("thread_id".to_string(), LabelValue::Num(thread_id as i64))];
+    let mut labels = vec![(
+        labels::THREAD_ID.to_string(),
+        LabelValue::Num(thread_id as i64),
+    )];
     if let Some(name) = thread_names.get(&thread_id) {
-        labels.push(("thread_name".to_string(), LabelValue::Str(name.clone())));
+        labels.push((
+            labels::THREAD_NAME.to_string(),
+            LabelValue::Str(name.clone()),
+        ));
     }
     labels
 }

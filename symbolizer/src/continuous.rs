@@ -3,19 +3,20 @@
 //! A [`ProcessProfiler`] holds the process's code map (fed by the light session's JIT/Loader
 //! events and by rundowns) and counts the stacks of the light session's allocation, exception and
 //! contention events. Sampler windows arrive as [`SampleAggregator`]s. Both turn into
-//! [`Batch`]es with frames named once per batch, ready for [`crate::tsdb::Store::append`].
+//! [`Batch`]es with frames named once per batch, ready for the store's `Store::append`.
 
 use std::collections::HashMap;
 
+use crate::{CodeMap, ImageRange, RundownRefreshPolicy};
 use collector::activity::{Span, SpanTracker, TrackerLimits};
 use collector::nettrace::events::KnownEvent;
 use collector::nettrace::Event;
 use collector::samples::{SampleAggregator, StackKey};
-use symbolizer::{CodeMap, ImageRange, RundownRefreshPolicy};
 
-use crate::profile::{Function, LabelValue};
 use crate::sampled::{thread_labels, FrameNamer, Resolution};
-use crate::tsdb::{Batch, BatchSample, ProfileType};
+use profile::labels as label_names;
+use profile::{Batch, BatchSample, ProfileType};
+use profile::{Function, LabelValue};
 
 /// Distinct event stacks kept between two [`ProcessProfiler::take_event_batches`]; events past it
 /// are counted in [`ProcessProfiler::dropped_events`], so a storm of distinct stacks cannot
@@ -221,7 +222,7 @@ impl ProcessProfiler {
             }
             KnownEvent::Method(_) | KnownEvent::Module(_) => {
                 let timestamp = event.header.timestamp as u64;
-                if symbolizer::nettrace::apply(&mut self.map, &known, timestamp).is_err() {
+                if crate::nettrace::apply(&mut self.map, &known, timestamp).is_err() {
                     self.rejected_events += 1;
                 }
                 return;
@@ -280,7 +281,10 @@ impl ProcessProfiler {
             let stack = table.stack(&self.map, &key.ips, totals.count as u64);
             let mut labels = thread_labels(key.thread_id, thread_names);
             if let Some(type_name) = key.type_name {
-                labels.push(("type".to_string(), LabelValue::Str(type_name.into())));
+                labels.push((
+                    label_names::TYPE.to_string(),
+                    LabelValue::Str(type_name.into()),
+                ));
             }
             let mut push = |profile_type: &'static str, value: i64| {
                 by_type.entry(profile_type).or_default().push(BatchSample {
@@ -328,15 +332,15 @@ impl ProcessProfiler {
             if let Some(span) = span {
                 labels.extend([
                     (
-                        "trace_id".to_string(),
+                        label_names::TRACE_ID.to_string(),
                         LabelValue::Str(span.trace_id.to_string()),
                     ),
                     (
-                        "span_id".to_string(),
+                        label_names::SPAN_ID.to_string(),
                         LabelValue::Str(span.span_id.to_string()),
                     ),
                     (
-                        "span_name".to_string(),
+                        label_names::SPAN_NAME.to_string(),
                         LabelValue::Str(span.name.to_string()),
                     ),
                 ]);
