@@ -38,6 +38,10 @@ pub struct AgentConfig {
     /// Where the HTTP API listens (dotnet-monitor's `Urls`); `--urls` overrides it.
     #[serde(default)]
     pub urls: Option<String>,
+    /// Host names the listeners answer to beyond their own address and localhost (ASP.NET
+    /// Core's `AllowedHosts`: `;`-separated); `--allowed-hosts` overrides it.
+    #[serde(default)]
+    pub allowed_hosts: Option<String>,
     /// dotnet-monitor's `DiagnosticPort`: a socket path (listen mode), or
     /// `{ConnectionMode, EndpointName}`.
     #[serde(default)]

@@ -68,6 +68,25 @@ pub struct Args {
     /// [default: http://127.0.0.1:52325] [config: Metrics:Endpoints]
     #[arg(long, value_name = "URL")]
     metrics_urls: Option<String>,
+    /// Host names the listeners answer to besides their own address and localhost
+    /// (repeatable; `;` separates names too; `*.example.com` for subdomains, `*` for any). A
+    /// request naming another `Host` gets 400: a web page cannot read the API by pointing its
+    /// own name at it (DNS rebinding). [config: AllowedHosts]
+    #[arg(long = "allowed-hosts", value_name = "NAMES")]
+    allowed_hosts: Vec<String>,
+    /// Connections each listener (API, metrics) holds at most; at the cap, the connection that
+    /// has waited longest without a request is closed for a new one. [default: 256]
+    /// [config: Kestrel:Limits:MaxConcurrentConnections]
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Close a connection that has no request in flight and sent nothing for this long.
+    /// [default: 130s] [config: Kestrel:Limits:KeepAliveTimeout]
+    #[arg(long, value_parser = parse_duration)]
+    keep_alive_timeout: Option<Duration>,
+    /// Close a connection whose request head (or TLS handshake) is not complete this long after
+    /// its first byte. [default: 10s] [config: Kestrel:Limits:RequestHeadersTimeout]
+    #[arg(long, value_parser = parse_duration)]
+    request_headers_timeout: Option<Duration>,
     /// Turn authentication off: anyone who can reach the API can read the profiles and take
     /// dumps. Logs a warning; for a trusted machine only.
     #[arg(long, conflicts_with = "temp_apikey")]
@@ -171,6 +190,9 @@ struct Resolved {
     store: StoreOptions,
     /// Where /metrics is served without authentication, if anywhere.
     metrics_urls: Option<String>,
+    /// The connection limits and allowed host names of both listeners.
+    limits: ui::ConnectionLimits,
+    allowed_hosts: ui::AllowedHosts,
     runtime_metrics: Option<RuntimeMetrics>,
     auth: AuthSource,
     kestrel: ui::tls::KestrelConfig,
@@ -254,6 +276,35 @@ impl Args {
         };
         let runtime_metrics = (metrics_on && !self.no_runtime_metrics)
             .then(|| runtime_metrics_config(metrics, &self.meters));
+        let kestrel_limits = &config.kestrel.limits;
+        let limits = ui::ConnectionLimits {
+            max_connections: self
+                .max_connections
+                .or(kestrel_limits.max_concurrent_connections)
+                .unwrap_or(ui::listener::DEFAULT_MAX_CONNECTIONS),
+            keep_alive_timeout: self
+                .keep_alive_timeout
+                .or(kestrel_limits.keep_alive_timeout)
+                .unwrap_or(ui::listener::DEFAULT_KEEP_ALIVE_TIMEOUT),
+            request_headers_timeout: self
+                .request_headers_timeout
+                .or(kestrel_limits.request_headers_timeout)
+                .unwrap_or(ui::listener::DEFAULT_REQUEST_HEADERS_TIMEOUT),
+        };
+        if limits.max_connections == 0 {
+            bail!("--max-connections (Kestrel:Limits:MaxConcurrentConnections) must be at least 1");
+        }
+        if limits.keep_alive_timeout.is_zero() || limits.request_headers_timeout.is_zero() {
+            bail!(
+                "--keep-alive-timeout and --request-headers-timeout (Kestrel:Limits:\
+                 KeepAliveTimeout, RequestHeadersTimeout) must be longer than zero"
+            );
+        }
+        let allowed_hosts = if self.allowed_hosts.is_empty() {
+            ui::AllowedHosts::parse(config.allowed_hosts.as_slice())
+        } else {
+            ui::AllowedHosts::parse(&self.allowed_hosts)
+        }?;
         let auth = if self.no_auth {
             AuthSource::Off
         } else if self.temp_apikey {
@@ -304,6 +355,8 @@ impl Args {
                 ..StoreOptions::default()
             },
             metrics_urls,
+            limits,
+            allowed_hosts,
             runtime_metrics,
             auth,
             kestrel: config.kestrel.clone(),
@@ -374,12 +427,6 @@ impl Filters {
             && (self.command_lines.is_empty()
                 || self.command_lines.iter().any(|c| command_line.contains(c)))
     }
-}
-
-/// Where the API listens.
-enum ApiListener {
-    Http(tokio::net::TcpListener),
-    Https(ui::tls::TlsListener),
 }
 
 /// How long a `--temp-apikey` token is valid (dotnet-monitor's default expiration).
@@ -531,14 +578,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         })?;
     let api_addr = listener.local_addr()?;
     let (auth, temp_token) = authentication(&settings.auth, api_url.tls, api_addr);
-    let listener = if api_url.tls {
-        let tls = settings
-            .kestrel
-            .server_config()
-            .with_context(|| format!("--urls {}", settings.urls))?;
-        ApiListener::Https(ui::tls::TlsListener::new(listener, tls)?)
-    } else {
-        ApiListener::Http(listener)
+    let scheme = if api_url.tls { "https" } else { "http" };
+    let serve_options = ui::ServeOptions {
+        limits: settings.limits,
+        allowed_hosts: settings.allowed_hosts.clone(),
+        tls: None,
+    };
+    let api_options = ui::ServeOptions {
+        tls: match api_url.tls {
+            true => Some(
+                settings
+                    .kestrel
+                    .server_config()
+                    .with_context(|| format!("--urls {}", settings.urls))?,
+            ),
+            false => None,
+        },
+        ..serve_options.clone()
     };
     // One Egress (one disk budget) for the API's artifacts and the rules'.
     let egress = Egress::new(&settings.egress).context("the Egress configuration")?;
@@ -602,6 +658,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 listen: listen.clone(),
             },
             egress,
+            api_url: (!api_addr.ip().is_unspecified()).then(|| format!("{scheme}://{api_addr}")),
             ..ui::MonitorState::default()
         };
         let state = ui::ApiState::new(store.clone())
@@ -610,16 +667,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .with_metrics(agent.metrics.clone())
             .with_auth(auth);
         let router = ui::router(state);
-        match listener {
-            ApiListener::Http(listener) => tokio::spawn(ui::serve(listener, router, stopped())),
-            ApiListener::Https(listener) => tokio::spawn(ui::serve(listener, router, stopped())),
-        }
+        tokio::spawn(ui::serve(listener, router, api_options, stopped()))
     };
     let metrics_addr = match metrics_listener {
         Some(listener) => {
             let addr = listener.local_addr()?;
             let router = ui::metrics_router(agent.metrics.clone());
-            tokio::spawn(ui::serve(listener, router, stopped()));
+            tokio::spawn(ui::serve(listener, router, serve_options, stopped()));
             format!("http://{addr}/metrics")
         }
         None => "only on the API".to_string(),
@@ -637,9 +691,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let stop_signal = stop_signal()?;
     eprintln!(
-        "clrscope agent: API on {}://{api_addr}; metrics {metrics_addr}; profiling {} \
+        "clrscope agent: API on {scheme}://{api_addr}; metrics {metrics_addr}; profiling {} \
          ({:.0}% duty: {:?} every {:?}); data in {}",
-        if api_url.tls { "https" } else { "http" },
         match (&settings.listen_socket, settings.connect) {
             (Some(p), false) => format!("runtimes dialling {}", p.display()),
             (Some(p), true) => format!(".NET processes and runtimes dialling {}", p.display()),

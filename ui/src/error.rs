@@ -109,6 +109,20 @@ pub enum ApiError {
     #[error("{0}")]
     Unauthorized(#[from] crate::auth::Refusal),
 
+    /// The `Host` is not the listener's: see [`crate::hosts`].
+    #[error(
+        "Host {host:?} is not a name this agent answers to (a guard against DNS rebinding): \
+         call it as {allowed}, or add the name to AllowedHosts (--allowed-hosts)"
+    )]
+    ForeignHost { host: String, allowed: String },
+
+    /// A browser request from another site: see [`crate::hosts`].
+    #[error(
+        "a request from another web site ({reason}) may not call this route: the agent answers \
+         such requests only from its own web UI, or from clients that are not browsers"
+    )]
+    CrossSite { reason: String },
+
     /// A one-at-a-time operation is already running.
     #[error("{0}")]
     Busy(String),
@@ -206,6 +220,12 @@ impl ApiError {
             ),
             ApiError::Busy(_) => (S::TOO_MANY_REQUESTS, "busy", "Too many requests"),
             ApiError::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized", "Unauthorized"),
+            ApiError::ForeignHost { .. } => (S::BAD_REQUEST, "foreign-host", "Host not allowed"),
+            ApiError::CrossSite { .. } => (
+                S::FORBIDDEN,
+                "cross-site-request",
+                "Cross-site request refused",
+            ),
             ApiError::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal-error", "Internal error"),
             ApiError::Unavailable(_) => (
                 S::SERVICE_UNAVAILABLE,

@@ -11,7 +11,8 @@
 //! # async fn agent(store: std::sync::Arc<std::sync::RwLock<store::tsdb::Store>>) -> std::io::Result<()> {
 //! let listener = tokio::net::TcpListener::bind(ui::DEFAULT_API_ADDR).await?;
 //! let router = ui::router(ui::ApiState::new(store));
-//! ui::serve(listener, router, async { tokio::signal::ctrl_c().await.ok(); }).await
+//! let options = ui::ServeOptions::default();
+//! ui::serve(listener, router, options, async { tokio::signal::ctrl_c().await.ok(); }).await
 //! # }
 //! ```
 //!
@@ -58,6 +59,8 @@ pub mod auth;
 mod collection_rules;
 mod error;
 mod events;
+pub mod hosts;
+pub mod listener;
 pub mod metrics;
 pub mod monitor;
 pub mod processes;
@@ -73,11 +76,13 @@ pub use auth::Authentication;
 pub use collection_rules::collection_rule_routes;
 pub use error::{ApiError, PROBLEM_JSON};
 pub use events::event_routes;
+pub use hosts::AllowedHosts;
+pub use listener::{serve, ConnectionLimits, ServeOptions};
 pub use metrics::{metrics_router, metrics_routes};
 pub use monitor::{monitor_routes, MonitorState, ProcessDirectory};
 pub use processes::process_routes;
 pub use querier::querier_routes;
 pub use query::query_routes;
-pub use server::{router, serve, ApiState, DEFAULT_API_ADDR};
+pub use server::{router, ApiState, DEFAULT_API_ADDR};
 pub use time::parse_duration;
 pub use web::web_routes;

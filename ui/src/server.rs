@@ -1,6 +1,5 @@
-//! The router, its shared state and the server loop.
+//! The router and its shared state (the server loop is [`crate::listener`]).
 
-use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
@@ -148,22 +147,4 @@ pub(crate) async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
         method: method.to_string(),
         path: uri.path().to_string(),
     }
-}
-
-/// Serves `router` on `listener` (a [`tokio::net::TcpListener`], or a [`crate::tls::TlsListener`] for
-/// https) until `shutdown` completes, then stops accepting connections and returns once the
-/// requests in flight are answered.
-pub async fn serve<L>(
-    listener: L,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()>
-where
-    L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
-{
-    tracing::info!(addr = ?listener.local_addr()?, "serving HTTP");
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
 }

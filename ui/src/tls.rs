@@ -1,36 +1,25 @@
-//! HTTPS for the API: a PEM certificate chain and key named in settings.json the way Kestrel
-//! (and so dotnet-monitor) reads them, `Kestrel:Certificates:Default:Path` and `…:KeyPath`, served
-//! with rustls ([`TlsListener`]).
+//! The `Kestrel` section of settings.json: HTTPS for the API, a PEM certificate chain and key
+//! named the way Kestrel (and so dotnet-monitor) reads them, `Kestrel:Certificates:Default:Path`
+//! and `…:KeyPath`, served with rustls by [`crate::listener`]; and the listeners' connection
+//! limits, `Kestrel:Limits`.
 
-use std::io;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio_rustls::server::TlsStream;
-use tokio_rustls::TlsAcceptor;
 
-/// Connections whose handshake is done, waiting for the server to take them.
-const ESTABLISHED_QUEUE: usize = 64;
+use crate::listener::LimitsConfig;
 
-/// Handshakes running at once; more connections wait in the kernel's backlog.
-const MAX_HANDSHAKES: usize = 256;
-
-/// How long a client may take to finish its handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The `Kestrel` section of settings.json: only the default certificate is read.
+/// The `Kestrel` section of settings.json: the default certificate and the limits.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
 pub struct KestrelConfig {
     #[serde(default)]
     pub certificates: CertificatesConfig,
+    #[serde(default)]
+    pub limits: LimitsConfig,
 }
 
 /// `Kestrel:Certificates`.
@@ -109,75 +98,4 @@ fn read_chain(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
         return Err(failed("no CERTIFICATE block".into()));
     }
     Ok(chain)
-}
-
-/// A listener for [`axum::serve`] that hands out TLS streams: a task accepts connections and
-/// runs their handshakes concurrently (each within [`HANDSHAKE_TIMEOUT`]), so a slow client
-/// holds up no one; failed handshakes are logged and dropped.
-pub struct TlsListener {
-    established: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local_addr: SocketAddr,
-}
-
-impl TlsListener {
-    pub fn new(listener: TcpListener, config: Arc<rustls::ServerConfig>) -> io::Result<Self> {
-        let local_addr = listener.local_addr()?;
-        let (sender, established) = mpsc::channel(ESTABLISHED_QUEUE);
-        let acceptor = TlsAcceptor::from(config);
-        let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
-        tokio::spawn(async move {
-            loop {
-                let Ok(permit) = Arc::clone(&handshakes).acquire_owned().await else {
-                    return;
-                };
-                // The server dropped its end: it stopped, and so does accepting.
-                let accepted = tokio::select! {
-                    () = sender.closed() => return,
-                    accepted = listener.accept() => accepted,
-                };
-                let (tcp, peer) = match accepted {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        // Out of file descriptors and the like: wait rather than spin.
-                        tracing::warn!(%error, "accepting an HTTPS connection failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                let acceptor = acceptor.clone();
-                let sender = sender.clone();
-                tokio::spawn(async move {
-                    let _permit = permit;
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(stream)) => {
-                            let _ = sender.send((stream, peer)).await;
-                        }
-                        Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                });
-            }
-        });
-        Ok(TlsListener {
-            established,
-            local_addr,
-        })
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.established.recv().await {
-            Some(established) => established,
-            // The accepting task ended (the runtime is shutting down): accept nothing more.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        Ok(self.local_addr)
-    }
 }

@@ -165,9 +165,14 @@ async fn serve_state(state: ApiState, dir: tempfile::TempDir) -> Server {
         reqwest::header::AUTHORIZATION,
         format!("Bearer {}", key.token).parse().unwrap(),
     );
-    let task = tokio::spawn(ui::serve(listener, router, async {
-        rx.await.ok();
-    }));
+    let task = tokio::spawn(ui::serve(
+        listener,
+        router,
+        ui::ServeOptions::default(),
+        async {
+            rx.await.ok();
+        },
+    ));
     Server {
         url: format!("http://{addr}"),
         client: reqwest::Client::builder()

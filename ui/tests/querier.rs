@@ -75,7 +75,12 @@ async fn start() -> (String, tempfile::TempDir) {
     // Without authentication: the router's auth is ui/tests/api.rs's and tests/auth.rs's subject.
     let state = ApiState::new(Arc::new(RwLock::new(store))).with_auth(ui::Authentication::Disabled);
     let router = ui::router(state);
-    tokio::spawn(ui::serve(listener, router, std::future::pending()));
+    tokio::spawn(ui::serve(
+        listener,
+        router,
+        ui::ServeOptions::default(),
+        std::future::pending(),
+    ));
     (url, dir)
 }
 

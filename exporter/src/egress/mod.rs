@@ -51,6 +51,35 @@ use tokio::task::JoinHandle;
 /// How many bytes may wait between the collector and the provider: enough to keep both busy.
 const PIPE_BYTES: usize = 256 * 1024;
 
+/// `text` with the query string of every http(s) URL in it replaced by `?<redacted>`: a
+/// pre-signed S3 URL carries its access key id, signature and expiry there, and an error's
+/// message ends up in API answers and logs.
+fn redact_url_queries(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = ["http://", "https://"]
+        .iter()
+        .filter_map(|scheme| rest.find(scheme))
+        .min()
+    {
+        out.push_str(&rest[..start]);
+        let url = &rest[start..];
+        let end = url
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | ')'))
+            .unwrap_or(url.len());
+        match url[..end].find('?') {
+            Some(query) => {
+                out.push_str(&url[..query]);
+                out.push_str("?<redacted>");
+            }
+            None => out.push_str(&url[..end]),
+        }
+        rest = &url[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Why an artifact could not be egressed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -367,5 +396,22 @@ mod tests {
             egress.start("elsewhere", &name(6)),
             Err(EgressError::UnknownProvider { .. })
         ));
+    }
+
+    #[test]
+    fn url_queries_are_redacted() {
+        let presigned = "error sending request for url (http://127.0.0.1:9/b/k.gcdump?\
+                         X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIAEXAMPLE%2F20250101\
+                         &X-Amz-Signature=abc123): refused; see https://docs.example/x";
+        assert_eq!(
+            redact_url_queries(presigned),
+            "error sending request for url (http://127.0.0.1:9/b/k.gcdump?<redacted>): refused; \
+             see https://docs.example/x"
+        );
+        assert_eq!(redact_url_queries("no url here"), "no url here");
+        assert_eq!(
+            redact_url_queries("'https://h/p?q=1' and http://h2?x"),
+            "'https://h/p?<redacted>' and http://h2?<redacted>"
+        );
     }
 }

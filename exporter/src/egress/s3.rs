@@ -115,12 +115,14 @@ impl S3Provider {
         })
     }
 
+    /// The error of `action`; its reason never carries a pre-signed URL's query (credential,
+    /// signature): it goes to the operation's status on the API and to the log.
     fn error(&self, action: &'static str, key: &str, reason: impl ToString) -> EgressError {
         EgressError::S3 {
             action,
             bucket: self.bucket.name().to_string(),
             key: key.to_string(),
-            reason: reason.to_string(),
+            reason: super::redact_url_queries(&reason.to_string()),
         }
     }
 
@@ -134,7 +136,7 @@ impl S3Provider {
         let response = request
             .send()
             .await
-            .map_err(|e| self.error(action, key, e))?;
+            .map_err(|e| self.error(action, key, transport_error(e)))?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -144,7 +146,7 @@ impl S3Provider {
             .split("<Message>")
             .nth(1)
             .and_then(|rest| rest.split("</Message>").next())
-            .unwrap_or(body.trim());
+            .unwrap_or_else(|| truncated(body.trim(), MAX_ERROR_BODY));
         Err(self.error(action, key, format!("HTTP {status}: {message}")))
     }
 
@@ -284,6 +286,32 @@ impl S3Provider {
         multipart.etags.push(etag.to_string());
         Ok(())
     }
+}
+
+/// How much of an error answer without an S3 `<Message>` (a proxy's page, say) is kept.
+const MAX_ERROR_BODY: usize = 512;
+
+fn truncated(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// A request that got no answer, with its causes ("error sending request: client error
+/// (Connect): tcp connect error: Connection refused"), without the URL reqwest's message names,
+/// query string and all.
+fn transport_error(error: reqwest::Error) -> String {
+    let error = error.without_url();
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(&error);
+    while let Some(error) = cause {
+        text.push_str(": ");
+        text.push_str(&error.to_string());
+        cause = error.source();
+    }
+    text
 }
 
 /// A multipart upload in progress.

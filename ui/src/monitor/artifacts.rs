@@ -194,22 +194,15 @@ async fn run_egressed(
     }
 }
 
-/// `{scheme}://{host}/operations/{id}`, as dotnet-monitor's `Location` headers are absolute.
-fn operation_url(headers: &HeaderMap, scheme: &str, id: &str) -> String {
-    match headers.get(header::HOST).and_then(|h| h.to_str().ok()) {
-        Some(host) => format!("{scheme}://{host}/operations/{id}"),
-        None => format!("/operations/{id}"),
-    }
+/// `{api_url}/operations/{id}`: absolute, as dotnet-monitor's `Location` headers are, when the
+/// API has one URL of its own.
+fn operation_url(api_url: Option<&str>, id: &str) -> String {
+    format!("{}/operations/{id}", api_url.unwrap_or_default())
 }
 
 /// Resolves the process, registers the operation, then streams the artifact back or sends it
 /// to the egress provider.
-async fn collect(
-    state: ApiState,
-    headers: HeaderMap,
-    params: MonitorParams,
-    job: Job,
-) -> Result<Response, ApiError> {
+async fn collect(state: ApiState, params: MonitorParams, job: Job) -> Result<Response, ApiError> {
     let monitor = &state.monitor;
     let target = monitor.directory.resolve(&params.process_key()?).await?;
     let kind = job.kind();
@@ -223,7 +216,7 @@ async fn collect(
         provider.clone(),
         params.tags(),
     )?;
-    let location = operation_url(&headers, &monitor.public_scheme, handle.id());
+    let location = operation_url(monitor.api_url.as_deref(), handle.id());
     let file_name = kind.file_name(target.pid, SystemTime::now());
     let dump_temp_dir = monitor.dump_temp_dir.clone();
     if let Some(name) = provider {
@@ -310,11 +303,7 @@ fn trace_duration(params: &MonitorParams) -> Result<Option<Duration>, ApiError> 
     Ok(u64::try_from(seconds).ok().map(Duration::from_secs))
 }
 
-async fn trace(
-    State(state): State<ApiState>,
-    headers: HeaderMap,
-    params: QueryPairs,
-) -> Result<Response, ApiError> {
+async fn trace(State(state): State<ApiState>, params: QueryPairs) -> Result<Response, ApiError> {
     let allowed = [&ARTIFACT_PARAMS[..], &["profile", "durationSeconds"]].concat();
     let params = MonitorParams::new(params, &allowed)?;
     let profiles: Vec<TraceProfile> = match params.get("profile") {
@@ -337,12 +326,11 @@ async fn trace(
     let request = TraceRequest::profiles(&profiles, state.monitor.counter_interval_seconds)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?
         .with_duration(trace_duration(&params)?);
-    collect(state, headers, params, Job::Trace(request)).await
+    collect(state, params, Job::Trace(request)).await
 }
 
 async fn trace_custom(
     State(state): State<ApiState>,
-    headers: HeaderMap,
     params: QueryPairs,
     body: Result<Json<EventPipeConfiguration>, JsonRejection>,
 ) -> Result<Response, ApiError> {
@@ -352,23 +340,15 @@ async fn trace_custom(
     let request = TraceRequest::custom(&configuration)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?
         .with_duration(trace_duration(&params)?);
-    collect(state, headers, params, Job::Trace(request)).await
+    collect(state, params, Job::Trace(request)).await
 }
 
-async fn gcdump(
-    State(state): State<ApiState>,
-    headers: HeaderMap,
-    params: QueryPairs,
-) -> Result<Response, ApiError> {
+async fn gcdump(State(state): State<ApiState>, params: QueryPairs) -> Result<Response, ApiError> {
     let params = MonitorParams::new(params, &ARTIFACT_PARAMS)?;
-    collect(state, headers, params, Job::GcDump).await
+    collect(state, params, Job::GcDump).await
 }
 
-async fn dump(
-    State(state): State<ApiState>,
-    headers: HeaderMap,
-    params: QueryPairs,
-) -> Result<Response, ApiError> {
+async fn dump(State(state): State<ApiState>, params: QueryPairs) -> Result<Response, ApiError> {
     let allowed = [&ARTIFACT_PARAMS[..], &["type"]].concat();
     let params = MonitorParams::new(params, &allowed)?;
     let kind = match params.get("type") {
@@ -383,7 +363,7 @@ async fn dump(
                 },
             )?,
     };
-    collect(state, headers, params, Job::Dump(kind)).await
+    collect(state, params, Job::Dump(kind)).await
 }
 
 async fn stacks(
@@ -393,7 +373,7 @@ async fn stacks(
 ) -> Result<Response, ApiError> {
     let params = MonitorParams::new(params, &ARTIFACT_PARAMS)?;
     let format = stack_format(&headers);
-    collect(state, headers, params, Job::Stacks(format)).await
+    collect(state, params, Job::Stacks(format)).await
 }
 
 /// The stacks' format from `Accept`, as dotnet-monitor picks it: an exact media type first

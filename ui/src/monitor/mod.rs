@@ -95,8 +95,10 @@ pub struct MonitorState {
     /// The Metrics trace profile's EventCounter interval (dotnet-monitor's
     /// `GlobalCounter:IntervalSeconds`).
     pub counter_interval_seconds: u32,
-    /// The scheme clients reach the API by, for the absolute `Location` of operations.
-    pub public_scheme: String,
+    /// The API's own URL (`scheme://address:port`, as it listens) for the absolute `Location`
+    /// of operations; None (it listens on every interface, so no one address is its own) gives
+    /// relative ones. Never the client's `Host`, which a client chooses.
+    pub api_url: Option<String>,
 }
 
 impl Default for MonitorState {
@@ -107,7 +109,7 @@ impl Default for MonitorState {
             operations: Operations::default(),
             dump_temp_dir: std::env::temp_dir(),
             counter_interval_seconds: 5,
-            public_scheme: "http".into(),
+            api_url: None,
         }
     }
 }
