@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::agent::{data_dir, Agent};
-use support::{http_request, http_request_with_body, testbed_dir, HttpResponse, Target};
+use support::{http_raw, http_request, http_request_with_body, testbed_dir, HttpResponse, Target};
 
 fn clrscope(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_clrscope"))
@@ -742,4 +742,86 @@ fn egress_to_s3_lands_objects_named_as_artifacts() {
 fn expect_status(response: HttpResponse, status: u16, what: &str) -> HttpResponse {
     assert_eq!(response.status, status, "{what}: {}", response.body);
     response
+}
+
+#[test]
+fn location_names_the_apis_own_url_never_the_clients_host() {
+    let target = Target::builder("Alloc").start();
+    let pid = target.pid();
+    let dir = data_dir("monitor-location");
+    let config = settings(
+        "monitor-location",
+        json!({"Egress": {"FileSystem": {"local": {"DirectoryPath": dir.join("out")}}}}),
+    );
+    let agent = agent_with_config(&dir, pid, &config);
+    // `localhost` is a Host the agent answers to, but not the address it listens on.
+    let message = format!(
+        "GET /gcdump?pid={pid}&egressProvider=local HTTP/1.1\r\nHost: localhost:{}\r\n\
+         Authorization: Bearer {}\r\nConnection: close\r\n\r\n",
+        agent.port,
+        agent.token()
+    );
+    let accepted = http_raw(
+        agent.port,
+        message.as_bytes(),
+        "GET /gcdump (Host: localhost)",
+    );
+    let accepted = expect(accepted, 202, "gcdump to egress", &agent);
+    let location = accepted.header("location").expect("a Location header");
+    let id = location.rsplit('/').next().unwrap();
+    assert_eq!(
+        location,
+        format!("http://127.0.0.1:{}/operations/{id}", agent.port)
+    );
+    wait_operation(&agent, id, Duration::from_secs(120));
+}
+
+#[test]
+fn a_failed_s3_upload_keeps_its_credentials_out_of_answers_and_logs() {
+    let access_key = "AKIACLRSCOPELEAKTEST";
+    let secret_key = "clrscope-secret-never-shown";
+    // A port nothing listens on: the upload really fails, at connect.
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let target = Target::builder("Alloc").start();
+    let pid = target.pid();
+    let dir = data_dir("monitor-s3-failure");
+    let config = settings(
+        "monitor-s3-failure",
+        json!({"Egress": {"S3Storage": {"bucket": {
+            "endpoint": format!("http://127.0.0.1:{closed}"),
+            "bucketName": "clrscope-artifacts",
+            "regionName": "us-east-1",
+            "accessKeyId": access_key,
+            "secretAccessKey": secret_key,
+            "forcePathStyle": true,
+        }}}}),
+    );
+    let agent = agent_with_config(&dir, pid, &config);
+    let route = format!("/gcdump?pid={pid}&egressProvider=bucket");
+    let accepted = expect(request(&agent, "GET", &route, &[]), 202, "gcdump", &agent);
+    let id = operation_id(&accepted);
+    let done = wait_operation(&agent, &id, Duration::from_secs(120));
+    assert_eq!(done["status"], "Failed", "{done}");
+    let listed = get(&agent, "/operations", 200).body;
+    for (what, text) in [
+        ("the operation", done.to_string()),
+        ("the operation list", listed),
+        ("the agent's log", agent.log()),
+    ] {
+        for secret in [
+            "X-Amz-Signature",
+            "X-Amz-Credential",
+            access_key,
+            secret_key,
+        ] {
+            assert!(!text.contains(secret), "{what} holds {secret}:\n{text}");
+        }
+    }
+    // The cause is still there.
+    let message = done["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("Connection refused"), "{done}");
 }

@@ -196,12 +196,6 @@ pub fn http_request_with_body(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> HttpResponse {
-    use std::io::Write;
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
-        .unwrap_or_else(|e| panic!("connect 127.0.0.1:{port}: {e}"));
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("set_read_timeout");
     let mut request =
         format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
     for (k, v) in headers {
@@ -213,17 +207,29 @@ pub fn http_request_with_body(
     request.push_str("\r\n");
     let mut message = request.into_bytes();
     message.extend_from_slice(body);
+    http_raw(port, &message, &format!("{method} {path}"))
+}
+
+/// Sends `message` (a whole HTTP/1.1 request, as written: any `Host`, no `Host`, …) to
+/// `127.0.0.1:port` and reads the answer until the server closes; `what` names it in panics.
+pub fn http_raw(port: u16, message: &[u8], what: &str) -> HttpResponse {
+    use std::io::Write;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
+        .unwrap_or_else(|e| panic!("connect 127.0.0.1:{port}: {e}"));
     stream
-        .write_all(&message)
-        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("set_read_timeout");
+    stream
+        .write_all(message)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
     let mut raw = Vec::new();
     stream
         .read_to_end(&mut raw)
-        .unwrap_or_else(|e| panic!("{method} {path}: reading the response: {e}"));
+        .unwrap_or_else(|e| panic!("{what}: reading the response: {e}"));
     let split = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .unwrap_or_else(|| panic!("{method} {path}: malformed response {raw:?}"));
+        .unwrap_or_else(|| panic!("{what}: malformed response {raw:?}"));
     let head = String::from_utf8_lossy(&raw[..split]).into_owned();
     let bytes = raw[split + 4..].to_vec();
     let mut head_lines = head.split("\r\n");
@@ -232,7 +238,7 @@ pub fn http_request_with_body(
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("{method} {path}: bad status line {status_line:?}"));
+        .unwrap_or_else(|| panic!("{what}: bad status line {status_line:?}"));
     let headers: Vec<(String, String)> = head_lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
