@@ -382,3 +382,93 @@ fn the_connection_cap_holds_and_the_api_still_answers() {
         }
     }
 }
+
+/// The bytes the server side of the connection from `client_port` to `server_port` has not
+/// read yet (its receive queue in /proc/net/tcp); None before the connection is there.
+fn server_unread(server_port: u16, client_port: u16) -> Option<u32> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port = |field: &str| u16::from_str_radix(field.rsplit(':').next()?, 16).ok();
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.len() > 4
+            && port(fields[1]) == Some(server_port)
+            && port(fields[2]) == Some(client_port))
+        .then(|| u32::from_str_radix(fields[4].rsplit(':').next()?, 16).ok())
+        .flatten()
+    })
+}
+
+/// Waits until `condition` holds for the server side of `client`'s connection to `port`.
+fn wait_unread(port: u16, client: &TcpStream, condition: impl Fn(u32) -> bool, what: &str) {
+    let client_port = client.local_addr().unwrap().port();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !server_unread(port, client_port).is_some_and(&condition) {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn at_the_cap_a_new_connection_waits_while_every_connection_is_answering() {
+    let (agent, _dir) = agent("hostile-cap-busy", None, &["--max-connections", "1"]);
+    let port = agent.port;
+    // The only slot answers a request whose body has not all come: in flight, not idle, so it
+    // cannot be closed for the next connection, which waits.
+    let mut busy = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    busy.write_all(
+        format!(
+            "POST /querier.v1.QuerierService/ProfileTypes HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+             Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    wait_unread(
+        port,
+        &busy,
+        |unread| unread == 0,
+        "the agent never read the first request",
+    );
+    let mut waiting = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let request = format!(
+        "GET /api/v1/processes HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    );
+    waiting.write_all(request.as_bytes()).unwrap();
+    // Its request stays in the kernel, unread, while the first is in flight.
+    wait_unread(
+        port,
+        &waiting,
+        |unread| unread as usize == request.len(),
+        "the second request was read",
+    );
+    // ... and gets no answer (a second is a long time to a server that is not holding it back).
+    waiting
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    let early = waiting.read(&mut [0u8; 64]);
+    assert!(
+        early
+            .as_ref()
+            .is_err_and(|e| matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)),
+        "the second connection was answered while the only slot was busy: {early:?}"
+    );
+    busy.write_all(b"}").unwrap();
+    let mut first = Vec::new();
+    busy.read_to_end(&mut first).unwrap();
+    assert!(
+        first.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&first)
+    );
+    waiting
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut second = Vec::new();
+    waiting.read_to_end(&mut second).unwrap();
+    assert!(
+        second.starts_with(b"HTTP/1.1 200"),
+        "{}\nagent log:\n{}",
+        String::from_utf8_lossy(&second),
+        agent.log()
+    );
+}

@@ -5,7 +5,8 @@
 //!   arrives at the cap, the connection that has waited longest without a request in flight is
 //!   closed to make room (as nginx drains its idle keep-alive connections when it runs out), so
 //!   a flood of idle or slow connections cannot lock out a client that sends its request at
-//!   once; when every connection is answering a request, the new one waits for a slot.
+//!   once; the new one waits until that one is closed, or, while every connection is answering
+//!   a request, until one ends.
 //! - Kestrel's two timeouts: a connection with nothing in flight and no bytes of a next request
 //!   is closed after [`ConnectionLimits::keep_alive_timeout`]; once the first byte of a request
 //!   (or of a TLS handshake) has come, its head must be complete within
@@ -342,6 +343,10 @@ impl ConnectionState {
         }
     }
 
+    fn is_evicted(&self) -> bool {
+        self.evicted.load(Ordering::Acquire)
+    }
+
     fn evict(&self) {
         self.evicted.store(true, Ordering::Release);
         self.wake.notify_one();
@@ -350,7 +355,7 @@ impl ConnectionState {
     /// Completes when the connection must close: evicted, or past the deadline of its phase.
     async fn expired(&self, limits: ConnectionLimits) {
         loop {
-            if self.evicted.load(Ordering::Acquire) {
+            if self.is_evicted() {
                 return;
             }
             let deadline = match *self.phase() {
@@ -537,24 +542,26 @@ impl OpenConnections {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A slot for a new connection: a free one, else the one of the connection that has waited
-    /// longest without a request in flight (closed now); none while every connection is
-    /// answering a request.
+    /// A slot for a new connection, if one is free. At the cap, the connection that has waited
+    /// longest without a request in flight is told to close, and none is given: its slot frees
+    /// when its task has closed it ([`OpenConnections::changed`] says so), so a listener never
+    /// holds more descriptors than its cap, even while thousands of connections churn.
     fn admit(self: &Arc<Self>) -> Option<Admitted> {
         let mut slots = self.slots();
         if slots.open.len() >= self.max {
-            if !slots.evict_longest_waiting() {
-                return None;
+            let closing = slots.open.values().any(|state| state.is_evicted());
+            if !closing && slots.evict_longest_waiting() {
+                if slots.warned.is_none_or(|at| at.elapsed() >= WARN_INTERVAL) {
+                    slots.warned = Some(Instant::now());
+                    tracing::warn!(
+                        max_connections = self.max,
+                        "a listener is at its connection cap: closing the connections that wait \
+                         longest without a request to admit new ones (Kestrel:Limits:\
+                         MaxConcurrentConnections, --max-connections)"
+                    );
+                }
             }
-            if slots.warned.is_none_or(|at| at.elapsed() >= WARN_INTERVAL) {
-                slots.warned = Some(Instant::now());
-                tracing::warn!(
-                    max_connections = self.max,
-                    "a listener is at its connection cap: closing the connections that wait \
-                     longest without a request to admit new ones (Kestrel:Limits:\
-                     MaxConcurrentConnections, --max-connections)"
-                );
-            }
+            return None;
         }
         let id = slots.next_id;
         slots.next_id += 1;
@@ -582,15 +589,18 @@ impl OpenConnections {
 }
 
 impl Slots {
+    /// Tells the connection that has waited longest without a request to close (it stays
+    /// counted until it has); whether there was one.
     fn evict_longest_waiting(&mut self) -> bool {
         let longest = self
             .open
-            .iter()
-            .filter_map(|(id, state)| state.waiting_since().map(|since| (since, *id)))
-            .min();
-        match longest.and_then(|(_, id)| self.open.remove(&id)) {
-            Some(evicted) => {
-                evicted.evict();
+            .values()
+            .filter(|state| !state.is_evicted())
+            .filter_map(|state| state.waiting_since().map(|since| (since, state)))
+            .min_by_key(|(since, _)| *since);
+        match longest {
+            Some((_, state)) => {
+                state.evict();
                 true
             }
             None => false,
