@@ -550,16 +550,17 @@ impl OpenConnections {
         let mut slots = self.slots();
         if slots.open.len() >= self.max {
             let closing = slots.open.values().any(|state| state.is_evicted());
-            if !closing && slots.evict_longest_waiting() {
-                if slots.warned.is_none_or(|at| at.elapsed() >= WARN_INTERVAL) {
-                    slots.warned = Some(Instant::now());
-                    tracing::warn!(
-                        max_connections = self.max,
-                        "a listener is at its connection cap: closing the connections that wait \
-                         longest without a request to admit new ones (Kestrel:Limits:\
-                         MaxConcurrentConnections, --max-connections)"
-                    );
-                }
+            if !closing
+                && slots.evict_longest_waiting()
+                && slots.warned.is_none_or(|at| at.elapsed() >= WARN_INTERVAL)
+            {
+                slots.warned = Some(Instant::now());
+                tracing::warn!(
+                    max_connections = self.max,
+                    "a listener is at its connection cap: closing the connections that wait \
+                     longest without a request to admit new ones (Kestrel:Limits:\
+                     MaxConcurrentConnections, --max-connections)"
+                );
             }
             return None;
         }
