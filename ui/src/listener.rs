@@ -165,8 +165,9 @@ pub async fn serve(
             if let Some(connection) = open.admit() {
                 break Some(connection);
             }
-            // Every connection is answering a request: this one waits for one to end or go idle
-            // (more wait in the kernel's backlog meanwhile).
+            // At the cap: this one waits until the connection told to close has closed, or, while
+            // every connection is answering a request, until one ends or goes idle (more wait in
+            // the kernel's backlog meanwhile).
             tokio::select! {
                 () = &mut shutdown => break None,
                 () = open.changed.notified() => {}
