@@ -8,12 +8,13 @@ or took longer than --slow-answer.
 
     ulimit -n 16384   # the client's sockets
     python3 benches/connection_flood.py --api 127.0.0.1:52323 --metrics 127.0.0.1:52325 \
-        --token "$TOKEN" [--idle 3000] [--slow 200] [--calls 20]
+        --token "$TOKEN" [--idle 3000] [--slow 200] [--calls 20] [--agent-pid PID]
 
 Python 3 standard library only.
 """
 
 import argparse
+import os
 import resource
 import selectors
 import socket
@@ -152,6 +153,7 @@ def main():
     parser.add_argument("--timeout", type=float, default=10.0, help="give up on a call after this")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds of flood before timing")
     parser.add_argument("--slow-answer", type=float, default=1.0, help="report calls slower than this")
+    parser.add_argument("--agent-pid", type=int, help="report the agent's open descriptors (Linux /proc)")
     args = parser.parse_args()
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -170,13 +172,24 @@ def main():
     flooder.start()
     time.sleep(args.settle)
 
+    def agent_fds():
+        try:
+            return len(os.listdir(f"/proc/{args.agent_pid}/fd"))
+        except OSError:
+            return None
+
     auth = [("Authorization", f"Bearer {args.token}")] if args.token else []
+    fds = []
     results = {}
     for name, target, path, headers in (
         ("API GET /api/v1/processes", args.api, "/api/v1/processes", auth),
         ("metrics GET /metrics", args.metrics, "/metrics", []),
     ):
-        times = [timed_get(target, path, headers, args.timeout) for _ in range(args.calls)]
+        times = []
+        for _ in range(args.calls):
+            times.append(timed_get(target, path, headers, args.timeout))
+            if args.agent_pid:
+                fds.append(agent_fds())
         results[name] = times
     stop.set()
     flooder.join()
@@ -186,6 +199,9 @@ def main():
     for flood, label in zip(floods, ("API", "metrics")):
         print(f"  {label}: open now {flood.open['idle']} idle + {flood.open['slow']} slow; "
               f"closed by the server {flood.closed_by_server}; connect errors {flood.connect_errors}")
+    if fds:
+        known = [n for n in fds if n is not None]
+        print(f"agent's open descriptors while timing: max {max(known) if known else '?'}")
     for name, times in results.items():
         answered = [t for t in times if t is not None]
         failed = len(times) - len(answered)
