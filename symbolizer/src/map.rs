@@ -86,8 +86,8 @@ pub enum FunctionKind {
 }
 
 /// A function as the code map knows it: the runtime's ids and raw strings, shared by all code
-/// versions of one method. What a profile names it is the profile model's `Function` (its
-/// display name and module), made from this one.
+/// versions of one method. A profile names it with a [`profile::Function`] (display name and
+/// module) made from this one.
 #[derive(Clone, Debug)]
 pub struct CodeMapFunction {
     /// Stable identity for deduplication across processes.
