@@ -11,10 +11,9 @@ use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, DEFAULT_RUNDOWN_KEYWORD};
 use collector::providers::{self, SessionProviders, TraceProfile};
 use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
+use settings::parse_duration;
 use tokio::io::BufWriter;
 use tokio::sync::Notify;
-
-use crate::args::parse_duration;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

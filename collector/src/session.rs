@@ -1,5 +1,7 @@
 //! Running one EventPipe session to its end: start, copy the stream, stop, drain the rundown;
-//! and [`ParsingWriter`], which parses a stream while it is being copied.
+//! [`ParsingWriter`], which parses a stream while it is being copied; and [`rundown`], a session
+//! that only lists the code a process has loaded, which is how every live profiler (the
+//! `record` and `top` commands, the agent) names code loaded before it attached.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,11 +11,14 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::client::{ClientError, DiagnosticsClient};
-use crate::ipc::{CollectTracing, CollectTracingVersion};
+use crate::ipc::{CollectTracing, CollectTracingVersion, ProviderConfig};
 use crate::nettrace::{Event, NettraceError, Parser};
+use crate::providers::{level, RUNTIME};
 
 /// How much of the stream is copied at a time.
 const CHUNK: usize = 64 * 1024;
+/// How long a rundown-only session may take to list a process's code.
+const RUNDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Why a session run failed.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +45,20 @@ pub enum SessionError {
          the rundown (try again with a longer --stop-timeout)"
     )]
     DrainTimeout(Duration),
+}
+
+/// Why a [`rundown`] did not name the code already loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RundownError {
+    #[error("naming the code already loaded in pid {pid} (rundown)")]
+    Session {
+        pid: u32,
+        #[source]
+        source: SessionError,
+    },
+    #[error("the rundown of pid {pid} did not parse: {reason}")]
+    Parse { pid: u32, reason: String },
 }
 
 /// Why the stream ended.
@@ -218,6 +237,37 @@ async fn finish<W: AsyncWrite + Unpin>(
         elapsed: started.elapsed(),
         end,
     })
+}
+
+/// Runs a rundown-only session of process `pid` into `observer`: the runtime lists every method
+/// and module it has loaded (ReadyToRun methods once their entry point is bound).
+pub async fn rundown(
+    client: &DiagnosticsClient,
+    pid: u32,
+    observer: impl EventObserver + Unpin,
+) -> Result<(), RundownError> {
+    // A session needs a provider; the runtime's with no keywords adds nothing but the rundown.
+    let rundown_only =
+        CollectTracing::v2(vec![ProviderConfig::new(RUNTIME, 0, level::INFORMATIONAL)])
+            .with_rundown(true);
+    let mut sink = ParsingWriter::new(tokio::io::sink(), observer);
+    run(
+        client,
+        rundown_only,
+        &mut sink,
+        std::future::ready(()),
+        RUNDOWN_TIMEOUT,
+        |_| {},
+    )
+    .await
+    .map_err(|source| RundownError::Session { pid, source })?;
+    match sink.error() {
+        Some(error) => Err(RundownError::Parse {
+            pid,
+            reason: error.to_string(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Receives each event of a stream as it is parsed.

@@ -144,24 +144,24 @@ pub struct ExporterConfig {
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// How often a request is sent (default 15 s).
-    #[serde(default, deserialize_with = "collector::config::lenient::opt_duration")]
+    #[serde(default, deserialize_with = "settings::lenient::opt_duration")]
     pub interval: Option<Duration>,
     /// How long one attempt may take (default 10 s).
-    #[serde(default, deserialize_with = "collector::config::lenient::opt_duration")]
+    #[serde(default, deserialize_with = "settings::lenient::opt_duration")]
     pub timeout: Option<Duration>,
     #[serde(default)]
     pub compression: Compression,
     /// Requests kept while the backend is unreachable (default 8); past it the oldest is
     /// dropped.
-    #[serde(default, deserialize_with = "collector::config::lenient::opt_number")]
+    #[serde(default, deserialize_with = "settings::lenient::opt_number")]
     pub queue_size: Option<usize>,
     /// Bytes of requests kept while the backend is unreachable (default 16 MiB); past it the
     /// oldest are dropped.
-    #[serde(default, deserialize_with = "collector::config::lenient::opt_bytes")]
+    #[serde(default, deserialize_with = "settings::lenient::opt_bytes")]
     pub max_queue_bytes: Option<u64>,
     /// The longest wait between two attempts (default 30 s); waits double from 1 s up to it,
     /// with jitter.
-    #[serde(default, deserialize_with = "collector::config::lenient::opt_duration")]
+    #[serde(default, deserialize_with = "settings::lenient::opt_duration")]
     pub max_retry_delay: Option<Duration>,
     #[serde(default)]
     pub tls: Option<TlsConfig>,

@@ -16,7 +16,7 @@ mod export;
 mod health;
 mod process;
 mod rules;
-mod runtime_metrics;
+mod runtime_counters;
 mod writer;
 
 use std::path::PathBuf;
@@ -26,15 +26,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context};
 use collector::attached::AttachedProcesses;
 use collector::counters::{CounterSessionConfig, DEFAULT_INTERVAL_SECONDS};
-use collector::metrics::{MetricsConfig, Registry};
 use collector::sampler::DutyCycle;
 use exporter::egress::{Egress, EgressConfig};
+use settings::{parse_bytes, parse_duration};
 use store::tsdb::{Store, StoreOptions};
 use symbolizer::continuous::EventProfiles;
 use tokio::sync::watch;
+use ui::metrics::Registry;
 
-use crate::args::{parse_bytes, parse_duration};
-use config::{AgentConfig, ConfigSources};
+use config::{AgentConfig, ConfigSources, MetricsConfig};
 use health::Health;
 use writer::BatchSink;
 
@@ -171,7 +171,7 @@ struct Resolved {
     store: StoreOptions,
     /// Where /metrics is served without authentication, if anywhere.
     metrics_urls: Option<String>,
-    runtime_metrics: Option<RuntimeMetrics>,
+    runtime_counters: Option<RuntimeCounters>,
     auth: AuthSource,
     kestrel: ui::tls::KestrelConfig,
     exporters: export::ExportersConfig,
@@ -191,7 +191,7 @@ enum AuthSource {
 
 /// The counter session whose values go on /metrics, and which EventCounters of it to keep.
 #[derive(Debug, Clone)]
-pub struct RuntimeMetrics {
+pub struct RuntimeCounters {
     pub session: CounterSessionConfig,
     /// Per EventCounter source, the counters to keep (`Metrics:Providers:CounterNames`);
     /// a source not listed keeps every counter.
@@ -252,8 +252,8 @@ impl Args {
             Some(url) => Some(url),
             None => metrics_on.then(|| ui::metrics::DEFAULT_METRICS_URL.to_string()),
         };
-        let runtime_metrics = (metrics_on && !self.no_runtime_metrics)
-            .then(|| runtime_metrics_config(metrics, &self.meters));
+        let runtime_counters = (metrics_on && !self.no_runtime_metrics)
+            .then(|| runtime_counters_config(metrics, &self.meters));
         let auth = if self.no_auth {
             AuthSource::Off
         } else if self.temp_apikey {
@@ -304,7 +304,7 @@ impl Args {
                 ..StoreOptions::default()
             },
             metrics_urls,
-            runtime_metrics,
+            runtime_counters,
             auth,
             kestrel: config.kestrel.clone(),
             exporters: config.exporters,
@@ -320,10 +320,10 @@ impl Args {
 
 /// The counter session of the `Metrics` section and `--meter` flags: dotnet-monitor's default
 /// sources unless `IncludeDefaultProviders` is false, `Providers`, `Meters`.
-fn runtime_metrics_config(metrics: &MetricsConfig, meters: &[String]) -> RuntimeMetrics {
+fn runtime_counters_config(metrics: &MetricsConfig, meters: &[String]) -> RuntimeCounters {
     let mut session = CounterSessionConfig::new(DEFAULT_INTERVAL_SECONDS);
     if metrics.include_default_providers != Some(false) {
-        for source in runtime_metrics::DEFAULT_SOURCES {
+        for source in runtime_counters::DEFAULT_SOURCES {
             session = session.with_event_counters(source);
         }
     }
@@ -344,7 +344,7 @@ fn runtime_metrics_config(metrics: &MetricsConfig, meters: &[String]) -> Runtime
     for meter in meters {
         session = session.with_meter(meter, &[]);
     }
-    RuntimeMetrics {
+    RuntimeCounters {
         session,
         counter_names,
     }
@@ -395,7 +395,7 @@ pub struct Settings {
     /// The providers that join samples to the spans their threads ran, when linkage is on.
     pub linkage: Option<Vec<collector::ipc::ProviderConfig>>,
     /// The counter session whose values go on /metrics, unless that is off.
-    pub runtime_metrics: Option<RuntimeMetrics>,
+    pub runtime_counters: Option<RuntimeCounters>,
     /// Collection rules and their egress.
     pub rules: rules::RuleSettings,
 }
@@ -406,7 +406,7 @@ pub struct Agent {
     pub processes: AttachedProcesses,
     pub sink: BatchSink,
     /// Every component's metrics, served on `/metrics`: register yours on it (see
-    /// [`collector::metrics`]).
+    /// [`ui::metrics`]).
     pub metrics: Registry,
     /// The agent's own metrics.
     pub health: Health,
@@ -575,7 +575,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             filters: settings.filters,
             host_name: host_name(),
             linkage: settings.linkage,
-            runtime_metrics: settings.runtime_metrics,
+            runtime_counters: settings.runtime_counters,
             rules,
         },
         processes: AttachedProcesses::default(),

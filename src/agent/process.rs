@@ -24,10 +24,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::health::{GaugeGuard, Health};
-use super::runtime_metrics;
+use super::runtime_counters;
 use super::writer::BatchSink;
 use super::{rules, Agent};
-use crate::live;
 
 /// How long after a sampler window its stacks are named: methods compiled during the window are
 /// announced on the light session, whose events arrive up to a few hundred milliseconds later.
@@ -317,7 +316,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
 
     // Fires when this function returns: the process's other tasks end with it.
     let (_detaching, detached) = tokio::sync::oneshot::channel::<()>();
-    if let Some(config) = agent.settings.runtime_metrics.clone() {
+    if let Some(config) = agent.settings.runtime_counters.clone() {
         let mut shutdown = agent.shutdown.clone();
         let stop = async move {
             tokio::select! {
@@ -325,7 +324,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
                 _ = detached => {}
             }
         };
-        tokio::spawn(runtime_metrics::export(
+        tokio::spawn(runtime_counters::export(
             client.clone(),
             config,
             agent.metrics.clone(),
@@ -350,7 +349,9 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
     };
     // Started after the light session, so code loaded in between is named by one or the other.
     let pid32 = u32::try_from(target.pid).unwrap_or(0);
-    if let Err(error) = live::rundown(client, pid32, profiler.clone()).await {
+    // As anyhow, so `{:#}` shows the error's causes.
+    let rundown = session::rundown(client, pid32, profiler.clone()).await;
+    if let Err(error) = rundown.map_err(anyhow::Error::from) {
         tracing::warn!(pid = target.pid, error = %format!("{error:#}"), "rundown failed; frames of code loaded before attaching stay unnamed");
     }
 
@@ -475,7 +476,8 @@ impl SamplingLoop<'_> {
     async fn refresh_names(&self) -> bool {
         let before = self.profiler.lock().code_map().functions().len();
         let pid = u32::try_from(self.pid).unwrap_or(0);
-        if let Err(error) = live::rundown(self.client, pid, self.profiler.clone()).await {
+        let rundown = session::rundown(self.client, pid, self.profiler.clone()).await;
+        if let Err(error) = rundown.map_err(anyhow::Error::from) {
             tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "refreshing method names failed");
             return true;
         }

@@ -11,11 +11,11 @@
 //! [`CodeMap::symbolize`] never fails and never drops an address: it returns a [`Frame`] whose
 //! [`FrameKind`] says whether the address was in known managed code (with its JIT tier), inside a
 //! mapped module image with no known method (`module!+0xOFFSET`), or unknown (`[unknown]`).
-//! Frames point at interned [`Function`]s shared by every code version of a method (tier 0,
-//! tier 1, OSR, ReJIT), so a stack costs no allocation per frame.
+//! Frames point at interned [`CodeMapFunction`]s shared by every code version of a method
+//! (tier 0, tier 1, OSR, ReJIT), so a stack costs no allocation per frame.
 //!
 //! # Names
-//! [`Function::display_name`] is the C#-like name .NET developers read:
+//! [`CodeMapFunction::display_name`] is the C#-like name .NET developers read:
 //! - the declaring type fully qualified, nested types joined with `.`, generic arguments in
 //!   `<...>` with C# keywords for primitives:
 //!   `System.Collections.Generic.Dictionary<string, int>.Enumerator`;
@@ -25,8 +25,8 @@
 //!   arguments (`List<int>.Add(int)`), method type parameters stay `!!0` (the runtime does not
 //!   report the method instantiation); shared generic code shows `System.__Canon`.
 //!
-//! The module is its own field ([`Function::module`], the file name), so exporters can print
-//! `System.Linq.dll!System.Linq.Enumerable.Where(IEnumerable<!!0>, Func<!!0, bool>)` like PerfView.
+//! The module is its own field ([`CodeMapFunction::module`], the file name), so exporters can
+//! print `System.Linq.dll!System.Linq.Enumerable.Where(IEnumerable<!!0>, Func<!!0, bool>)` like PerfView.
 //! The raw runtime strings stay available, and anything that does not parse falls back to them.
 
 pub mod continuous;
@@ -47,7 +47,7 @@ pub use events::{
 };
 pub use images::{parse_proc_maps, ImageRange};
 pub use map::{
-    CodeMap, CodeMapStats, Frame, FrameKind, Function, FunctionId, FunctionKey, FunctionKind,
-    Module, MAX_INFERRED_EXTENT, MAX_METHOD_SIZE,
+    CodeMap, CodeMapFunction, CodeMapStats, Frame, FrameKind, FunctionId, FunctionKey,
+    FunctionKind, Module, MAX_INFERRED_EXTENT, MAX_METHOD_SIZE,
 };
 pub use refresh::RundownRefreshPolicy;

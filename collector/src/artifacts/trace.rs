@@ -104,7 +104,7 @@ pub struct EventPipeConfiguration {
     #[serde(
         alias = "RequestRundown",
         default = "default_true",
-        deserialize_with = "crate::config::lenient::boolean"
+        deserialize_with = "settings::lenient::boolean"
     )]
     pub request_rundown: bool,
     /// 1..=1024, default 256.
@@ -231,7 +231,7 @@ fn event_level<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 }
 
 fn buffer_mb<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    match crate::config::lenient::number::<D, u32>(d)? {
+    match settings::lenient::number::<D, u32>(d)? {
         n @ 1..=1024 => Ok(n),
         n => Err(serde::de::Error::custom(format!(
             "the buffer size is 1 to 1024 MB, not {n}"

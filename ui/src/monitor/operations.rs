@@ -95,13 +95,13 @@ struct Entry {
 }
 
 #[derive(Debug, Default)]
-struct Registry {
+struct OperationTable {
     entries: HashMap<String, Entry>,
     /// Ids, oldest first.
     order: VecDeque<String>,
 }
 
-impl Registry {
+impl OperationTable {
     /// Forgets operations finished longer than [`OPERATION_RETENTION`] ago, and the oldest
     /// finished ones beyond [`MAX_OPERATIONS`].
     fn prune(&mut self, now: Instant) {
@@ -134,10 +134,10 @@ impl Registry {
     }
 }
 
-/// The registry; cloning shares.
+/// The operations started through the API; cloning shares.
 #[derive(Debug, Clone, Default)]
 pub struct Operations {
-    inner: Arc<Mutex<Registry>>,
+    inner: Arc<Mutex<OperationTable>>,
 }
 
 /// Which operations `/operations` lists: those of a process (any of pid, uid and name given
@@ -151,7 +151,7 @@ pub struct OperationFilter {
 }
 
 impl Operations {
-    fn lock(&self) -> MutexGuard<'_, Registry> {
+    fn lock(&self) -> MutexGuard<'_, OperationTable> {
         // Entries change field by field under the lock, each change complete before the next.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
