@@ -10,7 +10,7 @@ use collector::client::DiagnosticsClient;
 use collector::session::{self, EventObserver, ParsingWriter, SessionProgress};
 use exporter::Format;
 use indicatif::{ProgressBar, ProgressStyle};
-use symbolizer::sampled::Recorder;
+use symbolizer::profiles::recording::Recorder;
 
 use crate::args::parse_duration;
 use crate::live;

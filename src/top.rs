@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use collector::client::DiagnosticsClient;
 use collector::nettrace::AsyncNettraceReader;
-use symbolizer::sampled::{Recorder, TimeProfiles};
+use symbolizer::profiles::recording::Recorder;
+use symbolizer::profiles::TimeProfiles;
 use symbolizer::RundownRefreshPolicy;
 
 use crate::args::parse_duration;

@@ -30,7 +30,7 @@ use collector::metrics::{MetricsConfig, Registry};
 use collector::sampler::DutyCycle;
 use exporter::egress::{Egress, EgressConfig};
 use store::tsdb::{Store, StoreOptions};
-use symbolizer::continuous::EventProfiles;
+use symbolizer::profiles::process::EventProfiles;
 use tokio::sync::watch;
 
 use crate::args::{parse_bytes, parse_duration};
