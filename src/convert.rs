@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use collector::nettrace::NettraceReader;
 use exporter::Format;
-use symbolizer::sampled::Recorder;
+use symbolizer::profiles::recording::Recorder;
 
 use crate::output::{self, TimeType};
 

@@ -5,7 +5,7 @@ use collector::client::{DiagnosticsClient, EventPipeSession};
 use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::providers::{self, level};
 use collector::session;
-use symbolizer::sampled::Recorder;
+use symbolizer::profiles::recording::Recorder;
 
 /// The sampler plus live JIT/Loader events at Verbose; `rundown` adds the rundown at its end.
 pub fn sampling_session(rundown: bool) -> CollectTracing {

@@ -11,7 +11,7 @@ use collector::session::{self, EventObserver, ParsingWriter, SessionProgress};
 use exporter::Format;
 use indicatif::{ProgressBar, ProgressStyle};
 use settings::parse_duration;
-use symbolizer::sampled::Recorder;
+use symbolizer::profiles::recording::Recorder;
 
 use crate::live;
 use crate::output::{self, TimeType};

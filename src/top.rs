@@ -7,7 +7,8 @@ use collector::client::DiagnosticsClient;
 use collector::nettrace::AsyncNettraceReader;
 use collector::session::rundown;
 use settings::parse_duration;
-use symbolizer::sampled::{Recorder, TimeProfiles};
+use symbolizer::profiles::recording::Recorder;
+use symbolizer::profiles::TimeProfiles;
 use symbolizer::RundownRefreshPolicy;
 
 use crate::live;

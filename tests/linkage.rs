@@ -17,7 +17,7 @@ use collector::providers::{self, level};
 use collector::session::{self, EventObserver, ParsingWriter};
 use serde_json::Value;
 use support::Target;
-use symbolizer::sampled::Recorder;
+use symbolizer::profiles::recording::Recorder;
 
 /// The runtime provider's Loader (0x8) and JIT (0x10) keywords.
 const JIT_LOADER: u64 = 0x18;

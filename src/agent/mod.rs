@@ -30,7 +30,7 @@ use collector::sampler::DutyCycle;
 use exporter::egress::{Egress, EgressConfig};
 use settings::{parse_bytes, parse_duration};
 use store::tsdb::{Store, StoreOptions};
-use symbolizer::continuous::EventProfiles;
+use symbolizer::profiles::process::EventProfiles;
 use tokio::sync::watch;
 use ui::metrics::Registry;
 

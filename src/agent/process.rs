@@ -19,7 +19,7 @@ use collector::sampler::{SamplerControl, SamplerStep, MAX_WINDOW};
 use collector::samples::SampleAggregator;
 use collector::session::{self, EventObserver, ParsingWriter};
 use profile::labels;
-use symbolizer::continuous::{Batches, EventProfiles, ProcessProfiler};
+use symbolizer::profiles::process::{Batches, EventProfiles, ProcessProfiler};
 use tokio::sync::watch;
 use tokio::time::Instant;
 

@@ -4,8 +4,9 @@
 //!   pointers from EventPipe samples into managed frames. It is fed by the collector's method
 //!   and module events (through a thin adapter that copies decoded fields into [`MethodLoad`],
 //!   [`MethodUnload`], [`R2rEntryPoint`], [`ModuleLoad`] and [`ModuleUnload`]).
-//! - [`sampled`]: cpu and wall profiles of a recording (`record`, `convert`, `top`).
-//! - [`continuous`]: the always-on profile of one process as batches for the store (the agent).
+//! - [`profiles`]: events → named profiles, one path with two outputs: the cpu and wall
+//!   profile of a recording (`record`, `convert`, `top`) and the always-on profile of one
+//!   process as batches for the store (the agent).
 //!
 //! # Frames
 //! [`CodeMap::symbolize`] never fails and never drops an address: it returns a [`Frame`] whose
@@ -29,15 +30,14 @@
 //! print `System.Linq.dll!System.Linq.Enumerable.Where(IEnumerable<!!0>, Func<!!0, bool>)` like PerfView.
 //! The raw runtime strings stay available, and anything that does not parse falls back to them.
 
-pub mod continuous;
 mod error;
 mod events;
 mod images;
 mod map;
 mod names;
 pub mod nettrace;
+pub mod profiles;
 mod refresh;
-pub mod sampled;
 pub mod stacks;
 
 pub use error::EventError;
