@@ -24,6 +24,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use collector::nettrace::Guid;
 use flate2::write::GzEncoder;
 use flate2::Compression as GzLevel;
 use opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_client::ProfilesServiceClient;
@@ -700,18 +701,7 @@ fn ingest_path(profile: &SeriesProfile) -> String {
 
 /// A random (version 4) UUID, as Pyroscope's `RawSample.ID` expects.
 fn uuid_v4() -> String {
-    let mut bytes: [u8; 16] = fastrand::u128(..).to_le_bytes();
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
+    Guid::new_v4(fastrand::u128(..).to_le_bytes()).to_string()
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use collector::artifacts::ArtifactKind;
+use collector::nettrace::Guid;
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -374,17 +375,7 @@ fn new_operation_id() -> String {
             .as_nanos();
         bytes = nanos.to_le_bytes();
     }
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    Guid::new_v4(bytes).to_string()
 }
 
 #[cfg(test)]
