@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod agent;
+pub mod golden;
 pub mod openapi;
 pub mod receiver;
 
@@ -715,30 +716,6 @@ impl Drop for Target {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// Compares `actual` with `tests/golden/<relative>`, or rewrites the golden file when the
-/// environment has `CLRSCOPE_BLESS=1` (after a deliberate change of output).
-pub fn check_golden(relative: &Path, actual: &[u8]) {
-    let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(relative);
-    if std::env::var_os("CLRSCOPE_BLESS").is_some() {
-        std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
-        std::fs::write(&golden, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read(&golden).unwrap_or_else(|_| {
-        panic!(
-            "missing {}: run with CLRSCOPE_BLESS=1 to create it",
-            golden.display()
-        )
-    });
-    assert!(
-        actual == expected.as_slice(),
-        "{} changed; if intended, rerun with CLRSCOPE_BLESS=1",
-        golden.display()
-    );
 }
 
 /// User plus system CPU of one thread so far, in clock ticks (`/proc/PID/task/TID/stat` fields 14
