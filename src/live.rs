@@ -38,7 +38,7 @@ pub async fn attach(
 
 /// The process's mapped files, so addresses outside any known method still name their module.
 pub fn load_images(pid: u32, recorder: &mut Recorder) {
-    if let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-        recorder.set_images(symbolizer::parse_proc_maps(&maps));
+    if let Ok(images) = symbolizer::read_proc_maps(pid) {
+        recorder.set_images(images);
     }
 }

@@ -306,12 +306,8 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         linkage,
     ))));
     let proc_pid = local.map(|l| l.pid);
-    if let Some(maps) =
-        proc_pid.and_then(|p| std::fs::read_to_string(format!("/proc/{p}/maps")).ok())
-    {
-        profiler
-            .lock()
-            .set_images(symbolizer::parse_proc_maps(&maps));
+    if let Some(images) = proc_pid.and_then(|p| symbolizer::read_proc_maps(p).ok()) {
+        profiler.lock().set_images(images);
     }
 
     // Fires when this function returns: the process's other tasks end with it.

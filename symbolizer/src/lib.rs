@@ -3,10 +3,12 @@
 //! - The per-process code map (the pure core: no I/O, no clock, no threads) turns raw instruction
 //!   pointers from EventPipe samples into managed frames. It is fed by the collector's method
 //!   and module events (through a thin adapter that copies decoded fields into [`MethodLoad`],
-//!   [`MethodUnload`], [`R2rEntryPoint`], [`ModuleLoad`] and [`ModuleUnload`]).
+//!   [`MethodUnload`], [`R2rEntryPoint`], [`ModuleLoad`] and [`ModuleUnload`]), and by the
+//!   target's mapped files ([`read_proc_maps`]).
 //! - [`profiles`]: events → named profiles, one path with two outputs: the cpu and wall
 //!   profile of a recording (`record`, `convert`, `top`) and the always-on profile of one
 //!   process as batches for the store (the agent).
+//! - [`stacks`]: every thread's named stack at one moment ([`stacks::capture`]).
 //!
 //! # Frames
 //! [`CodeMap::symbolize`] never fails and never drops an address: it returns a [`Frame`] whose
@@ -45,7 +47,7 @@ pub use events::{
     LoadSource, MethodFlags, MethodLoad, MethodUnload, ModuleFlags, ModuleLoad, ModuleUnload,
     OptimizationTier, PdbInfo, R2rEntryPoint,
 };
-pub use images::{parse_proc_maps, ImageRange};
+pub use images::{parse_proc_maps, read_proc_maps, ImageRange};
 pub use map::{
     CodeMap, CodeMapFunction, CodeMapStats, Frame, FrameKind, FunctionId, FunctionKey,
     FunctionKind, Module, MAX_INFERRED_EXTENT, MAX_METHOD_SIZE,
