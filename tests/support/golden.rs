@@ -6,12 +6,13 @@ use std::path::Path;
 
 /// Compares `actual` with `tests/golden/<relative>`, or rewrites that file when the environment
 /// has `CLRSCOPE_BLESS=1` (after a deliberate change of output; review the diff before committing
-/// it). On a mismatch the output is left beside the golden file with the extension `actual`.
+/// it). On a mismatch the output is left beside the golden file, named as it plus `.actual`.
 pub fn check_golden(relative: impl AsRef<Path>, actual: &[u8]) {
     let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/golden")
         .join(relative);
-    let actual_path = golden.with_extension("actual");
+    let mut actual_path = golden.clone().into_os_string();
+    actual_path.push(".actual");
     // A leftover from an earlier failure would only mislead.
     let _ = std::fs::remove_file(&actual_path);
     if std::env::var_os("CLRSCOPE_BLESS").is_some_and(|v| v == "1") {
@@ -31,7 +32,7 @@ pub fn check_golden(relative: impl AsRef<Path>, actual: &[u8]) {
             "{} differs from the output (written to {}); if the change is intended, rerun with \
              CLRSCOPE_BLESS=1 and review the diff",
             golden.display(),
-            actual_path.display()
+            Path::new(&actual_path).display()
         );
     }
 }
