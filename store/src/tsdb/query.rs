@@ -4,8 +4,9 @@
 use arrow::record_batch::RecordBatch;
 
 use super::error::Result;
-use super::head::{IdMap, Interner, SampleColumns, EMPTY_STACK};
+use super::head::{Interner, SampleColumns, EMPTY_STACK};
 use super::model::{Query, Series};
+use profile::ids::IdMap;
 use profile::{Function, Labels, Profile, Sample, ValueType};
 
 /// In [`Selection`]'s label sets: rows with this label set are not selected.
