@@ -27,13 +27,14 @@ use anyhow::{bail, Context};
 use collector::attached::AttachedProcesses;
 use collector::counters::{CounterSessionConfig, DEFAULT_INTERVAL_SECONDS};
 use collector::metrics::{MetricsConfig, Registry};
+use collector::nettrace::ParserOptions;
 use collector::sampler::DutyCycle;
 use exporter::egress::{Egress, EgressConfig};
 use store::tsdb::{Store, StoreOptions};
 use symbolizer::continuous::EventProfiles;
 use tokio::sync::watch;
 
-use crate::args::{parse_bytes, parse_duration};
+use crate::args::{parse_bytes, parse_duration, NettraceArgs};
 use config::{AgentConfig, ConfigSources};
 use health::Health;
 use writer::BatchSink;
@@ -145,6 +146,9 @@ pub struct Args {
     /// crash can lose. [default: 10s] [config: Store:FlushInterval]
     #[arg(long, value_parser = parse_duration)]
     flush_interval: Option<Duration>,
+    /// Per session: the limit a target's stream may make the agent hold.
+    #[command(flatten)]
+    nettrace: NettraceArgs,
 }
 
 /// A repeatable flag's values, else the configuration's list.
@@ -177,6 +181,7 @@ struct Resolved {
     exporters: export::ExportersConfig,
     egress: EgressConfig,
     rules: Vec<collector::rules::options::CollectionRule>,
+    parser: ParserOptions,
 }
 
 /// Where the API key comes from.
@@ -262,6 +267,7 @@ impl Args {
             AuthSource::Configured(config.authentication.clone())
         };
         Ok(Resolved {
+            parser: self.nettrace.parser_options(),
             urls: self
                 .urls
                 .or_else(|| config.urls.clone())
@@ -398,6 +404,8 @@ pub struct Settings {
     pub runtime_metrics: Option<RuntimeMetrics>,
     /// Collection rules and their egress.
     pub rules: rules::RuleSettings,
+    /// Limits of the parsers that read the targets' streams (`--nettrace-budget`).
+    pub parser: ParserOptions,
 }
 
 /// What the agent's tasks share.
@@ -577,6 +585,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             linkage: settings.linkage,
             runtime_metrics: settings.runtime_metrics,
             rules,
+            parser: settings.parser.clone(),
         },
         processes: AttachedProcesses::default(),
         sink,
@@ -602,6 +611,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 listen: listen.clone(),
             },
             egress,
+            parser: settings.parser,
             ..ui::MonitorState::default()
         };
         let state = ui::ApiState::new(store.clone())

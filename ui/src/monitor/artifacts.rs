@@ -336,7 +336,8 @@ async fn trace(
     };
     let request = TraceRequest::profiles(&profiles, state.monitor.counter_interval_seconds)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?
-        .with_duration(trace_duration(&params)?);
+        .with_duration(trace_duration(&params)?)
+        .with_parser(state.monitor.parser.clone());
     collect(state, headers, params, Job::Trace(request)).await
 }
 
@@ -351,7 +352,8 @@ async fn trace_custom(
     let Json(configuration) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let request = TraceRequest::custom(&configuration)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?
-        .with_duration(trace_duration(&params)?);
+        .with_duration(trace_duration(&params)?)
+        .with_parser(state.monitor.parser.clone());
     collect(state, headers, params, Job::Trace(request)).await
 }
 
