@@ -8,7 +8,7 @@ pub use collector::config::{parse_bytes, parse_duration};
 pub struct NettraceArgs {
     /// Most memory the nettrace parser of one stream may hold for what it decodes (metadata,
     /// stacks, threads, label lists), e.g. 256MiB; a stream that needs more stops with an error
-    /// naming this option. [default: 64MiB]
+    /// naming this option. [default: 32MiB]
     #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
     nettrace_budget: Option<u64>,
 }

@@ -22,7 +22,7 @@ use super::block::{
     read_compressed_header, read_event_block_header, read_sequence_point, read_uncompressed_header,
     EventHeader, StackCache, UNCOMPRESSED_HEADER_SIZE,
 };
-use super::budget::{self, Held, MemoryBudget};
+use super::budget::{self, Held, MemoryBudget, Meter};
 use super::cursor::{Cursor, ReadFault};
 use super::error::NettraceError;
 use super::event::{Event, StagedEvent};
@@ -43,6 +43,28 @@ const MAX_TYPE_NAME: usize = 64;
 /// Budget cost of a metadata record's place: its vector slot and its index entry.
 const METADATA_SLOT: usize = budget::slot::<EventMetadata>() + budget::slot::<(u32, usize)>();
 
+/// Decodes one metadata record (V4 "record" or V6 "row", at stream offset `at`) with `parse`,
+/// paying as it goes from `budget`, and charges the record to it.
+fn decode_metadata(
+    budget: &mut MemoryBudget,
+    parse: fn(Cursor<'_>, &mut Meter) -> Result<EventMetadata, ReadFault>,
+    body: Cursor<'_>,
+    (object, what, at): (&'static str, &'static str, u64),
+) -> Result<EventMetadata, NettraceError> {
+    let mut meter = budget.meter();
+    let m = parse(body, &mut meter).map_err(|f| {
+        budget.decode_error(&meter, Held::Metadata, at, f, |f| {
+            NettraceError::malformed(
+                object,
+                f.offset,
+                format!("{} ({what} at offset {at})", f.reason),
+            )
+        })
+    })?;
+    budget.charge(Held::Metadata, m.held_bytes() + METADATA_SLOT, at)?;
+    Ok(m)
+}
+
 /// Limits that keep memory bounded whatever the input says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParserOptions {
@@ -58,9 +80,11 @@ pub struct ParserOptions {
 }
 
 impl ParserOptions {
-    /// The default [`memory_budget`](ParserOptions::memory_budget): a busy service's session
-    /// holds a few MiB (see BENCHMARKS.md, "Hostile input: nettrace budget").
-    pub const DEFAULT_MEMORY_BUDGET: usize = 64 << 20;
+    /// The default [`memory_budget`](ParserOptions::memory_budget). Genuine sessions hold far
+    /// less (100 KB for an 8 MB trace of a busy web service, BENCHMARKS.md "Hostile input:
+    /// nettrace budget"): stacks are released at every sequence point, which the runtime writes
+    /// after every 10 MB of buffers (`sequence_point_alloc_budget` in `ep-session.c`).
+    pub const DEFAULT_MEMORY_BUDGET: usize = 32 << 20;
 
     /// The defaults with another memory budget.
     pub fn with_memory_budget(memory_budget: usize) -> Self {
@@ -634,20 +658,12 @@ impl Parser {
                     let row_at = c.offset();
                     let size = c.u16().map_err(bad)?;
                     let row = c.take(usize::from(size)).map_err(bad)?;
-                    let mut meter = self.budget.meter();
-                    let m = parse_metadata_v6(row, &mut meter).map_err(|f| {
-                        self.budget
-                            .decode_error(&meter, Held::Metadata, row_at, f, |f| {
-                                NettraceError::malformed(
-                                    "metadata row",
-                                    f.offset,
-                                    format!("{} (row at offset {row_at})", f.reason),
-                                )
-                            })
-                    })?;
-                    self.budget
-                        .charge(Held::Metadata, m.held_bytes() + METADATA_SLOT, row_at)?;
-                    rows.push(m);
+                    rows.push(decode_metadata(
+                        &mut self.budget,
+                        parse_metadata_v6,
+                        row,
+                        ("metadata row", "row", row_at),
+                    )?);
                 }
                 for m in rows {
                     self.add_metadata(m);
@@ -989,20 +1005,12 @@ impl Parser {
                 c.skip(total).map_err(bad)?;
                 payload
             };
-            let mut meter = self.budget.meter();
-            let m = parse_metadata(payload, &mut meter).map_err(|f| {
-                self.budget
-                    .decode_error(&meter, Held::Metadata, blob_at, f, |f| {
-                        NettraceError::malformed(
-                            "metadata record",
-                            f.offset,
-                            format!("{} (record at offset {blob_at})", f.reason),
-                        )
-                    })
-            })?;
-            self.budget
-                .charge(Held::Metadata, m.held_bytes() + METADATA_SLOT, blob_at)?;
-            records.push(m);
+            records.push(decode_metadata(
+                &mut self.budget,
+                parse_metadata,
+                payload,
+                ("metadata record", "record", blob_at),
+            )?);
         }
         for m in records {
             self.add_metadata(m);
