@@ -1,6 +1,7 @@
 //! `clrscope`: command-line wiring only; the work lives in the crates.
 
 mod agent;
+mod args;
 mod convert;
 mod dump;
 mod gcdump;

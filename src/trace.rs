@@ -15,6 +15,8 @@ use settings::parse_duration;
 use tokio::io::BufWriter;
 use tokio::sync::Notify;
 
+use crate::args::NettraceArgs;
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The process to trace.
@@ -52,6 +54,8 @@ pub struct Args {
     /// Output file; default `clrscope-PID-UNIXTIME.nettrace`.
     #[arg(short, long)]
     output: Option<PathBuf>,
+    #[command(flatten)]
+    nettrace: NettraceArgs,
 }
 
 impl Args {
@@ -88,7 +92,9 @@ impl Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let mut request = TraceRequest::new(args.session_providers()?)?.with_duration(args.duration);
+    let mut request = TraceRequest::new(args.session_providers()?)?
+        .with_duration(args.duration)
+        .with_parser(args.nettrace.parser_options());
     request.buffer_mb = args.buffer_mb;
     request.stop_timeout = args.stop_timeout;
     let client = DiagnosticsClient::for_pid(args.pid)?;

@@ -6,7 +6,7 @@ use std::io::Read;
 
 use serde::Serialize;
 
-use crate::nettrace::{EventMetadata, NettraceReader};
+use crate::nettrace::{EventMetadata, NettraceReader, ParserOptions};
 
 /// A summary of one nettrace stream. Reading never fails: damage is recorded in `damage`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -69,9 +69,9 @@ pub struct Damage {
     pub reason: String,
 }
 
-/// Reads the whole stream and summarizes it.
-pub fn inspect(input: impl Read) -> Inspection {
-    let mut reader = NettraceReader::new(input);
+/// Reads the whole stream with a parser of the given limits and summarizes it.
+pub fn inspect(input: impl Read, options: ParserOptions) -> Inspection {
+    let mut reader = NettraceReader::with_options(input, options);
     let mut counts: HashMap<u32, u64> = HashMap::new();
     let mut events = 0u64;
     let mut stacks = StackFacts::default();
@@ -386,10 +386,10 @@ mod tests {
 
     #[test]
     fn garbage_is_damage_not_a_panic() {
-        let summary = inspect(&b"Nettrace\x00\x00garbage"[..]);
+        let summary = inspect(&b"Nettrace\x00\x00garbage"[..], ParserOptions::default());
         assert!(!summary.complete);
         assert!(summary.damage.is_some());
-        let summary = inspect(&b"PK\x03\x04"[..]);
+        let summary = inspect(&b"PK\x03\x04"[..], ParserOptions::default());
         assert_eq!(summary.events, 0);
         assert!(summary.damage.unwrap().reason.contains("not a nettrace"));
     }

@@ -26,6 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context};
 use collector::attached::AttachedProcesses;
 use collector::counters::{CounterSessionConfig, DEFAULT_INTERVAL_SECONDS};
+use collector::nettrace::ParserOptions;
 use collector::sampler::DutyCycle;
 use exporter::egress::{Egress, EgressConfig};
 use settings::{parse_bytes, parse_duration};
@@ -34,6 +35,7 @@ use symbolizer::profiles::process::EventProfiles;
 use tokio::sync::watch;
 use ui::metrics::Registry;
 
+use crate::args::NettraceArgs;
 use config::{AgentConfig, ConfigSources, MetricsConfig};
 use health::Health;
 use writer::BatchSink;
@@ -145,6 +147,9 @@ pub struct Args {
     /// crash can lose. [default: 10s] [config: Store:FlushInterval]
     #[arg(long, value_parser = parse_duration)]
     flush_interval: Option<Duration>,
+    /// Per session: the limit a target's stream may make the agent hold.
+    #[command(flatten)]
+    nettrace: NettraceArgs,
 }
 
 /// A repeatable flag's values, else the configuration's list.
@@ -177,6 +182,7 @@ struct Resolved {
     exporters: export::ExportersConfig,
     egress: EgressConfig,
     rules: Vec<collector::rules::options::CollectionRule>,
+    parser: ParserOptions,
 }
 
 /// Where the API key comes from.
@@ -262,6 +268,7 @@ impl Args {
             AuthSource::Configured(config.authentication.clone())
         };
         Ok(Resolved {
+            parser: self.nettrace.parser_options(),
             urls: self
                 .urls
                 .or_else(|| config.urls.clone())
@@ -398,6 +405,8 @@ pub struct Settings {
     pub runtime_counters: Option<RuntimeCounters>,
     /// Collection rules and their egress.
     pub rules: rules::RuleSettings,
+    /// Limits of the parsers that read the targets' streams (`--nettrace-budget`).
+    pub parser: ParserOptions,
 }
 
 /// What the agent's tasks share.
@@ -577,6 +586,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             linkage: settings.linkage,
             runtime_counters: settings.runtime_counters,
             rules,
+            parser: settings.parser.clone(),
         },
         processes: AttachedProcesses::default(),
         sink,
@@ -602,6 +612,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 listen: listen.clone(),
             },
             egress,
+            parser: settings.parser,
             ..ui::MonitorState::default()
         };
         let state = ui::ApiState::new(store.clone())

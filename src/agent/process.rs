@@ -11,7 +11,7 @@ use collector::attached::AttachedProcess;
 use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::nettrace::events::KnownEvent;
-use collector::nettrace::Event;
+use collector::nettrace::{Event, ParserOptions};
 use collector::providers::{self, level};
 use collector::rules::options::ProcessFacts;
 use collector::rules::state::RuleStates;
@@ -331,7 +331,11 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
     }
     let mut light = {
         let client = client.clone();
-        let mut sink = ParsingWriter::new(tokio::io::sink(), profiler.clone());
+        let mut sink = ParsingWriter::with_options(
+            tokio::io::sink(),
+            profiler.clone(),
+            agent.settings.parser.clone(),
+        );
         let config = light_session(agent.settings.events, agent.settings.linkage.as_deref());
         let mut shutdown = agent.shutdown.clone();
         let sessions = agent.health.sessions.clone();
@@ -362,6 +366,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         keep_times: agent.settings.linkage.is_some(),
         alloc: agent.settings.events.alloc,
         health: agent.health.clone(),
+        parser: &agent.settings.parser,
     };
     let result = tokio::select! {
         result = sampling.run() => result,
@@ -410,6 +415,7 @@ struct SamplingLoop<'a> {
     /// Take allocation ticks during sampler windows.
     alloc: bool,
     health: Health,
+    parser: &'a ParserOptions,
 }
 
 impl SamplingLoop<'_> {
@@ -501,7 +507,7 @@ impl SamplingLoop<'_> {
             samples,
             profiler: self.profiler.clone(),
         };
-        let mut sink = ParsingWriter::new(tokio::io::sink(), window);
+        let mut sink = ParsingWriter::with_options(tokio::io::sink(), window, self.parser.clone());
         let mut shutdown = self.shutdown.clone();
         let _open = GaugeGuard::new(&self.health.sessions);
         let opened_unix_ms = profile::clock::unix_millis();

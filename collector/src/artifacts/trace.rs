@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use super::ArtifactError;
 use crate::client::DiagnosticsClient;
 use crate::ipc::{CollectTracing, ProviderConfig, DEFAULT_RUNDOWN_KEYWORD};
-use crate::nettrace::{Event, Value};
+use crate::nettrace::{Event, ParserOptions, Value};
 use crate::providers::{level, SessionProviders, TraceProfile};
 use crate::session::{self, EventObserver, ParsingWriter, SessionEnd, SessionProgress};
 
@@ -32,6 +32,8 @@ pub struct TraceRequest {
     pub stopping_event: Option<StoppingEvent>,
     /// How long to wait for the rundown after stopping.
     pub stop_timeout: Duration,
+    /// Limits of the parser that watches the stream; a stream past them ends the trace.
+    pub parser: ParserOptions,
 }
 
 impl TraceRequest {
@@ -46,6 +48,7 @@ impl TraceRequest {
             duration: None,
             stopping_event: None,
             stop_timeout: DEFAULT_STOP_TIMEOUT,
+            parser: ParserOptions::default(),
         })
     }
 
@@ -78,6 +81,11 @@ impl TraceRequest {
 
     pub fn with_duration(mut self, duration: Option<Duration>) -> Self {
         self.duration = duration;
+        self
+    }
+
+    pub fn with_parser(mut self, parser: ParserOptions) -> Self {
+        self.parser = parser;
         self
     }
 
@@ -360,7 +368,7 @@ pub async fn collect_trace<W: AsyncWrite + Unpin>(
             .clone()
             .map(|event| (event, seen.clone())),
     };
-    let mut writer = ParsingWriter::new(out, observer);
+    let mut writer = ParsingWriter::with_options(out, observer, request.parser.clone());
     let reason = Mutex::new(None);
     let stop_any = async {
         let duration = async {

@@ -238,7 +238,8 @@ async fn trace(
     };
     let request = TraceRequest::profiles(&profiles, state.monitor.counter_interval_seconds)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?
-        .with_duration(trace_duration(&params)?);
+        .with_duration(trace_duration(&params)?)
+        .with_parser(state.monitor.parser.clone());
     collect(state, headers, params, Artifact::Trace(request)).await
 }
 
@@ -253,7 +254,8 @@ async fn trace_custom(
     let Json(configuration) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let request = TraceRequest::custom(&configuration)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?
-        .with_duration(trace_duration(&params)?);
+        .with_duration(trace_duration(&params)?)
+        .with_parser(state.monitor.parser.clone());
     collect(state, headers, params, Artifact::Trace(request)).await
 }
 

@@ -97,6 +97,8 @@ pub struct MonitorState {
     pub counter_interval_seconds: u32,
     /// The scheme clients reach the API by, for the absolute `Location` of operations.
     pub public_scheme: String,
+    /// Limits of the parser that watches a trace's stream.
+    pub parser: collector::nettrace::ParserOptions,
 }
 
 impl Default for MonitorState {
@@ -108,6 +110,7 @@ impl Default for MonitorState {
             dump_temp_dir: std::env::temp_dir(),
             counter_interval_seconds: 5,
             public_scheme: "http".into(),
+            parser: collector::nettrace::ParserOptions::default(),
         }
     }
 }
