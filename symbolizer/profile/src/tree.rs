@@ -263,8 +263,8 @@ impl CallTree {
 
     /// The tree as a profile of one sample type: one sample per node with a self value (its stack
     /// the node's path), one under a frame [`OTHER_FRAME`] for what a node's children leave
-    /// unaccounted, and one with an empty stack for [`UNKNOWN_FRAME`]. No sample labels, period
-    /// 0 (the values are already totals in the unit).
+    /// unaccounted, and one with an empty stack for [`UNKNOWN_FRAME`]; no sample labels
+    /// ([`Profile::of_totals`]).
     pub fn to_profile(&self) -> Profile {
         let value_type = self.value_type();
         let mut functions = Vec::new();
@@ -315,16 +315,13 @@ impl CallTree {
             }
             stacks[i] = stack;
         }
-        Profile {
-            sample_types: vec![value_type.clone()],
-            default_sample_type: 0,
-            period_type: value_type,
-            period: 0,
+        Profile::of_totals(
+            value_type,
             functions,
             samples,
-            start_unix_nanos: self.start_unix_nanos,
-            duration_nanos: self.duration_nanos,
-        }
+            self.start_unix_nanos,
+            self.duration_nanos,
+        )
     }
 
     /// The node of `frame` called from `parent`, created (with no values) on first use.
