@@ -5,7 +5,8 @@
 #                compile tests/targets/*.cs
 #   make build   cargo build --workspace --all-targets
 #   make test    setup + build + cargo test --workspace
-#   make demo    the agent, the sample Bookstore under load, and what clrscope sees of it (tests/testbed/demo.sh)
+#   make demo    the agent, the sample Bookstore under load, and what clrscope sees of it (tests/testbed/demo.sh);
+#                installs only what the demo uses (.NET, mcs, curl)
 #   make fmt     check formatting        make lint   clippy with warnings as errors
 
 SHELL := /bin/bash
@@ -17,6 +18,8 @@ TARGET_SRCS := $(wildcard tests/targets/*.cs)
 COMMON_SRCS := $(wildcard tests/targets/common/*.cs)
 TARGET_NAMES := $(basename $(notdir $(TARGET_SRCS)))
 TARGET_DLLS := $(foreach n,$(TARGET_NAMES),$(TESTBED)/targets/$(n)/$(n).dll)
+# What `setup.sh` installs before targets compile: everything the tests use, or the demo's part.
+SETUP_MODE := runtime
 
 .PHONY: all setup build test demo fmt lint FORCE
 all: build
@@ -26,7 +29,7 @@ setup: $(TESTBED)/runtime.env $(TARGET_DLLS)
 # Always checked (fast when installed); the script rewrites runtime.env only when it changes, so
 # targets are recompiled only when their .cs, the setup script or the runtime changed.
 $(TESTBED)/runtime.env: FORCE
-	@bash $(SETUP) runtime
+	@bash $(SETUP) $(SETUP_MODE)
 
 .SECONDEXPANSION:
 $(TESTBED)/targets/%.dll: tests/targets/$$(notdir $$*).cs $(COMMON_SRCS) $(SETUP) $(TESTBED)/runtime.env
@@ -38,7 +41,8 @@ build:
 test: setup build
 	@CARGO=$(CARGO) bash tests/testbed/run-tests.sh
 
-demo: setup build
+demo: SETUP_MODE := demo
+demo: $(TESTBED)/runtime.env $(TESTBED)/targets/Bookstore/Bookstore.dll build
 	@bash tests/testbed/demo.sh
 
 fmt:

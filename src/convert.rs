@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use collector::nettrace::NettraceReader;
 use exporter::Format;
-use symbolizer::sampled::Recorder;
+use symbolizer::profiles::recording::Recorder;
 
+use crate::args::NettraceArgs;
 use crate::output::{self, TimeType};
 
 #[derive(Debug, clap::Args)]
@@ -25,13 +26,18 @@ pub struct Args {
     /// Profile types, comma-separated.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "cpu")]
     types: Vec<TimeType>,
+    #[command(flatten)]
+    nettrace: NettraceArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let format = output::choose_format(&args.output, args.format)?;
     let file = std::fs::File::open(&args.input)
         .with_context(|| format!("opening {}", args.input.display()))?;
-    let mut reader = NettraceReader::new(BufReader::with_capacity(1 << 20, file));
+    let mut reader = NettraceReader::with_options(
+        BufReader::with_capacity(1 << 20, file),
+        args.nettrace.parser_options(),
+    );
     let mut recorder = Recorder::default();
     loop {
         match reader.next_event() {

@@ -7,8 +7,7 @@ use anyhow::Context;
 use collector::artifacts::{write_dump, DumpKind};
 use collector::client::DiagnosticsClient;
 use indicatif::ProgressBar;
-
-use crate::args::parse_duration;
+use settings::parse_duration;
 
 /// What the dump holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

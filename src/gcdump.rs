@@ -13,8 +13,7 @@ use collector::client::DiagnosticsClient;
 use collector::gcdump::{self, Histogram, SnapshotOptions, SnapshotProgress};
 use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
 use serde::Serialize;
-
-use crate::args::parse_duration;
+use settings::parse_duration;
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]

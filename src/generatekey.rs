@@ -5,9 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::ValueEnum;
 use serde_json::json;
+use settings::parse_setting_duration;
 use ui::auth::{generate_key, GeneratedKey};
-
-use collector::config::parse_setting_duration;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

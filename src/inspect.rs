@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use collector::inspect::{self, Inspection};
 
+use crate::args::NettraceArgs;
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// A .nettrace file (from clrscope, dotnet-trace or dotnet-monitor).
@@ -14,12 +16,17 @@ pub struct Args {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    nettrace: NettraceArgs,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let file = std::fs::File::open(&args.file)
         .with_context(|| format!("opening {}", args.file.display()))?;
-    let summary = inspect::inspect(BufReader::with_capacity(1 << 20, file));
+    let summary = inspect::inspect(
+        BufReader::with_capacity(1 << 20, file),
+        args.nettrace.parser_options(),
+    );
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &summary)?;

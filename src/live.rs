@@ -1,13 +1,11 @@
 //! Attaching to a live process with every frame nameable.
 
-use std::time::Duration;
-
 use anyhow::Context;
 use collector::client::{DiagnosticsClient, EventPipeSession};
 use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::providers::{self, level};
-use collector::session::{self, EventObserver, ParsingWriter};
-use symbolizer::sampled::Recorder;
+use collector::session;
+use symbolizer::profiles::recording::Recorder;
 
 /// The sampler plus live JIT/Loader events at Verbose; `rundown` adds the rundown at its end.
 pub fn sampling_session(rundown: bool) -> CollectTracing {
@@ -34,44 +32,13 @@ pub async fn attach(
     let (live, _) = session::start(client, sampling_session(false))
         .await
         .with_context(|| format!("starting the sampler in pid {pid}"))?;
-    rundown(client, pid, &mut *recorder).await?;
+    session::rundown(client, pid, &mut *recorder).await?;
     Ok(live)
-}
-
-/// Runs a rundown-only session into `observer`: the runtime lists every method and module it has
-/// loaded (ReadyToRun methods once their entry point is bound).
-pub async fn rundown(
-    client: &DiagnosticsClient,
-    pid: u32,
-    observer: impl EventObserver + Unpin,
-) -> anyhow::Result<()> {
-    // A session needs a provider; the runtime's with no keywords adds nothing but the rundown.
-    let rundown_only = CollectTracing::v2(vec![ProviderConfig::new(
-        providers::RUNTIME,
-        0,
-        level::INFORMATIONAL,
-    )])
-    .with_rundown(true);
-    let mut sink = ParsingWriter::new(tokio::io::sink(), observer);
-    session::run(
-        client,
-        rundown_only,
-        &mut sink,
-        std::future::ready(()),
-        Duration::from_secs(60),
-        |_| {},
-    )
-    .await
-    .with_context(|| format!("naming the code already loaded in pid {pid} (rundown)"))?;
-    if let Some(error) = sink.error() {
-        anyhow::bail!("the rundown of pid {pid} did not parse: {error}");
-    }
-    Ok(())
 }
 
 /// The process's mapped files, so addresses outside any known method still name their module.
 pub fn load_images(pid: u32, recorder: &mut Recorder) {
-    if let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-        recorder.set_images(symbolizer::parse_proc_maps(&maps));
+    if let Ok(images) = symbolizer::read_proc_maps(pid) {
+        recorder.set_images(images);
     }
 }

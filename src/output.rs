@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Context;
 use exporter::Format;
 use profile::Profile;
-use symbolizer::sampled::Resolution;
+use symbolizer::profiles::Resolution;
 
 /// The format `--format` names, else the one the file's extension asks for.
 pub fn choose_format(path: &Path, format: Option<Format>) -> anyhow::Result<Format> {
@@ -50,8 +50,8 @@ pub enum TimeType {
     Wall,
 }
 
-pub fn time_profiles(types: &[TimeType]) -> symbolizer::sampled::TimeProfiles {
-    symbolizer::sampled::TimeProfiles {
+pub fn time_profiles(types: &[TimeType]) -> symbolizer::profiles::TimeProfiles {
+    symbolizer::profiles::TimeProfiles {
         cpu: types.contains(&TimeType::Cpu),
         wall: types.contains(&TimeType::Wall),
     }

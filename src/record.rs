@@ -10,9 +10,9 @@ use collector::client::DiagnosticsClient;
 use collector::session::{self, EventObserver, ParsingWriter, SessionProgress};
 use exporter::Format;
 use indicatif::{ProgressBar, ProgressStyle};
-use symbolizer::sampled::Recorder;
+use settings::parse_duration;
+use symbolizer::profiles::recording::Recorder;
 
-use crate::args::parse_duration;
 use crate::live;
 use crate::output::{self, TimeType};
 

@@ -3,11 +3,8 @@
 use std::io::Write;
 
 use anyhow::Context;
-use collector::artifacts::collect_stack_tick;
 use collector::client::DiagnosticsClient;
-use collector::processes::thread_names;
 use serde::Serialize;
-use symbolizer::stacks::{CallStacks, RundownMap};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -37,14 +34,9 @@ struct StackFrame {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = DiagnosticsClient::for_pid(args.pid)?;
-    let images = std::fs::read_to_string(format!("/proc/{}/maps", args.pid))
-        .map(|maps| symbolizer::parse_proc_maps(&maps))
-        .unwrap_or_default();
-    let mut names = RundownMap::default().with_images(images);
-    let tick = collect_stack_tick(&client, &mut names)
+    let stacks = symbolizer::stacks::capture(&client, Some(args.pid))
         .await
         .with_context(|| format!("the stacks of pid {}", args.pid))?;
-    let stacks = CallStacks::build(&names.map, &tick, &thread_names(args.pid));
     let threads: Vec<ThreadStack> = stacks
         .stacks
         .into_iter()

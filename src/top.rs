@@ -5,10 +5,12 @@ use std::time::{Duration, Instant};
 
 use collector::client::DiagnosticsClient;
 use collector::nettrace::AsyncNettraceReader;
-use symbolizer::sampled::{Recorder, TimeProfiles};
+use collector::session::rundown;
+use settings::parse_duration;
+use symbolizer::profiles::recording::Recorder;
+use symbolizer::profiles::TimeProfiles;
 use symbolizer::RundownRefreshPolicy;
 
-use crate::args::parse_duration;
 use crate::live;
 use crate::output::TimeType;
 
@@ -70,7 +72,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 refresh.record_misses(misses.saturating_sub(misses_seen));
                 misses_seen = misses;
                 if refresh.should_refresh(started.elapsed().as_nanos() as u64) {
-                    live::rundown(&client, args.pid, &mut recorder).await?;
+                    rundown(&client, args.pid, &mut recorder).await?;
                 }
             }
             () = &mut deadline => break,

@@ -11,10 +11,11 @@ use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, DEFAULT_RUNDOWN_KEYWORD};
 use collector::providers::{self, SessionProviders, TraceProfile};
 use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
+use settings::parse_duration;
 use tokio::io::BufWriter;
 use tokio::sync::Notify;
 
-use crate::args::parse_duration;
+use crate::args::NettraceArgs;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -53,6 +54,8 @@ pub struct Args {
     /// Output file; default `clrscope-PID-UNIXTIME.nettrace`.
     #[arg(short, long)]
     output: Option<PathBuf>,
+    #[command(flatten)]
+    nettrace: NettraceArgs,
 }
 
 impl Args {
@@ -89,7 +92,9 @@ impl Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let mut request = TraceRequest::new(args.session_providers()?)?.with_duration(args.duration);
+    let mut request = TraceRequest::new(args.session_providers()?)?
+        .with_duration(args.duration)
+        .with_parser(args.nettrace.parser_options());
     request.buffer_mb = args.buffer_mb;
     request.stop_timeout = args.stop_timeout;
     let client = DiagnosticsClient::for_pid(args.pid)?;

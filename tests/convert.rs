@@ -32,8 +32,8 @@ fn golden_outputs_of_a_recorded_trace() {
             stderr.contains("% of managed frames named by a method"),
             "{stderr}"
         );
-        support::check_golden(
-            &Path::new("convert").join(name),
+        support::golden::check_golden(
+            Path::new("convert").join(name),
             &std::fs::read(&out).unwrap(),
         );
     }

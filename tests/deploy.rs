@@ -269,7 +269,9 @@ fn the_node_agent_manifest_profiles_a_process_in_another_container() {
 
     // A service in a "container" of its own: its own pid namespace (it is pid 1 there) and its
     // own /tmp, where its runtime puts the diagnostic socket, so the agent reaches it only
-    // through /proc/PID/root.
+    // through /proc/PID/root. A test bed under /tmp (a checkout there) is bound back over the
+    // new /tmp, by way of a tmpfs on /mnt that only this namespace sees.
+    let testbed = support::testbed_dir();
     let service = support::Target::builder("CpuHot")
         .args(["--split", "70,30"])
         .wrapped_in([
@@ -282,8 +284,13 @@ fn the_node_agent_manifest_profiles_a_process_in_another_container() {
             "--",
             "sh",
             "-c",
-            "mount -t tmpfs -o mode=1777 tmpfs /tmp && exec \"$@\"",
+            "set -e; testbed=$1; shift; \
+             mount -t tmpfs tmpfs /mnt && mkdir /mnt/testbed && mount --bind \"$testbed\" /mnt/testbed; \
+             mount -t tmpfs -o mode=1777 tmpfs /tmp; \
+             mkdir -p \"$testbed\" && mount --bind /mnt/testbed \"$testbed\"; \
+             exec \"$@\"",
             "sh",
+            testbed.to_str().expect("a UTF-8 test-bed path"),
         ])
         .start();
     let service_pid = child_pid(service.pid());

@@ -31,7 +31,7 @@ fn golden_inspect_outputs() {
         assert!(output.status.success(), "{}: {output:?}", path.display());
         let name = path.file_stem().unwrap().to_str().unwrap();
         let golden = Path::new("inspect").join(format!("{name}.txt"));
-        support::check_golden(&golden, &output.stdout);
+        support::golden::check_golden(&golden, &output.stdout);
         checked += 1;
     }
     assert!(checked >= 6, "only {checked} fixtures found");

@@ -17,7 +17,7 @@ use collector::providers::{self, level};
 use collector::session::{self, EventObserver, ParsingWriter};
 use serde_json::Value;
 use support::Target;
-use symbolizer::sampled::Recorder;
+use symbolizer::profiles::recording::Recorder;
 
 /// The runtime provider's Loader (0x8) and JIT (0x10) keywords.
 const JIT_LOADER: u64 = 0x18;
@@ -144,10 +144,8 @@ async fn samples_join_the_span_running_on_their_thread() {
     let pid = target.pid();
 
     let mut linking = Linking::default();
-    if let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) {
-        linking
-            .recorder
-            .set_images(symbolizer::parse_proc_maps(&maps));
+    if let Ok(images) = symbolizer::read_proc_maps(pid) {
+        linking.recorder.set_images(images);
     }
     let mut providers = vec![
         ProviderConfig::new(providers::SAMPLE_PROFILER, 0, level::INFORMATIONAL),

@@ -6,7 +6,7 @@ use std::io::Read;
 
 use serde::Serialize;
 
-use crate::nettrace::{EventMetadata, NettraceReader};
+use crate::nettrace::{EventMetadata, NettraceReader, ParserOptions};
 
 /// A summary of one nettrace stream. Reading never fails: damage is recorded in `damage`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -69,9 +69,9 @@ pub struct Damage {
     pub reason: String,
 }
 
-/// Reads the whole stream and summarizes it.
-pub fn inspect(input: impl Read) -> Inspection {
-    let mut reader = NettraceReader::new(input);
+/// Reads the whole stream with a parser of the given limits and summarizes it.
+pub fn inspect(input: impl Read, options: ParserOptions) -> Inspection {
+    let mut reader = NettraceReader::with_options(input, options);
     let mut counts: HashMap<u32, u64> = HashMap::new();
     let mut events = 0u64;
     let mut stacks = StackFacts::default();
@@ -240,6 +240,7 @@ fn runtime_event_name(id: u32) -> Option<&'static str> {
         36 => "GCBulkRootCCW",
         37 => "GCBulkRCW",
         38 => "GCBulkRootStaticVar",
+        39 => "GCDynamicEvent",
         40 => "WorkerThreadCreate",
         41 => "WorkerThreadTerminate",
         42 => "WorkerThreadRetire",
@@ -258,6 +259,8 @@ fn runtime_event_name(id: u32) -> Option<&'static str> {
         55 => "ThreadPoolWorkerThreadAdjustmentAdjustment",
         56 => "ThreadPoolWorkerThreadAdjustmentStats",
         57 => "ThreadPoolWorkerThreadWait",
+        58 => "YieldProcessorMeasurement",
+        59 => "ThreadPoolMinMaxThreads",
         60 => "ThreadPoolWorkingThreadCount",
         61 => "ThreadPoolEnqueue",
         62 => "ThreadPoolDequeue",
@@ -386,10 +389,10 @@ mod tests {
 
     #[test]
     fn garbage_is_damage_not_a_panic() {
-        let summary = inspect(&b"Nettrace\x00\x00garbage"[..]);
+        let summary = inspect(&b"Nettrace\x00\x00garbage"[..], ParserOptions::default());
         assert!(!summary.complete);
         assert!(summary.damage.is_some());
-        let summary = inspect(&b"PK\x03\x04"[..]);
+        let summary = inspect(&b"PK\x03\x04"[..], ParserOptions::default());
         assert_eq!(summary.events, 0);
         assert!(summary.damage.unwrap().reason.contains("not a nettrace"));
     }

@@ -4,7 +4,6 @@
 //! - [`artifacts`]: traces, gcdumps and dumps of a live process, and their file names.
 //! - [`attached`]: the processes an agent profiles right now.
 //! - [`ipc`]: the diagnostics IPC wire protocol (pure encode/decode, no I/O).
-//! - [`metrics`]: the agent's counters and gauges, which every stage may register and update.
 //! - [`nettrace`]: the streaming NetTrace parser and event decoders.
 //! - [`inspect`]: what a nettrace file holds, for `clrscope inspect`.
 //! - [`discovery`]: finding runtimes' default diagnostic sockets (connect mode).
@@ -23,14 +22,12 @@ pub mod activity;
 pub mod artifacts;
 pub mod attached;
 pub mod client;
-pub mod config;
 pub mod counters;
 pub mod discovery;
 pub mod gcdump;
 pub mod inspect;
 pub mod ipc;
 pub mod listen;
-pub mod metrics;
 pub mod nettrace;
 pub mod processes;
 pub mod providers;

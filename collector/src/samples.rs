@@ -12,18 +12,38 @@ use std::collections::HashMap;
 use crate::nettrace::events::{SampleKind, ThreadSample};
 use crate::nettrace::Event;
 
-/// The sampler interval assumed when the trace does not state one.
-const DEFAULT_INTERVAL_NS: i64 = 1_000_000;
+/// The sampler interval assumed when the trace does not state one (the runtime's default).
+pub const DEFAULT_INTERVAL_NS: i64 = 1_000_000;
 
-/// A distinct raw stack of one thread.
+/// Whether a sample taken at `at_ns` starts a new tick of a sampler ticking every `interval_ns`,
+/// the previous sample having been taken at `previous_ns` (all Unix nanoseconds): the rule that
+/// groups samples into ticks, for counting them here and for taking one tick's stacks
+/// ([`crate::artifacts::collect_stack_tick`]).
+pub fn starts_tick(previous_ns: Option<i64>, at_ns: i64, interval_ns: i64) -> bool {
+    previous_ns.is_none_or(|previous| at_ns.saturating_sub(previous) > interval_ns / 2)
+}
+
+/// The raw stack of one thread in one ThreadSample event: what samples are counted by, and what
+/// one tick's stacks are.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct StackKey {
     pub thread_id: u64,
     /// The thread ran managed code (cooperative mode) when suspended; else it was in native code,
     /// blocked or waiting (preemptive mode).
     pub managed: bool,
-    /// Instruction pointers, leaf first.
+    /// Instruction pointers, leaf first; empty when the event has no stack.
     pub ips: Box<[u64]>,
+}
+
+impl StackKey {
+    /// The sampled thread's stack: `event` is the ThreadSample event, `sample` its payload.
+    pub fn of(event: &Event<'_>, sample: &ThreadSample) -> StackKey {
+        StackKey {
+            thread_id: event.header.thread_id,
+            managed: sample.kind == SampleKind::Managed,
+            ips: event.stack().map(|s| s.ips().collect()).unwrap_or_default(),
+        }
+    }
 }
 
 /// When one sample was taken: an index into [`SampleAggregator::stacks_by_index`] and the
@@ -80,24 +100,17 @@ impl SampleAggregator {
     /// Adds one ThreadSample event. Samples without a stack count toward ticks but not stacks.
     pub fn add(&mut self, event: &Event<'_>, sample: &ThreadSample) {
         let at = event.unix_nanos();
-        let new_tick = self
-            .last_sample_ns
-            .is_none_or(|last| at.saturating_sub(last) > self.interval_ns / 2);
-        if new_tick {
+        if starts_tick(self.last_sample_ns, at, self.interval_ns) {
             self.ticks += 1;
             self.first_tick_ns.get_or_insert(at);
             self.last_tick_ns = Some(at);
         }
         self.last_sample_ns = Some(at);
-        let Some(stack) = event.stack().filter(|s| !s.is_empty()) else {
+        if event.stack().is_none_or(|s| s.is_empty()) {
             return;
-        };
+        }
         self.samples += 1;
-        let key = StackKey {
-            thread_id: event.header.thread_id,
-            managed: sample.kind == SampleKind::Managed,
-            ips: stack.ips().collect(),
-        };
+        let key = StackKey::of(event, sample);
         let next = u32::try_from(self.counts.len()).unwrap_or(u32::MAX);
         let index = *self.stacks.entry(key).or_insert(next);
         match self.counts.get_mut(index as usize) {

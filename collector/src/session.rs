@@ -1,5 +1,7 @@
 //! Running one EventPipe session to its end: start, copy the stream, stop, drain the rundown;
-//! and [`ParsingWriter`], which parses a stream while it is being copied.
+//! [`ParsingWriter`], which parses a stream while it is being copied; and [`rundown`], a session
+//! that only lists the code a process has loaded, which is how every live profiler (the
+//! `record` and `top` commands, the agent) names code loaded before it attached.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -9,11 +11,14 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::client::{ClientError, DiagnosticsClient};
-use crate::ipc::{CollectTracing, CollectTracingVersion};
-use crate::nettrace::{Event, NettraceError, Parser};
+use crate::ipc::{CollectTracing, CollectTracingVersion, ProviderConfig};
+use crate::nettrace::{Event, NettraceError, Parser, ParserOptions};
+use crate::providers::{level, RUNTIME};
 
 /// How much of the stream is copied at a time.
 const CHUNK: usize = 64 * 1024;
+/// How long a rundown-only session may take to list a process's code.
+const RUNDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Why a session run failed.
 #[derive(Debug, thiserror::Error)]
@@ -35,11 +40,32 @@ pub enum SessionError {
     },
     #[error("stopping the session: {0}")]
     Stop(#[source] ClientError),
+    /// The stream went past the parser's limits (see [`ParsingWriter`]); the session was ended.
+    #[error("the trace stream was ended after {bytes} bytes: {source}")]
+    OverLimit {
+        bytes: u64,
+        #[source]
+        source: NettraceError,
+    },
     #[error(
         "the runtime did not end the stream within {0:?} of StopTracing; the file ends without \
          the rundown (try again with a longer --stop-timeout)"
     )]
     DrainTimeout(Duration),
+}
+
+/// Why a [`rundown`] did not name the code already loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RundownError {
+    #[error("naming the code already loaded in pid {pid} (rundown)")]
+    Session {
+        pid: u32,
+        #[source]
+        source: SessionError,
+    },
+    #[error("the rundown of pid {pid} did not parse: {reason}")]
+    Parse { pid: u32, reason: String },
 }
 
 /// Why the stream ended.
@@ -192,12 +218,38 @@ async fn write<W: AsyncWrite + Unpin>(
 ) -> Result<(), SessionError> {
     out.write_all(chunk)
         .await
-        .map_err(|source| SessionError::Write {
-            bytes: *bytes,
-            source,
-        })?;
+        .map_err(|source| write_error(*bytes, source))?;
     *bytes += chunk.len() as u64;
     Ok(())
+}
+
+/// A failed write as the session reports it: the parse error a [`ParsingWriter`] ended the
+/// stream with, or the writer's own failure.
+fn write_error(bytes: u64, source: std::io::Error) -> SessionError {
+    if !source
+        .get_ref()
+        .is_some_and(|inner| inner.is::<NettraceError>())
+    {
+        return SessionError::Write { bytes, source };
+    }
+    let kind = source.kind();
+    match source
+        .into_inner()
+        .map(|inner| inner.downcast::<NettraceError>())
+    {
+        Some(Ok(parse)) => SessionError::OverLimit {
+            bytes,
+            source: *parse,
+        },
+        Some(Err(other)) => SessionError::Write {
+            bytes,
+            source: std::io::Error::new(kind, other),
+        },
+        None => SessionError::Write {
+            bytes,
+            source: kind.into(),
+        },
+    }
 }
 
 async fn finish<W: AsyncWrite + Unpin>(
@@ -220,6 +272,37 @@ async fn finish<W: AsyncWrite + Unpin>(
     })
 }
 
+/// Runs a rundown-only session of process `pid` into `observer`: the runtime lists every method
+/// and module it has loaded (ReadyToRun methods once their entry point is bound).
+pub async fn rundown(
+    client: &DiagnosticsClient,
+    pid: u32,
+    observer: impl EventObserver + Unpin,
+) -> Result<(), RundownError> {
+    // A session needs a provider; the runtime's with no keywords adds nothing but the rundown.
+    let rundown_only =
+        CollectTracing::v2(vec![ProviderConfig::new(RUNTIME, 0, level::INFORMATIONAL)])
+            .with_rundown(true);
+    let mut sink = ParsingWriter::new(tokio::io::sink(), observer);
+    run(
+        client,
+        rundown_only,
+        &mut sink,
+        std::future::ready(()),
+        RUNDOWN_TIMEOUT,
+        |_| {},
+    )
+    .await
+    .map_err(|source| RundownError::Session { pid, source })?;
+    match sink.error() {
+        Some(error) => Err(RundownError::Parse {
+            pid,
+            reason: error.to_string(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Receives each event of a stream as it is parsed.
 pub trait EventObserver {
     fn on_event(&mut self, event: &Event<'_>);
@@ -233,7 +316,9 @@ impl<O: EventObserver + ?Sized> EventObserver for &mut O {
 
 /// Passes a session's stream through to `inner` unchanged and parses it on the way, handing each
 /// event to an observer. A stream that stops parsing still reaches `inner` byte for byte; the
-/// first parse error is kept for the caller to report.
+/// first parse error is kept for the caller to report. A stream that goes past the parser's
+/// limits ([`NettraceError::is_over_limit`]) is hostile or broken: the next write fails with that
+/// error, so [`run`] ends the session with [`SessionError::OverLimit`].
 pub struct ParsingWriter<W, O> {
     inner: W,
     parser: Parser,
@@ -242,10 +327,16 @@ pub struct ParsingWriter<W, O> {
 }
 
 impl<W, O: EventObserver> ParsingWriter<W, O> {
+    /// A writer whose parser has the default limits.
     pub fn new(inner: W, observer: O) -> Self {
+        Self::with_options(inner, observer, ParserOptions::default())
+    }
+
+    /// A writer whose parser has the given limits.
+    pub fn with_options(inner: W, observer: O, options: ParserOptions) -> Self {
         ParsingWriter {
             inner,
-            parser: Parser::new(),
+            parser: Parser::with_options(options),
             observer,
             error: None,
         }
@@ -291,6 +382,11 @@ impl<W: AsyncWrite + Unpin, O: EventObserver + Unpin> AsyncWrite for ParsingWrit
         cx: &mut TaskContext<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
+        if let Some(e) = self.error.take_if(|e| e.is_over_limit()) {
+            // Handed to the session, which ends with it (`write_error`).
+            let e = std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+            return Poll::Ready(Err(e));
+        }
         let written = Pin::new(&mut self.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = written {
             self.observe(&buf[..n]);

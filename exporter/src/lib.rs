@@ -1,6 +1,6 @@
 //! Profile and artifact egress: pprof, OTLP Profiles, Pyroscope push, folded, speedscope, SVG;
-//! and [`egress`], where diagnostic artifacts (traces, dumps, gcdumps, stacks) are written:
-//! folders within a disk budget, or S3.
+//! [`artifacts`], which collects diagnostic artifacts (traces, dumps, gcdumps, stacks) into any
+//! writer; and [`egress`], where they are written: folders within a disk budget, or S3.
 //!
 //! The file writers here read the canonical [`profile::Profile`] and write one format each:
 //!
@@ -36,6 +36,7 @@ use std::str::FromStr;
 use profile::labels;
 use profile::{LabelValue, Profile, Sample, ValueType};
 
+pub mod artifacts;
 pub mod egress;
 pub mod folded;
 pub mod otlp;

@@ -24,6 +24,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use collector::nettrace::Guid;
 use flate2::write::GzEncoder;
 use flate2::Compression as GzLevel;
 use opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_client::ProfilesServiceClient;
@@ -144,24 +145,24 @@ pub struct ExporterConfig {
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     /// How often a request is sent (default 15 s).
-    #[serde(default, deserialize_with = "collector::config::lenient::opt_duration")]
+    #[serde(default, deserialize_with = "settings::lenient::opt_duration")]
     pub interval: Option<Duration>,
     /// How long one attempt may take (default 10 s).
-    #[serde(default, deserialize_with = "collector::config::lenient::opt_duration")]
+    #[serde(default, deserialize_with = "settings::lenient::opt_duration")]
     pub timeout: Option<Duration>,
     #[serde(default)]
     pub compression: Compression,
     /// Requests kept while the backend is unreachable (default 8); past it the oldest is
     /// dropped.
-    #[serde(default, deserialize_with = "collector::config::lenient::opt_number")]
+    #[serde(default, deserialize_with = "settings::lenient::opt_number")]
     pub queue_size: Option<usize>,
     /// Bytes of requests kept while the backend is unreachable (default 16 MiB); past it the
     /// oldest are dropped.
-    #[serde(default, deserialize_with = "collector::config::lenient::opt_bytes")]
+    #[serde(default, deserialize_with = "settings::lenient::opt_bytes")]
     pub max_queue_bytes: Option<u64>,
     /// The longest wait between two attempts (default 30 s); waits double from 1 s up to it,
     /// with jitter.
-    #[serde(default, deserialize_with = "collector::config::lenient::opt_duration")]
+    #[serde(default, deserialize_with = "settings::lenient::opt_duration")]
     pub max_retry_delay: Option<Duration>,
     #[serde(default)]
     pub tls: Option<TlsConfig>,
@@ -700,18 +701,7 @@ fn ingest_path(profile: &SeriesProfile) -> String {
 
 /// A random (version 4) UUID, as Pyroscope's `RawSample.ID` expects.
 fn uuid_v4() -> String {
-    let mut bytes: [u8; 16] = fastrand::u128(..).to_le_bytes();
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
+    Guid::new_v4(fastrand::u128(..).to_le_bytes()).to_string()
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::Read;
 
-use common::{cpu_hot, golden, PERIOD};
+use common::{check_golden, cpu_hot, PERIOD};
 use exporter::pprof::{encode_pprof, proto, write_pprof};
 use exporter::{write, write_with_options, ExportOptions, Format};
 use profile::labels::THREAD_ID as THREAD_ID_LABEL;
@@ -33,7 +33,7 @@ fn decoded() -> proto::Profile {
 
 #[test]
 fn pprof_golden() {
-    golden(
+    check_golden(
         "cpu_hot.pprof.txt",
         format!("{:#?}\n", decoded()).as_bytes(),
     );
@@ -41,11 +41,11 @@ fn pprof_golden() {
 
 #[test]
 fn folded_golden() {
-    golden(
+    check_golden(
         "cpu_hot.folded",
         &written(Format::Folded, &ExportOptions::default()),
     );
-    golden(
+    check_golden(
         "cpu_hot.per_thread.folded",
         &written(Format::Folded, &per_thread()),
     );
@@ -53,7 +53,7 @@ fn folded_golden() {
         sample_type: Some(0),
         ..ExportOptions::default()
     };
-    golden("cpu_hot.samples.folded", &written(Format::Folded, &samples));
+    check_golden("cpu_hot.samples.folded", &written(Format::Folded, &samples));
 }
 
 #[test]
@@ -65,14 +65,14 @@ fn speedscope_golden() {
     let out = String::from_utf8(out)
         .unwrap()
         .replace(version, "clrscope@VERSION");
-    golden("cpu_hot.speedscope.json", out.as_bytes());
+    check_golden("cpu_hot.speedscope.json", out.as_bytes());
 }
 
 #[test]
 fn svg_golden() {
     let mut out = Vec::new();
     write(&cpu_hot(), Format::Svg, &mut out).unwrap();
-    golden("cpu_hot.svg", &out);
+    check_golden("cpu_hot.svg", &out);
 }
 
 #[test]

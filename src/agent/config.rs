@@ -12,7 +12,7 @@
 //! configuration does; array items addressed by index, `Actions__0__Type`) and then read into
 //! [`AgentConfig`]: one field per top-level section, each section a type of the crate that uses
 //! it. Values from the environment are strings; sections read numbers, booleans, durations and
-//! sizes through `collector::config::lenient`, which takes both forms. A value of the wrong shape
+//! sizes through `settings::lenient`, which takes both forms. A value of the wrong shape
 //! is an error naming its key path; a top-level section clrscope does not read is logged and
 //! ignored (dotnet-monitor files carry `Logging` and others).
 
@@ -21,11 +21,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use collector::config::lenient;
 use collector::rules::options::{CollectionRuleDefaultsSection, CollectionRulesSection};
 use exporter::egress::EgressConfig;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use settings::lenient;
 
 /// Environment prefixes read, lowest precedence first.
 const ENV_PREFIXES: [&str; 2] = ["DOTNETMONITOR_", "CLRSCOPE_"];
@@ -60,7 +60,7 @@ pub struct AgentConfig {
     pub kestrel: ui::tls::KestrelConfig,
     /// The metrics listener and the targets' runtime counters (dotnet-monitor's `Metrics`).
     #[serde(default)]
-    pub metrics: collector::metrics::MetricsConfig,
+    pub metrics: MetricsConfig,
     /// Backends the profiles are sent to, by name (clrscope's own; README, "Exporting").
     #[serde(default)]
     pub exporters: super::export::ExportersConfig,
@@ -164,6 +164,51 @@ pub struct StoreConfig {
     pub retention_size: Option<u64>,
     #[serde(default, deserialize_with = "lenient::opt_duration")]
     pub flush_interval: Option<Duration>,
+}
+
+/// The `Metrics` section of settings.json, dotnet-monitor's keys: whether the metrics listener
+/// and the targets' runtime counters are on, where the listener is, and which counters and
+/// meters to read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `false`: no metrics listener and no runtime counters (the API's `/metrics` still shows
+    /// the agent's own numbers).
+    #[serde(default, deserialize_with = "lenient::opt_boolean")]
+    pub enabled: Option<bool>,
+    /// The metrics listener's URL (`--metrics-urls`), one.
+    #[serde(default)]
+    pub endpoints: Option<String>,
+    /// dotnet-monitor's count of samples kept per metric. Read so that its files load; clrscope
+    /// serves each value's latest sample.
+    #[serde(default, deserialize_with = "lenient::opt_number")]
+    pub metric_count: Option<u32>,
+    /// `false`: not `System.Runtime`, `Microsoft.AspNetCore.Hosting`, `Grpc.AspNetCore.Server`.
+    #[serde(default, deserialize_with = "lenient::opt_boolean")]
+    pub include_default_providers: Option<bool>,
+    #[serde(default)]
+    pub providers: Vec<MetricProvider>,
+    #[serde(default)]
+    pub meters: Vec<MetricMeter>,
+}
+
+/// `Metrics:Providers:N`: an EventCounter source, and which of its counters (default: all).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct MetricProvider {
+    pub provider_name: String,
+    #[serde(default)]
+    pub counter_names: Vec<String>,
+}
+
+/// `Metrics:Meters:N`: a System.Diagnostics.Metrics meter, and which of its instruments
+/// (default: all).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct MetricMeter {
+    pub meter_name: String,
+    #[serde(default)]
+    pub instrument_names: Vec<String>,
 }
 
 /// Where the configuration comes from, besides the environment.
@@ -623,5 +668,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("B:X") && error.contains("gaps"), "{error}");
+    }
+
+    #[test]
+    fn the_metrics_section_reads_dotnet_monitors_keys() {
+        let config: MetricsConfig = serde_json::from_str(
+            r#"{"Enabled": "true", "Endpoints": "http://+:52325", "MetricCount": 3,
+                "IncludeDefaultProviders": false,
+                "Providers": [{"ProviderName": "System.Runtime", "CounterNames": ["cpu-usage"]}],
+                "Meters": [{"MeterName": "AsyncWeb"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(config.enabled, Some(true));
+        assert_eq!(config.include_default_providers, Some(false));
+        assert_eq!(config.providers[0].counter_names, ["cpu-usage"]);
+        assert!(config.meters[0].instrument_names.is_empty());
+        assert!(serde_json::from_str::<MetricsConfig>(r#"{"Enable": true}"#).is_err());
     }
 }

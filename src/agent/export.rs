@@ -29,12 +29,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::Context;
-use collector::metrics::{Counter, Gauge, Registry};
 use exporter::otlp::ExportBatch;
 use exporter::remote::{Client, ExporterConfig, Prepared};
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use ui::metrics::{Counter, Gauge, Registry};
 
 /// The `Exporters` section of settings.json: exporters by name.
 pub type ExportersConfig = BTreeMap<String, ExporterConfig>;

@@ -1,6 +1,6 @@
 //! The agent's own health, as metrics on its [`Registry`] (served on `/metrics`).
 
-use collector::metrics::{Counter, Gauge, Registry};
+use ui::metrics::{Counter, Gauge, Registry};
 
 /// The handles the agent's tasks update.
 #[derive(Debug, Clone)]

@@ -16,7 +16,7 @@ mod export;
 mod health;
 mod process;
 mod rules;
-mod runtime_metrics;
+mod runtime_counters;
 mod writer;
 
 use std::path::PathBuf;
@@ -26,15 +26,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context};
 use collector::attached::AttachedProcesses;
 use collector::counters::{CounterSessionConfig, DEFAULT_INTERVAL_SECONDS};
-use collector::metrics::{MetricsConfig, Registry};
+use collector::nettrace::ParserOptions;
 use collector::sampler::DutyCycle;
 use exporter::egress::{Egress, EgressConfig};
+use settings::{parse_bytes, parse_duration};
 use store::tsdb::{Store, StoreOptions};
-use symbolizer::continuous::EventProfiles;
+use symbolizer::profiles::process::EventProfiles;
 use tokio::sync::watch;
+use ui::metrics::Registry;
 
-use crate::args::{parse_bytes, parse_duration};
-use config::{AgentConfig, ConfigSources};
+use crate::args::NettraceArgs;
+use config::{AgentConfig, ConfigSources, MetricsConfig};
 use health::Health;
 use writer::BatchSink;
 
@@ -164,6 +166,9 @@ pub struct Args {
     /// crash can lose. [default: 10s] [config: Store:FlushInterval]
     #[arg(long, value_parser = parse_duration)]
     flush_interval: Option<Duration>,
+    /// Per session: the limit a target's stream may make the agent hold.
+    #[command(flatten)]
+    nettrace: NettraceArgs,
 }
 
 /// A repeatable flag's values, else the configuration's list.
@@ -193,12 +198,13 @@ struct Resolved {
     /// The connection limits and allowed host names of both listeners.
     limits: ui::ConnectionLimits,
     allowed_hosts: ui::AllowedHosts,
-    runtime_metrics: Option<RuntimeMetrics>,
+    runtime_counters: Option<RuntimeCounters>,
     auth: AuthSource,
     kestrel: ui::tls::KestrelConfig,
     exporters: export::ExportersConfig,
     egress: EgressConfig,
     rules: Vec<collector::rules::options::CollectionRule>,
+    parser: ParserOptions,
 }
 
 /// Where the API key comes from.
@@ -213,7 +219,7 @@ enum AuthSource {
 
 /// The counter session whose values go on /metrics, and which EventCounters of it to keep.
 #[derive(Debug, Clone)]
-pub struct RuntimeMetrics {
+pub struct RuntimeCounters {
     pub session: CounterSessionConfig,
     /// Per EventCounter source, the counters to keep (`Metrics:Providers:CounterNames`);
     /// a source not listed keeps every counter.
@@ -274,8 +280,8 @@ impl Args {
             Some(url) => Some(url),
             None => metrics_on.then(|| ui::metrics::DEFAULT_METRICS_URL.to_string()),
         };
-        let runtime_metrics = (metrics_on && !self.no_runtime_metrics)
-            .then(|| runtime_metrics_config(metrics, &self.meters));
+        let runtime_counters = (metrics_on && !self.no_runtime_metrics)
+            .then(|| runtime_counters_config(metrics, &self.meters));
         let kestrel_limits = &config.kestrel.limits;
         let limits = ui::ConnectionLimits {
             max_connections: self
@@ -313,6 +319,7 @@ impl Args {
             AuthSource::Configured(config.authentication.clone())
         };
         Ok(Resolved {
+            parser: self.nettrace.parser_options(),
             urls: self
                 .urls
                 .or_else(|| config.urls.clone())
@@ -357,7 +364,7 @@ impl Args {
             metrics_urls,
             limits,
             allowed_hosts,
-            runtime_metrics,
+            runtime_counters,
             auth,
             kestrel: config.kestrel.clone(),
             exporters: config.exporters,
@@ -373,10 +380,10 @@ impl Args {
 
 /// The counter session of the `Metrics` section and `--meter` flags: dotnet-monitor's default
 /// sources unless `IncludeDefaultProviders` is false, `Providers`, `Meters`.
-fn runtime_metrics_config(metrics: &MetricsConfig, meters: &[String]) -> RuntimeMetrics {
+fn runtime_counters_config(metrics: &MetricsConfig, meters: &[String]) -> RuntimeCounters {
     let mut session = CounterSessionConfig::new(DEFAULT_INTERVAL_SECONDS);
     if metrics.include_default_providers != Some(false) {
-        for source in runtime_metrics::DEFAULT_SOURCES {
+        for source in runtime_counters::DEFAULT_SOURCES {
             session = session.with_event_counters(source);
         }
     }
@@ -397,7 +404,7 @@ fn runtime_metrics_config(metrics: &MetricsConfig, meters: &[String]) -> Runtime
     for meter in meters {
         session = session.with_meter(meter, &[]);
     }
-    RuntimeMetrics {
+    RuntimeCounters {
         session,
         counter_names,
     }
@@ -442,9 +449,11 @@ pub struct Settings {
     /// The providers that join samples to the spans their threads ran, when linkage is on.
     pub linkage: Option<Vec<collector::ipc::ProviderConfig>>,
     /// The counter session whose values go on /metrics, unless that is off.
-    pub runtime_metrics: Option<RuntimeMetrics>,
+    pub runtime_counters: Option<RuntimeCounters>,
     /// Collection rules and their egress.
     pub rules: rules::RuleSettings,
+    /// Limits of the parsers that read the targets' streams (`--nettrace-budget`).
+    pub parser: ParserOptions,
 }
 
 /// What the agent's tasks share.
@@ -453,7 +462,7 @@ pub struct Agent {
     pub processes: AttachedProcesses,
     pub sink: BatchSink,
     /// Every component's metrics, served on `/metrics`: register yours on it (see
-    /// [`collector::metrics`]).
+    /// [`ui::metrics`]).
     pub metrics: Registry,
     /// The agent's own metrics.
     pub health: Health,
@@ -631,8 +640,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             filters: settings.filters,
             host_name: host_name(),
             linkage: settings.linkage,
-            runtime_metrics: settings.runtime_metrics,
+            runtime_counters: settings.runtime_counters,
             rules,
+            parser: settings.parser.clone(),
         },
         processes: AttachedProcesses::default(),
         sink,
@@ -659,6 +669,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             },
             egress,
             api_url: (!api_addr.ip().is_unspecified()).then(|| format!("{scheme}://{api_addr}")),
+            parser: settings.parser,
             ..ui::MonitorState::default()
         };
         let state = ui::ApiState::new(store.clone())

@@ -11,7 +11,7 @@ use collector::attached::AttachedProcess;
 use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::nettrace::events::KnownEvent;
-use collector::nettrace::Event;
+use collector::nettrace::{Event, ParserOptions};
 use collector::providers::{self, level};
 use collector::rules::options::ProcessFacts;
 use collector::rules::state::RuleStates;
@@ -19,15 +19,14 @@ use collector::sampler::{SamplerControl, SamplerStep, MAX_WINDOW};
 use collector::samples::SampleAggregator;
 use collector::session::{self, EventObserver, ParsingWriter};
 use profile::labels;
-use symbolizer::continuous::{Batches, EventProfiles, ProcessProfiler};
+use symbolizer::profiles::process::{Batches, EventProfiles, ProcessProfiler};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::health::{GaugeGuard, Health};
-use super::runtime_metrics;
+use super::runtime_counters;
 use super::writer::BatchSink;
 use super::{rules, Agent};
-use crate::live;
 
 /// How long after a sampler window its stacks are named: methods compiled during the window are
 /// announced on the light session, whose events arrive up to a few hundred milliseconds later.
@@ -307,17 +306,13 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         linkage,
     ))));
     let proc_pid = local.map(|l| l.pid);
-    if let Some(maps) =
-        proc_pid.and_then(|p| std::fs::read_to_string(format!("/proc/{p}/maps")).ok())
-    {
-        profiler
-            .lock()
-            .set_images(symbolizer::parse_proc_maps(&maps));
+    if let Some(images) = proc_pid.and_then(|p| symbolizer::read_proc_maps(p).ok()) {
+        profiler.lock().set_images(images);
     }
 
     // Fires when this function returns: the process's other tasks end with it.
     let (_detaching, detached) = tokio::sync::oneshot::channel::<()>();
-    if let Some(config) = agent.settings.runtime_metrics.clone() {
+    if let Some(config) = agent.settings.runtime_counters.clone() {
         let mut shutdown = agent.shutdown.clone();
         let stop = async move {
             tokio::select! {
@@ -325,7 +320,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
                 _ = detached => {}
             }
         };
-        tokio::spawn(runtime_metrics::export(
+        tokio::spawn(runtime_counters::export(
             client.clone(),
             config,
             agent.metrics.clone(),
@@ -336,7 +331,11 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
     }
     let mut light = {
         let client = client.clone();
-        let mut sink = ParsingWriter::new(tokio::io::sink(), profiler.clone());
+        let mut sink = ParsingWriter::with_options(
+            tokio::io::sink(),
+            profiler.clone(),
+            agent.settings.parser.clone(),
+        );
         let config = light_session(agent.settings.events, agent.settings.linkage.as_deref());
         let mut shutdown = agent.shutdown.clone();
         let sessions = agent.health.sessions.clone();
@@ -350,7 +349,9 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
     };
     // Started after the light session, so code loaded in between is named by one or the other.
     let pid32 = u32::try_from(target.pid).unwrap_or(0);
-    if let Err(error) = live::rundown(client, pid32, profiler.clone()).await {
+    // As anyhow, so `{:#}` shows the error's causes.
+    let rundown = session::rundown(client, pid32, profiler.clone()).await;
+    if let Err(error) = rundown.map_err(anyhow::Error::from) {
         tracing::warn!(pid = target.pid, error = %format!("{error:#}"), "rundown failed; frames of code loaded before attaching stay unnamed");
     }
 
@@ -365,6 +366,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         keep_times: agent.settings.linkage.is_some(),
         alloc: agent.settings.events.alloc,
         health: agent.health.clone(),
+        parser: &agent.settings.parser,
     };
     let result = tokio::select! {
         result = sampling.run() => result,
@@ -413,6 +415,7 @@ struct SamplingLoop<'a> {
     /// Take allocation ticks during sampler windows.
     alloc: bool,
     health: Health,
+    parser: &'a ParserOptions,
 }
 
 impl SamplingLoop<'_> {
@@ -475,7 +478,8 @@ impl SamplingLoop<'_> {
     async fn refresh_names(&self) -> bool {
         let before = self.profiler.lock().code_map().functions().len();
         let pid = u32::try_from(self.pid).unwrap_or(0);
-        if let Err(error) = live::rundown(self.client, pid, self.profiler.clone()).await {
+        let rundown = session::rundown(self.client, pid, self.profiler.clone()).await;
+        if let Err(error) = rundown.map_err(anyhow::Error::from) {
             tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "refreshing method names failed");
             return true;
         }
@@ -503,7 +507,7 @@ impl SamplingLoop<'_> {
             samples,
             profiler: self.profiler.clone(),
         };
-        let mut sink = ParsingWriter::new(tokio::io::sink(), window);
+        let mut sink = ParsingWriter::with_options(tokio::io::sink(), window, self.parser.clone());
         let mut shutdown = self.shutdown.clone();
         let _open = GaugeGuard::new(&self.health.sessions);
         let opened_unix_ms = profile::clock::unix_millis();

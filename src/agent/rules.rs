@@ -9,19 +9,19 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use collector::artifacts::{self, ArtifactKind, TraceRequest};
+use collector::artifacts::{ArtifactKind, TraceRequest};
 use collector::attached::{AttachedProcesses, ProcessEventKind};
 use collector::client::DiagnosticsClient;
+use collector::gcdump::SnapshotOptions;
 use collector::ipc::CollectTracing;
 use collector::providers::SessionProviders;
 use collector::rules::capture::{self, CaptureRequest};
 use collector::rules::engine::{self, ActionFuture, Firing, RuleEvent};
-use collector::rules::options::{
-    Action, ActionKind, CollectionRule, ProcessFacts, StacksFormat, TraceSource,
-};
+use collector::rules::options::{Action, ActionKind, CollectionRule, ProcessFacts, TraceSource};
 use collector::rules::ring::RingLimits;
 use collector::rules::state::RuleStates;
 use collector::sampler::SamplerControl;
+use exporter::artifacts::{Artifact, ArtifactSource};
 use exporter::egress::{Egress, Upload};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
@@ -203,12 +203,31 @@ struct ActionContext {
 }
 
 impl ActionContext {
+    /// Collects `artifact` into the egress provider `egress`, named for the time of the firing.
+    async fn collect(
+        &self,
+        artifact: Artifact,
+        egress: &str,
+        at: SystemTime,
+    ) -> anyhow::Result<()> {
+        let mut upload = self.upload(egress, artifact.kind(), at)?;
+        let source = ArtifactSource {
+            client: &self.client,
+            pid: self.pid,
+            local_pid: u32::try_from(self.pid).ok(),
+        };
+        let written = artifact
+            .write(source, &mut upload, std::future::pending())
+            .await;
+        upload.conclude(written).await?;
+        Ok(())
+    }
+
     fn upload(&self, egress: &str, kind: ArtifactKind, at: SystemTime) -> anyhow::Result<Upload> {
         Ok(self.egress.start(egress, &kind.file_name(self.pid, at))?)
     }
 
     async fn run(&self, action: &Action, firing: &Firing) -> anyhow::Result<()> {
-        let pid32 = u32::try_from(self.pid).unwrap_or(0);
         match &action.kind {
             ActionKind::CollectTrace {
                 source,
@@ -216,82 +235,34 @@ impl ActionContext {
                 egress,
                 stopping_event,
                 pre_trigger,
-            } => {
-                let upload = self.upload(egress, ArtifactKind::Trace, firing.time)?;
-                match (pre_trigger, self.captures.get(&action.name)) {
-                    (Some(pre), Some(ring)) => {
-                        self.capture(upload, ring, firing.time, *pre, *duration)
-                            .await
-                    }
-                    _ => {
-                        let request = trace_request(source, self.counter_interval_seconds)?
-                            .with_duration(Some(*duration))
-                            .with_stopping_event(stopping_event.clone());
-                        let mut upload = upload;
-                        let written = artifacts::collect_trace(
-                            &self.client,
-                            &request,
-                            &mut upload,
-                            std::future::pending(),
-                            |_| {},
-                        )
+            } => match (pre_trigger, self.captures.get(&action.name)) {
+                (Some(pre), Some(ring)) => {
+                    let upload = self.upload(egress, ArtifactKind::Trace, firing.time)?;
+                    self.capture(upload, ring, firing.time, *pre, *duration)
                         .await
-                        .map(drop)
-                        .map_err(anyhow::Error::from);
-                        conclude(upload, written).await
-                    }
                 }
-            }
+                _ => {
+                    let request = trace_request(source, self.counter_interval_seconds)?
+                        .with_duration(Some(*duration))
+                        .with_stopping_event(stopping_event.clone());
+                    self.collect(Artifact::Trace(request), egress, firing.time)
+                        .await
+                }
+            },
             ActionKind::CollectGCDump { egress } => {
-                let mut upload = self.upload(egress, ArtifactKind::GcDump, firing.time)?;
-                let written = async {
-                    let snapshot =
-                        artifacts::collect_gcdump(&self.client, pid32, Default::default(), |_| {})
-                            .await?;
-                    artifacts::write_gcdump_async(Arc::new(snapshot), &mut upload).await?;
-                    Ok(())
-                }
-                .await;
-                conclude(upload, written).await
+                let artifact = Artifact::GcDump(SnapshotOptions::default());
+                self.collect(artifact, egress, firing.time).await
             }
             ActionKind::CollectDump { dump_type, egress } => {
-                let mut upload = self.upload(egress, ArtifactKind::Dump, firing.time)?;
-                let written = artifacts::collect_dump(
-                    &self.client,
-                    *dump_type,
-                    &std::env::temp_dir(),
-                    artifacts::DEFAULT_DUMP_TIMEOUT,
-                    &mut upload,
-                )
-                .await
-                .map(drop)
-                .map_err(anyhow::Error::from);
-                conclude(upload, written).await
+                let artifact = Artifact::Dump {
+                    kind: *dump_type,
+                    temp_dir: std::env::temp_dir(),
+                };
+                self.collect(artifact, egress, firing.time).await
             }
             ActionKind::CollectStacks { format, egress } => {
-                let plain_text = *format == StacksFormat::PlainText;
-                let mut upload =
-                    self.upload(egress, ArtifactKind::Stacks { plain_text }, firing.time)?;
-                let images = std::fs::read_to_string(format!("/proc/{}/maps", self.pid))
-                    .map(|maps| symbolizer::parse_proc_maps(&maps))
-                    .unwrap_or_default();
-                let mut names = symbolizer::stacks::RundownMap::default().with_images(images);
-                let tick = artifacts::collect_stack_tick(&self.client, &mut names).await?;
-                let stacks = symbolizer::stacks::CallStacks::build(
-                    &names.map,
-                    &tick,
-                    &collector::processes::thread_names(pid32),
-                );
-                let text = stacks.render(match format {
-                    StacksFormat::Json => symbolizer::stacks::StackFormat::Json,
-                    StacksFormat::PlainText => symbolizer::stacks::StackFormat::PlainText,
-                    StacksFormat::Speedscope => symbolizer::stacks::StackFormat::Speedscope,
-                });
-                let written = upload
-                    .write_all(text.as_bytes())
+                self.collect(Artifact::Stacks(*format), egress, firing.time)
                     .await
-                    .map_err(anyhow::Error::from);
-                conclude(upload, written).await
             }
             ActionKind::Execute {
                 path,
@@ -366,20 +337,6 @@ impl ActionContext {
                 copied?;
                 summary.map(|_| ())
             }
-        }
-    }
-}
-
-/// Finishes the upload once its artifact was written, or aborts it (no partial artifact stays).
-async fn conclude(upload: Upload, written: anyhow::Result<()>) -> anyhow::Result<()> {
-    match written {
-        Ok(()) => {
-            upload.finish().await?;
-            Ok(())
-        }
-        Err(error) => {
-            let _ = upload.abort().await;
-            Err(error)
         }
     }
 }

@@ -2,7 +2,7 @@
 //! (`profile` and `series` ≤ 1 s), a profile of 3M unique stacks (≤ 1 s), ingest samples per
 //! CPU-second, and bytes on disk per sample (≤ 2) and per unique stack (≤ 8).
 //!
-//! Batches have the agent's shape (`store::continuous`): per process and sampler window one `cpu`
+//! Batches have the agent's shape (`symbolizer::profiles::process`): per process and sampler window one `cpu`
 //! and one `wall` batch holding the window's distinct (thread, stack) pairs, each worth
 //! `count × measured period` ns and labelled `thread_id`/`thread_name`, with the window's own
 //! function table; per process every 10 s, `alloc_samples`/`alloc_size`, `exception` and

@@ -1,6 +1,9 @@
 //! Where module files are mapped. Module events carry no base address (and CoreCLR's
-//! `ModuleRangeLoad` sends nothing), so image ranges come from the target's `/proc/PID/maps`, read by
-//! the agent and handed here as text.
+//! `ModuleRangeLoad` sends nothing), so image ranges come from the target's `/proc/PID/maps`:
+//! [`read_proc_maps`] reads and parses it, [`parse_proc_maps`] parses text read elsewhere.
+
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
 
 /// One mapped file: `[start, end)`, as the target process sees its path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -12,6 +15,18 @@ pub struct ImageRange {
     /// The file's path in the target's mount namespace (the same path the runtime reports in
     /// `ModuleILPath`), without a ` (deleted)` suffix.
     pub path: String,
+}
+
+/// The executable file images of process `pid` on this machine, from `/proc/PID/maps` (see
+/// [`parse_proc_maps`]). Opened with `O_NOFOLLOW`, as every file a target could touch.
+pub fn read_proc_maps(pid: u32) -> std::io::Result<Vec<ImageRange>> {
+    let mut text = String::new();
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(format!("/proc/{pid}/maps"))?
+        .read_to_string(&mut text)?;
+    Ok(parse_proc_maps(&text))
 }
 
 /// Parses the text of `/proc/PID/maps` into executable file images.
@@ -153,6 +168,13 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0  [vsyscall]
             "RefEmit_InMemoryManifestModule"
         );
         assert_eq!(file_name(""), "");
+    }
+
+    #[test]
+    fn reads_this_process_maps() {
+        let images = read_proc_maps(std::process::id()).unwrap();
+        let this = std::env::current_exe().unwrap();
+        assert!(images.iter().any(|i| std::path::Path::new(&i.path) == this));
     }
 
     #[test]

@@ -3,19 +3,22 @@
 //! - The per-process code map (the pure core: no I/O, no clock, no threads) turns raw instruction
 //!   pointers from EventPipe samples into managed frames. It is fed by the collector's method
 //!   and module events (through a thin adapter that copies decoded fields into [`MethodLoad`],
-//!   [`MethodUnload`], [`R2rEntryPoint`], [`ModuleLoad`] and [`ModuleUnload`]).
-//! - [`sampled`]: cpu and wall profiles of a recording (`record`, `convert`, `top`).
-//! - [`continuous`]: the always-on profile of one process as batches for the store (the agent).
+//!   [`MethodUnload`], [`R2rEntryPoint`], [`ModuleLoad`] and [`ModuleUnload`]), and by the
+//!   target's mapped files ([`read_proc_maps`]).
+//! - [`profiles`]: events → named profiles, one path with two outputs: the cpu and wall
+//!   profile of a recording (`record`, `convert`, `top`) and the always-on profile of one
+//!   process as batches for the store (the agent).
+//! - [`stacks`]: every thread's named stack at one moment ([`stacks::capture`]).
 //!
 //! # Frames
 //! [`CodeMap::symbolize`] never fails and never drops an address: it returns a [`Frame`] whose
 //! [`FrameKind`] says whether the address was in known managed code (with its JIT tier), inside a
 //! mapped module image with no known method (`module!+0xOFFSET`), or unknown (`[unknown]`).
-//! Frames point at interned [`Function`]s shared by every code version of a method (tier 0,
-//! tier 1, OSR, ReJIT), so a stack costs no allocation per frame.
+//! Frames point at interned [`CodeMapFunction`]s shared by every code version of a method
+//! (tier 0, tier 1, OSR, ReJIT), so a stack costs no allocation per frame.
 //!
 //! # Names
-//! [`Function::display_name`] is the C#-like name .NET developers read:
+//! [`CodeMapFunction::display_name`] is the C#-like name .NET developers read:
 //! - the declaring type fully qualified, nested types joined with `.`, generic arguments in
 //!   `<...>` with C# keywords for primitives:
 //!   `System.Collections.Generic.Dictionary<string, int>.Enumerator`;
@@ -25,19 +28,18 @@
 //!   arguments (`List<int>.Add(int)`), method type parameters stay `!!0` (the runtime does not
 //!   report the method instantiation); shared generic code shows `System.__Canon`.
 //!
-//! The module is its own field ([`Function::module`], the file name), so exporters can print
-//! `System.Linq.dll!System.Linq.Enumerable.Where(IEnumerable<!!0>, Func<!!0, bool>)` like PerfView.
+//! The module is its own field ([`CodeMapFunction::module`], the file name), so exporters can
+//! print `System.Linq.dll!System.Linq.Enumerable.Where(IEnumerable<!!0>, Func<!!0, bool>)` like PerfView.
 //! The raw runtime strings stay available, and anything that does not parse falls back to them.
 
-pub mod continuous;
 mod error;
 mod events;
 mod images;
 mod map;
 mod names;
 pub mod nettrace;
+pub mod profiles;
 mod refresh;
-pub mod sampled;
 pub mod stacks;
 
 pub use error::EventError;
@@ -45,9 +47,9 @@ pub use events::{
     LoadSource, MethodFlags, MethodLoad, MethodUnload, ModuleFlags, ModuleLoad, ModuleUnload,
     OptimizationTier, PdbInfo, R2rEntryPoint,
 };
-pub use images::{parse_proc_maps, ImageRange};
+pub use images::{parse_proc_maps, read_proc_maps, ImageRange};
 pub use map::{
-    CodeMap, CodeMapStats, Frame, FrameKind, Function, FunctionId, FunctionKey, FunctionKind,
-    Module, MAX_INFERRED_EXTENT, MAX_METHOD_SIZE,
+    CodeMap, CodeMapFunction, CodeMapStats, Frame, FrameKind, FunctionId, FunctionKey,
+    FunctionKind, Module, MAX_INFERRED_EXTENT, MAX_METHOD_SIZE,
 };
 pub use refresh::RundownRefreshPolicy;

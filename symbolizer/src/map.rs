@@ -27,8 +27,9 @@ pub const MAX_METHOD_SIZE: u32 = 16 << 20;
 /// to it when nothing closer is known.
 pub const MAX_INFERRED_EXTENT: u64 = 64 << 10;
 
-/// Index of a [`Function`] in one [`CodeMap`]. Dense from 0, never reused, valid only with the map
-/// that returned it; for anything that outlives the process use [`Function::key`].
+/// Index of a [`CodeMapFunction`] in one [`CodeMap`]. Dense from 0, never reused, valid only with
+/// the map that returned it; for anything that outlives the process use
+/// [`CodeMapFunction::key`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FunctionId(u32);
 
@@ -69,7 +70,7 @@ impl FunctionKey {
     }
 }
 
-/// What a [`Function`] stands for.
+/// What a [`CodeMapFunction`] stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FunctionKind {
     /// A managed method with metadata.
@@ -84,9 +85,11 @@ pub enum FunctionKind {
     Unresolved,
 }
 
-/// A function as frames name it. Shared by all code versions of one method.
+/// A function as the code map knows it: the runtime's ids and raw strings, shared by all code
+/// versions of one method. A profile names it with a [`profile::Function`] (display name and
+/// module) made from this one.
 #[derive(Clone, Debug)]
-pub struct Function {
+pub struct CodeMapFunction {
     /// Stable identity for deduplication across processes.
     pub key: FunctionKey,
     /// Method, dynamic method, helper, image or unresolved.
@@ -112,7 +115,7 @@ pub struct Function {
     display: OnceLock<String>,
 }
 
-impl Function {
+impl CodeMapFunction {
     /// The C#-like name, see the crate documentation.
     pub fn display_name(&self) -> &str {
         self.display.get_or_init(|| match self.kind {
@@ -283,7 +286,7 @@ struct Image {
 /// (one per ~n/8 lookups), so interleaved loads and samples never rebuild on every sample.
 #[derive(Debug)]
 pub struct CodeMap {
-    functions: Vec<Function>,
+    functions: Vec<CodeMapFunction>,
     /// `(module_id, key)` → function, to share one function among code versions.
     interned: HashMap<(u64, u64), FunctionId>,
     /// Latest function seen per `MethodID` (finds the module of an R2R entry point).
@@ -313,7 +316,7 @@ impl Default for CodeMap {
 impl CodeMap {
     /// An empty map; [`FunctionId::UNRESOLVED`] is its first function.
     pub fn new() -> Self {
-        let unresolved = Function {
+        let unresolved = CodeMapFunction {
             key: FunctionKey::hash(b'u', &[]),
             kind: FunctionKind::Unresolved,
             module_id: 0,
@@ -400,14 +403,14 @@ impl CodeMap {
 
     /// The function behind a frame. An id this map never returned (out of range) yields the
     /// unresolved function rather than a panic.
-    pub fn function(&self, id: FunctionId) -> &Function {
+    pub fn function(&self, id: FunctionId) -> &CodeMapFunction {
         self.functions
             .get(id.index())
             .unwrap_or_else(|| &self.functions[FunctionId::UNRESOLVED.index()])
     }
 
     /// All functions, indexed by [`FunctionId::index`].
-    pub fn functions(&self) -> &[Function] {
+    pub fn functions(&self) -> &[CodeMapFunction] {
         &self.functions
     }
 
@@ -807,7 +810,7 @@ impl CodeMap {
             Some(module) => module.file_name.clone(),
             None => Arc::from(""),
         };
-        let id = self.push_function(Function {
+        let id = self.push_function(CodeMapFunction {
             key,
             kind: method.kind,
             module_id: method.module_id,
@@ -840,7 +843,7 @@ impl CodeMap {
                 return id;
             }
         }
-        let id = self.push_function(Function {
+        let id = self.push_function(CodeMapFunction {
             key,
             kind: FunctionKind::Image,
             module_id: 0,
@@ -857,7 +860,7 @@ impl CodeMap {
         id
     }
 
-    fn push_function(&mut self, function: Function) -> FunctionId {
+    fn push_function(&mut self, function: CodeMapFunction) -> FunctionId {
         // u32::MAX functions would need hundreds of GiB of names; saturate instead of wrapping.
         let id = FunctionId(u32::try_from(self.functions.len()).unwrap_or(u32::MAX));
         self.functions.push(function);

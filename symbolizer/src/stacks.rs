@@ -1,13 +1,13 @@
-//! Named thread stacks from one sampler tick (`collector::artifacts::collect_stack_tick`), and
-//! dotnet-monitor's `/stacks` formats of them: plain text, JSON (`CallStackResult`) and
-//! speedscope.
+//! Every managed thread's named stack at one moment ([`capture`]: one sampler tick from
+//! `collector::artifacts::collect_stack_tick`, named by its rundown and the process's mapped
+//! files), and dotnet-monitor's `/stacks` formats of them: plain text, JSON (`CallStackResult`)
+//! and speedscope. The API's `/stacks`, the CollectStacks rule action and `clrscope stacks` all
+//! capture through [`capture`].
 //!
 //! ```no_run
 //! # async fn demo(client: collector::client::DiagnosticsClient, pid: u32) -> Result<(), collector::artifacts::ArtifactError> {
-//! use symbolizer::stacks::{CallStacks, RundownMap, StackFormat};
-//! let mut names = RundownMap::default();
-//! let tick = collector::artifacts::collect_stack_tick(&client, &mut names).await?;
-//! let stacks = CallStacks::build(&names.map, &tick, &collector::processes::thread_names(pid));
+//! use collector::artifacts::StackFormat;
+//! let stacks = symbolizer::stacks::capture(&client, Some(pid)).await?;
 //! let text = stacks.render(StackFormat::PlainText);
 //! # Ok(()) }
 //! ```
@@ -15,47 +15,49 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use collector::artifacts::ThreadSample;
+use collector::artifacts::{collect_stack_tick, ArtifactError, StackFormat};
+use collector::client::DiagnosticsClient;
 use collector::nettrace::Event;
+use collector::processes::thread_names;
+use collector::samples::StackKey;
 use collector::session::EventObserver;
 use serde::Serialize;
 
 use crate::map::{CodeMap, FrameKind};
-use crate::ImageRange;
 
 /// dotnet-monitor's marker for a run of native frames.
 pub const NATIVE_FRAME: &str = "[NativeFrame]";
 /// dotnet-monitor's module GUID when none is known.
 const NO_MODULE_VERSION_ID: &str = "00000000-0000-0000-0000-000000000000";
 
-/// A code map fed with a session's method and module events (the rundown of a stack tick).
-#[derive(Debug, Default)]
-pub struct RundownMap {
-    pub map: CodeMap,
-    /// Events the map could not use (malformed payloads); counted, not fatal.
-    pub rejected: u64,
+/// Every managed thread's stack in the runtime behind `client`, at one moment, named.
+/// `local_pid` is the process's pid when `/proc/PID` on this machine is the process: its mapped
+/// files then name frames in no known method, and its threads' names are read.
+pub async fn capture(
+    client: &DiagnosticsClient,
+    local_pid: Option<u32>,
+) -> Result<CallStacks, ArtifactError> {
+    let mut map = CodeMap::default();
+    if let Some(images) = local_pid.and_then(|pid| crate::read_proc_maps(pid).ok()) {
+        map.set_images(images);
+    }
+    let mut rundown = RundownMap { map };
+    let tick = collect_stack_tick(client, &mut rundown).await?;
+    let threads = local_pid.map(thread_names).unwrap_or_default();
+    Ok(CallStacks::build(&rundown.map, &tick, &threads))
 }
 
-impl RundownMap {
-    /// Also names addresses in the process's mapped files (`/proc/PID/maps`), for frames in no
-    /// known method.
-    pub fn with_images(mut self, images: Vec<ImageRange>) -> Self {
-        self.map.set_images(images);
-        self
-    }
+/// A code map fed with a session's method and module events (the rundown of a stack tick);
+/// events it cannot use (malformed payloads) are passed over.
+struct RundownMap {
+    map: CodeMap,
 }
 
 impl EventObserver for RundownMap {
     fn on_event(&mut self, event: &Event<'_>) {
         let timestamp = event.header.timestamp as u64;
-        match event.known() {
-            Ok(Some(known)) => {
-                if crate::nettrace::apply(&mut self.map, &known, timestamp).is_err() {
-                    self.rejected += 1;
-                }
-            }
-            Ok(None) => {}
-            Err(_) => self.rejected += 1,
+        if let Ok(Some(known)) = event.known() {
+            let _ = crate::nettrace::apply(&mut self.map, &known, timestamp);
         }
     }
 }
@@ -91,31 +93,9 @@ pub struct CallStacks {
     pub stacks: Vec<ThreadStack>,
 }
 
-/// The formats of dotnet-monitor's `/stacks`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StackFormat {
-    PlainText,
-    Json,
-    Speedscope,
-}
-
-impl StackFormat {
-    pub fn content_type(self) -> &'static str {
-        match self {
-            StackFormat::PlainText => "text/plain",
-            StackFormat::Json => "application/json",
-            StackFormat::Speedscope => "application/speedscope+json",
-        }
-    }
-}
-
 impl CallStacks {
     /// Names the tick's stacks with `map`; `thread_names` by thread id.
-    pub fn build(
-        map: &CodeMap,
-        tick: &[ThreadSample],
-        thread_names: &HashMap<u64, String>,
-    ) -> CallStacks {
+    fn build(map: &CodeMap, tick: &[StackKey], thread_names: &HashMap<u64, String>) -> CallStacks {
         let mut stacks: Vec<ThreadStack> = tick
             .iter()
             .map(|sample| ThreadStack {

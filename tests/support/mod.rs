@@ -18,6 +18,7 @@
 //! 64 KiB) for error messages.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -31,6 +32,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod agent;
+pub mod golden;
 pub mod openapi;
 pub mod receiver;
 
@@ -557,6 +559,24 @@ impl Target {
         self.ready.as_ref().and_then(|r| r.pointer(pointer))
     }
 
+    /// CPU time the kernel has accounted to each thread the ready line lists (`threads[].name`
+    /// and `.tid`, as CpuHot prints them), in clock ticks: the ground truth a profile's split is
+    /// judged against, whatever the machine's load made of the target's intended split.
+    pub fn thread_cpu_ticks(&self) -> HashMap<String, u64> {
+        let threads = self
+            .ready_fact("/threads")
+            .and_then(Value::as_array)
+            .expect("the ready line lists threads with their tids");
+        threads
+            .iter()
+            .map(|t| {
+                let name = t["name"].as_str().expect("thread name").to_string();
+                let tid = t["tid"].as_u64().expect("thread tid");
+                (name, thread_cpu_ticks(self.pid(), tid))
+            })
+            .collect()
+    }
+
     /// The next stdout line (after the ready line, if [`wait_ready`](Self::wait_ready) ran), or
     /// `None` on timeout or once the target closed stdout and every line was read.
     pub fn next_line(&mut self, timeout: Duration) -> Option<String> {
@@ -704,26 +724,21 @@ impl Drop for Target {
     }
 }
 
-/// Compares `actual` with `tests/golden/<relative>`, or rewrites the golden file when the
-/// environment has `CLRSCOPE_BLESS=1` (after a deliberate change of output).
-pub fn check_golden(relative: &Path, actual: &[u8]) {
-    let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(relative);
-    if std::env::var_os("CLRSCOPE_BLESS").is_some() {
-        std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
-        std::fs::write(&golden, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read(&golden).unwrap_or_else(|_| {
-        panic!(
-            "missing {}: run with CLRSCOPE_BLESS=1 to create it",
-            golden.display()
-        )
-    });
-    assert!(
-        actual == expected.as_slice(),
-        "{} changed; if intended, rerun with CLRSCOPE_BLESS=1",
-        golden.display()
-    );
+/// User plus system CPU of one thread so far, in clock ticks (`/proc/PID/task/TID/stat` fields 14
+/// and 15); 0 once the thread is gone.
+pub fn thread_cpu_ticks(pid: u32, tid: u64) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else {
+        return 0;
+    };
+    // The command name (field 2) may hold spaces and parentheses: count fields after its ')'.
+    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // fields[0] is field 3 (state), so utime (14) and stime (15) are fields[11] and fields[12].
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    ticks(11) + ticks(12)
 }

@@ -68,6 +68,7 @@ store_log=$DEMO_DIR/bookstore.log
 
 agent=""
 bookstore=""
+sleeper=""
 # Stops what the demo started, newest first: Bookstore, then the agent (it ends its sessions and
 # flushes the store). SIGINT first, as Ctrl-C would; then SIGTERM, since a background job of a
 # script inherits SIGINT ignored and .NET then never sees it; then SIGKILL.
@@ -83,11 +84,13 @@ stop() {
     wait "$pid" 2>/dev/null || true
 }
 cleanup() {
+    [ -z "$sleeper" ] || kill "$sleeper" 2>/dev/null || true
     stop "$bookstore" Bookstore
     stop "$agent" "the agent"
 }
 trap cleanup EXIT
-trap 'echo; say interrupted; exit 130' INT TERM
+# Ctrl-C is how a person ends the demo: a clean stop, not a failure.
+trap 'echo; say stopping on request; exit 0' INT TERM
 
 # wait_for_line PID NAME LOG PATTERN: waits up to 30 s for PATTERN in LOG while PID runs.
 wait_for_line() {
@@ -107,6 +110,10 @@ wait_for_line() {
 chmod 0600 "$DEMO_DIR/apikey"
 eval "$(grep '^export ' "$DEMO_DIR/apikey")"
 auth=$(grep '^Authorization: ' "$DEMO_DIR/apikey")
+# What the printed commands send: a person pastes them as they are (the token stays in the file).
+apikey_path=$DEMO_DIR/apikey
+apikey_path=${apikey_path#"$PWD"/}
+auth_arg="-H \"\$(grep '^Authorization: ' $apikey_path)\""
 
 # --- the agent ---
 # (CLRSCOPE_TESTBED_DIR is this script's, not a configuration key of the agent's.)
@@ -156,7 +163,7 @@ done
 
 echo
 for rule in "${RULES[@]}"; do
-    echo "\$ curl '$api/collectionrules/$rule?pid=$bookstore'"
+    echo "\$ curl $auth_arg '$api/collectionrules/$rule?pid=$bookstore'"
     api_get "/collectionrules/$rule?pid=$bookstore" || true
     echo
 done
@@ -165,7 +172,8 @@ echo "\$ ls -l $artifacts"
 ls -l "$artifacts"
 echo
 query="%7Bservice_name%3D%22bookstore%22%7D"
-echo "\$ curl '$api/api/v1/profile?type=cpu&from=now-3m&query={service_name=\"bookstore\"}&format=folded'   (self time per function)"
+echo "\$ curl -G $auth_arg '$api/api/v1/profile' -d type=cpu -d from=now-3m --data-urlencode 'query={service_name=\"bookstore\"}' -d format=folded"
+echo "  (self time per function, summed from those folded stacks:)"
 folded=$(api_get "/api/v1/profile?type=cpu&from=now-3m&query=$query&format=folded" || true)
 printf '%s\n' "$folded" | awk 'NF {n=split($0,f,";"); leaf=f[n]; sub(/ [0-9]+$/, "", leaf); t[leaf]+=$NF; all+=$NF}
          END {for (k in t) printf "  %5.1f%%  %s\n", 100*t[k]/all, k}' | sort -rn | awk 'NR <= 8'
@@ -192,8 +200,10 @@ fi
 
 echo
 echo "  web UI:  $api/#type=cpu&service=bookstore&search=SalesReport"
+echo "           it asks for a token: the Bearer value of the Authorization line in $apikey_path"
 echo "  data:    $DEMO_DIR (artifacts in $artifacts)"
 echo
 say "up for ${STAY_SECONDS}s more; Ctrl-C stops Bookstore and the agent"
 sleep "$STAY_SECONDS" &
-wait $! || true
+sleeper=$!
+wait "$sleeper" || true

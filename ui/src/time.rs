@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat};
 
-pub use collector::config::parse_duration;
+use settings::parse_duration;
 
 /// A duration in nanoseconds, saturating at `i64::MAX` (292 years).
 pub fn duration_nanos(d: Duration) -> i64 {

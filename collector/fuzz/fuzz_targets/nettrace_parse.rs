@@ -1,6 +1,8 @@
 //! Arbitrary bytes as a nettrace stream, fed in chunks whose sizes the input also picks: the
 //! parser, every decoder (counter values included), the span tracker, and the raw-block splitter
 //! with the pre-trigger ring must return errors, never panic, and never allocate beyond limits.
+//! The parser gets a small memory budget, so that memory the fuzzer's `-rss_limit_mb` sees beyond
+//! it is amplification the budget missed.
 
 #![no_main]
 
@@ -9,7 +11,7 @@ use std::time::Duration;
 use collector::activity::SpanTracker;
 use collector::counters::{CounterDecoder, CounterSessionConfig};
 use collector::nettrace::splice::{ObjectSplitter, ObjectWriter};
-use collector::nettrace::Parser;
+use collector::nettrace::{Parser, ParserOptions};
 use collector::rules::ring::{RingLimits, TraceRing};
 use libfuzzer_sys::fuzz_target;
 
@@ -18,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let chunk = 1 + usize::from(chunk_seed) * 97;
-    let mut parser = Parser::new();
+    let mut parser = Parser::with_options(ParserOptions::with_memory_budget(8 << 20));
     let mut tracker = SpanTracker::default();
     let counters = CounterDecoder::new(&CounterSessionConfig::new(5));
     let mut splitter = ObjectSplitter::new(1 << 20);

@@ -36,7 +36,7 @@ mod trace;
 pub use dump::{collect_dump, write_dump, DumpKind, UnknownDumpKind, DEFAULT_DUMP_TIMEOUT};
 pub use gcdump::{collect_gcdump, write_gcdump_async, HeapSnapshot};
 pub use name::{file_timestamp, ArtifactKind};
-pub use stacks::{collect_stack_tick, ThreadSample};
+pub use stacks::{collect_stack_tick, StackFormat};
 pub use trace::{
     collect_trace, EventPipeConfiguration, EventPipeProvider, StoppingEvent, TraceEnd,
     TraceProgress, TraceRequest, TraceSummary, DEFAULT_STOP_TIMEOUT,

@@ -1,37 +1,46 @@
 //! Every managed thread's stack at one moment: one tick of the runtime's sampler, then the
-//! rundown that names the methods those stacks point into.
+//! rundown that names the methods those stacks point into; and the formats they are written in
+//! (`symbolizer::stacks` names and writes them).
 
 use std::time::Duration;
 
 use super::ArtifactError;
 use crate::client::DiagnosticsClient;
 use crate::ipc::{CollectTracing, ProviderConfig};
-use crate::nettrace::events::{KnownEvent, SampleKind};
+use crate::nettrace::events::KnownEvent;
 use crate::nettrace::{AsyncNettraceReader, NettraceError};
 use crate::providers::{self, level};
+use crate::samples::{starts_tick, StackKey, DEFAULT_INTERVAL_NS};
 use crate::session::{self, EventObserver};
 
-/// Samples of one tick lie within microseconds; the next tick comes a sampler interval later.
-const TICK_GAP_NS: i64 = 500_000;
+/// The formats of dotnet-monitor's `/stacks` (and of its CollectStacks action's `Format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StackFormat {
+    PlainText,
+    Json,
+    Speedscope,
+}
+
+impl StackFormat {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            StackFormat::PlainText => "text/plain",
+            StackFormat::Json => "application/json",
+            StackFormat::Speedscope => "application/speedscope+json",
+        }
+    }
+}
+
 /// A live runtime's sampler ticks every millisecond; one that sends nothing for this long is hung.
 const TICK_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// One thread's stack in the tick.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ThreadSample {
-    pub thread_id: u64,
-    /// Running managed code (else in native code, blocked or waiting).
-    pub managed: bool,
-    /// Instruction pointers, innermost first.
-    pub ips: Vec<u64>,
-}
-
-/// Takes one sampler tick of the runtime behind `client`, then stops the session and hands every
-/// event of its rundown to `rundown` (feed them to a code map to name the stacks' methods).
+/// Takes one sampler tick of the runtime behind `client` (one stack per sampled thread), then
+/// stops the session and hands every event of its rundown to `rundown` (feed them to a code map
+/// to name the stacks' methods).
 pub async fn collect_stack_tick(
     client: &DiagnosticsClient,
     mut rundown: impl EventObserver,
-) -> Result<Vec<ThreadSample>, ArtifactError> {
+) -> Result<Vec<StackKey>, ArtifactError> {
     let config = CollectTracing::v2(vec![ProviderConfig::new(
         providers::SAMPLE_PROFILER,
         0,
@@ -45,22 +54,19 @@ pub async fn collect_stack_tick(
     let mut reader = AsyncNettraceReader::new(session.stream);
 
     let mut tick = Vec::new();
-    let mut tick_at = None;
+    let mut previous_ns = None;
     let first_tick = async {
         while let Some(event) = reader.next_event().await? {
             let Some(KnownEvent::ThreadSample(sample)) = event.known()? else {
                 continue;
             };
             let at = event.unix_nanos();
-            let started = *tick_at.get_or_insert(at);
-            if at - started > TICK_GAP_NS {
+            // The next tick has begun: the first is whole.
+            if !tick.is_empty() && starts_tick(previous_ns, at, DEFAULT_INTERVAL_NS) {
                 break;
             }
-            tick.push(ThreadSample {
-                thread_id: event.header.thread_id,
-                managed: sample.kind == SampleKind::Managed,
-                ips: event.stack().map(|s| s.ips().collect()).unwrap_or_default(),
-            });
+            previous_ns = Some(at);
+            tick.push(StackKey::of(&event, &sample));
         }
         Ok::<_, NettraceError>(())
     };

@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use super::ArtifactError;
 use crate::client::DiagnosticsClient;
 use crate::ipc::{CollectTracing, ProviderConfig, DEFAULT_RUNDOWN_KEYWORD};
-use crate::nettrace::{Event, Value};
+use crate::nettrace::{Event, ParserOptions, Value};
 use crate::providers::{level, SessionProviders, TraceProfile};
 use crate::session::{self, EventObserver, ParsingWriter, SessionEnd, SessionProgress};
 
@@ -32,6 +32,8 @@ pub struct TraceRequest {
     pub stopping_event: Option<StoppingEvent>,
     /// How long to wait for the rundown after stopping.
     pub stop_timeout: Duration,
+    /// Limits of the parser that watches the stream; a stream past them ends the trace.
+    pub parser: ParserOptions,
 }
 
 impl TraceRequest {
@@ -46,6 +48,7 @@ impl TraceRequest {
             duration: None,
             stopping_event: None,
             stop_timeout: DEFAULT_STOP_TIMEOUT,
+            parser: ParserOptions::default(),
         })
     }
 
@@ -81,6 +84,11 @@ impl TraceRequest {
         self
     }
 
+    pub fn with_parser(mut self, parser: ParserOptions) -> Self {
+        self.parser = parser;
+        self
+    }
+
     pub fn with_stopping_event(mut self, event: Option<StoppingEvent>) -> Self {
         self.stopping_event = event;
         self
@@ -104,7 +112,7 @@ pub struct EventPipeConfiguration {
     #[serde(
         alias = "RequestRundown",
         default = "default_true",
-        deserialize_with = "crate::config::lenient::boolean"
+        deserialize_with = "settings::lenient::boolean"
     )]
     pub request_rundown: bool,
     /// 1..=1024, default 256.
@@ -231,7 +239,7 @@ fn event_level<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
 }
 
 fn buffer_mb<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
-    match crate::config::lenient::number::<D, u32>(d)? {
+    match settings::lenient::number::<D, u32>(d)? {
         n @ 1..=1024 => Ok(n),
         n => Err(serde::de::Error::custom(format!(
             "the buffer size is 1 to 1024 MB, not {n}"
@@ -360,7 +368,7 @@ pub async fn collect_trace<W: AsyncWrite + Unpin>(
             .clone()
             .map(|event| (event, seen.clone())),
     };
-    let mut writer = ParsingWriter::new(out, observer);
+    let mut writer = ParsingWriter::with_options(out, observer, request.parser.clone());
     let reason = Mutex::new(None);
     let stop_any = async {
         let duration = async {

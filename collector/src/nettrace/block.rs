@@ -1,7 +1,9 @@
 //! The bodies of the four block objects: event blob headers (compressed and not), the stack
 //! cache fed by StackBlocks, and SPBlock sequence points.
 
+use super::budget::{slot, Held, MemoryBudget};
 use super::cursor::{Cursor, ReadFault, ReadResult};
+use super::error::NettraceError;
 use super::guid::Guid;
 use std::collections::HashMap;
 
@@ -155,16 +157,12 @@ pub(crate) struct StackCache {
 }
 
 impl StackCache {
+    /// Drops the region's stacks, and their allocations: the budget no longer counts them.
     pub fn clear(&mut self) {
-        self.bytes.clear();
-        self.ranges.clear();
-        self.scattered.clear();
+        self.bytes = Vec::new();
+        self.ranges = Vec::new();
+        self.scattered = HashMap::new();
         self.base_id = 0;
-    }
-
-    /// Bytes held, for the memory limit.
-    pub fn held_bytes(&self) -> usize {
-        self.bytes.len() + self.ranges.len() * 8 + self.scattered.len() * 16
     }
 
     /// Stacks added since the parser started.
@@ -172,26 +170,39 @@ impl StackCache {
         self.count
     }
 
-    /// Adds a StackBlock body: `u32 firstId, u32 count`, then `count × (u32 size, size bytes)`.
-    pub fn add_block(&mut self, mut c: Cursor<'_>, pointer_size: u8) -> ReadResult<()> {
-        let first_id = c.u32()?;
-        let count = c.u32()?;
+    /// Adds a StackBlock body: `u32 firstId, u32 count`, then `count × (u32 size, size bytes)`;
+    /// each stack is charged to `budget` before it is copied.
+    pub fn add_block(
+        &mut self,
+        mut c: Cursor<'_>,
+        pointer_size: u8,
+        budget: &mut MemoryBudget,
+    ) -> Result<(), NettraceError> {
+        /// A stack's place: its range in the vector or the map.
+        const STACK_SLOT: usize = slot::<(u32, (u32, u32))>();
+        let bad = |f: ReadFault| NettraceError::malformed("StackBlock", f.offset, f.reason);
+        let first_id = c.u32().map_err(bad)?;
+        let count = c.u32().map_err(bad)?;
         let mut id = first_id;
         for _ in 0..count {
             let at = c.offset();
-            let size = c.u32()?;
-            let ips = c.bytes(size as usize)?;
+            let size = c.u32().map_err(bad)?;
+            let ips = c.bytes(size as usize).map_err(bad)?;
             if size % u32::from(pointer_size) != 0 {
-                return Err(ReadFault {
+                return Err(bad(ReadFault {
                     offset: at,
                     reason: format!(
                         "stack {id} is {size} bytes, not a multiple of the pointer size {pointer_size}"
                     ),
-                });
+                }));
             }
-            let start = u32::try_from(self.bytes.len()).map_err(|_| ReadFault {
-                offset: at,
-                reason: "stack cache above 4 GiB".into(),
+            // Twice the bytes: the vector they are copied into grows by doubling.
+            budget.charge(Held::Stacks, 2 * ips.len() + STACK_SLOT, at)?;
+            let start = u32::try_from(self.bytes.len()).map_err(|_| {
+                bad(ReadFault {
+                    offset: at,
+                    reason: "stack cache above 4 GiB".into(),
+                })
             })?;
             self.bytes.extend_from_slice(ips);
             let range = (start, size);
@@ -209,10 +220,10 @@ impl StackCache {
             self.count += 1;
         }
         if !c.is_empty() {
-            return Err(c.fault(format!(
+            return Err(bad(c.fault(format!(
                 "{} bytes left after the {count} stacks the header announced",
                 c.remaining()
-            )));
+            ))));
         }
         Ok(())
     }
@@ -309,7 +320,8 @@ mod tests {
         body.extend(0x1111u64.to_le_bytes());
         body.extend(0u32.to_le_bytes()); // empty stack
         let mut s = StackCache::default();
-        s.add_block(Cursor::new(&body, 0), 8).unwrap();
+        let mut budget = MemoryBudget::new(1 << 20);
+        s.add_block(Cursor::new(&body, 0), 8, &mut budget).unwrap();
         assert_eq!(s.get(1).unwrap(), 0x1111u64.to_le_bytes());
         assert_eq!(s.get(2).unwrap(), b"");
         assert!(s.get(3).is_none());
@@ -319,7 +331,7 @@ mod tests {
         body.extend(1u32.to_le_bytes());
         body.extend(4u32.to_le_bytes());
         body.extend(0x2222u32.to_le_bytes());
-        s.add_block(Cursor::new(&body, 0), 4).unwrap();
+        s.add_block(Cursor::new(&body, 0), 4, &mut budget).unwrap();
         assert_eq!(s.get(10).unwrap(), 0x2222u32.to_le_bytes());
         s.clear();
         assert!(s.get(1).is_none());
@@ -327,7 +339,7 @@ mod tests {
         let mut body = Vec::new();
         body.extend(1u32.to_le_bytes());
         body.extend(u32::MAX.to_le_bytes());
-        assert!(s.add_block(Cursor::new(&body, 0), 8).is_err());
+        assert!(s.add_block(Cursor::new(&body, 0), 8, &mut budget).is_err());
     }
 
     #[test]

@@ -201,6 +201,11 @@ impl<'a> Cursor<'a> {
 pub(crate) struct Utf16<'a>(&'a [u8]);
 
 impl Utf16<'_> {
+    /// Number of UTF-16 code units.
+    pub fn units(self) -> usize {
+        self.0.len() / 2
+    }
+
     /// Decodes, replacing unpaired surrogates with U+FFFD.
     pub fn to_string_lossy(self) -> String {
         let units = self

@@ -108,17 +108,19 @@ pub enum NettraceError {
         metadata_id: u32,
     },
 
-    /// A memory limit of [`ParserOptions`](super::ParserOptions) was reached.
-    #[error("{what} at offset {offset} exceeds the limit of {limit} ({option}); the stream is damaged or needs a higher limit")]
-    LimitExceeded {
-        /// What grew too large.
+    /// Holding one more decoded item would take the parser past its memory budget
+    /// ([`ParserOptions::memory_budget`](super::ParserOptions::memory_budget)).
+    #[error("{what} at offset {offset} do not fit in the parser's memory budget of {limit} bytes (holding {held}); the stream is hostile or damaged, or a genuine one needs a higher budget (ParserOptions::memory_budget; clrscope: --nettrace-budget)")]
+    OverBudget {
+        /// What the item was: "metadata", "stacks", "threads", "label lists", "trace
+        /// properties" or "sequence numbers".
         what: &'static str,
-        /// Stream offset where it happened.
+        /// Stream offset of the item.
         offset: u64,
-        /// The configured limit.
+        /// The budget in bytes.
         limit: u64,
-        /// The option that sets it.
-        option: &'static str,
+        /// What the parser held, by kind, in bytes.
+        held: String,
     },
 
     /// An event payload does not match the layout its metadata or the runtime manifest describes.
@@ -161,6 +163,16 @@ impl NettraceError {
         }
     }
 
+    /// True when the stream asked for more memory than the parser's limits allow
+    /// ([`OverBudget`](NettraceError::OverBudget), [`BlockTooLarge`](NettraceError::BlockTooLarge)):
+    /// whoever feeds it should stop the stream rather than keep it flowing.
+    pub fn is_over_limit(&self) -> bool {
+        matches!(
+            self,
+            NettraceError::OverBudget { .. } | NettraceError::BlockTooLarge { .. }
+        )
+    }
+
     /// The stream offset the error refers to, where it has one.
     pub fn offset(&self) -> Option<u64> {
         match self {
@@ -173,7 +185,7 @@ impl NettraceError {
             | NettraceError::Truncated { offset, .. }
             | NettraceError::Malformed { offset, .. }
             | NettraceError::UnknownMetadata { offset, .. }
-            | NettraceError::LimitExceeded { offset, .. }
+            | NettraceError::OverBudget { offset, .. }
             | NettraceError::Payload { offset, .. }
             | NettraceError::Io { offset, .. }
             | NettraceError::Stopped { offset, .. } => Some(*offset),

@@ -1,4 +1,5 @@
-//! GUIDs as they appear in the stream, and provider GUIDs derived from provider names.
+//! GUIDs as they appear in the stream, provider GUIDs derived from provider names, and random
+//! GUIDs for the ids the agent hands out (operation ids, key subjects, Pyroscope sample ids).
 //!
 //! NetTrace metadata carries only provider *names*; exporters and ETW-minded tools want GUIDs.
 //! The runtime's native providers have fixed GUIDs from their manifest; every EventSource gets a
@@ -40,6 +41,17 @@ impl Guid {
     /// True for the all-zero GUID.
     pub fn is_nil(&self) -> bool {
         self.0 == [0; 16]
+    }
+
+    /// A random (version 4) GUID made of `random`, 16 random bytes; written as .NET's
+    /// `Guid.ToString("D")`, lower-case with hyphens.
+    pub fn new_v4(random: [u8; 16]) -> Guid {
+        let mut g = random;
+        // Version 4 in the high nibble of the third field (byte 7 in little-endian layout),
+        // variant 10 in the top bits of the fourth.
+        g[7] = (g[7] & 0x0f) | 0x40;
+        g[8] = (g[8] & 0x3f) | 0x80;
+        Guid(g)
     }
 
     /// The GUID an EventSource named `name` registers under.
@@ -204,6 +216,20 @@ mod tests {
         assert_eq!(
             Guid::for_provider("Microsoft-Windows-DotNETRuntimeRundown").to_string(),
             "a669021c-c450-4609-a035-5af59af4df18"
+        );
+    }
+
+    #[test]
+    fn random_guids_have_the_version_4_shape() {
+        for random in [[0u8; 16], [0xff; 16]] {
+            let id = Guid::new_v4(random).to_string();
+            assert_eq!(id.len(), 36);
+            assert_eq!(&id[14..15], "4");
+            assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"));
+        }
+        assert_eq!(
+            Guid::new_v4([0; 16]).to_string(),
+            "00000000-0000-4000-8000-000000000000"
         );
     }
 }

@@ -10,9 +10,11 @@
 //! the sample profiler) carry "minimum metadata": an empty name and no fields. Their payloads are
 //! decoded by the typed decoders in [`events`](super::events), which know the manifest layouts.
 
+use super::budget::{self, Meter};
 use super::cursor::{Cursor, ReadFault, ReadResult};
 use super::events::EventKind;
 use super::guid::Guid;
+use std::mem::size_of;
 
 /// Deepest struct/array nesting accepted in metadata; real EventSources nest two or three levels.
 const MAX_NESTING: u32 = 32;
@@ -160,6 +162,16 @@ impl EventMetadata {
         self.fields.is_empty() && self.event_name.is_empty()
     }
 
+    /// Heap bytes held, for the parser's memory budget.
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.provider_name.capacity()
+            + self.event_name.capacity()
+            + self.message_template.as_ref().map_or(0, String::capacity)
+            + self.description.as_ref().map_or(0, String::capacity)
+            + budget::string_pairs(&self.attributes)
+            + fields_held(&self.fields)
+    }
+
     /// `Provider/EventName`, or `Provider/#id` when the name is empty; for messages and listings.
     pub fn display_name(&self) -> String {
         if self.event_name.is_empty() {
@@ -170,20 +182,48 @@ impl EventMetadata {
     }
 }
 
-/// Parses one metadata record (the payload of an event blob in a MetadataBlock).
-pub(crate) fn parse_metadata(mut c: Cursor<'_>) -> ReadResult<EventMetadata> {
+fn fields_held(fields: &Vec<Field>) -> usize {
+    fields.capacity() * size_of::<Field>()
+        + fields
+            .iter()
+            .map(|f| f.name.capacity() + type_held(&f.ty))
+            .sum::<usize>()
+}
+
+fn type_held(ty: &FieldType) -> usize {
+    match ty {
+        FieldType::Struct(fields) => fields_held(fields),
+        FieldType::Array(elem)
+        | FieldType::FixedArray(elem, _)
+        | FieldType::RelLoc(elem)
+        | FieldType::DataLoc(elem) => size_of::<FieldType>() + type_held(elem),
+        _ => 0,
+    }
+}
+
+/// A UTF-16 string, paid for from `meter` before it is allocated (a code unit becomes at most
+/// three UTF-8 bytes).
+fn utf16_string(c: &mut Cursor<'_>, meter: &mut Meter) -> ReadResult<String> {
+    let s = c.utf16z()?;
+    meter.spend(c, s.units() * 3)?;
+    Ok(s.to_string_lossy())
+}
+
+/// Parses one metadata record (the payload of an event blob in a MetadataBlock), paying for
+/// what it allocates from `meter`.
+pub(crate) fn parse_metadata(mut c: Cursor<'_>, meter: &mut Meter) -> ReadResult<EventMetadata> {
     let offset = c.offset();
     let metadata_id = c.u32()?;
-    let provider_name = c.utf16z()?.to_string_lossy();
+    let provider_name = utf16_string(&mut c, meter)?;
     let event_id = c.u32()?;
-    let event_name = c.utf16z()?.to_string_lossy();
+    let event_name = utf16_string(&mut c, meter)?;
     let keywords = c.u64()?;
     let version = c.u32()?;
     let level = c.u32()?;
     let mut fields = if c.is_empty() {
         Vec::new()
     } else {
-        parse_fields(&mut c, false, 0)?
+        parse_fields(&mut c, false, 0, meter)?
     };
     let mut opcode = None;
     while !c.is_empty() {
@@ -193,7 +233,7 @@ pub(crate) fn parse_metadata(mut c: Cursor<'_>) -> ReadResult<EventMetadata> {
         let mut body = c.take(size)?;
         match kind {
             1 => opcode = Some(body.u8()?),
-            2 => fields = parse_fields(&mut body, true, 0)?,
+            2 => fields = parse_fields(&mut body, true, 0, meter)?,
             // Later tag kinds are skippable by design.
             _ => {}
         }
@@ -224,14 +264,14 @@ pub(crate) fn parse_metadata(mut c: Cursor<'_>) -> ReadResult<EventMetadata> {
 
 /// Parses one V6 metadata row (after its u16 size): `varuint32 id, string provider,
 /// varuint32 eventId, string name, FieldDescriptions, OptionalMetadata`; V6 strings are
-/// varuint32-length UTF-8.
-pub(crate) fn parse_metadata_v6(mut c: Cursor<'_>) -> ReadResult<EventMetadata> {
+/// varuint32-length UTF-8. What it allocates is paid for from `meter`.
+pub(crate) fn parse_metadata_v6(mut c: Cursor<'_>, meter: &mut Meter) -> ReadResult<EventMetadata> {
     let offset = c.offset();
     let metadata_id = c.var_u32()?;
-    let provider_name = c.utf8()?;
+    let provider_name = meter.utf8(&mut c)?;
     let event_id = c.var_u32()?;
-    let event_name = c.utf8()?;
-    let fields = parse_fields_v6(&mut c, 0)?;
+    let event_name = meter.utf8(&mut c)?;
+    let fields = parse_fields_v6(&mut c, 0, meter)?;
     let mut m = EventMetadata {
         metadata_id,
         provider_guid: Guid::for_provider(&provider_name),
@@ -255,11 +295,12 @@ pub(crate) fn parse_metadata_v6(mut c: Cursor<'_>) -> ReadResult<EventMetadata> 
         match opt.u8()? {
             1 => m.opcode = Some(opt.u8()?),
             3 => m.keywords = opt.u64()?,
-            4 => m.message_template = Some(opt.utf8()?),
-            5 => m.description = Some(opt.utf8()?),
+            4 => m.message_template = Some(meter.utf8(&mut opt)?),
+            5 => m.description = Some(meter.utf8(&mut opt)?),
             6 => {
-                let k = opt.utf8()?;
-                m.attributes.push((k, opt.utf8()?));
+                meter.spend(&opt, budget::slot::<(String, String)>())?;
+                let k = meter.utf8(&mut opt)?;
+                m.attributes.push((k, meter.utf8(&mut opt)?));
             }
             7 => m.provider_guid = opt.guid()?,
             8 => m.level = u32::from(opt.u8()?),
@@ -272,7 +313,7 @@ pub(crate) fn parse_metadata_v6(mut c: Cursor<'_>) -> ReadResult<EventMetadata> 
     Ok(m)
 }
 
-fn parse_fields_v6(c: &mut Cursor<'_>, depth: u32) -> ReadResult<Vec<Field>> {
+fn parse_fields_v6(c: &mut Cursor<'_>, depth: u32, meter: &mut Meter) -> ReadResult<Vec<Field>> {
     if depth > MAX_NESTING {
         return Err(c.fault(format!("fields nest deeper than {MAX_NESTING} levels")));
     }
@@ -281,21 +322,25 @@ fn parse_fields_v6(c: &mut Cursor<'_>, depth: u32) -> ReadResult<Vec<Field>> {
     for _ in 0..count {
         let size = c.u16()?;
         let mut body = c.take(usize::from(size))?;
-        let name = body.utf8()?;
-        let ty = parse_type_v6(&mut body, depth)?;
+        meter.spend(&body, budget::slot::<Field>())?;
+        let name = meter.utf8(&mut body)?;
+        let ty = parse_type_v6(&mut body, depth, meter)?;
         fields.push(Field { name, ty });
     }
     Ok(fields)
 }
 
-fn parse_type_v6(c: &mut Cursor<'_>, depth: u32) -> ReadResult<FieldType> {
+fn parse_type_v6(c: &mut Cursor<'_>, depth: u32, meter: &mut Meter) -> ReadResult<FieldType> {
     if depth > MAX_NESTING {
         return Err(c.fault(format!("types nest deeper than {MAX_NESTING} levels")));
     }
     let at = c.offset();
     let code = c.u8()?;
-    let located = |c: &mut Cursor<'_>| -> ReadResult<Box<FieldType>> {
-        let elem = parse_type_v6(c, depth + 1)?;
+    if matches!(code, 19 | 22 | 24 | 25) {
+        meter.spend(c, size_of::<FieldType>())?;
+    }
+    let located = |c: &mut Cursor<'_>, meter: &mut Meter| -> ReadResult<Box<FieldType>> {
+        let elem = parse_type_v6(c, depth + 1, meter)?;
         if elem.fixed_size().is_none() {
             return Err(ReadFault {
                 offset: at,
@@ -305,17 +350,17 @@ fn parse_type_v6(c: &mut Cursor<'_>, depth: u32) -> ReadResult<FieldType> {
         Ok(Box::new(elem))
     };
     Ok(match code {
-        1 => FieldType::Struct(parse_fields_v6(c, depth + 1)?),
-        19 => FieldType::Array(Box::new(parse_type_v6(c, depth + 1)?)),
+        1 => FieldType::Struct(parse_fields_v6(c, depth + 1, meter)?),
+        19 => FieldType::Array(Box::new(parse_type_v6(c, depth + 1, meter)?)),
         20 => FieldType::VarInt,
         21 => FieldType::VarUInt,
         22 => {
-            let elem = parse_type_v6(c, depth + 1)?;
+            let elem = parse_type_v6(c, depth + 1, meter)?;
             FieldType::FixedArray(Box::new(elem), c.u16()?)
         }
         23 => FieldType::Utf8CodeUnit,
-        24 => FieldType::RelLoc(located(c)?),
-        25 => FieldType::DataLoc(located(c)?),
+        24 => FieldType::RelLoc(located(c, meter)?),
+        25 => FieldType::DataLoc(located(c, meter)?),
         26 => FieldType::Bool8,
         other => scalar(i32::from(other)).ok_or_else(|| ReadFault {
             offset: at,
@@ -347,7 +392,12 @@ fn scalar(code: i32) -> Option<FieldType> {
     })
 }
 
-fn parse_fields(c: &mut Cursor<'_>, v2: bool, depth: u32) -> ReadResult<Vec<Field>> {
+fn parse_fields(
+    c: &mut Cursor<'_>,
+    v2: bool,
+    depth: u32,
+    meter: &mut Meter,
+) -> ReadResult<Vec<Field>> {
     if depth > MAX_NESTING {
         return Err(c.fault(format!("fields nest deeper than {MAX_NESTING} levels")));
     }
@@ -365,28 +415,36 @@ fn parse_fields(c: &mut Cursor<'_>, v2: bool, depth: u32) -> ReadResult<Vec<Fiel
                 .and_then(|s| s.checked_sub(4))
                 .ok_or_else(|| c.fault(format!("field size {size} is smaller than 4")))?;
             let mut body = c.take(body_len)?;
-            let name = body.utf16z()?.to_string_lossy();
-            let ty = parse_type(&mut body, true, depth)?;
+            meter.spend(&body, budget::slot::<Field>())?;
+            let name = utf16_string(&mut body, meter)?;
+            let ty = parse_type(&mut body, true, depth, meter)?;
             fields.push(Field { name, ty });
         } else {
-            let ty = parse_type(c, false, depth)?;
-            let name = c.utf16z()?.to_string_lossy();
+            meter.spend(c, budget::slot::<Field>())?;
+            let ty = parse_type(c, false, depth, meter)?;
+            let name = utf16_string(c, meter)?;
             fields.push(Field { name, ty });
         }
     }
     Ok(fields)
 }
 
-fn parse_type(c: &mut Cursor<'_>, v2: bool, depth: u32) -> ReadResult<FieldType> {
+fn parse_type(
+    c: &mut Cursor<'_>,
+    v2: bool,
+    depth: u32,
+    meter: &mut Meter,
+) -> ReadResult<FieldType> {
     let at = c.offset();
     let code = c.i32()?;
     Ok(match code {
-        1 => FieldType::Struct(parse_fields(c, v2, depth + 1)?),
+        1 => FieldType::Struct(parse_fields(c, v2, depth + 1, meter)?),
         19 if v2 => {
             if depth > MAX_NESTING {
                 return Err(c.fault(format!("arrays nest deeper than {MAX_NESTING} levels")));
             }
-            FieldType::Array(Box::new(parse_type(c, v2, depth + 1)?))
+            meter.spend(c, size_of::<FieldType>())?;
+            FieldType::Array(Box::new(parse_type(c, v2, depth + 1, meter)?))
         }
         19 => {
             return Err(ReadFault {
@@ -432,7 +490,12 @@ fn well_known_fields(provider: &str, event: &str) -> Vec<Field> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nettrace::budget::MemoryBudget;
     use crate::nettrace::testutil::{utf16z, MetadataRecord};
+
+    fn meter() -> Meter {
+        MemoryBudget::new(1 << 20).meter()
+    }
 
     #[test]
     fn v1_fields_with_nested_struct() {
@@ -453,7 +516,7 @@ mod tests {
             .raw_fields(fields)
             .opcode_tag(1)
             .encode();
-        let m = parse_metadata(Cursor::new(&rec, 100)).unwrap();
+        let m = parse_metadata(Cursor::new(&rec, 100), &mut meter()).unwrap();
         assert_eq!(m.metadata_id, 3);
         assert_eq!(m.provider_name, "My.Source");
         assert_eq!(m.event_id, 7);
@@ -497,7 +560,7 @@ mod tests {
             .raw_fields(0i32.to_le_bytes().to_vec())
             .v2_params_tag(f)
             .encode();
-        let m = parse_metadata(Cursor::new(&rec, 0)).unwrap();
+        let m = parse_metadata(Cursor::new(&rec, 0), &mut meter()).unwrap();
         assert_eq!(
             m.fields,
             vec![Field::new(
@@ -518,7 +581,7 @@ mod tests {
             .keywords(0x10)
             .no_field_list()
             .encode();
-        let m = parse_metadata(Cursor::new(&rec, 0)).unwrap();
+        let m = parse_metadata(Cursor::new(&rec, 0), &mut meter()).unwrap();
         assert!(m.is_minimal());
         assert_eq!(m.keywords, 0x10);
         assert_eq!(m.display_name(), "Microsoft-Windows-DotNETRuntime/#143");
@@ -534,7 +597,7 @@ mod tests {
         let rec = MetadataRecord::new(1, "P", 1, "E")
             .raw_fields(i32::MAX.to_le_bytes().to_vec())
             .encode();
-        assert!(parse_metadata(Cursor::new(&rec, 0)).is_err());
+        assert!(parse_metadata(Cursor::new(&rec, 0), &mut meter()).is_err());
         // Deep nesting: Object inside Object ... 100 levels.
         let mut f = Vec::new();
         for _ in 0..100 {
@@ -542,13 +605,13 @@ mod tests {
             f.extend(1i32.to_le_bytes());
         }
         let rec = MetadataRecord::new(1, "P", 1, "E").raw_fields(f).encode();
-        let e = parse_metadata(Cursor::new(&rec, 0)).unwrap_err();
+        let e = parse_metadata(Cursor::new(&rec, 0), &mut meter()).unwrap_err();
         assert!(e.reason.contains("nest"), "{e:?}");
         // Unknown type code.
         let mut f = 1i32.to_le_bytes().to_vec();
         f.extend(99i32.to_le_bytes());
         let rec = MetadataRecord::new(1, "P", 1, "E").raw_fields(f).encode();
-        assert!(parse_metadata(Cursor::new(&rec, 0))
+        assert!(parse_metadata(Cursor::new(&rec, 0), &mut meter())
             .unwrap_err()
             .reason
             .contains("99"));
@@ -559,7 +622,7 @@ mod tests {
         let rec = MetadataRecord::new(2, "Microsoft-Diagnostics-DiagnosticSource", 3, "Event")
             .raw_fields(0i32.to_le_bytes().to_vec())
             .encode();
-        let m = parse_metadata(Cursor::new(&rec, 0)).unwrap();
+        let m = parse_metadata(Cursor::new(&rec, 0), &mut meter()).unwrap();
         assert_eq!(m.fields.len(), 3);
         assert_eq!(m.fields[2].name, "Arguments");
     }

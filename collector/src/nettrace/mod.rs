@@ -22,6 +22,7 @@
 //! ```
 
 mod block;
+mod budget;
 mod cursor;
 mod error;
 mod event;

@@ -9,8 +9,9 @@
 //! `u32` after the magic (20 or 0).
 //!
 //! Memory: the parser keeps the unconsumed input (at most one block plus whatever one `feed`
-//! call brought), the metadata records, and the stacks (V6: also threads and label lists) of the
-//! current sequence-point region, each with a limit in [`ParserOptions`]. Events borrow their
+//! call brought), and charges everything it decodes and keeps (metadata records, the stacks of
+//! the current sequence-point region, V6 threads and label lists, trace properties) to one
+//! memory budget, item by item before storing it ([`ParserOptions`]). Events borrow their
 //! payload from the input buffer.
 //!
 //! Events come out in stream order. The runtime sorts only per capture thread; a consumer that
@@ -21,6 +22,7 @@ use super::block::{
     read_compressed_header, read_event_block_header, read_sequence_point, read_uncompressed_header,
     EventHeader, StackCache, UNCOMPRESSED_HEADER_SIZE,
 };
+use super::budget::{self, Held, MemoryBudget, Meter};
 use super::cursor::{Cursor, ReadFault};
 use super::error::NettraceError;
 use super::event::{Event, StagedEvent};
@@ -38,25 +40,66 @@ const TAG_BEGIN_PRIVATE_OBJECT: u8 = 5;
 const TAG_END_OBJECT: u8 = 6;
 /// Longest object type name we accept ("MetadataBlock" is the longest known).
 const MAX_TYPE_NAME: usize = 64;
+/// Budget cost of a metadata record's place: its vector slot and its index entry.
+const METADATA_SLOT: usize = budget::slot::<EventMetadata>() + budget::slot::<(u32, usize)>();
+
+/// Decodes one metadata record (V4 "record" or V6 "row", at stream offset `at`) with `parse`,
+/// paying as it goes from `budget`, and charges the record to it.
+fn decode_metadata(
+    budget: &mut MemoryBudget,
+    parse: fn(Cursor<'_>, &mut Meter) -> Result<EventMetadata, ReadFault>,
+    body: Cursor<'_>,
+    (object, what, at): (&'static str, &'static str, u64),
+) -> Result<EventMetadata, NettraceError> {
+    let mut meter = budget.meter();
+    let m = parse(body, &mut meter).map_err(|f| {
+        budget.decode_error(&meter, Held::Metadata, at, f, |f| {
+            NettraceError::malformed(
+                object,
+                f.offset,
+                format!("{} ({what} at offset {at})", f.reason),
+            )
+        })
+    })?;
+    budget.charge(Held::Metadata, m.held_bytes() + METADATA_SLOT, at)?;
+    Ok(m)
+}
 
 /// Limits that keep memory bounded whatever the input says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParserOptions {
-    /// Largest block body accepted. The runtime writes blocks of at most ~100 KiB.
+    /// Largest block body accepted. The runtime writes blocks of about 100 KiB
+    /// (`ep_event_block_alloc(100*1024)` in `ep-block.c`); the default leaves ten times that.
     pub max_block_size: usize,
-    /// Largest total size of the stacks held between two sequence points.
-    pub max_stack_cache_bytes: usize,
-    /// Most metadata records kept (one per distinct event kind of the session); in V6 also the
-    /// most threads and label lists held.
-    pub max_metadata_records: usize,
+    /// Most bytes of decoded state the parser holds at once: metadata records, the stacks of the
+    /// current sequence-point region, V6 threads and label lists, trace properties and the
+    /// per-thread sequence numbers. Every item is charged before it is stored; a stream that
+    /// needs more fails with [`NettraceError::OverBudget`]. The input buffer (one block plus
+    /// one fed chunk) comes on top.
+    pub memory_budget: usize,
+}
+
+impl ParserOptions {
+    /// The default [`memory_budget`](ParserOptions::memory_budget). Genuine sessions hold far
+    /// less (100 KB for an 8 MB trace of a busy web service, BENCHMARKS.md "Hostile input:
+    /// nettrace budget"): stacks are released at every sequence point, which the runtime writes
+    /// after every 10 MB of buffers (`sequence_point_alloc_budget` in `ep-session.c`).
+    pub const DEFAULT_MEMORY_BUDGET: usize = 32 << 20;
+
+    /// The defaults with another memory budget.
+    pub fn with_memory_budget(memory_budget: usize) -> Self {
+        ParserOptions {
+            memory_budget,
+            ..ParserOptions::default()
+        }
+    }
 }
 
 impl Default for ParserOptions {
     fn default() -> Self {
         ParserOptions {
-            max_block_size: 16 << 20,
-            max_stack_cache_bytes: 256 << 20,
-            max_metadata_records: 1 << 20,
+            max_block_size: 1 << 20,
+            memory_budget: Self::DEFAULT_MEMORY_BUDGET,
         }
     }
 }
@@ -84,6 +127,9 @@ pub struct ParserStats {
     pub min_timestamp: i64,
     /// Largest event timestamp (QPC) seen, or `i64::MIN` before the first event.
     pub max_timestamp: i64,
+    /// Most bytes of decoded state held at once, against
+    /// [`ParserOptions::memory_budget`].
+    pub peak_memory: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,6 +232,7 @@ pub struct Parser {
     threads: ThreadTable,
     labels: LabelCache,
     drops: DropTracker,
+    budget: MemoryBudget,
     block: Option<EventBlockCursor>,
     /// Header of the current event; also the delta base for the next compressed header.
     header: EventHeader,
@@ -209,7 +256,6 @@ impl Parser {
     /// A parser with the given limits.
     pub fn with_options(opts: ParserOptions) -> Self {
         Parser {
-            opts,
             buf: Vec::new(),
             buf_base: 0,
             pos: 0,
@@ -224,6 +270,8 @@ impl Parser {
             threads: ThreadTable::default(),
             labels: LabelCache::default(),
             drops: DropTracker::default(),
+            budget: MemoryBudget::new(opts.memory_budget),
+            opts,
             block: None,
             header: EventHeader::default(),
             pending: None,
@@ -348,6 +396,7 @@ impl Parser {
         ParserStats {
             bytes_parsed: self.pos,
             stacks: self.stacks.total_stacks(),
+            peak_memory: self.budget.peak() as u64,
             ..self.stats
         }
     }
@@ -580,7 +629,7 @@ impl Parser {
                         "a second Trace block",
                     ));
                 }
-                let info = v6::read_trace_block(&self.buf[i0..i1], body_start)?;
+                let info = v6::read_trace_block(&self.buf[i0..i1], body_start, &mut self.budget)?;
                 self.clock = info.clock;
                 self.pointer_size = info.pointer_size;
                 self.trace = Some(info);
@@ -609,17 +658,15 @@ impl Parser {
                     let row_at = c.offset();
                     let size = c.u16().map_err(bad)?;
                     let row = c.take(usize::from(size)).map_err(bad)?;
-                    let m = parse_metadata_v6(row).map_err(|f| {
-                        NettraceError::malformed(
-                            "metadata row",
-                            f.offset,
-                            format!("{} (row at offset {row_at})", f.reason),
-                        )
-                    })?;
-                    rows.push((m, row_at));
+                    rows.push(decode_metadata(
+                        &mut self.budget,
+                        parse_metadata_v6,
+                        row,
+                        ("metadata row", "row", row_at),
+                    )?);
                 }
-                for (m, at) in rows {
-                    self.add_metadata(m, at)?;
+                for m in rows {
+                    self.add_metadata(m);
                 }
             }
             v6::kind::SEQUENCE_POINT => {
@@ -628,58 +675,43 @@ impl Parser {
                 c.skip(8).map_err(bad)?;
                 let flags = c.u32().map_err(bad)?;
                 let count = c.u32().map_err(bad)?;
-                for (thread, seq) in v6::read_thread_sequences(&mut c, Some(count)).map_err(bad)? {
-                    self.drops.on_sequence_point(thread, seq);
-                }
+                let threads = v6::read_thread_sequences(&mut c, Some(count)).map_err(bad)?;
+                self.on_sequence_point(&threads, start)?;
                 self.stacks.clear();
                 self.labels.clear();
+                self.budget.release_all(Held::Stacks);
+                self.budget.release_all(Held::LabelLists);
                 if flags & 1 != 0 {
                     self.threads.clear();
+                    self.budget.release_all(Held::Threads);
                 }
                 if flags & 2 != 0 {
-                    self.metadata.clear();
-                    self.metadata_index.clear();
+                    self.metadata = Vec::new();
+                    self.metadata_index = HashMap::new();
                     self.last_metadata = None;
+                    self.budget.release_all(Held::Metadata);
                 }
             }
             v6::kind::STACK => {
                 self.stats.stack_blocks += 1;
                 let c = Cursor::new(&self.buf[i0..i1], body_start);
-                self.stacks.add_block(c, self.pointer_size).map_err(bad)?;
-                self.check_stack_limit(start)?;
+                self.stacks
+                    .add_block(c, self.pointer_size, &mut self.budget)?;
             }
             v6::kind::THREAD => {
                 let c = Cursor::new(&self.buf[i0..i1], body_start);
-                for t in v6::read_thread_block(c).map_err(bad)? {
-                    self.threads.insert(t);
-                }
-                if self.threads.len() > self.opts.max_metadata_records {
-                    return Err(NettraceError::LimitExceeded {
-                        what: "threads",
-                        offset: start,
-                        limit: self.opts.max_metadata_records as u64,
-                        option: "ParserOptions::max_metadata_records",
-                    });
-                }
+                self.threads.add_block(c, &mut self.budget)?;
             }
             v6::kind::REMOVE_THREAD => {
                 let mut c = Cursor::new(&self.buf[i0..i1], body_start);
                 for (thread, seq) in v6::read_thread_sequences(&mut c, None).map_err(bad)? {
                     self.drops.on_sequence_point(thread, seq);
-                    self.threads.remove(thread);
+                    self.threads.remove(thread, &mut self.budget);
                 }
             }
             v6::kind::LABEL_LIST => {
                 let c = Cursor::new(&self.buf[i0..i1], body_start);
-                self.labels.add_block(c).map_err(bad)?;
-                if self.labels.len() > self.opts.max_metadata_records {
-                    return Err(NettraceError::LimitExceeded {
-                        what: "label lists held since the last sequence point",
-                        offset: start,
-                        limit: self.opts.max_metadata_records as u64,
-                        option: "ParserOptions::max_metadata_records",
-                    });
-                }
+                self.labels.add_block(c, &mut self.budget)?;
             }
             // Unknown kinds are skippable by design (added in minor versions).
             _ => {}
@@ -926,18 +958,17 @@ impl Parser {
             ObjectKind::StackBlock => {
                 self.stats.stack_blocks += 1;
                 let c = Cursor::new(&self.buf[i0..i1], body_start);
-                self.stacks.add_block(c, self.pointer_size).map_err(bad)?;
-                self.check_stack_limit(start)?;
+                self.stacks
+                    .add_block(c, self.pointer_size, &mut self.budget)?;
             }
             ObjectKind::SequencePointBlock => {
                 self.stats.sequence_points += 1;
                 let threads =
                     read_sequence_point(Cursor::new(&self.buf[i0..i1], body_start)).map_err(bad)?;
-                for (thread, seq) in threads {
-                    self.drops.on_sequence_point(thread, seq);
-                }
+                self.on_sequence_point(&threads, start)?;
                 // Stack ids restart after every sequence point.
                 self.stacks.clear();
+                self.budget.release_all(Held::Stacks);
             }
             ObjectKind::Trace => {
                 return Err(NettraceError::malformed(
@@ -974,54 +1005,55 @@ impl Parser {
                 c.skip(total).map_err(bad)?;
                 payload
             };
-            let m = parse_metadata(payload).map_err(|f| {
-                NettraceError::malformed(
-                    "metadata record",
-                    f.offset,
-                    format!("{} (record at offset {blob_at})", f.reason),
-                )
-            })?;
-            records.push((m, blob_at));
+            records.push(decode_metadata(
+                &mut self.budget,
+                parse_metadata,
+                payload,
+                ("metadata record", "record", blob_at),
+            )?);
         }
-        for (m, at) in records {
-            self.add_metadata(m, at)?;
+        for m in records {
+            self.add_metadata(m);
         }
         Ok(())
     }
 
-    fn add_metadata(&mut self, m: EventMetadata, offset: u64) -> Result<(), NettraceError> {
-        if self.metadata.len() >= self.opts.max_metadata_records {
-            return Err(NettraceError::LimitExceeded {
-                what: "metadata records",
-                offset,
-                limit: self.opts.max_metadata_records as u64,
-                option: "ParserOptions::max_metadata_records",
-            });
-        }
+    /// Stores a record already charged to the budget.
+    fn add_metadata(&mut self, m: EventMetadata) {
         self.stats.metadata_records += 1;
         self.last_metadata = None;
         // A redefinition replaces the earlier record: the newest description wins.
         match self.metadata_index.get(&m.metadata_id) {
-            Some(&i) => self.metadata[i] = m,
+            Some(&i) => {
+                let old = std::mem::replace(&mut self.metadata[i], m);
+                self.budget
+                    .release(Held::Metadata, old.held_bytes() + METADATA_SLOT);
+            }
             None => {
                 self.metadata_index
                     .insert(m.metadata_id, self.metadata.len());
                 self.metadata.push(m);
             }
         }
-        Ok(())
     }
 
-    fn check_stack_limit(&self, offset: u64) -> Result<(), NettraceError> {
-        if self.stacks.held_bytes() > self.opts.max_stack_cache_bytes {
-            return Err(NettraceError::LimitExceeded {
-                what: "stacks held since the last sequence point",
-                offset,
-                limit: self.opts.max_stack_cache_bytes as u64,
-                option: "ParserOptions::max_stack_cache_bytes",
-            });
+    /// A sequence point's thread list: drops it reveals, and the threads it no longer lists
+    /// (they have exited) forgotten.
+    fn on_sequence_point(
+        &mut self,
+        threads: &[(u64, u32)],
+        offset: u64,
+    ) -> Result<(), NettraceError> {
+        for &(thread, seq) in threads {
+            self.drops.on_sequence_point(thread, seq);
         }
-        Ok(())
+        self.drops.keep_only(threads);
+        self.budget.release_all(Held::SequenceNumbers);
+        self.budget.charge(
+            Held::SequenceNumbers,
+            self.drops.threads() * DropTracker::THREAD_COST,
+            offset,
+        )
     }
 
     /// Decodes the event at the block cursor into `self.header`.
@@ -1109,7 +1141,12 @@ impl Parser {
                 }
             },
         };
+        let known_threads = self.drops.threads();
         self.drops.on_event(drop_key, h.sequence_number);
+        if self.drops.threads() != known_threads {
+            self.budget
+                .charge(Held::SequenceNumbers, DropTracker::THREAD_COST, offset)?;
+        }
         self.stats.events += 1;
         self.stats.min_timestamp = self.stats.min_timestamp.min(h.timestamp);
         self.stats.max_timestamp = self.stats.max_timestamp.max(h.timestamp);

@@ -6,7 +6,8 @@
 //! reveals drops on threads whose events were *all* dropped. A number going back, or a previous
 //! number of 0, means the OS reused a thread id: counted as a restart, not as drops.
 
-use std::collections::HashMap;
+use super::budget::slot;
+use std::collections::{HashMap, HashSet};
 
 #[derive(Debug, Clone, Copy)]
 struct ThreadSeq {
@@ -39,6 +40,29 @@ fn gap(last: u32, seq: u32, expected_step: u32) -> u64 {
 }
 
 impl DropTracker {
+    /// Budget cost of one capture thread: its entry and its index entry.
+    pub const THREAD_COST: usize = slot::<ThreadSeq>() + slot::<(u64, usize)>();
+
+    /// Capture threads tracked.
+    #[inline]
+    pub fn threads(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Forgets the threads a sequence point does not list: the runtime lists every thread that
+    /// still has a buffer, so the others have exited (their drops stay in the total).
+    pub fn keep_only(&mut self, listed: &[(u64, u32)]) {
+        let listed: HashSet<u64> = listed.iter().map(|&(thread, _)| thread).collect();
+        self.threads.retain(|t| listed.contains(&t.thread_id));
+        self.index = self
+            .threads
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.thread_id, i))
+            .collect();
+        self.cached = None;
+    }
+
     #[inline]
     fn slot(&mut self, thread_id: u64, seq_if_new: u32) -> (usize, bool) {
         if let Some(i) = self.cached {

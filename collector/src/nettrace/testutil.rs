@@ -1,9 +1,11 @@
 //! Test-only writer that builds NetTrace streams to the spec (NetTraceFormat_v5.md) and the way
 //! the runtime writes them (ep-block.c): object framing, 4-byte alignment from the stream start,
 //! compressed headers with the runtime's delta rules, uncompressed headers with padded EventSize.
+//!
+//! Written against the crate's public API only, so that integration tests can include it too
+//! (`collector/tests/nettrace_budget.rs`).
 
-use super::block::EventHeader;
-use super::guid::Guid;
+use crate::nettrace::{EventHeader, Guid};
 
 pub(crate) fn utf16z(s: &str) -> Vec<u8> {
     let mut v: Vec<u8> = s.encode_utf16().flat_map(u16::to_le_bytes).collect();
@@ -108,20 +110,18 @@ pub(crate) struct EventSpec {
 }
 
 impl EventSpec {
+    #[allow(clippy::field_reassign_with_default)]
     pub fn new(metadata_id: u32, seq: u32, capture_thread: u64, ts: i64, payload: Vec<u8>) -> Self {
-        EventSpec {
-            header: EventHeader {
-                metadata_id,
-                sequence_number: seq,
-                thread_id: capture_thread,
-                capture_thread_id: capture_thread,
-                timestamp: ts,
-                is_sorted: true,
-                payload_size: payload.len() as u32,
-                ..EventHeader::default()
-            },
-            payload,
-        }
+        // Field by field: `EventHeader` is non-exhaustive outside the crate.
+        let mut header = EventHeader::default();
+        header.metadata_id = metadata_id;
+        header.sequence_number = seq;
+        header.thread_id = capture_thread;
+        header.capture_thread_id = capture_thread;
+        header.timestamp = ts;
+        header.is_sorted = true;
+        header.payload_size = payload.len() as u32;
+        EventSpec { header, payload }
     }
     pub fn stack(mut self, id: u32) -> Self {
         self.header.stack_id = id;

@@ -8,7 +8,8 @@
 //! UTF-8 metadata rows; SequencePoints with cache-flush flags and varint thread entries.
 
 use super::block::EventHeader;
-use super::cursor::{Cursor, ReadResult};
+use super::budget::{self, slot, Held, MemoryBudget, Meter};
+use super::cursor::{Cursor, ReadFault, ReadResult};
 use super::error::NettraceError;
 use super::guid::Guid;
 use super::header::TraceInfo;
@@ -32,9 +33,13 @@ pub(crate) mod kind {
 pub(crate) const UNCOMPRESSED_HEADER_SIZE: usize = 52;
 
 /// Parses the V6 Trace block: SYSTEMTIME, i64 ticks, i64 frequency, i32 pointer size,
-/// i32 count and that many (key, value) strings.
-pub(crate) fn read_trace_block(body: &[u8], offset: u64) -> Result<TraceInfo, NettraceError> {
-    let bad = |f: super::cursor::ReadFault| NettraceError::malformed("Trace", f.offset, f.reason);
+/// i32 count and that many (key, value) strings, charged to `budget`.
+pub(crate) fn read_trace_block(
+    body: &[u8],
+    offset: u64,
+    budget: &mut MemoryBudget,
+) -> Result<TraceInfo, NettraceError> {
+    let bad = |f: ReadFault| NettraceError::malformed("Trace", f.offset, f.reason);
     let mut c = Cursor::new(body, offset);
     let mut st = [0u16; 8];
     for v in &mut st {
@@ -44,12 +49,14 @@ pub(crate) fn read_trace_block(body: &[u8], offset: u64) -> Result<TraceInfo, Ne
     let freq = c.i64().map_err(bad)?;
     let pointer_size = c.i32().map_err(bad)?;
     let count = c.i32().map_err(bad)?;
-    let mut properties = Vec::new();
-    for _ in 0..count.max(0) {
-        let k = c.utf8().map_err(bad)?;
-        let v = c.utf8().map_err(bad)?;
-        properties.push((k, v));
-    }
+    let mut meter = budget.meter();
+    let properties = string_pairs(&mut c, &mut meter, count.max(0) as u32)
+        .map_err(|f| budget.decode_error(&meter, Held::TraceProperties, offset, f, bad))?;
+    budget.charge(
+        Held::TraceProperties,
+        budget::string_pairs(&properties),
+        offset,
+    )?;
     let prop = |name: &str| {
         properties
             .iter()
@@ -172,32 +179,55 @@ pub struct ThreadInfo {
     pub attributes: Vec<(String, String)>,
 }
 
-/// Parses a Thread block: rows of `u16 size, varuint64 index, (u8 kind, value)*`.
-pub(crate) fn read_thread_block(mut c: Cursor<'_>) -> ReadResult<Vec<ThreadInfo>> {
-    let mut out = Vec::new();
-    while !c.is_empty() {
-        let size = c.u16()?;
-        let mut row = c.take(usize::from(size))?;
-        let mut t = ThreadInfo {
-            index: row.var_u64()?,
-            ..ThreadInfo::default()
-        };
-        while !row.is_empty() {
-            match row.u8()? {
-                1 => t.name = Some(row.utf8()?),
-                2 => t.os_process_id = Some(row.var_u64()?),
-                3 => t.os_thread_id = Some(row.var_u64()?),
-                4 => {
-                    let k = row.utf8()?;
-                    t.attributes.push((k, row.utf8()?));
-                }
-                // Unknown entries have no length: the rest of the row is skipped.
-                _ => break,
-            }
-        }
-        out.push(t);
+/// `count` (key, value) strings, paid for from `meter`.
+fn string_pairs(
+    c: &mut Cursor<'_>,
+    meter: &mut Meter,
+    count: u32,
+) -> ReadResult<Vec<(String, String)>> {
+    let mut pairs = Vec::new();
+    for _ in 0..count {
+        pair(c, meter, &mut pairs)?;
     }
-    Ok(out)
+    Ok(pairs)
+}
+
+/// One (key, value) string pair pushed onto `pairs`, paid for from `meter`.
+fn pair(
+    c: &mut Cursor<'_>,
+    meter: &mut Meter,
+    pairs: &mut Vec<(String, String)>,
+) -> ReadResult<()> {
+    meter.spend(c, slot::<(String, String)>())?;
+    let k = meter.utf8(c)?;
+    pairs.push((k, meter.utf8(c)?));
+    Ok(())
+}
+
+impl ThreadInfo {
+    /// Heap bytes held, for the memory budget.
+    fn held_bytes(&self) -> usize {
+        self.name.as_ref().map_or(0, String::capacity) + budget::string_pairs(&self.attributes)
+    }
+}
+
+/// Parses one Thread block row: `varuint64 index, (u8 kind, value)*`.
+fn read_thread_row(mut row: Cursor<'_>, meter: &mut Meter) -> ReadResult<ThreadInfo> {
+    let mut t = ThreadInfo {
+        index: row.var_u64()?,
+        ..ThreadInfo::default()
+    };
+    while !row.is_empty() {
+        match row.u8()? {
+            1 => t.name = Some(meter.utf8(&mut row)?),
+            2 => t.os_process_id = Some(row.var_u64()?),
+            3 => t.os_thread_id = Some(row.var_u64()?),
+            4 => pair(&mut row, meter, &mut t.attributes)?,
+            // Unknown entries have no length: the rest of the row is skipped.
+            _ => break,
+        }
+    }
+    Ok(t)
 }
 
 /// Parses RemoveThread / SequencePoint thread entries: `(varuint64 index, varuint32 seq)*`.
@@ -246,6 +276,22 @@ pub struct LabelList {
     pub integers: Vec<(String, i64)>,
 }
 
+impl LabelList {
+    /// Heap bytes held, for the memory budget.
+    fn held_bytes(&self) -> usize {
+        budget::string_pairs(&self.strings)
+            + self.integers.capacity() * std::mem::size_of::<(String, i64)>()
+            + self
+                .integers
+                .iter()
+                .map(|(k, _)| k.capacity())
+                .sum::<usize>()
+    }
+}
+
+/// Budget cost of a label list's place in the cache.
+const LABEL_LIST_SLOT: usize = slot::<(u32, LabelList)>();
+
 /// Label lists of the current sequence-point region (index 0 = the empty list).
 #[derive(Debug, Default)]
 pub(crate) struct LabelCache {
@@ -253,12 +299,9 @@ pub(crate) struct LabelCache {
 }
 
 impl LabelCache {
+    /// Drops the region's lists, and their allocations: the budget no longer counts them.
     pub fn clear(&mut self) {
-        self.lists.clear();
-    }
-
-    pub fn len(&self) -> usize {
-        self.lists.len()
+        self.lists = HashMap::new();
     }
 
     pub fn get(&self, id: u32) -> Option<&LabelList> {
@@ -266,42 +309,56 @@ impl LabelCache {
     }
 
     /// Adds a LabelList block: `u32 firstIndex, u32 count`, then the lists; the high bit of a
-    /// label's kind ends its list.
-    pub fn add_block(&mut self, mut c: Cursor<'_>) -> ReadResult<()> {
-        let first = c.u32()?;
-        let count = c.u32()?;
+    /// label's kind ends its list. Each list is charged to `budget` before it is stored.
+    pub fn add_block(
+        &mut self,
+        mut c: Cursor<'_>,
+        budget: &mut MemoryBudget,
+    ) -> Result<(), NettraceError> {
+        let bad = |f: ReadFault| NettraceError::malformed("LabelList block", f.offset, f.reason);
+        let first = c.u32().map_err(bad)?;
+        let count = c.u32().map_err(bad)?;
         for i in 0..count {
-            let mut list = LabelList::default();
-            loop {
-                let k = c.u8()?;
-                match k & 0x7f {
-                    1 => list.activity_id = Some(c.guid()?),
-                    2 => list.related_activity_id = Some(c.guid()?),
-                    3 => list.trace_id = Some(c.array()?),
-                    4 => list.span_id = Some(c.u64()?),
-                    5 => {
-                        let key = c.utf8()?;
-                        list.strings.push((key, c.utf8()?));
-                    }
-                    6 => {
-                        let key = c.utf8()?;
-                        let v = c.var_u64()?;
-                        list.integers
-                            .push((key, (v >> 1) as i64 ^ -((v & 1) as i64)));
-                    }
-                    7 => list.opcode = Some(c.u8()?),
-                    8 => list.keywords = Some(c.u64()?),
-                    9 => list.level = Some(c.u8()?),
-                    10 => list.version = Some(c.u8()?),
-                    other => return Err(c.fault(format!("unknown label kind {other}"))),
-                }
-                if k & 0x80 != 0 {
-                    break;
-                }
+            let at = c.offset();
+            let mut meter = budget.meter();
+            let list = read_label_list(&mut c, &mut meter)
+                .map_err(|f| budget.decode_error(&meter, Held::LabelLists, at, f, bad))?;
+            budget.charge(Held::LabelLists, list.held_bytes() + LABEL_LIST_SLOT, at)?;
+            if let Some(old) = self.lists.insert(first.wrapping_add(i), list) {
+                budget.release(Held::LabelLists, old.held_bytes() + LABEL_LIST_SLOT);
             }
-            self.lists.insert(first.wrapping_add(i), list);
         }
         Ok(())
+    }
+}
+
+/// One label list, its strings paid for from `meter`.
+fn read_label_list(c: &mut Cursor<'_>, meter: &mut Meter) -> ReadResult<LabelList> {
+    let mut list = LabelList::default();
+    loop {
+        let k = c.u8()?;
+        match k & 0x7f {
+            1 => list.activity_id = Some(c.guid()?),
+            2 => list.related_activity_id = Some(c.guid()?),
+            3 => list.trace_id = Some(c.array()?),
+            4 => list.span_id = Some(c.u64()?),
+            5 => pair(c, meter, &mut list.strings)?,
+            6 => {
+                meter.spend(c, slot::<(String, i64)>())?;
+                let key = meter.utf8(c)?;
+                let v = c.var_u64()?;
+                list.integers
+                    .push((key, (v >> 1) as i64 ^ -((v & 1) as i64)));
+            }
+            7 => list.opcode = Some(c.u8()?),
+            8 => list.keywords = Some(c.u64()?),
+            9 => list.level = Some(c.u8()?),
+            10 => list.version = Some(c.u8()?),
+            other => return Err(c.fault(format!("unknown label kind {other}"))),
+        }
+        if k & 0x80 != 0 {
+            return Ok(list);
+        }
     }
 }
 
@@ -311,21 +368,42 @@ pub(crate) struct ThreadTable {
     threads: HashMap<u64, ThreadInfo>,
 }
 
+/// Budget cost of a thread's place in the table.
+const THREAD_SLOT: usize = slot::<(u64, ThreadInfo)>();
+
 impl ThreadTable {
-    pub fn insert(&mut self, t: ThreadInfo) {
-        self.threads.insert(t.index, t);
+    /// Adds a Thread block: rows of `u16 size, varuint64 index, (u8 kind, value)*`, each
+    /// charged to `budget` before it is stored.
+    pub fn add_block(
+        &mut self,
+        mut c: Cursor<'_>,
+        budget: &mut MemoryBudget,
+    ) -> Result<(), NettraceError> {
+        let bad = |f: ReadFault| NettraceError::malformed("Thread block", f.offset, f.reason);
+        while !c.is_empty() {
+            let at = c.offset();
+            let size = c.u16().map_err(bad)?;
+            let row = c.take(usize::from(size)).map_err(bad)?;
+            let mut meter = budget.meter();
+            let t = read_thread_row(row, &mut meter)
+                .map_err(|f| budget.decode_error(&meter, Held::Threads, at, f, bad))?;
+            budget.charge(Held::Threads, t.held_bytes() + THREAD_SLOT, at)?;
+            if let Some(old) = self.threads.insert(t.index, t) {
+                budget.release(Held::Threads, old.held_bytes() + THREAD_SLOT);
+            }
+        }
+        Ok(())
     }
 
-    pub fn remove(&mut self, index: u64) {
-        self.threads.remove(&index);
+    pub fn remove(&mut self, index: u64, budget: &mut MemoryBudget) {
+        if let Some(old) = self.threads.remove(&index) {
+            budget.release(Held::Threads, old.held_bytes() + THREAD_SLOT);
+        }
     }
 
+    /// Drops every row, and the table's allocation: the budget no longer counts them.
     pub fn clear(&mut self) {
-        self.threads.clear();
-    }
-
-    pub fn len(&self) -> usize {
-        self.threads.len()
+        self.threads = HashMap::new();
     }
 
     pub fn get(&self, index: u64) -> Option<&ThreadInfo> {

@@ -2,7 +2,7 @@
 //! case-insensitively, numbers and booleans may be written as strings (environment variables
 //! always are), a list may be a JSON array or an object keyed `0`, `1`, … (what `__0__` in an
 //! environment variable becomes), and `TimeSpan` values use .NET's `[d.]hh:mm:ss[.fffffff]`
-//! ([`crate::config::parse_timespan`]).
+//! ([`settings::parse_timespan`]).
 //! Every error names the key path (`Rule:Trigger:Settings:RequestCount`) and what was expected.
 
 use std::time::Duration;
@@ -203,7 +203,7 @@ impl<'a> Node<'a> {
     /// A .NET TimeSpan in `min..=max`.
     pub fn timespan(&self, min: Duration, max: Duration) -> Result<Duration, ConfigError> {
         let text = self.string()?;
-        let d = crate::config::parse_timespan(&text).map_err(|reason| self.error(reason))?;
+        let d = settings::parse_timespan(&text).map_err(|reason| self.error(reason))?;
         if d < min || d > max {
             return Err(self.error(format!(
                 "must be between {} and {}, got {text}",

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::config::{ConfigError, Node};
-use crate::artifacts::{DumpKind, EventPipeProvider, StoppingEvent};
+use crate::artifacts::{DumpKind, EventPipeProvider, StackFormat, StoppingEvent};
 use crate::ipc::ProviderConfig;
 use crate::providers::TraceProfile;
 
@@ -253,14 +253,6 @@ pub enum TraceSource {
     },
 }
 
-/// CollectStacks' `Format`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StacksFormat {
-    Json,
-    PlainText,
-    Speedscope,
-}
-
 #[derive(Debug, Clone, PartialEq)]
 pub enum ActionKind {
     CollectTrace {
@@ -279,7 +271,7 @@ pub enum ActionKind {
         egress: String,
     },
     CollectStacks {
-        format: StacksFormat,
+        format: StackFormat,
         egress: String,
     },
     Execute {
@@ -721,11 +713,11 @@ fn action(node: Node<'_>, index: usize, d: &Defaults<'_>) -> Result<Action, Conf
         },
         "collectstacks" => ActionKind::CollectStacks {
             format: match s.get("Format") {
-                None => StacksFormat::Json,
+                None => StackFormat::Json,
                 Some(c) => c.node().one_of(&[
-                    ("Json", StacksFormat::Json),
-                    ("PlainText", StacksFormat::PlainText),
-                    ("Speedscope", StacksFormat::Speedscope),
+                    ("Json", StackFormat::Json),
+                    ("PlainText", StackFormat::PlainText),
+                    ("Speedscope", StackFormat::Speedscope),
                 ])?,
             },
             egress: egress()?,

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use std::time::Duration;
 
-use collector::config::lenient;
 use serde::Deserialize;
+use settings::lenient;
 
 /// The artifacts' disk budget unless `Egress:DiskBudget:MaxBytes` says otherwise: room for a
 /// few traces and gcdumps or one dump of a mid-sized service, little enough that a rule firing

@@ -7,23 +7,9 @@
 //! - `S3Storage`: into a bucket of AWS S3 or an S3-compatible server (multipart upload in
 //!   `CopyBufferSize` parts, nothing on disk).
 //!
-//! An artifact is written through an [`Upload`], an [`AsyncWrite`] the collector's functions
-//! write into:
-//!
-//! ```no_run
-//! # async fn demo(config: exporter::egress::EgressConfig, client: collector::client::DiagnosticsClient) -> Result<(), Box<dyn std::error::Error>> {
-//! use collector::artifacts::{collect_trace, ArtifactKind, TraceRequest};
-//! let egress = exporter::egress::Egress::new(&config)?;
-//! let name = ArtifactKind::Trace.file_name(42, std::time::SystemTime::now());
-//! let mut upload = egress.start("artifacts", &name)?;
-//! let request = TraceRequest::profiles(&collector::providers::TraceProfile::DEFAULT, 5)?;
-//! match collect_trace(&client, &request, &mut upload, std::future::pending(), |_| {}).await {
-//!     Ok(_) => println!("at {}", upload.finish().await?),
-//!     // The upload's own failure (e.g. over budget) explains a write error best.
-//!     Err(error) => return Err(match upload.abort().await { Err(e) => e.into(), Ok(()) => error.into() }),
-//! }
-//! # Ok(()) }
-//! ```
+//! An artifact is written through an [`Upload`], an [`AsyncWrite`] that
+//! [`Artifact::write`](crate::artifacts::Artifact::write) (or any writer of bytes) writes into,
+//! then [`Upload::conclude`] keeps it or gives it up (see [`crate::artifacts`]).
 //!
 //! Dropping an [`Upload`] without finishing it cancels it: the partial file is deleted, the
 //! multipart upload aborted.
@@ -45,6 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use collector::artifacts::ArtifactError;
 use tokio::io::{AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::task::JoinHandle;
 
@@ -112,6 +99,9 @@ pub enum EgressError {
     Cancelled,
     #[error("the upload task failed: {0}")]
     Task(String),
+    /// The artifact could not be collected (the upload was given up).
+    #[error(transparent)]
+    Artifact(ArtifactError),
 }
 
 /// A configured provider.
@@ -250,6 +240,19 @@ impl Upload {
             let _ = writer.shutdown().await;
         }
         self.join().await
+    }
+
+    /// Finishes the upload if its artifact was `written` whole, else gives it up (nothing partial
+    /// stays). Returns where the artifact is, or why it is not there: the upload's own failure
+    /// (e.g. over the disk budget) explains a failed write best.
+    pub async fn conclude(self, written: Result<(), ArtifactError>) -> Result<String, EgressError> {
+        match written {
+            Ok(()) => self.finish().await,
+            Err(error) => Err(match self.abort().await {
+                Err(egress) => egress,
+                Ok(()) => EgressError::Artifact(error),
+            }),
+        }
     }
 
     /// Gives the artifact up (the partial file is deleted, the multipart upload aborted). Returns

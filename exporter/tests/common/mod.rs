@@ -1,8 +1,11 @@
 //! A small, realistic .NET profile and the golden-file switch the tests share.
 
-use std::path::PathBuf;
-
 use profile::{Function, LabelValue, Profile, ProfileBuilder, ValueType};
+
+#[path = "../../../tests/support/golden.rs"]
+mod golden;
+
+pub use golden::check_golden;
 
 /// 10 ms sampling period, in nanoseconds.
 pub const PERIOD: i64 = 10_000_000;
@@ -64,35 +67,4 @@ pub fn cpu_hot() -> Profile {
     b.add(vec![native, start], worker(), &[1, 0]);
     b.add(vec![], worker(), &cpu(1));
     b.build()
-}
-
-/// Compares `actual` with `tests/golden/<name>`, or rewrites that file when `CLRSCOPE_BLESS=1`
-/// (review the diff before committing it).
-pub fn golden(name: &str, actual: &[u8]) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
-    let actual_path = path.with_extension("actual");
-    // A leftover from an earlier failure would only mislead.
-    let _ = std::fs::remove_file(&actual_path);
-    if std::env::var_os("CLRSCOPE_BLESS").is_some_and(|v| v == "1") {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "cannot read {}: {e}; run `CLRSCOPE_BLESS=1 cargo test -p exporter` to create it",
-            path.display()
-        )
-    });
-    if expected != actual {
-        std::fs::write(&actual_path, actual).unwrap();
-        panic!(
-            "{} differs from the output (written to {}); if the change is intended, run \
-             `CLRSCOPE_BLESS=1 cargo test -p exporter` and review the diff",
-            path.display(),
-            actual_path.display()
-        );
-    }
 }

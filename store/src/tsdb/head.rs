@@ -2,7 +2,6 @@
 //! the interning that compaction and queries share with it.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,8 +11,8 @@ use arrow::record_batch::RecordBatch;
 
 use super::error::{Result, StoreError};
 use super::model::Series;
-use profile::Batch;
-use profile::{Function, LabelValue};
+use profile::ids::IdMap;
+use profile::{Batch, Function, LabelValue};
 
 /// Stack id of an empty stack (no frames).
 pub(crate) const EMPTY_STACK: u32 = u32::MAX;
@@ -137,43 +136,6 @@ impl<'a> SampleColumns<'a> {
         })
     }
 }
-
-/// Hashes the store's own integer ids (stack nodes, sample keys) with one multiply per word, as
-/// rustc's FxHash does: several times faster than SipHash on the per-frame and per-row paths of
-/// appends, compaction and queries. Strings that come from targets (function names, labels) keep
-/// the default hasher, which resists crafted collisions.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct IdHasher(u64);
-
-impl IdHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
-}
-
-impl Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.add(u64::from(b));
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.add(u64::from(n));
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.add(n);
-    }
-
-    fn finish(&self) -> u64 {
-        // The multiply leaves its entropy in the high bits; the table indexes by the low ones.
-        self.0.rotate_left(26)
-    }
-}
-
-/// A hash map keyed by the store's own ids; see [`IdHasher`].
-pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 /// `rows` (with [`samples_schema`]) with each stack id replaced by its new id from
 /// [`Dicts::breadth_first`].

@@ -4,9 +4,10 @@
 use arrow::record_batch::RecordBatch;
 
 use super::error::Result;
-use super::head::{IdMap, Interner, SampleColumns, EMPTY_STACK};
+use super::head::{Interner, SampleColumns, EMPTY_STACK};
 use super::model::{Query, Series};
-use profile::{Function, Labels, Profile, Sample, ValueType};
+use profile::ids::IdMap;
+use profile::{Labels, Profile, Sample, ValueType};
 
 /// In [`Selection`]'s label sets: rows with this label set are not selected.
 pub(crate) const SKIP: u32 = u32::MAX;
@@ -155,7 +156,7 @@ impl ProfileMerge {
     }
 
     /// The profile of everything added, spelled out from `interner` (the one ids refer to):
-    /// one sample type, and the sample labels the query kept (see [`merged_profile`]).
+    /// one sample type, and the sample labels the query kept (see [`Profile::of_totals`]).
     pub fn build(
         self,
         interner: &Interner,
@@ -193,36 +194,13 @@ impl ProfileMerge {
                 });
             }
         }
-        merged_profile(
+        Profile::of_totals(
             value_type,
             functions,
             samples,
             start_unix_nanos,
             duration_nanos,
         )
-    }
-}
-
-/// A query's answer: one sample type, and `period` 0 ("unknown") since stored values are already
-/// totals in the type's unit (each sample worth the sampler period measured in its window, which
-/// varies from window to window and process to process), so nothing needs scaling and no single
-/// period is true of a merged range.
-pub(crate) fn merged_profile(
-    value_type: ValueType,
-    functions: Vec<Function>,
-    samples: Vec<Sample>,
-    start_unix_nanos: i64,
-    duration_nanos: i64,
-) -> Profile {
-    Profile {
-        sample_types: vec![value_type.clone()],
-        default_sample_type: 0,
-        period_type: value_type,
-        period: 0,
-        functions,
-        samples,
-        start_unix_nanos,
-        duration_nanos,
     }
 }
 

@@ -9,6 +9,7 @@
 //!   representation every flame-graph consumer reads.
 //! - [`diff`]: two profiles side by side, for differential flame graphs.
 //! - [`clock`]: the wall clock in the units profiles carry.
+//! - [`ids`]: hash maps keyed by the ids a program made itself.
 //!
 //! A leaf crate: it depends on nothing heavy (no Arrow, Parquet or tokio), so exporters and the
 //! web API can use it without the store's columnar machinery.
@@ -16,6 +17,7 @@
 pub mod batch;
 pub mod clock;
 pub mod diff;
+pub mod ids;
 pub mod labels;
 pub mod model;
 pub mod tree;

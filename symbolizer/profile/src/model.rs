@@ -84,6 +84,30 @@ pub struct FunctionTotals {
 }
 
 impl Profile {
+    /// A profile of values that are already totals in `value_type`'s unit, as a query over a
+    /// range answers: one sample type, and `period` 0 ("unknown"), since each stored sample was
+    /// worth the sampler period measured in its own window (which varies from window to window
+    /// and process to process), so nothing needs scaling and no single period is true of the
+    /// whole.
+    pub fn of_totals(
+        value_type: ValueType,
+        functions: Vec<Function>,
+        samples: Vec<Sample>,
+        start_unix_nanos: i64,
+        duration_nanos: i64,
+    ) -> Profile {
+        Profile {
+            sample_types: vec![value_type.clone()],
+            default_sample_type: 0,
+            period_type: value_type,
+            period: 0,
+            functions,
+            samples,
+            start_unix_nanos,
+            duration_nanos,
+        }
+    }
+
     /// Total of one sample type over all samples.
     pub fn total(&self, sample_type: usize) -> i64 {
         self.samples.iter().map(|s| s.values[sample_type]).sum()

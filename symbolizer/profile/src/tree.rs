@@ -15,8 +15,8 @@
 //!   values per node, the base side's.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
+use crate::ids::IdMap;
 use crate::labels::{OTHER_FRAME, UNKNOWN_FRAME};
 use crate::model::{Function, Labels, Profile, Sample, ValueType};
 
@@ -56,7 +56,7 @@ pub struct CallTree {
     functions: Vec<Function>,
     function_ids: HashMap<Function, FrameId>,
     /// (parent, frame) → node.
-    node_ids: HashMap<u64, NodeId, BuildHasherDefault<PairHasher>>,
+    node_ids: IdMap<(NodeId, FrameId), NodeId>,
     parent: Vec<NodeId>,
     frame: Vec<FrameId>,
     values: Vec<NodeValues>,
@@ -77,7 +77,7 @@ impl CallTree {
             duration_nanos: 0,
             functions: Vec::new(),
             function_ids: HashMap::new(),
-            node_ids: HashMap::default(),
+            node_ids: IdMap::default(),
             parent: vec![NodeId::MAX],
             frame: vec![ROOT_FRAME],
             values: vec![NodeValues::default()],
@@ -263,8 +263,8 @@ impl CallTree {
 
     /// The tree as a profile of one sample type: one sample per node with a self value (its stack
     /// the node's path), one under a frame [`OTHER_FRAME`] for what a node's children leave
-    /// unaccounted, and one with an empty stack for [`UNKNOWN_FRAME`]. No sample labels, period
-    /// 0 (the values are already totals in the unit).
+    /// unaccounted, and one with an empty stack for [`UNKNOWN_FRAME`]; no sample labels
+    /// ([`Profile::of_totals`]).
     pub fn to_profile(&self) -> Profile {
         let value_type = self.value_type();
         let mut functions = Vec::new();
@@ -315,23 +315,19 @@ impl CallTree {
             }
             stacks[i] = stack;
         }
-        Profile {
-            sample_types: vec![value_type.clone()],
-            default_sample_type: 0,
-            period_type: value_type,
-            period: 0,
+        Profile::of_totals(
+            value_type,
             functions,
             samples,
-            start_unix_nanos: self.start_unix_nanos,
-            duration_nanos: self.duration_nanos,
-        }
+            self.start_unix_nanos,
+            self.duration_nanos,
+        )
     }
 
     /// The node of `frame` called from `parent`, created (with no values) on first use.
     fn child(&mut self, parent: NodeId, frame: FrameId) -> NodeId {
         let next = self.parent.len() as NodeId;
-        let key = (u64::from(parent) << 32) | u64::from(frame);
-        let id = *self.node_ids.entry(key).or_insert(next);
+        let id = *self.node_ids.entry((parent, frame)).or_insert(next);
         if id == next {
             self.parent.push(parent);
             self.frame.push(frame);
@@ -433,28 +429,6 @@ impl CallTree {
             });
         }
         children
-    }
-}
-
-/// Hashes the (parent, frame) keys of [`CallTree`]'s node index: a multiply-and-rotate of the
-/// packed pair, far cheaper than SipHash on the millions of lookups a long-range query makes.
-/// Keys come from the tree's own ids, never from input, so a weak hash cannot be attacked.
-#[derive(Default)]
-struct PairHasher(u64);
-
-impl Hasher for PairHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
     }
 }
 

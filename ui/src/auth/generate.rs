@@ -2,6 +2,7 @@
 //! random GUID as subject, the public key as a JWK (.NET's property names) in base64url, and an
 //! ES384 JWT of `aud`, `exp`, `iss`, `sub`.
 
+use collector::nettrace::Guid;
 use p384::ecdsa::signature::Signer;
 use p384::ecdsa::{Signature, SigningKey};
 use rand_core::{OsRng, RngCore};
@@ -63,19 +64,9 @@ pub fn generate_key(expires_unix: i64) -> GeneratedKey {
     }
 }
 
-/// A random (version 4) GUID, lower-case with hyphens, as .NET's `Guid.ToString("D")`.
+/// A random (version 4) GUID from the operating system's generator.
 fn guid() -> String {
     let mut bytes = [0u8; 16];
     OsRng.fill_bytes(&mut bytes);
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..]
-    )
+    Guid::new_v4(bytes).to_string()
 }

@@ -1,8 +1,5 @@
 //! The artifact routes: `/trace`, `/gcdump`, `/dump`, `/stacks`, streamed back or egressed.
 
-use std::future::Future;
-use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use axum::body::Body;
@@ -13,15 +10,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use collector::artifacts::{
-    collect_dump, collect_gcdump, collect_stack_tick, write_gcdump_async, ArtifactError,
-    ArtifactKind, DumpKind, EventPipeConfiguration, TraceRequest, DEFAULT_DUMP_TIMEOUT,
+    ArtifactError, DumpKind, EventPipeConfiguration, StackFormat, TraceRequest,
 };
 use collector::gcdump::SnapshotOptions;
-use collector::processes::thread_names;
 use collector::providers::TraceProfile;
+use exporter::artifacts::{Artifact, ArtifactSource};
 use exporter::egress::Upload;
-use symbolizer::stacks::{CallStacks, RundownMap, StackFormat};
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite};
 use tokio::sync::oneshot;
 
 use super::{MonitorParams, OperationHandle, QueryPairs, Target};
@@ -48,149 +43,57 @@ pub(super) fn routes() -> Router<ApiState> {
         .route("/stacks", get(stacks))
 }
 
-/// What an artifact route collects.
-enum Job {
-    Trace(TraceRequest),
-    GcDump,
-    Dump(DumpKind),
-    Stacks(StackFormat),
-}
-
-impl Job {
-    fn kind(&self) -> ArtifactKind {
-        match self {
-            Job::Trace(_) => ArtifactKind::Trace,
-            Job::GcDump => ArtifactKind::GcDump,
-            Job::Dump(_) => ArtifactKind::Dump,
-            Job::Stacks(format) => ArtifactKind::Stacks {
-                plain_text: *format == StackFormat::PlainText,
-            },
-        }
-    }
-
-    fn content_type(&self) -> &'static str {
-        match self {
-            Job::Stacks(format) => format.content_type(),
-            _ => "application/octet-stream",
-        }
-    }
-
-    /// A dump is written by the runtime's createdump, which cannot be called off: a cancelled
-    /// dump is discarded once written, so its temporary file does not outlive the operation.
-    fn cancellable_midway(&self) -> bool {
-        !matches!(self, Job::Dump(_))
-    }
-
-    /// Collects the artifact from `target` into `out`; `stop` ends a trace early.
-    async fn write<W: AsyncWrite + Unpin + Send>(
-        &self,
-        target: &Target,
-        dump_temp_dir: &Path,
-        out: &mut W,
-        stop: impl Future<Output = ()>,
-    ) -> Result<(), ArtifactError> {
-        let client = &target.client;
-        let written = match self {
-            Job::Trace(request) => trace_into(client, request, out, stop).await?,
-            Job::GcDump => {
-                let pid = u32::try_from(target.pid).unwrap_or(0);
-                let options = SnapshotOptions {
-                    timeout: GCDUMP_TIMEOUT,
-                };
-                let snapshot = collect_gcdump(client, pid, options, |_| {}).await?;
-                write_gcdump_async(Arc::new(snapshot), out).await?
-            }
-            Job::Dump(kind) => {
-                collect_dump(client, *kind, dump_temp_dir, DEFAULT_DUMP_TIMEOUT, out).await?
-            }
-            Job::Stacks(format) => {
-                let local_pid = target
-                    .local
-                    .then(|| u32::try_from(target.pid).ok())
-                    .flatten();
-                let images = local_pid
-                    .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/maps")).ok())
-                    .map(|maps| symbolizer::parse_proc_maps(&maps))
-                    .unwrap_or_default();
-                let mut names = RundownMap::default().with_images(images);
-                let tick = collect_stack_tick(client, &mut names).await?;
-                let threads = local_pid.map(thread_names).unwrap_or_default();
-                let text = CallStacks::build(&names.map, &tick, &threads).render(*format);
-                out.write_all(text.as_bytes())
-                    .await
-                    .map_err(|source| ArtifactError::Write { bytes: 0, source })?;
-                text.len() as u64
-            }
-        };
-        out.flush().await.map_err(|source| ArtifactError::Write {
-            bytes: written,
-            source,
-        })
+/// The runtime behind `target`, as an artifact's source.
+fn source(target: &Target) -> ArtifactSource<'_> {
+    ArtifactSource {
+        client: &target.client,
+        pid: target.pid,
+        local_pid: target
+            .local
+            .then(|| u32::try_from(target.pid).ok())
+            .flatten(),
     }
 }
 
-/// A trace into `out`; returns its bytes.
-async fn trace_into<W: AsyncWrite + Unpin>(
-    client: &collector::client::DiagnosticsClient,
-    request: &TraceRequest,
-    out: &mut W,
-    stop: impl Future<Output = ()>,
-) -> Result<u64, ArtifactError> {
-    let summary = collector::artifacts::collect_trace(client, request, out, stop, |_| {}).await?;
-    if let Some(error) = &summary.parse_error {
-        tracing::warn!(%error, "a trace's stream did not parse; it is kept as the runtime sent it");
-    }
-    Ok(summary.session.bytes)
-}
-
-/// Runs `job` into `out` until it ends or the operation is cancelled (`None`).
+/// Collects `artifact` into `out` until it ends or the operation is cancelled (`None`).
 async fn run_job<W: AsyncWrite + Unpin + Send>(
-    job: &Job,
+    artifact: &Artifact,
     target: &Target,
-    dump_temp_dir: &Path,
     out: &mut W,
     handle: &OperationHandle,
 ) -> Option<Result<(), ArtifactError>> {
-    if job.cancellable_midway() {
+    let written = artifact.write(source(target), out, handle.stop_requested());
+    if artifact.cancellable_midway() {
         tokio::select! {
-            result = job.write(target, dump_temp_dir, out, handle.stop_requested()) => Some(result),
+            result = written => Some(result),
             () = handle.cancelled() => None,
         }
     } else {
-        let result = job
-            .write(target, dump_temp_dir, out, handle.stop_requested())
-            .await;
+        let result = written.await;
         (!handle.is_cancelled()).then_some(result)
     }
 }
 
 /// Collects an egressed artifact to its end and records the outcome in its operation.
 async fn run_egressed(
-    job: Job,
+    artifact: Artifact,
     target: Target,
-    dump_temp_dir: std::path::PathBuf,
     mut upload: Upload,
     handle: OperationHandle,
 ) {
-    let result = run_job(&job, &target, &dump_temp_dir, &mut upload, &handle).await;
-    match result {
+    match run_job(&artifact, &target, &mut upload, &handle).await {
         // Cancelled: the operation says so already; the partial artifact goes.
         None => {
             let _ = upload.abort().await;
         }
-        Some(Ok(())) => match upload.finish().await {
+        Some(written) => match upload.conclude(written).await {
             Ok(location) => handle.succeed(Some(location)),
-            Err(error) => handle.fail(error.to_string()),
+            Err(error) => {
+                let message = error.to_string();
+                tracing::warn!(operation = handle.id(), %message, "egressing an artifact failed");
+                handle.fail(message);
+            }
         },
-        Some(Err(error)) => {
-            // The upload's own failure (e.g. over the disk budget) explains a write error best.
-            let message = match upload.abort().await {
-                Err(egress) => egress.to_string(),
-                Ok(()) => error.to_string(),
-            };
-            tracing::warn!(operation = handle.id(), %message, "egressing an artifact failed");
-            handle.fail(message);
-        }
     }
 }
 
@@ -202,10 +105,14 @@ fn operation_url(api_url: Option<&str>, id: &str) -> String {
 
 /// Resolves the process, registers the operation, then streams the artifact back or sends it
 /// to the egress provider.
-async fn collect(state: ApiState, params: MonitorParams, job: Job) -> Result<Response, ApiError> {
+async fn collect(
+    state: ApiState,
+    params: MonitorParams,
+    artifact: Artifact,
+) -> Result<Response, ApiError> {
     let monitor = &state.monitor;
     let target = monitor.directory.resolve(&params.process_key()?).await?;
-    let kind = job.kind();
+    let kind = artifact.kind();
     let provider = params.get("egressProvider").map(str::to_string);
     if let Some(name) = &provider {
         monitor.egress.check(name)?;
@@ -218,18 +125,17 @@ async fn collect(state: ApiState, params: MonitorParams, job: Job) -> Result<Res
     )?;
     let location = operation_url(monitor.api_url.as_deref(), handle.id());
     let file_name = kind.file_name(target.pid, SystemTime::now());
-    let dump_temp_dir = monitor.dump_temp_dir.clone();
     if let Some(name) = provider {
         let upload = monitor.egress.start(&name, &file_name)?;
-        tokio::spawn(run_egressed(job, target, dump_temp_dir, upload, handle));
+        tokio::spawn(run_egressed(artifact, target, upload, handle));
         return Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)]).into_response());
     }
 
-    let content_type = job.content_type();
+    let content_type = artifact.content_type();
     let (mut writer, mut reader) = tokio::io::duplex(STREAM_PIPE_BYTES);
     let (done, outcome) = oneshot::channel::<Result<(), String>>();
     tokio::spawn(async move {
-        let result = run_job(&job, &target, &dump_temp_dir, &mut writer, &handle).await;
+        let result = run_job(&artifact, &target, &mut writer, &handle).await;
         // The body ends here: complete, or cut short if the artifact failed midway.
         drop(writer);
         match result {
@@ -325,8 +231,9 @@ async fn trace(State(state): State<ApiState>, params: QueryPairs) -> Result<Resp
     };
     let request = TraceRequest::profiles(&profiles, state.monitor.counter_interval_seconds)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?
-        .with_duration(trace_duration(&params)?);
-    collect(state, params, Job::Trace(request)).await
+        .with_duration(trace_duration(&params)?)
+        .with_parser(state.monitor.parser.clone());
+    collect(state, params, Artifact::Trace(request)).await
 }
 
 async fn trace_custom(
@@ -339,13 +246,17 @@ async fn trace_custom(
     let Json(configuration) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let request = TraceRequest::custom(&configuration)
         .map_err(|e| ApiError::BadRequest(e.to_string()))?
-        .with_duration(trace_duration(&params)?);
-    collect(state, params, Job::Trace(request)).await
+        .with_duration(trace_duration(&params)?)
+        .with_parser(state.monitor.parser.clone());
+    collect(state, params, Artifact::Trace(request)).await
 }
 
 async fn gcdump(State(state): State<ApiState>, params: QueryPairs) -> Result<Response, ApiError> {
     let params = MonitorParams::new(params, &ARTIFACT_PARAMS)?;
-    collect(state, params, Job::GcDump).await
+    let options = SnapshotOptions {
+        timeout: GCDUMP_TIMEOUT,
+    };
+    collect(state, params, Artifact::GcDump(options)).await
 }
 
 async fn dump(State(state): State<ApiState>, params: QueryPairs) -> Result<Response, ApiError> {
@@ -363,7 +274,8 @@ async fn dump(State(state): State<ApiState>, params: QueryPairs) -> Result<Respo
                 },
             )?,
     };
-    collect(state, params, Job::Dump(kind)).await
+    let temp_dir = state.monitor.dump_temp_dir.clone();
+    collect(state, params, Artifact::Dump { kind, temp_dir }).await
 }
 
 async fn stacks(
@@ -373,7 +285,7 @@ async fn stacks(
 ) -> Result<Response, ApiError> {
     let params = MonitorParams::new(params, &ARTIFACT_PARAMS)?;
     let format = stack_format(&headers);
-    collect(state, params, Job::Stacks(format)).await
+    collect(state, params, Artifact::Stacks(format)).await
 }
 
 /// The stacks' format from `Accept`, as dotnet-monitor picks it: an exact media type first

@@ -99,6 +99,8 @@ pub struct MonitorState {
     /// of operations; None (it listens on every interface, so no one address is its own) gives
     /// relative ones. Never the client's `Host`, which a client chooses.
     pub api_url: Option<String>,
+    /// Limits of the parser that watches a trace's stream.
+    pub parser: collector::nettrace::ParserOptions,
 }
 
 impl Default for MonitorState {
@@ -110,6 +112,7 @@ impl Default for MonitorState {
             dump_temp_dir: std::env::temp_dir(),
             counter_interval_seconds: 5,
             api_url: None,
+            parser: collector::nettrace::ParserOptions::default(),
         }
     }
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use collector::artifacts::ArtifactKind;
+use collector::nettrace::Guid;
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -95,13 +96,13 @@ struct Entry {
 }
 
 #[derive(Debug, Default)]
-struct Registry {
+struct OperationTable {
     entries: HashMap<String, Entry>,
     /// Ids, oldest first.
     order: VecDeque<String>,
 }
 
-impl Registry {
+impl OperationTable {
     /// Forgets operations finished longer than [`OPERATION_RETENTION`] ago, and the oldest
     /// finished ones beyond [`MAX_OPERATIONS`].
     fn prune(&mut self, now: Instant) {
@@ -134,10 +135,10 @@ impl Registry {
     }
 }
 
-/// The registry; cloning shares.
+/// The operations started through the API; cloning shares.
 #[derive(Debug, Clone, Default)]
 pub struct Operations {
-    inner: Arc<Mutex<Registry>>,
+    inner: Arc<Mutex<OperationTable>>,
 }
 
 /// Which operations `/operations` lists: those of a process (any of pid, uid and name given
@@ -151,7 +152,7 @@ pub struct OperationFilter {
 }
 
 impl Operations {
-    fn lock(&self) -> MutexGuard<'_, Registry> {
+    fn lock(&self) -> MutexGuard<'_, OperationTable> {
         // Entries change field by field under the lock, each change complete before the next.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -374,17 +375,7 @@ fn new_operation_id() -> String {
             .as_nanos();
         bytes = nanos.to_le_bytes();
     }
-    bytes[6] = (bytes[6] & 0x0f) | 0x40;
-    bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &hex[0..8],
-        &hex[8..12],
-        &hex[12..16],
-        &hex[16..20],
-        &hex[20..32]
-    )
+    Guid::new_v4(bytes).to_string()
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ use profile::{CallTree, LabelValue, Profile, ProfileBuilder, ValueType};
 use store::tsdb::{self, parse_selector, SampleLabels, Store};
 
 use crate::error::ApiError;
-use crate::query::{default_step, Selection};
+use crate::query::{default_step, ProfileSelector};
 use crate::server::ApiState;
 use connect::{ConnectError, Reply};
 use proto::*;
@@ -285,14 +285,14 @@ impl Selected {
         store: &Store,
         sample_labels: SampleLabels,
     ) -> Result<(tsdb::Query, bool), ApiError> {
-        let selection = Selection {
+        let selector = ProfileSelector {
             type_name: self.type_name.clone(),
             matchers: self.matchers.clone(),
             sample_matchers: Vec::new(),
         };
         let query = tsdb::Query {
             sample_labels,
-            ..selection.query(store, self.from, self.until)?
+            ..selector.query(store, self.from, self.until)?
         };
         let selects = matches(
             &profile_type_labels(&query.profile_type),

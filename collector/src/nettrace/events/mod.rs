@@ -3,19 +3,21 @@
 //! Native runtime events carry no field descriptions in the stream, so their layouts come from
 //! the runtime manifest (`src/coreclr/vm/ClrEtwAll.man`, as read by TraceEvent's
 //! `ClrTraceEventParser`): ids and layouts are documented on each type. EventSource events
-//! (counters, metrics, DiagnosticSource) are self-describing and are read by field name, so
+//! (EventCounters, meters, DiagnosticSource) are self-describing and are read by field name, so
 //! later versions that append fields still decode; TPL's `SetActivityId` has one fixed field.
 
 mod diagnostic_source;
-mod metrics;
+mod event_counters;
+mod meters;
 mod runtime;
 mod sample;
 mod tpl;
 
 pub use diagnostic_source::{DiagnosticSourceEvent, DiagnosticSourceKind};
-pub use metrics::{
-    EventCounter, EventCounterValue, InstrumentEvent, InstrumentEventKind, MetricPublished,
-    MetricValue, MetricsEvent, MetricsEventKind, Quantile,
+pub use event_counters::{EventCounter, EventCounterValue};
+pub use meters::{
+    InstrumentEvent, InstrumentEventKind, MetricPublished, MetricValue, MetricsEvent,
+    MetricsEventKind, Quantile,
 };
 pub use runtime::{
     AllocationKind, ContentionStart, ContentionStop, ExceptionThrown, GcAllocationTick,

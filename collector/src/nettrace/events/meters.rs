@@ -1,13 +1,12 @@
-//! EventCounters and System.Diagnostics.Metrics events (both self-describing EventSource
-//! events, read by field name).
+//! System.Diagnostics.Metrics events: the meters' instruments as MetricsEventSource publishes
+//! them (self-describing EventSource events, read by field name).
 //!
 //! MetricsEventSource (runtime `System/Diagnostics/Metrics/MetricsEventSource.cs`) publishes
 //! values as strings: `rate`, `value`, `lastValue`, `quantiles` (`"0.5=1.2;0.95=3"`), `tags`
 //! (`"k=v,k2=v2"`). Fields added by later versions (`value` on counters, `count`/`sum` on
 //! histograms) are `None` when absent.
 
-use crate::nettrace::error::NettraceError;
-use crate::nettrace::payload::{find, NamedValue, Value};
+use crate::nettrace::payload::{find, find_number, find_text, NamedValue, Value};
 
 /// MetricsEventSource events, by event name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,17 +192,6 @@ pub struct InstrumentEvent {
     pub description: String,
 }
 
-fn text(fields: &[NamedValue<'_>], name: &str) -> String {
-    find(fields, name)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned()
-}
-
-fn number(fields: &[NamedValue<'_>], name: &str) -> Option<f64> {
-    find(fields, name).and_then(Value::as_f64)
-}
-
 fn parse_quantiles(s: &str) -> Vec<Quantile> {
     s.split(';')
         .filter_map(|q| {
@@ -220,43 +208,43 @@ impl MetricsEvent {
     pub(crate) fn decode(kind: MetricsEventKind, f: &[NamedValue<'_>]) -> Self {
         let published = |value| {
             MetricsEvent::Published(MetricPublished {
-                session_id: text(f, "sessionId"),
-                meter_name: text(f, "meterName"),
-                meter_version: text(f, "meterVersion"),
-                instrument_name: text(f, "instrumentName"),
-                unit: text(f, "unit"),
-                tags: text(f, "tags"),
+                session_id: find_text(f, "sessionId"),
+                meter_name: find_text(f, "meterName"),
+                meter_version: find_text(f, "meterVersion"),
+                instrument_name: find_text(f, "instrumentName"),
+                unit: find_text(f, "unit"),
+                tags: find_text(f, "tags"),
                 value,
             })
         };
         let instrument = |kind| {
             MetricsEvent::Instrument(InstrumentEvent {
                 kind,
-                session_id: text(f, "sessionId"),
-                meter_name: text(f, "meterName"),
-                meter_version: text(f, "meterVersion"),
-                instrument_name: text(f, "instrumentName"),
-                instrument_type: text(f, "instrumentType"),
-                unit: text(f, "unit"),
-                description: text(f, "description"),
+                session_id: find_text(f, "sessionId"),
+                meter_name: find_text(f, "meterName"),
+                meter_version: find_text(f, "meterVersion"),
+                instrument_name: find_text(f, "instrumentName"),
+                instrument_type: find_text(f, "instrumentType"),
+                unit: find_text(f, "unit"),
+                description: find_text(f, "description"),
             })
         };
         match kind {
             MetricsEventKind::CounterRate => published(MetricValue::CounterRate {
-                rate: number(f, "rate"),
-                value: number(f, "value"),
+                rate: find_number(f, "rate"),
+                value: find_number(f, "value"),
             }),
             MetricsEventKind::UpDownCounterRate => published(MetricValue::UpDownCounterRate {
-                rate: number(f, "rate"),
-                value: number(f, "value"),
+                rate: find_number(f, "rate"),
+                value: find_number(f, "value"),
             }),
             MetricsEventKind::Gauge => published(MetricValue::Gauge {
-                last_value: number(f, "lastValue"),
+                last_value: find_number(f, "lastValue"),
             }),
             MetricsEventKind::Histogram => published(MetricValue::Histogram {
-                quantiles: parse_quantiles(&text(f, "quantiles")),
+                quantiles: parse_quantiles(&find_text(f, "quantiles")),
                 count: find(f, "count").and_then(Value::as_i64),
-                sum: number(f, "sum"),
+                sum: find_number(f, "sum"),
             }),
             MetricsEventKind::BeginInstrumentReporting => {
                 instrument(InstrumentEventKind::BeginReporting)
@@ -267,115 +255,20 @@ impl MetricsEvent {
             MetricsEventKind::InstrumentPublished => instrument(InstrumentEventKind::Published),
             MetricsEventKind::Error | MetricsEventKind::ObservableInstrumentCallbackError => {
                 MetricsEvent::Error {
-                    session_id: text(f, "sessionId"),
-                    message: text(f, "errorMessage"),
+                    session_id: find_text(f, "sessionId"),
+                    message: find_text(f, "errorMessage"),
                 }
             }
             MetricsEventKind::MultipleSessionsNotSupportedError => MetricsEvent::Error {
-                session_id: text(f, "runningSessionId"),
+                session_id: find_text(f, "runningSessionId"),
                 message: String::new(),
             },
             MetricsEventKind::TimeSeriesLimitReached => MetricsEvent::TimeSeriesLimitReached {
-                session_id: text(f, "sessionId"),
+                session_id: find_text(f, "sessionId"),
             },
             MetricsEventKind::HistogramLimitReached => MetricsEvent::HistogramLimitReached {
-                session_id: text(f, "sessionId"),
+                session_id: find_text(f, "sessionId"),
             },
         }
-    }
-}
-
-/// One EventCounters event: an EventSource counter's value over one interval. The payload is a
-/// single struct field `Payload`, whose fields depend on the counter type.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EventCounter {
-    /// The EventSource that owns the counter (e.g. `System.Runtime`).
-    pub provider: String,
-    /// Counter name, e.g. `cpu-usage`.
-    pub name: String,
-    /// Display name.
-    pub display_name: String,
-    /// Display units.
-    pub display_units: String,
-    /// `Mean` or `Sum` as sent.
-    pub counter_type: String,
-    /// `Interval=1000` and the like.
-    pub series: String,
-    /// Counter metadata string.
-    pub metadata: String,
-    /// Length of the interval in seconds.
-    pub interval_sec: Option<f64>,
-    /// The value.
-    pub value: EventCounterValue,
-}
-
-/// The statistic an EventCounter carries.
-#[derive(Debug, Clone, PartialEq)]
-pub enum EventCounterValue {
-    /// EventCounter / PollingCounter: statistics of the interval.
-    Mean {
-        /// Mean.
-        mean: Option<f64>,
-        /// Standard deviation.
-        standard_deviation: Option<f64>,
-        /// Number of values.
-        count: Option<i64>,
-        /// Minimum.
-        min: Option<f64>,
-        /// Maximum.
-        max: Option<f64>,
-    },
-    /// IncrementingEventCounter / IncrementingPollingCounter: growth over the interval.
-    Increment {
-        /// Increment over the interval.
-        increment: Option<f64>,
-        /// Time scale for rate display, e.g. `00:00:01`.
-        display_rate_time_scale: String,
-    },
-}
-
-impl EventCounter {
-    pub(crate) fn decode(
-        provider: &str,
-        fields: &[NamedValue<'_>],
-        payload_offset: u64,
-    ) -> Result<Self, NettraceError> {
-        // EventSource wraps the TraceLogging payload in an unnamed struct: look one level down too.
-        let payload = find(fields, "Payload")
-            .or_else(|| fields.iter().find_map(|f| f.value.field("Payload")));
-        let Some(Value::Struct(p)) = payload else {
-            return Err(NettraceError::Payload {
-                event: format!("{provider}/EventCounters"),
-                offset: payload_offset,
-                reason: "no struct field named Payload".into(),
-            });
-        };
-        let p = p.as_slice();
-        let counter_type = text(p, "CounterType");
-        let value = if find(p, "Increment").is_some() || counter_type == "Sum" {
-            EventCounterValue::Increment {
-                increment: number(p, "Increment"),
-                display_rate_time_scale: text(p, "DisplayRateTimeScale"),
-            }
-        } else {
-            EventCounterValue::Mean {
-                mean: number(p, "Mean"),
-                standard_deviation: number(p, "StandardDeviation"),
-                count: find(p, "Count").and_then(Value::as_i64),
-                min: number(p, "Min"),
-                max: number(p, "Max"),
-            }
-        };
-        Ok(EventCounter {
-            provider: provider.to_owned(),
-            name: text(p, "Name"),
-            display_name: text(p, "DisplayName"),
-            display_units: text(p, "DisplayUnits"),
-            counter_type,
-            series: text(p, "Series"),
-            metadata: text(p, "Metadata"),
-            interval_sec: number(p, "IntervalSec"),
-            value,
-        })
     }
 }

@@ -1,17 +1,67 @@
-//! `GET /metrics`: the agent's [`collector::metrics::Registry`] in the Prometheus text
-//! exposition format (version 0.0.4), on the metrics listener without authentication
-//! ([`metrics_router`]) and on the API listener behind it ([`metrics_routes`]), as dotnet-monitor
-//! serves it on both.
+//! The agent's metrics: its own numbers (health, rule firings, exporter queues, targets' runtime
+//! counters) as counters and gauges that any component registers and updates in one
+//! [`Registry`], and `GET /metrics`, which serves them in the Prometheus text exposition format
+//! (version 0.0.4) on the metrics listener without authentication ([`metrics_router`]) and on
+//! the API listener behind it ([`metrics_routes`]), as dotnet-monitor serves it on both.
+//!
+//! # Registering and updating
+//!
+//! The agent owns one [`Registry`] and hands a clone (a shared handle) to each component it
+//! starts. A component registers its metrics once, when it starts, and keeps the handles;
+//! updating a handle is one atomic operation, no lock and no allocation.
+//!
+//! ```
+//! use ui::metrics::Registry;
+//!
+//! let registry = Registry::default();
+//! // No labels: one series.
+//! let queued = registry.gauge("clrscope_export_queue_profiles", "Profiles waiting to be exported");
+//! queued.set(3.0);
+//! // Labels: one series per label value set, created on first use.
+//! let firings = registry.counter_vec(
+//!     "clrscope_rule_firings_total",
+//!     "Collection rule triggers that started the rule's actions",
+//!     &["rule"],
+//! );
+//! let high_cpu = firings.with(&["HighCpu"]); // keep this handle on a hot path
+//! high_cpu.inc();
+//! assert_eq!(high_cpu.get(), 1);
+//! // A series that will never change again (its process exited) is removed.
+//! firings.remove(&["HighCpu"]);
+//! ```
+//!
+//! Registering a name again with the same kind and label names returns the same family, so
+//! per-process tasks can each register what they update. Registering it with another kind or
+//! other label names is a bug and panics; [`Registry::try_counter_vec`] and
+//! [`Registry::try_gauge_vec`] return the error instead, for names built at run time.
+//!
+//! # Names and labels
+//!
+//! - Prefix `clrscope_`; a counter's name ends in `_total`; units in the name (`_bytes`,
+//!   `_seconds`), base units only. Help text says what is counted, in one sentence.
+//! - Counters count up from zero (whole numbers: events, bytes); gauges are any `f64`.
+//! - Label values must come from a small set: a rule name, a profile type, a process id.
+//!   Never a path, a URL, a user id or a message. A family keeps at most
+//!   [`MAX_SERIES_PER_FAMILY`] series; past it new label sets are not recorded and are counted in
+//!   `clrscope_metric_series_dropped_total{metric}`. Label values longer than
+//!   [`MAX_LABEL_VALUE_CHARS`] are cut.
+
+mod registry;
 
 use axum::extract::{FromRef, State};
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
-use collector::metrics::{FamilySnapshot, Registry, Value};
 
 use crate::error::ApiError;
 use crate::server::{method_not_allowed, ApiState};
+
+pub use registry::{
+    is_valid_label_name, is_valid_metric_name, Counter, CounterVec, Family, FamilySnapshot, Gauge,
+    GaugeVec, Kind, Metric, MetricsError, Registry, SeriesSnapshot, Value, MAX_LABEL_VALUE_CHARS,
+    MAX_SERIES_PER_FAMILY,
+};
 
 /// The media type Prometheus asks for and parses.
 pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";

@@ -1,57 +1,9 @@
-//! The agent's own numbers (health, rule firings, exporter queues, targets' runtime counters) as
-//! counters and gauges that any stage registers and updates, and that the agent serves as
-//! Prometheus text on `/metrics` and pushes over OTLP.
-//!
-//! # Registering and updating
-//!
-//! The agent owns one [`Registry`] and hands a clone (a shared handle) to each component it
-//! starts. A component registers its metrics once, when it starts, and keeps the handles;
-//! updating a handle is one atomic operation, no lock and no allocation.
-//!
-//! ```
-//! use collector::metrics::Registry;
-//!
-//! let registry = Registry::default();
-//! // No labels: one series.
-//! let queued = registry.gauge("clrscope_export_queue_profiles", "Profiles waiting to be exported");
-//! queued.set(3.0);
-//! // Labels: one series per label value set, created on first use.
-//! let firings = registry.counter_vec(
-//!     "clrscope_rule_firings_total",
-//!     "Collection rule triggers that started the rule's actions",
-//!     &["rule"],
-//! );
-//! let high_cpu = firings.with(&["HighCpu"]); // keep this handle on a hot path
-//! high_cpu.inc();
-//! assert_eq!(high_cpu.get(), 1);
-//! // A series that will never change again (its process exited) is removed.
-//! firings.remove(&["HighCpu"]);
-//! ```
-//!
-//! Registering a name again with the same kind and label names returns the same family, so
-//! per-process tasks can each register what they update. Registering it with another kind or
-//! other label names is a bug and panics; [`Registry::try_counter_vec`] and
-//! [`Registry::try_gauge_vec`] return the error instead, for names built at run time.
-//!
-//! # Names and labels
-//!
-//! - Prefix `clrscope_`; a counter's name ends in `_total`; units in the name (`_bytes`,
-//!   `_seconds`), base units only. Help text says what is counted, in one sentence.
-//! - Counters count up from zero (whole numbers: events, bytes); gauges are any `f64`.
-//! - Label values must come from a small set: a rule name, a profile type, a process id.
-//!   Never a path, a URL, a user id or a message. A family keeps at most
-//!   [`MAX_SERIES_PER_FAMILY`] series; past it new label sets are not recorded and are counted in
-//!   `clrscope_metric_series_dropped_total{metric}`. Label values longer than
-//!   [`MAX_LABEL_VALUE_CHARS`] are cut.
+//! The registry: families of counters and gauges, and their snapshots.
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-
-use serde::Deserialize;
-
-use crate::config::lenient;
 
 /// How many label sets one family keeps; beyond this, updates of new sets are dropped (counted).
 pub const MAX_SERIES_PER_FAMILY: usize = 2000;
@@ -487,51 +439,6 @@ impl Value {
     }
 }
 
-/// The `Metrics` section of settings.json, dotnet-monitor's keys: whether the metrics listener
-/// and the targets' runtime counters are on, where the listener is, and which counters and
-/// meters to read.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "PascalCase", deny_unknown_fields)]
-pub struct MetricsConfig {
-    /// `false`: no metrics listener and no runtime counters (the API's `/metrics` still shows
-    /// the agent's own numbers).
-    #[serde(default, deserialize_with = "lenient::opt_boolean")]
-    pub enabled: Option<bool>,
-    /// The metrics listener's URL (`--metrics-urls`), one.
-    #[serde(default)]
-    pub endpoints: Option<String>,
-    /// dotnet-monitor's count of samples kept per metric. Read so that its files load; clrscope
-    /// serves each value's latest sample.
-    #[serde(default, deserialize_with = "lenient::opt_number")]
-    pub metric_count: Option<u32>,
-    /// `false`: not `System.Runtime`, `Microsoft.AspNetCore.Hosting`, `Grpc.AspNetCore.Server`.
-    #[serde(default, deserialize_with = "lenient::opt_boolean")]
-    pub include_default_providers: Option<bool>,
-    #[serde(default)]
-    pub providers: Vec<MetricProvider>,
-    #[serde(default)]
-    pub meters: Vec<MetricMeter>,
-}
-
-/// `Metrics:Providers:N`: an EventCounter source, and which of its counters (default: all).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "PascalCase", deny_unknown_fields)]
-pub struct MetricProvider {
-    pub provider_name: String,
-    #[serde(default)]
-    pub counter_names: Vec<String>,
-}
-
-/// `Metrics:Meters:N`: a System.Diagnostics.Metrics meter, and which of its instruments
-/// (default: all).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "PascalCase", deny_unknown_fields)]
-pub struct MetricMeter {
-    pub meter_name: String,
-    #[serde(default)]
-    pub instrument_names: Vec<String>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -619,22 +526,6 @@ mod tests {
         // Existing series still count.
         family.with(&["0"]).inc();
         assert_eq!(family.with(&["0"]).get(), 2);
-    }
-
-    #[test]
-    fn the_metrics_section_reads_dotnet_monitors_keys() {
-        let config: MetricsConfig = serde_json::from_str(
-            r#"{"Enabled": "true", "Endpoints": "http://+:52325", "MetricCount": 3,
-                "IncludeDefaultProviders": false,
-                "Providers": [{"ProviderName": "System.Runtime", "CounterNames": ["cpu-usage"]}],
-                "Meters": [{"MeterName": "AsyncWeb"}]}"#,
-        )
-        .unwrap();
-        assert_eq!(config.enabled, Some(true));
-        assert_eq!(config.include_default_providers, Some(false));
-        assert_eq!(config.providers[0].counter_names, ["cpu-usage"]);
-        assert!(config.meters[0].instrument_names.is_empty());
-        assert!(serde_json::from_str::<MetricsConfig>(r#"{"Enable": true}"#).is_err());
     }
 
     #[test]

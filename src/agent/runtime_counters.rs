@@ -11,10 +11,10 @@ use std::future::Future;
 
 use collector::client::DiagnosticsClient;
 use collector::counters::{self, CounterSample, CounterUpdate, CounterValue};
-use collector::metrics::{GaugeVec, Registry};
 use tokio::sync::mpsc;
+use ui::metrics::{GaugeVec, Registry};
 
-use super::RuntimeMetrics;
+use super::RuntimeCounters;
 
 /// EventCounter sources dotnet-monitor collects by default (`Metrics:IncludeDefaultProviders`).
 pub const DEFAULT_SOURCES: [&str; 3] = [
@@ -33,7 +33,7 @@ const UPDATES_QUEUE: usize = 1024;
 /// completes (the agent detaches), then removes its series.
 pub async fn export(
     client: DiagnosticsClient,
-    config: RuntimeMetrics,
+    config: RuntimeCounters,
     registry: Registry,
     pid: u64,
     service: String,
@@ -258,7 +258,7 @@ fn label_name(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use collector::metrics::is_valid_metric_name;
+    use ui::metrics::is_valid_metric_name;
 
     #[test]
     fn names_are_dotnet_monitors_made_lint_clean() {

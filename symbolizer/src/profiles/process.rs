@@ -1,4 +1,5 @@
-//! The always-on profile of one process: events from its sessions in, store batches out.
+//! The always-on profile of one process (the agent): events from its sessions in, store batches
+//! out.
 //!
 //! A [`ProcessProfiler`] holds the process's code map (fed by the light session's JIT/Loader
 //! events and by rundowns) and counts the stacks of the light session's allocation, exception and
@@ -7,16 +8,15 @@
 
 use std::collections::HashMap;
 
-use crate::{CodeMap, ImageRange, RundownRefreshPolicy};
-use collector::activity::{Span, SpanTracker, TrackerLimits};
+use collector::activity::{SpanTracker, TrackerLimits};
 use collector::nettrace::events::KnownEvent;
 use collector::nettrace::Event;
-use collector::samples::{SampleAggregator, StackKey};
+use collector::samples::SampleAggregator;
+use profile::labels;
+use profile::{Batch, BatchSample, LabelValue, ProfileType};
 
-use crate::sampled::{thread_labels, FrameNamer, Resolution};
-use profile::labels as label_names;
-use profile::{Batch, BatchSample, ProfileType};
-use profile::{Function, LabelValue};
+use super::{thread_labels, FunctionTable, ProcessSymbolizer, Resolution, TimeProfiles};
+use crate::{CodeMap, ImageRange, RundownRefreshPolicy};
 
 /// Distinct event stacks kept between two [`ProcessProfiler::take_event_batches`]; events past it
 /// are counted in [`ProcessProfiler::dropped_events`], so a storm of distinct stacks cannot
@@ -54,8 +54,9 @@ impl Default for EventProfiles {
     }
 }
 
+/// Which of the [`EventProfiles`] an event counts in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum EventKind {
+enum EventProfileKind {
     Alloc,
     Exception,
     Lock,
@@ -63,7 +64,7 @@ enum EventKind {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct EventKey {
-    kind: EventKind,
+    kind: EventProfileKind,
     /// The allocated or thrown type.
     type_name: Option<Box<str>>,
     thread_id: u64,
@@ -83,9 +84,6 @@ struct OpenContention {
     ips: Box<[u64]>,
 }
 
-/// A stack index of a sampler window and the span id its samples ran in.
-type StackInSpan = (u32, Option<[u8; 8]>);
-
 /// What one cycle of one process produced: its batches and how well their frames resolved.
 #[derive(Debug, Default)]
 pub struct Batches {
@@ -98,17 +96,14 @@ pub struct Batches {
 pub struct ProcessProfiler {
     series: Vec<(String, String)>,
     profiles: EventProfiles,
-    map: CodeMap,
+    symbolizer: ProcessSymbolizer,
     events: HashMap<EventKey, EventTotals>,
     /// When the first event still in `events` happened, Unix nanoseconds.
     events_since: Option<i64>,
     /// The ContentionStart of each thread waiting for a lock.
     contention_starts: HashMap<u64, OpenContention>,
     dropped_events: u64,
-    rejected_events: u64,
     refresh: RundownRefreshPolicy,
-    /// Which span each thread ran, when trace linkage is on.
-    spans: Option<SpanTracker>,
 }
 
 impl ProcessProfiler {
@@ -122,20 +117,18 @@ impl ProcessProfiler {
         ProcessProfiler {
             series,
             profiles,
-            map: CodeMap::new(),
+            symbolizer: ProcessSymbolizer::new(linkage),
             events: HashMap::new(),
             events_since: None,
             contention_starts: HashMap::new(),
             dropped_events: 0,
-            rejected_events: 0,
             refresh: RundownRefreshPolicy::new(RUNDOWN_MIN_INTERVAL_NS, RUNDOWN_MIN_MISSES),
-            spans: linkage.map(SpanTracker::new),
         }
     }
 
     /// The span tracker, when trace linkage is on.
     pub fn spans(&self) -> Option<&SpanTracker> {
-        self.spans.as_ref()
+        self.symbolizer.spans.as_ref()
     }
 
     pub fn series(&self) -> &[(String, String)] {
@@ -144,11 +137,11 @@ impl ProcessProfiler {
 
     /// The process's mapped images, so addresses in no known method still name their module.
     pub fn set_images(&mut self, images: Vec<ImageRange>) {
-        self.map.set_images(images);
+        self.symbolizer.set_images(images);
     }
 
     pub fn code_map(&self) -> &CodeMap {
-        &self.map
+        &self.symbolizer.map
     }
 
     /// Events with a distinct stack that did not fit under [`MAX_EVENT_STACKS`].
@@ -158,22 +151,14 @@ impl ProcessProfiler {
 
     /// Events whose payload did not decode or that the code map refused.
     pub fn rejected_events(&self) -> u64 {
-        self.rejected_events
+        self.symbolizer.rejected
     }
 
     /// Takes one event of the light session or of a rundown.
     pub fn observe(&mut self, event: &Event<'_>) {
-        if let Some(spans) = &mut self.spans {
-            // Counted in the tracker's stats; one bad payload must not stop the profile.
-            let _ = spans.observe(event);
-        }
-        let known = match event.known() {
-            Ok(Some(known)) => known,
-            Ok(None) => return,
-            Err(_) => {
-                self.rejected_events += 1;
-                return;
-            }
+        // A payload that does not decode is counted in `rejected_events`.
+        let Ok(Some(known)) = self.symbolizer.observe(event) else {
+            return;
         };
         let thread = event.header.thread_id;
         let (kind, type_name, amount) = match known {
@@ -182,13 +167,13 @@ impl ProcessProfiler {
                     .allocation_amount64
                     .unwrap_or(u64::from(tick.allocation_amount));
                 (
-                    EventKind::Alloc,
+                    EventProfileKind::Alloc,
                     tick.type_name,
                     i64::try_from(bytes).unwrap_or(i64::MAX),
                 )
             }
             KnownEvent::ExceptionThrown(thrown) if self.profiles.exceptions => {
-                (EventKind::Exception, Some(thrown.exception_type), 0)
+                (EventProfileKind::Exception, Some(thrown.exception_type), 0)
             }
             KnownEvent::ContentionStart(_) if self.profiles.locks => {
                 // The runtime gives ContentionStop no stack: keep the waiter's stack from here.
@@ -212,19 +197,12 @@ impl ProcessProfiler {
                     None => event.unix_nanos().saturating_sub(start.at).max(0),
                 };
                 let key = EventKey {
-                    kind: EventKind::Lock,
+                    kind: EventProfileKind::Lock,
                     type_name: None,
                     thread_id: thread,
                     ips: start.ips,
                 };
                 self.count(key, waited, start.at);
-                return;
-            }
-            KnownEvent::Method(_) | KnownEvent::Module(_) => {
-                let timestamp = event.header.timestamp as u64;
-                if crate::nettrace::apply(&mut self.map, &known, timestamp).is_err() {
-                    self.rejected_events += 1;
-                }
                 return;
             }
             _ => return,
@@ -278,13 +256,10 @@ impl ProcessProfiler {
             ))
         });
         for (key, totals) in events {
-            let stack = table.stack(&self.map, &key.ips, totals.count as u64);
+            let stack = table.stack(&self.symbolizer.map, &key.ips, totals.count as u64);
             let mut labels = thread_labels(key.thread_id, thread_names);
             if let Some(type_name) = key.type_name {
-                labels.push((
-                    label_names::TYPE.to_string(),
-                    LabelValue::Str(type_name.into()),
-                ));
+                labels.push((labels::TYPE.to_string(), LabelValue::Str(type_name.into())));
             }
             let mut push = |profile_type: &'static str, value: i64| {
                 by_type.entry(profile_type).or_default().push(BatchSample {
@@ -294,12 +269,12 @@ impl ProcessProfiler {
                 });
             };
             match key.kind {
-                EventKind::Alloc => {
+                EventProfileKind::Alloc => {
                     push("alloc_samples", totals.count);
                     push("alloc_size", totals.amount);
                 }
-                EventKind::Exception => push("exception", totals.count),
-                EventKind::Lock => {
+                EventProfileKind::Exception => push("exception", totals.count),
+                EventProfileKind::Lock => {
                     push("lock_count", totals.count);
                     push("lock_time", totals.amount);
                 }
@@ -310,10 +285,9 @@ impl ProcessProfiler {
         self.finish(table, timestamp, types)
     }
 
-    /// The `cpu` and `wall` batches of one sampler window. `cpu` counts samples of threads
-    /// running managed code, `wall` every sample; each sample stands for one measured period.
-    /// With trace linkage on and the window's sample times kept, each sample also carries the
-    /// span its thread ran at that time (`trace_id`, `span_id`, `span_name`).
+    /// The `cpu` and `wall` batches of one sampler window, by the cpu/wall rule. With trace
+    /// linkage on and the window's sample times kept, each sample also carries the span its
+    /// thread ran at that time (`trace_id`, `span_id`, `span_name`).
     pub fn sample_batches(
         &mut self,
         samples: &SampleAggregator,
@@ -322,94 +296,31 @@ impl ProcessProfiler {
         let Some((timestamp, _)) = samples.time_range() else {
             return Batches::default();
         };
-        let period = samples.period_ns();
         let mut table = FunctionTable::default();
+        let both = TimeProfiles {
+            cpu: true,
+            wall: true,
+        };
         let mut cpu = Vec::new();
         let mut wall = Vec::new();
-        for (key, span, count) in self.spanned_stacks(samples) {
-            let stack = table.stack(&self.map, &key.ips, count);
-            let mut labels = thread_labels(key.thread_id, thread_names);
-            if let Some(span) = span {
-                labels.extend([
-                    (
-                        label_names::TRACE_ID.to_string(),
-                        LabelValue::Str(span.trace_id.to_string()),
-                    ),
-                    (
-                        label_names::SPAN_ID.to_string(),
-                        LabelValue::Str(span.span_id.to_string()),
-                    ),
-                    (
-                        label_names::SPAN_NAME.to_string(),
-                        LabelValue::Str(span.name.to_string()),
-                    ),
-                ]);
-            }
-            let sample = BatchSample {
-                stack,
-                value: (count as i64).saturating_mul(period),
-                labels,
+        for sample in self
+            .symbolizer
+            .time_samples(samples, both, thread_names, &mut table)
+        {
+            let batch_sample = |value| BatchSample {
+                stack: sample.stack.clone(),
+                value,
+                labels: sample.labels.clone(),
             };
-            if key.managed {
-                cpu.push(sample.clone());
+            if let Some(value) = sample.cpu {
+                cpu.push(batch_sample(value));
             }
-            wall.push(sample);
+            wall.push(batch_sample(sample.wall));
         }
         let batches = self.finish(table, timestamp, vec![("cpu", cpu), ("wall", wall)]);
         self.refresh
             .record_misses(batches.resolution.in_managed_image);
         batches
-    }
-
-    /// The window's stacks, split by the span each sample ran in when that is known, sorted so
-    /// equal input gives equal batches.
-    fn spanned_stacks<'a>(
-        &self,
-        samples: &'a SampleAggregator,
-    ) -> Vec<(&'a StackKey, Option<Span>, u64)> {
-        let mut groups: Vec<(&StackKey, Option<Span>, u64)> = match (&self.spans, samples.times()) {
-            (Some(tracker), Some(times)) => {
-                let mut keys: Vec<Option<&StackKey>> = Vec::new();
-                for (index, key) in samples.stacks_by_index() {
-                    let index = index as usize;
-                    if keys.len() <= index {
-                        keys.resize(index + 1, None);
-                    }
-                    keys[index] = Some(key);
-                }
-                let mut counts: HashMap<StackInSpan, (Option<Span>, u64)> = HashMap::new();
-                for time in times {
-                    let Some(Some(key)) = keys.get(time.stack as usize) else {
-                        continue;
-                    };
-                    let span = tracker.span_at(key.thread_id, time.timestamp);
-                    counts
-                        .entry((time.stack, span.map(|s| s.span_id.0)))
-                        .or_insert_with(|| (span.cloned(), 0))
-                        .1 += 1;
-                }
-                counts
-                    .into_iter()
-                    .filter_map(|((stack, _), (span, count))| {
-                        Some((keys[stack as usize]?, span, count))
-                    })
-                    .collect()
-            }
-            _ => samples
-                .stacks()
-                .map(|(key, count)| (key, None, count))
-                .collect(),
-        };
-        groups.sort_unstable_by(|(a, sa, _), (b, sb, _)| {
-            let span = |s: &Option<Span>| s.as_ref().map(|s| (s.trace_id, s.span_id));
-            (a.thread_id, a.managed, &a.ips, span(sa)).cmp(&(
-                b.thread_id,
-                b.managed,
-                &b.ips,
-                span(sb),
-            ))
-        });
-        groups
     }
 
     /// Whether code the sampler saw in managed images is worth a rundown to name it;
@@ -437,40 +348,15 @@ impl ProcessProfiler {
             .collect();
         Batches {
             batches,
-            resolution: table.namer.resolution,
+            resolution: table.resolution,
         }
-    }
-}
-
-/// The functions of one cycle's batches, named once each.
-#[derive(Debug, Default)]
-struct FunctionTable {
-    namer: FrameNamer,
-    functions: Vec<Function>,
-}
-
-impl FunctionTable {
-    fn stack(&mut self, map: &CodeMap, ips: &[u64], weight: u64) -> Vec<u32> {
-        let functions = &mut self.functions;
-        self.namer.stack(map, ips, weight, |function| {
-            functions.push(function);
-            u32::try_from(functions.len() - 1).unwrap_or(u32::MAX)
-        })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixture;
     use super::*;
-    use collector::nettrace::NettraceReader;
-
-    fn fixture(name: &str) -> NettraceReader<std::fs::File> {
-        let path = format!(
-            "{}/../collector/tests/fixtures/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        NettraceReader::new(std::fs::File::open(path).unwrap())
-    }
 
     fn series() -> Vec<(String, String)> {
         vec![

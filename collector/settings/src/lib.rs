@@ -1,5 +1,7 @@
 //! Values as people write them in settings and on the command line: durations, sizes, and the
-//! serde helpers each crate's configuration section uses.
+//! serde helpers each crate's configuration section uses. One parser per notation, so a duration
+//! or a size reads the same in `settings.json`, an environment variable, a command-line argument
+//! and an HTTP query parameter.
 //!
 //! The agent reads a dotnet-monitor-style `settings.json` overlaid with `CLRSCOPE_` environment
 //! variables (the binary's `agent::config` builds that tree). Environment values are always
@@ -13,9 +15,9 @@
 //! #[derive(serde::Deserialize)]
 //! #[serde(rename_all = "PascalCase", deny_unknown_fields)]
 //! struct Limits {
-//!     #[serde(default, deserialize_with = "collector::config::lenient::opt_number")]
+//!     #[serde(default, deserialize_with = "settings::lenient::opt_number")]
 //!     action_count: Option<u32>,
-//!     #[serde(default, deserialize_with = "collector::config::lenient::opt_duration")]
+//!     #[serde(default, deserialize_with = "settings::lenient::opt_duration")]
 //!     rule_duration: Option<Duration>,
 //! }
 //!
