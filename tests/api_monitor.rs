@@ -35,14 +35,7 @@ fn get(agent: &Agent, path: &str, status: u16) -> HttpResponse {
 }
 
 fn expect(response: HttpResponse, status: u16, what: &str, agent: &Agent) -> HttpResponse {
-    assert_eq!(
-        response.status,
-        status,
-        "{what}: {}\nagent log:\n{}",
-        response.body,
-        agent.log()
-    );
-    response
+    agent.expect_status(response, status, what)
 }
 
 /// A settings.json for the agent, in a fresh folder; returns its path.

@@ -49,13 +49,7 @@ fn get_with_host(agent: &Agent, port: u16, path: &str, host: &str) -> HttpRespon
 }
 
 fn expect(response: &HttpResponse, status: u16, what: &str, agent: &Agent) {
-    assert_eq!(
-        response.status,
-        status,
-        "{what}: {}\nagent log:\n{}",
-        response.body,
-        agent.log()
-    );
+    agent.expect_status(response.clone(), status, what);
 }
 
 #[test]

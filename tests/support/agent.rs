@@ -192,6 +192,19 @@ impl Agent {
             .expect("VmRSS in /proc/PID/status")
     }
 
+    /// `response`, after checking its status is `status`; else panics with its body and the
+    /// agent's log.
+    pub fn expect_status(&self, response: HttpResponse, status: u16, what: &str) -> HttpResponse {
+        assert_eq!(
+            response.status,
+            status,
+            "{what}: {}\nagent log:\n{}",
+            response.body,
+            self.log()
+        );
+        response
+    }
+
     /// `GET path` with the token; panics unless the answer is 200.
     pub fn get(&self, path: &str) -> HttpResponse {
         let response = self.request("GET", path);
