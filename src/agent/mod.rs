@@ -83,11 +83,11 @@ pub struct Args {
     max_connections: Option<usize>,
     /// Close a connection that has no request in flight and sent nothing for this long.
     /// [default: 130s] [config: Kestrel:Limits:KeepAliveTimeout]
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     keep_alive_timeout: Option<Duration>,
     /// Close a connection whose request head (or TLS handshake) is not complete this long after
     /// its first byte. [default: 10s] [config: Kestrel:Limits:RequestHeadersTimeout]
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     request_headers_timeout: Option<Duration>,
     /// Turn authentication off: anyone who can reach the API can read the profiles and take
     /// dumps. Logs a warning; for a trusted machine only.
