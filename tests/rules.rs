@@ -360,3 +360,63 @@ fn a_rule_firing_every_second_stays_within_the_disk_budget() {
         "the budget was never approached ({most} bytes): nothing evicted"
     );
 }
+
+/// Milliseconds of the day of an artifact name's `yyyyMMdd_HHmmss_fff` timestamp.
+fn name_millis_of_day(name: &str) -> i64 {
+    let digits = |range: std::ops::Range<usize>| name[range].parse::<i64>().unwrap();
+    ((digits(9..11) * 60 + digits(11..13)) * 60 + digits(13..15)) * 1000 + digits(16..19)
+}
+
+/// A Schedule trigger (clrscope's own): a gcdump every 20 s, ActionCount 5. Two minutes hold six
+/// ticks; the limit stops the rule after five, each named for its tick (exactly 20 s apart) and
+/// marked on the timeline, and no sixth follows.
+#[test]
+fn a_scheduled_gcdump_every_20_seconds_keeps_to_its_limits() {
+    let target = Target::builder("Alloc").start();
+    let pid = target.pid();
+    let rules = json!({"Every20s": {
+        "Filters": [{"Key": "ProcessId", "Value": pid.to_string()}],
+        "Trigger": {"Type": "Schedule", "Settings": {"Interval": "00:00:20"}},
+        "Actions": [{"Type": "CollectGCDump", "Settings": {"Egress": "artifacts"}}],
+        "Limits": {"ActionCount": 5}
+    }});
+    let (agent, dir) = start_agent("rules-schedule", pid, rules, None);
+    wait_rules(&agent, pid, Duration::from_secs(120), |rules| {
+        rules.get("Every20s").is_some()
+    });
+    let applied = Instant::now();
+    let finished = wait_rules(&agent, pid, Duration::from_secs(300), |rules| {
+        rules["Every20s"]["state"] == "Finished"
+    });
+    eprintln!(
+        "finished {:.1} s after the rule was seen applied: {finished}",
+        applied.elapsed().as_secs_f64()
+    );
+    // The rest of the two minutes: nothing more comes.
+    if let Some(left) = Duration::from_secs(130).checked_sub(applied.elapsed()) {
+        std::thread::sleep(left);
+    }
+    let gcdumps: Vec<String> = artifacts(&dir)
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| name.ends_with(&format!("_{pid}.gcdump")))
+        .collect();
+    assert_eq!(gcdumps.len(), 5, "{gcdumps:?}\n{}", agent.log());
+    let gaps: Vec<i64> = gcdumps
+        .windows(2)
+        .map(|w| (name_millis_of_day(&w[1]) - name_millis_of_day(&w[0])).rem_euclid(86_400_000))
+        .collect();
+    assert!(gaps.iter().all(|&gap| gap == 20_000), "{gaps:?} ms between {gcdumps:?}");
+    let events = agent.get("/api/v1/events?from=now-10m").json();
+    let fired = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["kind"] == "collection_rule_triggered"
+                && e["pid"] == u64::from(pid)
+                && e["rule"] == "Every20s"
+        })
+        .count();
+    assert_eq!(fired, 5, "{events}");
+}

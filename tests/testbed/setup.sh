@@ -24,7 +24,8 @@
 #     $NPM_PACKAGES in .testbed/node: `playwright-core`, with which tests/webui.rs drives the web UI
 #     in a real browser (Playwright drives the system Chromium: it downloads no browser), and the
 #     Connect client of tests/querier.rs (`@connectrpc/connect-node`, `@bufbuild/protobuf`, and
-#     `@bufbuild/buf` + `@bufbuild/protoc-gen-es` to generate it from .proto files without protoc);
+#     `@bufbuild/buf` + `@bufbuild/protoc-gen-es` to generate it from .proto files without protoc), and `azurite`, the Azure Storage emulator the
+#     Azure Blob egress tests upload to (3.35.0: the last release that supports Node 20);
 #   * .testbed/bin/dotnet -> the chosen host, and .testbed/runtime.env describing it (rewritten only
 #     when its content changes, so make recompiles targets when the runtime changes);
 #   * .testbed/targets/<Name>/<Name>.dll + <Name>.runtimeconfig.json for tests/targets/<Name>.cs.
@@ -49,6 +50,7 @@ NPM_PACKAGES=(
     @bufbuild/protobuf@2.17.0
     @bufbuild/protoc-gen-es@2.17.0
     @bufbuild/buf@1.75.0
+    azurite@3.35.0
 )
 PIP_HOST_REL=py/dnv/net/runtime/.net/dotnet
 MONO_FACADES=/usr/lib/mono/4.5/Facades

@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
 use super::options::{Action, CollectionRule, CounterSource, Trigger};
+use super::schedule::Schedule;
 use super::state::{Finish, PipelineState, RuleStates};
 use super::trigger::{RequestEvent, TriggerInput, TriggerState};
 use crate::client::DiagnosticsClient;
@@ -40,10 +41,10 @@ pub enum TriggerSession {
 }
 
 impl TriggerSession {
-    /// What `trigger` listens to, or `None` for Startup.
+    /// What `trigger` listens to, or `None` for Startup and Schedule.
     pub fn for_trigger(trigger: &Trigger, counter_interval_seconds: u32) -> Option<Self> {
         match trigger {
-            Trigger::Startup => None,
+            Trigger::Startup | Trigger::Schedule(_) => None,
             Trigger::Threshold(t) => {
                 let config = CounterSessionConfig::new(counter_interval_seconds);
                 Some(TriggerSession::Counters(match &t.source {
@@ -136,13 +137,18 @@ fn unix_nanos(t: SystemTime) -> i64 {
 }
 
 /// Waits until `trigger` is satisfied: `Ok(Some(when))`, or `Ok(None)` when `stop` resolved or
-/// the process ended first.
+/// the process ended first. A Schedule counts its intervals from `since`, when the rule was
+/// applied.
 pub async fn wait_for_trigger(
     client: &DiagnosticsClient,
     trigger: &Trigger,
+    since: SystemTime,
     counter_interval_seconds: u32,
     stop: impl Future<Output = ()>,
 ) -> Result<Option<SystemTime>, SessionError> {
+    if let Trigger::Schedule(schedule) = trigger {
+        return Ok(wait_for_schedule(schedule, since, stop).await);
+    }
     let Some(session) = TriggerSession::for_trigger(trigger, counter_interval_seconds) else {
         return Ok(Some(SystemTime::now()));
     };
@@ -192,6 +198,37 @@ pub async fn wait_for_trigger(
     Ok(fired
         .at()
         .filter(|_| !stopped && summary.end == SessionEnd::Stopped))
+}
+
+/// The longest the schedule sleeps before looking at the wall clock again, so that a clock set
+/// forward or back (NTP, a suspended VM) moves the firing with it.
+const SCHEDULE_RECHECK: Duration = Duration::from_secs(60);
+
+/// Sleeps until the schedule's next time and returns it; `None` when `stop` resolved first or the
+/// schedule has no time left.
+async fn wait_for_schedule(
+    schedule: &Schedule,
+    since: SystemTime,
+    stop: impl Future<Output = ()>,
+) -> Option<SystemTime> {
+    let Some(next) = schedule.next_after(SystemTime::now(), since) else {
+        tracing::warn!(?schedule, "the schedule names no time to come: the rule will not fire");
+        stop.await;
+        return None;
+    };
+    tokio::pin!(stop);
+    loop {
+        let Ok(left) = next.duration_since(SystemTime::now()) else {
+            return Some(next);
+        };
+        if left.is_zero() {
+            return Some(next);
+        }
+        tokio::select! {
+            () = tokio::time::sleep(left.min(SCHEDULE_RECHECK)) => {}
+            () = &mut stop => return None,
+        }
+    }
 }
 
 /// One firing of a rule, as its actions see it.
@@ -249,7 +286,14 @@ pub async fn run_rule(
                 }
             }
         };
-        let fired = wait_for_trigger(client, &rule.trigger, counter_interval_seconds, until).await;
+        let fired = wait_for_trigger(
+            client,
+            &rule.trigger,
+            started,
+            counter_interval_seconds,
+            until,
+        )
+        .await;
         let time = match fired {
             Ok(Some(time)) => time,
             Ok(None) => {

@@ -4,6 +4,7 @@
 //! - [`options`]: the settings sections, read and checked as dotnet-monitor reads them
 //!   ([`options::compile`]).
 //! - [`trigger`]: trigger conditions as state machines over events and counter values.
+//! - [`schedule`]: the Schedule trigger's times (every interval, or a cron expression in UTC).
 //! - [`state`]: a rule's state and limits on one process, and the `/collectionrules` JSON.
 //! - [`engine`]: running a rule on a process (trigger sessions, throttling, the action list).
 //! - [`ring`], [`capture`]: the pre-trigger ring buffer of raw nettrace blocks, and the task
@@ -24,6 +25,7 @@ mod config;
 pub mod engine;
 pub mod options;
 pub mod ring;
+pub mod schedule;
 pub mod state;
 pub mod trigger;
 

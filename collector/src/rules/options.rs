@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::config::{ConfigError, Node};
+use super::schedule::Schedule;
 use crate::artifacts::{DumpKind, EventPipeProvider, StackFormat, StoppingEvent};
 use crate::ipc::ProviderConfig;
 use crate::providers::TraceProfile;
@@ -153,6 +154,8 @@ fn glob_match(pattern: &str, text: &str) -> bool {
 pub enum Trigger {
     /// Fires once, as soon as the rule is applied.
     Startup,
+    /// Fires on a schedule (clrscope's own): every interval, or at a cron expression's times.
+    Schedule(Schedule),
     /// `RequestCount` requests started within the window.
     AspNetRequestCount {
         request_count: u32,
@@ -577,6 +580,32 @@ fn trigger(node: Node<'_>, d: &Defaults<'_>) -> Result<Trigger, ConfigError> {
     };
     Ok(match ty.to_ascii_lowercase().as_str() {
         "startup" => Trigger::Startup,
+        "schedule" => {
+            let interval = s
+                .get("Interval")
+                .map(|c| c.node().timespan(SECOND, 31 * DAY))
+                .transpose()?;
+            let cron = s.get("Cron");
+            match (interval, cron) {
+                (Some(interval), None) => Trigger::Schedule(Schedule::Every(interval)),
+                (None, Some(c)) => {
+                    let expression = c.node().string()?;
+                    let schedule = Schedule::cron(&expression).map_err(|reason| {
+                        c.node().error(format!(
+                            "{expression:?} is not a cron expression (minute hour day-of-month \
+                             month day-of-week, in UTC, optionally with seconds first): {reason}"
+                        ))
+                    })?;
+                    Trigger::Schedule(schedule)
+                }
+                _ => {
+                    return Err(s.error(
+                        "a Schedule trigger needs exactly one of Interval (e.g. \"01:00:00\") \
+                         and Cron (e.g. \"*/15 * * * *\", in UTC)",
+                    ))
+                }
+            }
+        }
         "aspnetrequestcount" => Trigger::AspNetRequestCount {
             request_count: count(s, "RequestCount", d.request_count)?,
             window: window(s)?,
@@ -643,7 +672,7 @@ fn trigger(node: Node<'_>, d: &Defaults<'_>) -> Result<Trigger, ConfigError> {
         }
         _ => {
             return Err(node.error(format!(
-                "unknown trigger Type {ty:?}; known: Startup, AspNetRequestCount, \
+                "unknown trigger Type {ty:?}; known: Startup, Schedule, AspNetRequestCount, \
                  AspNetRequestDuration, AspNetResponseStatus, EventCounter, EventMeter, CPUUsage, \
                  GCHeapSize, ThreadpoolQueueLength"
             )))
@@ -1025,6 +1054,35 @@ mod tests {
         let stop = stopping_event.as_ref().unwrap();
         assert_eq!(stop.event_name, "GCStart");
         assert_eq!(stop.payload_filter["Depth"], "2");
+    }
+
+    #[test]
+    fn schedules_every_interval_or_cron() {
+        let all = rules(json!({
+            "Hourly": {"Trigger": {"Type": "Schedule", "Settings": {"Interval": "01:00:00"}}},
+            "Quarter": {"trigger": {"type": "schedule", "settings": {"cron": "*/15 * * * *"}}}
+        }))
+        .unwrap();
+        let by_name = |name: &str| &all.iter().find(|r| r.name == name).unwrap().trigger;
+        assert_eq!(
+            *by_name("Hourly"),
+            Trigger::Schedule(Schedule::Every(HOUR))
+        );
+        assert_eq!(
+            *by_name("Quarter"),
+            Trigger::Schedule(Schedule::cron("*/15 * * * *").unwrap())
+        );
+        let err = |settings: Value| {
+            rules(json!({"R": {"Trigger": {"Type": "Schedule", "Settings": settings}}}))
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(err(json!({})).contains("exactly one of Interval"));
+        assert!(err(json!({"Interval": "00:01:00", "Cron": "* * * * *"}))
+            .contains("exactly one of Interval"));
+        assert!(err(json!({"Interval": "00:00:00"})).contains("must be between"));
+        assert!(err(json!({"Cron": "hourly"}))
+            .starts_with("CollectionRules:R:Trigger:Settings:Cron: \"hourly\" is not a cron"));
     }
 
     #[test]

@@ -123,7 +123,9 @@ pub struct TriggerState {
 
 #[derive(Debug)]
 enum Kind {
-    Startup,
+    /// Startup and Schedule: nothing to observe; the engine offers the first input when their
+    /// time has come.
+    Timed,
     RequestCount {
         needed: u64,
         paths: PathFilter,
@@ -161,7 +163,7 @@ impl TriggerState {
     /// A fresh trigger; `counter_interval` is what its counter session publishes at.
     pub fn new(trigger: &Trigger, counter_interval: Duration) -> Self {
         let kind = match trigger {
-            Trigger::Startup => Kind::Startup,
+            Trigger::Startup | Trigger::Schedule(_) => Kind::Timed,
             Trigger::AspNetRequestCount {
                 request_count,
                 window,
@@ -208,7 +210,7 @@ impl TriggerState {
     /// Feeds one input; true when the trigger's condition is satisfied.
     pub fn observe(&mut self, input: TriggerInput<'_>) -> bool {
         match (&mut self.kind, input) {
-            (Kind::Startup, _) => true,
+            (Kind::Timed, _) => true,
             (
                 Kind::RequestCount {
                     needed,
