@@ -683,16 +683,45 @@ fn egress_to_s3_lands_objects_named_as_artifacts() {
     let dir = data_dir("monitor-s3");
     let config = settings(
         "monitor-s3",
-        json!({"Egress": {"S3Storage": {"bucket": {
-            "endpoint": format!("http://127.0.0.1:{}", moto.port),
-            "bucketName": bucket_name,
-            "regionName": "us-east-1",
-            "accessKeyId": "test",
-            "secretAccessKey": "test",
-            "forcePathStyle": true,
-        }}}}),
+        json!({"Egress": {"S3Storage": {
+            "bucket": {
+                "endpoint": format!("http://127.0.0.1:{}", moto.port),
+                "bucketName": bucket_name,
+                "regionName": "us-east-1",
+                "accessKeyId": "test",
+                "secretAccessKey": "test",
+                "forcePathStyle": true,
+            },
+            "presigned": {
+                "endpoint": format!("http://127.0.0.1:{}", moto.port),
+                "bucketName": bucket_name,
+                "accessKeyId": "test",
+                "secretAccessKey": "test",
+                "forcePathStyle": true,
+                "preSignedUrlExpiry": "00:10:00",
+            },
+        }}}),
     );
     let agent = agent_with_config(&dir, pid, &config);
+
+    // With PreSignedUrlExpiry the answer is a GET URL that needs no other credential.
+    let route = format!("/gcdump?pid={pid}&egressProvider=presigned");
+    let accepted = expect(request(&agent, "GET", &route, &[]), 202, "gcdump", &agent);
+    let done = wait_operation(&agent, &operation_id(&accepted), Duration::from_secs(120));
+    assert_eq!(done["status"], "Succeeded", "{done}");
+    let url = done["resourceLocation"].as_str().unwrap();
+    let path_and_query = url
+        .strip_prefix(&format!("http://127.0.0.1:{}", moto.port))
+        .unwrap_or_else(|| panic!("{url}"));
+    assert!(path_and_query.contains("X-Amz-Signature="), "{url}");
+    let object = expect_status(
+        http_request(moto.port, "GET", path_and_query, &[]),
+        200,
+        "the pre-signed URL",
+    );
+    let path = write_temp("s3-presigned.gcdump", &object.bytes);
+    assert!(gcdump_objects(&path) > 1000);
+    let _ = std::fs::remove_file(&path);
 
     // A gcdump fits one part (PutObject); a dump takes several (multipart upload).
     for (route, what) in [

@@ -24,8 +24,10 @@ pub struct EgressConfig {
     pub file_system: BTreeMap<String, FileSystemOptions>,
     #[serde(default, alias = "s3Storage")]
     pub s3_storage: BTreeMap<String, S3Options>,
-    /// Shared values (secrets) providers may name; kept for compatibility, unused by the built-in
-    /// providers.
+    #[serde(default, alias = "azureBlobStorage")]
+    pub azure_blob_storage: BTreeMap<String, AzureBlobOptions>,
+    /// Shared values (secrets) providers name: an Azure Blob provider's `AccountKeyName`,
+    /// `SharedAccessSignatureName` and `QueueSharedAccessSignatureName` are keys of this map.
     #[serde(default, alias = "properties")]
     pub properties: BTreeMap<String, String>,
     #[serde(default, alias = "diskBudget")]
@@ -106,6 +108,69 @@ pub struct S3Options {
     pub use_kms_encryption: bool,
     #[serde(default, alias = "kmsEncryptionKey")]
     pub kms_encryption_key: Option<String>,
+}
+
+/// `Egress:AzureBlobStorage:<name>` (dotnet-monitor's `AzureBlobEgressProviderOptions`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct AzureBlobOptions {
+    /// The blob service, `https://<account>.blob.core.windows.net` (or an emulator's
+    /// `http://127.0.0.1:10000/devstoreaccount1`).
+    #[serde(alias = "accountUri")]
+    pub account_uri: String,
+    #[serde(alias = "containerName")]
+    pub container_name: String,
+    /// Blobs are named `<BlobPrefix>/<artifact file name>`.
+    #[serde(default, alias = "blobPrefix")]
+    pub blob_prefix: Option<String>,
+    /// The storage account's key (Shared Key), base64; or `AccountKeyName`, the name of an
+    /// `Egress:Properties` entry holding it.
+    #[serde(default, alias = "accountKey")]
+    pub account_key: Option<String>,
+    #[serde(default, alias = "accountKeyName")]
+    pub account_key_name: Option<String>,
+    /// A SAS token (`sv=…&sig=…`), used before an account key; or `SharedAccessSignatureName`.
+    #[serde(default, alias = "sharedAccessSignature")]
+    pub shared_access_signature: Option<String>,
+    #[serde(default, alias = "sharedAccessSignatureName")]
+    pub shared_access_signature_name: Option<String>,
+    /// Managed and workload identity need Azure's instance metadata service or a federated token:
+    /// refused with an explanation (use a SAS or an account key).
+    #[serde(default, alias = "managedIdentityClientId")]
+    pub managed_identity_client_id: Option<String>,
+    #[serde(
+        default,
+        alias = "useWorkloadIdentityFromEnvironment",
+        deserialize_with = "lenient::boolean"
+    )]
+    pub use_workload_identity_from_environment: bool,
+    /// With `QueueAccountUri`: after each upload a message holding the blob's name is put on this
+    /// queue (created if missing).
+    #[serde(default, alias = "queueName")]
+    pub queue_name: Option<String>,
+    #[serde(default, alias = "queueAccountUri")]
+    pub queue_account_uri: Option<String>,
+    /// The queue's own SAS (else the blob one, else the account key).
+    #[serde(default, alias = "queueSharedAccessSignature")]
+    pub queue_shared_access_signature: Option<String>,
+    #[serde(default, alias = "queueSharedAccessSignatureName")]
+    pub queue_shared_access_signature_name: Option<String>,
+    /// dotnet-monitor's blob metadata: name → an environment variable of the target process.
+    /// Not supported yet: a provider with Metadata is refused with an explanation.
+    #[serde(default, alias = "metadata")]
+    pub metadata: BTreeMap<String, String>,
+    /// The block size: blocks of this many bytes are uploaded, then committed together (default
+    /// 4 MiB, at most 100 MiB).
+    #[serde(
+        default,
+        alias = "copyBufferSize",
+        deserialize_with = "lenient::opt_bytes"
+    )]
+    pub copy_buffer_size: Option<u64>,
+    /// clrscope's own: how often a failed request is tried again (default 3, as the Azure SDK),
+    /// with exponential back-off from 0.8 s.
+    #[serde(default, alias = "maxRetries", deserialize_with = "lenient::opt_number")]
+    pub max_retries: Option<u32>,
 }
 
 /// `Egress:DiskBudget` (clrscope's own): the most bytes the artifacts written to FileSystem

@@ -5,7 +5,10 @@
 //!   0600 and folders 0700, under one [`DiskBudget`] for all such folders: the oldest artifacts
 //!   are deleted to make room, so a rule that fires for ever never fills the disk;
 //! - `S3Storage`: into a bucket of AWS S3 or an S3-compatible server (multipart upload in
-//!   `CopyBufferSize` parts, nothing on disk).
+//!   `CopyBufferSize` parts, nothing on disk);
+//! - `AzureBlobStorage`: into a container of an Azure Storage account (blocks of `CopyBufferSize`
+//!   committed at the end, so nothing is under the blob's name until it is whole; Shared Key or
+//!   SAS; a queue message per blob).
 //!
 //! An artifact is written through an [`Upload`], an [`AsyncWrite`] that
 //! [`Artifact::write`](crate::artifacts::Artifact::write) (or any writer of bytes) writes into,
@@ -14,6 +17,7 @@
 //! Dropping an [`Upload`] without finishing it cancels it: the partial file is deleted, the
 //! multipart upload aborted.
 
+mod azure;
 mod budget;
 mod config;
 mod filesystem;
@@ -21,7 +25,7 @@ mod s3;
 
 pub use budget::DiskBudget;
 pub use config::{
-    DiskBudgetOptions, EgressConfig, FileSystemOptions, S3Options, DEFAULT_DISK_BUDGET_BYTES,
+    AzureBlobOptions, DiskBudgetOptions, EgressConfig, FileSystemOptions, S3Options, DEFAULT_DISK_BUDGET_BYTES,
 };
 
 use std::collections::BTreeMap;
@@ -67,6 +71,40 @@ fn redact_url_queries(text: &str) -> String {
     out
 }
 
+/// How much of an error answer without a `<Message>` (a proxy's page, say) is kept.
+const MAX_ERROR_BODY: usize = 512;
+
+/// The message of an S3 or Azure Storage error answer (XML with a `<Message>`), else the start of
+/// the answer.
+fn error_message(body: &str) -> &str {
+    body.split("<Message>")
+        .nth(1)
+        .and_then(|rest| rest.split("</Message>").next())
+        .unwrap_or_else(|| {
+            let text = body.trim();
+            let mut end = text.len().min(MAX_ERROR_BODY);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            &text[..end]
+        })
+}
+
+/// A request that got no answer, with its causes ("error sending request: client error
+/// (Connect): tcp connect error: Connection refused"), without the URL reqwest's message names,
+/// query string and all.
+fn transport_error(error: reqwest::Error) -> String {
+    let error = error.without_url();
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(&error);
+    while let Some(error) = cause {
+        text.push_str(": ");
+        text.push_str(&error.to_string());
+        cause = error.source();
+    }
+    text
+}
+
 /// Why an artifact could not be egressed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -95,6 +133,13 @@ pub enum EgressError {
         key: String,
         reason: String,
     },
+    #[error("Azure Blob Storage {action} of {blob:?}: {reason}")]
+    AzureBlob {
+        action: &'static str,
+        /// `<container>/<blob name>`.
+        blob: String,
+        reason: String,
+    },
     #[error("the upload was cancelled")]
     Cancelled,
     #[error("the upload task failed: {0}")]
@@ -109,6 +154,7 @@ pub enum EgressError {
 enum Provider {
     FileSystem(filesystem::FileSystemProvider),
     S3(s3::S3Provider),
+    AzureBlob(azure::AzureBlobProvider),
 }
 
 /// The configured providers by name, and the FileSystem providers' disk budget. Cloning shares.
@@ -138,18 +184,23 @@ impl Egress {
             let provider = filesystem::FileSystemProvider::new(name, options, budget.clone())?;
             providers.insert(name.clone(), Provider::FileSystem(provider));
         }
-        for (name, options) in &config.s3_storage {
+        let mut add = |name: &String, provider: Provider| {
             if providers.contains_key(name) {
                 return Err(EgressError::InvalidProvider {
                     name: name.clone(),
-                    reason: "the name is used by a FileSystem provider too; names must be unique"
+                    reason: "the name is used by another provider too; names must be unique"
                         .into(),
                 });
             }
-            providers.insert(
-                name.clone(),
-                Provider::S3(s3::S3Provider::new(name, options)?),
-            );
+            providers.insert(name.clone(), provider);
+            Ok(())
+        };
+        for (name, options) in &config.s3_storage {
+            add(name, Provider::S3(s3::S3Provider::new(name, options)?))?;
+        }
+        for (name, options) in &config.azure_blob_storage {
+            let provider = azure::AzureBlobProvider::new(name, options, &config.properties)?;
+            add(name, Provider::AzureBlob(provider))?;
         }
         Ok(Egress {
             providers: Arc::new(providers),
@@ -174,8 +225,8 @@ impl Egress {
         Err(EgressError::UnknownProvider {
             name: provider.to_string(),
             known: if known.is_empty() {
-                "none (add Egress:FileSystem:<name>:DirectoryPath or Egress:S3Storage:<name> to \
-                 settings.json)"
+                "none (add Egress:FileSystem:<name>:DirectoryPath, Egress:S3Storage:<name> or \
+                 Egress:AzureBlobStorage:<name> to settings.json)"
                     .to_string()
             } else {
                 known.join(", ")
@@ -196,6 +247,9 @@ impl Egress {
         let task = match target {
             Provider::FileSystem(p) => tokio::spawn(p.clone().write(file_name.to_string(), input)),
             Provider::S3(p) => tokio::spawn(p.clone().write(file_name.to_string(), input)),
+            Provider::AzureBlob(p) => {
+                tokio::spawn(p.clone().write(file_name.to_string(), input))
+            }
         };
         Ok(Upload {
             writer: Some(writer),
@@ -232,8 +286,8 @@ pub struct Upload {
 }
 
 impl Upload {
-    /// Ends the artifact and waits until the provider has it; returns where it is (a path, or
-    /// dotnet-monitor's `BucketName=…, Key=…` / a pre-signed URL for S3).
+    /// Ends the artifact and waits until the provider has it; returns where it is (a path;
+    /// dotnet-monitor's `BucketName=…, Key=…` or a pre-signed URL for S3; the blob's URL).
     pub async fn finish(mut self) -> Result<String, EgressError> {
         if let Some(mut writer) = self.writer.take() {
             // A provider that failed has closed its end; its own error says why.

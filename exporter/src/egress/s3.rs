@@ -136,18 +136,17 @@ impl S3Provider {
         let response = request
             .send()
             .await
-            .map_err(|e| self.error(action, key, transport_error(e)))?;
+            .map_err(|e| self.error(action, key, super::transport_error(e)))?;
         if response.status().is_success() {
             return Ok(response);
         }
         let status = response.status();
         let body = response.text().await.unwrap_or_default();
-        let message = body
-            .split("<Message>")
-            .nth(1)
-            .and_then(|rest| rest.split("</Message>").next())
-            .unwrap_or_else(|| truncated(body.trim(), MAX_ERROR_BODY));
-        Err(self.error(action, key, format!("HTTP {status}: {message}")))
+        Err(self.error(
+            action,
+            key,
+            format!("HTTP {status}: {}", super::error_message(&body)),
+        ))
     }
 
     /// Uploads `input` as object `key`; returns dotnet-monitor's resource id for it.
@@ -286,32 +285,6 @@ impl S3Provider {
         multipart.etags.push(etag.to_string());
         Ok(())
     }
-}
-
-/// How much of an error answer without an S3 `<Message>` (a proxy's page, say) is kept.
-const MAX_ERROR_BODY: usize = 512;
-
-fn truncated(text: &str, max: usize) -> &str {
-    let mut end = text.len().min(max);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
-/// A request that got no answer, with its causes ("error sending request: client error
-/// (Connect): tcp connect error: Connection refused"), without the URL reqwest's message names,
-/// query string and all.
-fn transport_error(error: reqwest::Error) -> String {
-    let error = error.without_url();
-    let mut text = error.to_string();
-    let mut cause = std::error::Error::source(&error);
-    while let Some(error) = cause {
-        text.push_str(": ");
-        text.push_str(&error.to_string());
-        cause = error.source();
-    }
-    text
 }
 
 /// A multipart upload in progress.
