@@ -59,6 +59,9 @@ pub enum KeyError {
 
     #[error("Authentication:MonitorApiKey:PublicKey is not a valid {kind} public key: {reason}")]
     InvalidKey { kind: &'static str, reason: String },
+
+    #[error("{0}")]
+    AzureAd(String),
 }
 
 /// Why a token was refused; each message says what to do.
@@ -90,8 +93,8 @@ pub enum TokenError {
     )]
     Signature,
 
-    #[error("the token's audience is {0}, not {AUDIENCE:?}")]
-    Audience(String),
+    #[error("the token's audience is {found}, not {expected:?}")]
+    Audience { found: String, expected: String },
 
     #[error("the token's issuer is {found}, not the configured {expected:?}")]
     Issuer { found: String, expected: String },
@@ -107,10 +110,25 @@ pub enum TokenError {
 
     #[error("the token's subject is {0}, not the configured Authentication:MonitorApiKey:Subject")]
     Subject(String),
+
+    #[error("the token names no signing key (`kid`); Microsoft Entra ID tokens always do")]
+    NoKeyId,
+
+    #[error(
+        "the token is signed by key {0:?}, which the issuer's JWKS does not list (not even after \
+         fetching it again): a token of another tenant or issuer, or a forged one"
+    )]
+    UnknownKey(String),
+
+    #[error("the issuer's signing keys could not be fetched: {0}")]
+    Keys(String),
+
+    #[error("the token's roles are {found}; the API needs role {required:?} (Authentication:AzureAd:RequiredRole)")]
+    Role { found: String, required: String },
 }
 
 #[derive(Clone)]
-enum PublicKey {
+pub(crate) enum PublicKey {
     P256(p256::ecdsa::VerifyingKey),
     P384(p384::ecdsa::VerifyingKey),
     P521(p521::ecdsa::VerifyingKey),
@@ -124,7 +142,66 @@ impl std::fmt::Debug for PublicKey {
     }
 }
 
+/// A string member of a JWK: .NET writes `Kty`, `Crv`, `X`… (its JsonWebKey serialized as is),
+/// RFC 7517 `kty`…
+fn jwk_field<'a>(jwk: &'a Map<String, Value>, name: &str) -> Option<&'a str> {
+    jwk.iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .and_then(|(_, v)| v.as_str())
+}
+
 impl PublicKey {
+    /// The public key of a JWK (EC P-256/384/521 or RSA).
+    pub(crate) fn from_jwk(jwk: &Map<String, Value>) -> Result<PublicKey, KeyError> {
+        let field = |name: &str| jwk_field(jwk, name);
+        let bytes = |name: &str, kind: &'static str| {
+            let text = field(name).ok_or_else(|| KeyError::InvalidKey {
+                kind,
+                reason: format!("no `{name}`"),
+            })?;
+            decode_base64url(text).map_err(|reason| KeyError::InvalidKey {
+                kind,
+                reason: format!("`{name}`: {reason}"),
+            })
+        };
+        let kty = field("kty").unwrap_or_default();
+        Ok(if kty.eq_ignore_ascii_case("EC") {
+            let crv = field("crv").unwrap_or_default();
+            let kind = "EC";
+            let mut point = vec![0x04];
+            point.extend(bytes("x", kind)?);
+            point.extend(bytes("y", kind)?);
+            let invalid = |e: p256::ecdsa::Error| KeyError::InvalidKey {
+                kind,
+                reason: format!("x and y are not a point on {crv}: {e}"),
+            };
+            match crv {
+                "P-256" => PublicKey::P256(
+                    p256::ecdsa::VerifyingKey::from_sec1_bytes(&point).map_err(invalid)?,
+                ),
+                "P-384" => PublicKey::P384(
+                    p384::ecdsa::VerifyingKey::from_sec1_bytes(&point).map_err(invalid)?,
+                ),
+                "P-521" => PublicKey::P521(
+                    p521::ecdsa::VerifyingKey::from_sec1_bytes(&point).map_err(invalid)?,
+                ),
+                other => return Err(KeyError::Curve(other.to_string())),
+            }
+        } else if kty.eq_ignore_ascii_case("RSA") {
+            let kind = "RSA";
+            let n = rsa::BigUint::from_bytes_be(&bytes("n", kind)?);
+            let e = rsa::BigUint::from_bytes_be(&bytes("e", kind)?);
+            PublicKey::Rsa(
+                rsa::RsaPublicKey::new(n, e).map_err(|e| KeyError::InvalidKey {
+                    kind,
+                    reason: e.to_string(),
+                })?,
+            )
+        } else {
+            return Err(KeyError::KeyType(kty.to_string()));
+        })
+    }
+
     fn kind(&self) -> &'static str {
         match self {
             PublicKey::P256(_) => "EC P-256",
@@ -135,7 +212,12 @@ impl PublicKey {
     }
 
     /// Whether `signature` over `message` verifies with `alg` (already one of [`ALGORITHMS`]).
-    fn verify(&self, alg: &str, message: &[u8], signature: &[u8]) -> Result<(), TokenError> {
+    pub(crate) fn verify(
+        &self,
+        alg: &str,
+        message: &[u8],
+        signature: &[u8],
+    ) -> Result<(), TokenError> {
         let mismatch = || TokenError::KeyMismatch {
             alg: alg.to_string(),
             key: self.kind(),
@@ -196,61 +278,10 @@ impl ApiKey {
         let json = decode_base64url(public_key).map_err(KeyError::NotAJwk)?;
         let jwk: Map<String, Value> = serde_json::from_slice(&json)
             .map_err(|e| KeyError::NotAJwk(format!("not a JSON object: {e}")))?;
-        // .NET writes `Kty`, `Crv`, `X`… (its JsonWebKey serialized as is); RFC 7517 `kty`…
-        let field = |name: &str| {
-            jwk.iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .and_then(|(_, v)| v.as_str())
-        };
-        let bytes = |name: &str, kind: &'static str| {
-            let text = field(name).ok_or_else(|| KeyError::InvalidKey {
-                kind,
-                reason: format!("no `{name}`"),
-            })?;
-            decode_base64url(text).map_err(|reason| KeyError::InvalidKey {
-                kind,
-                reason: format!("`{name}`: {reason}"),
-            })
-        };
-        let kty = field("kty").unwrap_or_default();
-        let key = if kty.eq_ignore_ascii_case("EC") {
-            let crv = field("crv").unwrap_or_default();
-            let kind = "EC";
-            let mut point = vec![0x04];
-            point.extend(bytes("x", kind)?);
-            point.extend(bytes("y", kind)?);
-            let invalid = |e: p256::ecdsa::Error| KeyError::InvalidKey {
-                kind,
-                reason: format!("x and y are not a point on {crv}: {e}"),
-            };
-            match crv {
-                "P-256" => PublicKey::P256(
-                    p256::ecdsa::VerifyingKey::from_sec1_bytes(&point).map_err(invalid)?,
-                ),
-                "P-384" => PublicKey::P384(
-                    p384::ecdsa::VerifyingKey::from_sec1_bytes(&point).map_err(invalid)?,
-                ),
-                "P-521" => PublicKey::P521(
-                    p521::ecdsa::VerifyingKey::from_sec1_bytes(&point).map_err(invalid)?,
-                ),
-                other => return Err(KeyError::Curve(other.to_string())),
-            }
-        } else if kty.eq_ignore_ascii_case("RSA") {
-            let kind = "RSA";
-            let n = rsa::BigUint::from_bytes_be(&bytes("n", kind)?);
-            let e = rsa::BigUint::from_bytes_be(&bytes("e", kind)?);
-            PublicKey::Rsa(
-                rsa::RsaPublicKey::new(n, e).map_err(|e| KeyError::InvalidKey {
-                    kind,
-                    reason: e.to_string(),
-                })?,
-            )
-        } else {
-            return Err(KeyError::KeyType(kty.to_string()));
-        };
+        let key = PublicKey::from_jwk(&jwk)?;
         let has_private_key = ["d", "p", "q", "dp", "dq", "qi"]
             .iter()
-            .any(|name| field(name).is_some_and(|v| !v.is_empty()));
+            .any(|name| jwk_field(&jwk, name).is_some_and(|v| !v.is_empty()));
         Ok(ApiKey {
             subject: subject.to_string(),
             issuer: issuer
@@ -269,6 +300,40 @@ impl ApiKey {
 
     /// Checks a bearer `token` at `now_unix` (seconds).
     pub fn verify(&self, token: &str, now_unix: i64) -> Result<(), TokenError> {
+        let jwt = Jwt::parse(token)?;
+        self.key.verify(&jwt.alg, jwt.signed.as_bytes(), &jwt.signature)?;
+        jwt.check_lifetime(now_unix)?;
+        jwt.check_audience(AUDIENCE)?;
+        if jwt.claim_str("iss") != Some(self.issuer.as_str()) {
+            return Err(TokenError::Issuer {
+                found: shown(jwt.claims.get("iss")),
+                expected: self.issuer.clone(),
+            });
+        }
+        if jwt.claim_str("sub") != Some(self.subject.as_str()) {
+            return Err(TokenError::Subject(shown(jwt.claims.get("sub"))));
+        }
+        Ok(())
+    }
+
+    /// The issuer tokens of this key come from.
+    pub(crate) fn issuer(&self) -> &str {
+        &self.issuer
+    }
+}
+
+/// A JWT split and decoded, its algorithm one of [`ALGORITHMS`]; the signature not yet checked.
+pub(crate) struct Jwt<'a> {
+    pub alg: String,
+    pub header: Map<String, Value>,
+    pub claims: Map<String, Value>,
+    /// `header.payload`, what the signature covers.
+    pub signed: &'a str,
+    pub signature: Vec<u8>,
+}
+
+impl<'a> Jwt<'a> {
+    pub fn parse(token: &'a str) -> Result<Jwt<'a>, TokenError> {
         let malformed = |what: &str| TokenError::Malformed(what.to_string());
         let mut parts = token.split('.');
         let (Some(header64), Some(payload64), Some(signature64), None) =
@@ -290,10 +355,22 @@ impl ApiKey {
         if !ALGORITHMS.contains(&alg) {
             return Err(TokenError::Algorithm(alg.to_string()));
         }
-        let signed = &token[..header64.len() + 1 + payload64.len()];
-        self.key.verify(alg, signed.as_bytes(), &signature)?;
+        Ok(Jwt {
+            alg: alg.to_string(),
+            header,
+            claims,
+            signed: &token[..header64.len() + 1 + payload64.len()],
+            signature,
+        })
+    }
 
-        let seconds = |name: &str| claims.get(name).and_then(Value::as_f64).map(|v| v as i64);
+    pub fn claim_str(&self, name: &str) -> Option<&str> {
+        self.claims.get(name).and_then(Value::as_str)
+    }
+
+    /// `exp` (required) and `nbf`, with [`CLOCK_SKEW_SECONDS`] either way.
+    pub fn check_lifetime(&self, now_unix: i64) -> Result<(), TokenError> {
+        let seconds = |name: &str| self.claims.get(name).and_then(Value::as_f64).map(|v| v as i64);
         let exp = seconds("exp").ok_or(TokenError::NoExpiry)?;
         if now_unix > exp + CLOCK_SKEW_SECONDS {
             return Err(TokenError::Expired(now_unix - exp));
@@ -303,29 +380,29 @@ impl ApiKey {
                 return Err(TokenError::NotYetValid(nbf - now_unix));
             }
         }
-        let audience_ok = match claims.get("aud") {
-            Some(Value::String(aud)) => aud == AUDIENCE,
-            Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(AUDIENCE)),
+        Ok(())
+    }
+
+    /// `aud` is `expected`, or a list holding it.
+    pub fn check_audience(&self, expected: &str) -> Result<(), TokenError> {
+        let ok = match self.claims.get("aud") {
+            Some(Value::String(aud)) => aud == expected,
+            Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(expected)),
             _ => false,
         };
-        if !audience_ok {
-            return Err(TokenError::Audience(shown(claims.get("aud"))));
+        if ok {
+            Ok(())
+        } else {
+            Err(TokenError::Audience {
+                found: shown(self.claims.get("aud")),
+                expected: expected.to_string(),
+            })
         }
-        if claims.get("iss").and_then(Value::as_str) != Some(self.issuer.as_str()) {
-            return Err(TokenError::Issuer {
-                found: shown(claims.get("iss")),
-                expected: self.issuer.clone(),
-            });
-        }
-        if claims.get("sub").and_then(Value::as_str) != Some(self.subject.as_str()) {
-            return Err(TokenError::Subject(shown(claims.get("sub"))));
-        }
-        Ok(())
     }
 }
 
 /// A claim as the error shows it: JSON, or `missing`.
-fn shown(value: Option<&Value>) -> String {
+pub(crate) fn shown(value: Option<&Value>) -> String {
     value.map_or_else(|| "missing".to_string(), |v| v.to_string())
 }
 

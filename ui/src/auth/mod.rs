@@ -1,13 +1,15 @@
-//! Authentication of the API, compatible with dotnet-monitor's MonitorApiKey: every request
-//! but the web UI's files (which hold no data) needs `Authorization: Bearer <JWT>`, a token
-//! signed by the key configured as `Authentication:MonitorApiKey:{Subject,PublicKey}` (see
-//! [`key`] for exactly what is checked). `clrscope generatekey` makes a key and its token
+//! Authentication of the API, compatible with dotnet-monitor's MonitorApiKey and Microsoft Entra
+//! ID: every request but the web UI's files (which hold no data) needs `Authorization: Bearer
+//! <JWT>`, a token signed by the key configured as `Authentication:MonitorApiKey:{Subject,
+//! PublicKey}` (see [`key`] for exactly what is checked) or, with `Authentication:AzureAd`, an
+//! Entra ID token (see [`azure_ad`]); both are accepted when both are configured. `clrscope generatekey` makes a key and its token
 //! ([`generate_key`]).
 //!
 //! Auth is on unless the agent runs with `--no-auth`: without a usable key every request is
 //! refused with 401 and a problem+json body that says how to configure one. A refused request
 //! gets `WWW-Authenticate: Bearer` (with `error="invalid_token"` when a token was given).
 
+mod azure_ad;
 mod generate;
 mod key;
 
@@ -20,6 +22,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
+pub use azure_ad::{AzureAd, AzureAdConfig};
 pub use generate::{generate_key, GeneratedKey};
 pub use key::{ApiKey, KeyError, TokenError, ALGORITHMS, AUDIENCE, GENERATEKEY_ISSUER};
 
@@ -32,6 +35,9 @@ use crate::server::ApiState;
 pub struct AuthenticationConfig {
     #[serde(default)]
     pub monitor_api_key: Option<MonitorApiKeyConfig>,
+    /// Microsoft Entra ID tokens (alongside MonitorApiKey's when both are configured).
+    #[serde(default)]
+    pub azure_ad: Option<AzureAdConfig>,
 }
 
 /// `Authentication:MonitorApiKey`: what `clrscope generatekey` (or dotnet-monitor's) printed.
@@ -52,41 +58,80 @@ pub enum Authentication {
     Disabled,
     /// A token of this key.
     ApiKey(Arc<ApiKey>),
+    /// A Microsoft Entra ID token, or one of the MonitorApiKey when one is configured too.
+    AzureAd {
+        azure_ad: Arc<AzureAd>,
+        api_key: Option<Arc<ApiKey>>,
+    },
     /// Auth is on but no usable key is configured: every request is refused, saying why.
     Unconfigured(Arc<KeyError>),
 }
 
 impl Authentication {
-    /// Auth as `config` asks: its key, or [`Authentication::Unconfigured`] with the reason.
+    /// Auth as `config` asks: its key and/or Entra ID, or [`Authentication::Unconfigured`] with
+    /// the reason.
     pub fn from_config(config: &AuthenticationConfig) -> Authentication {
         let key = config.monitor_api_key.clone().unwrap_or_default();
-        match ApiKey::new(
+        let api_key = ApiKey::new(
             key.subject.as_deref(),
             key.public_key.as_deref(),
             key.issuer.as_deref(),
-        ) {
-            Ok(key) => Authentication::ApiKey(Arc::new(key)),
-            Err(error) => Authentication::Unconfigured(Arc::new(error)),
+        );
+        match (&config.azure_ad, api_key) {
+            (None, Ok(key)) => Authentication::ApiKey(Arc::new(key)),
+            (None, Err(error)) => Authentication::Unconfigured(Arc::new(error)),
+            (Some(azure_ad), api_key) => match AzureAd::new(azure_ad) {
+                Ok(azure_ad) => Authentication::AzureAd {
+                    azure_ad: Arc::new(azure_ad),
+                    // A MonitorApiKey section that is there but unusable is a mistake to report.
+                    api_key: match api_key {
+                        Ok(key) => Some(Arc::new(key)),
+                        Err(_) if config.monitor_api_key.is_none() => None,
+                        Err(error) => return Authentication::Unconfigured(Arc::new(error)),
+                    },
+                },
+                Err(reason) => Authentication::Unconfigured(Arc::new(KeyError::AzureAd(reason))),
+            },
         }
     }
 
     /// Whether `authorization` (the header's value, if any) may call the API at `now_unix`.
-    pub fn check(&self, authorization: Option<&str>, now_unix: i64) -> Result<(), Refusal> {
-        let key = match self {
-            Authentication::Disabled => return Ok(()),
-            Authentication::Unconfigured(error) => {
-                return Err(Refusal::Unconfigured(Arc::clone(error)))
+    pub async fn check(&self, authorization: Option<&str>, now_unix: i64) -> Result<(), Refusal> {
+        match self {
+            Authentication::Disabled => Ok(()),
+            Authentication::Unconfigured(error) => Err(Refusal::Unconfigured(Arc::clone(error))),
+            Authentication::ApiKey(key) => key
+                .verify(bearer(authorization)?, now_unix)
+                .map_err(Refusal::Token),
+            Authentication::AzureAd { azure_ad, api_key } => {
+                let token = bearer(authorization)?;
+                let Some(key) = api_key else {
+                    return azure_ad.verify(token, now_unix).await.map_err(Refusal::Token);
+                };
+                // The token's issuer tells which scheme's refusal explains it.
+                let issuer = key::Jwt::parse(token)
+                    .ok()
+                    .and_then(|jwt| jwt.claim_str("iss").map(str::to_string));
+                match key.verify(token, now_unix) {
+                    Ok(()) => Ok(()),
+                    Err(error) if issuer.as_deref() == Some(key.issuer()) => {
+                        Err(Refusal::Token(error))
+                    }
+                    Err(_) => azure_ad.verify(token, now_unix).await.map_err(Refusal::Token),
+                }
             }
-            Authentication::ApiKey(key) => key,
-        };
-        let header = authorization.ok_or(Refusal::Token(TokenError::Missing))?;
-        let token = header
-            .split_once(' ')
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim())
-            .ok_or(Refusal::Token(TokenError::NotBearer))?;
-        key.verify(token, now_unix).map_err(Refusal::Token)
+        }
     }
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer(authorization: Option<&str>) -> Result<&str, Refusal> {
+    authorization
+        .ok_or(Refusal::Token(TokenError::Missing))?
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .ok_or(Refusal::Token(TokenError::NotBearer))
 }
 
 /// Why a request may not call the API.
@@ -122,7 +167,7 @@ pub(crate) async fn authenticate(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    match state.auth.check(authorization, now) {
+    match state.auth.check(authorization, now).await {
         Ok(()) => next.run(request).await,
         Err(refusal) => {
             let challenge = match refusal {
