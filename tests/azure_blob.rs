@@ -107,11 +107,13 @@ impl Azurite {
     /// valid for a day: learn.microsoft.com/rest/api/storageservices/create-account-sas.
     fn sas(&self) -> String {
         let (permissions, services, types, version) = ("rwdlacup", "bq", "sco", "2018-11-09");
-        let expiry = chrono::DateTime::<chrono::Utc>::from(SystemTime::now() + Duration::from_secs(86_400))
-            .format("%Y-%m-%dT%H:%M:%SZ")
-            .to_string();
-        let to_sign =
-            format!("{ACCOUNT}\n{permissions}\n{services}\n{types}\n\n{expiry}\n\nhttp\n{version}\n");
+        let expiry =
+            chrono::DateTime::<chrono::Utc>::from(SystemTime::now() + Duration::from_secs(86_400))
+                .format("%Y-%m-%dT%H:%M:%SZ")
+                .to_string();
+        let to_sign = format!(
+            "{ACCOUNT}\n{permissions}\n{services}\n{types}\n\n{expiry}\n\nhttp\n{version}\n"
+        );
         let mut mac = Hmac::<Sha256>::new_from_slice(&STANDARD.decode(KEY).unwrap()).unwrap();
         mac.update(to_sign.as_bytes());
         let signature = STANDARD.encode(mac.finalize().into_bytes());
@@ -134,7 +136,11 @@ impl Azurite {
 
     /// `GET /<account>/<path>?<SAS>&<query>` on the blob (or queue) service.
     fn get(&self, queue: bool, path: &str, query: &str) -> HttpResponse {
-        let port = if queue { self.queue_port } else { self.blob_port };
+        let port = if queue {
+            self.queue_port
+        } else {
+            self.blob_port
+        };
         let mut target = format!("/{ACCOUNT}/{path}?{}", self.sas());
         if !query.is_empty() {
             target.push('&');
@@ -159,7 +165,11 @@ impl Azurite {
 
     /// The texts of the messages on `queue` (peeked, base64-decoded as dotnet-monitor encodes).
     fn messages(&self, queue: &str) -> Vec<String> {
-        let response = self.get(true, &format!("{queue}/messages"), "peekonly=true&numofmessages=32");
+        let response = self.get(
+            true,
+            &format!("{queue}/messages"),
+            "peekonly=true&numofmessages=32",
+        );
         assert_eq!(response.status, 200, "{}", response.body);
         response
             .body
@@ -189,7 +199,12 @@ fn noise(len: usize, seed: u64) -> Vec<u8> {
 }
 
 /// Writes `bytes` to `provider` as artifact `name` in pieces; returns where it went, or why not.
-async fn upload(egress: &Egress, provider: &str, name: &str, bytes: &[u8]) -> Result<String, EgressError> {
+async fn upload(
+    egress: &Egress,
+    provider: &str,
+    name: &str,
+    bytes: &[u8],
+) -> Result<String, EgressError> {
     let mut upload = egress.start(provider, name).unwrap();
     let mut written = Ok(());
     for piece in bytes.chunks(100_000) {
@@ -298,13 +313,19 @@ async fn an_upload_cut_off_mid_way_retries_fails_clearly_and_leaves_no_blob() {
         Err(_) => upload.abort().await.unwrap_err(),
     };
     let message = error.to_string();
-    eprintln!("failed after {:.1} s: {message}", started.elapsed().as_secs_f64());
+    eprintln!(
+        "failed after {:.1} s: {message}",
+        started.elapsed().as_secs_f64()
+    );
     assert!(matches!(error, EgressError::AzureBlob { .. }), "{message}");
     assert!(message.contains("Put Block"), "{message}");
     assert!(message.contains("3 attempts"), "{message}");
     assert!(!message.contains("sig="), "the SAS leaked: {message}");
     // Two back-offs (0.8 s, 1.6 s) passed before it gave up.
-    assert!(started.elapsed() >= Duration::from_millis(2400), "{message}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(2400),
+        "{message}"
+    );
 
     // Back up (a killed Azurite may have lost what it had not saved yet): still no blob.
     azurite.run();
@@ -363,14 +384,22 @@ fn start_agent(name: &str, azurite: &Azurite, pid: u32) -> Agent {
     let config = agent_settings(name, azurite, pid);
     Agent::start(
         &data_dir(name),
-        &["--pid", &pid.to_string(), "--config", config.to_str().unwrap()],
+        &[
+            "--pid",
+            &pid.to_string(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
     )
 }
 
 /// Starts `route` as an operation and waits for it; returns its final status.
 fn run_operation(agent: &Agent, route: &str, watch: impl FnMut()) -> Value {
     let accepted = agent.expect_status(agent.request("GET", route), 202, route);
-    let location = accepted.header("location").expect("a Location header").to_string();
+    let location = accepted
+        .header("location")
+        .expect("a Location header")
+        .to_string();
     let id = location.rsplit('/').next().unwrap().to_string();
     let mut watch = watch;
     let deadline = Instant::now() + Duration::from_secs(600);
@@ -414,7 +443,11 @@ fn the_agents_gcdump_dump_and_rule_trace_land_as_blobs() {
     let agent = start_agent("azure-agent", &azurite, pid);
     agent.wait_attached(pid, true, Duration::from_secs(120));
 
-    let gcdump = run_operation(&agent, &format!("/gcdump?pid={pid}&egressProvider=keyed"), || {});
+    let gcdump = run_operation(
+        &agent,
+        &format!("/gcdump?pid={pid}&egressProvider=keyed"),
+        || {},
+    );
     assert_eq!(gcdump["status"], "Succeeded", "{gcdump}");
     let url = gcdump["resourceLocation"].as_str().unwrap();
     assert!(url.ends_with(&format!("_{pid}.gcdump")), "{url}");
@@ -427,9 +460,16 @@ fn the_agents_gcdump_dump_and_rule_trace_land_as_blobs() {
     );
     assert_eq!(dump["status"], "Succeeded", "{dump}");
     let url = dump["resourceLocation"].as_str().unwrap();
-    assert!(url.starts_with(&format!("{}/dumps/core_", azurite.blob_uri())), "{url}");
+    assert!(
+        url.starts_with(&format!("{}/dumps/core_", azurite.blob_uri())),
+        "{url}"
+    );
     let core = azurite.blob(url).unwrap();
-    assert!(core.len() > 8 << 20 && is_elf_core(&core), "{} bytes", core.len());
+    assert!(
+        core.len() > 8 << 20 && is_elf_core(&core),
+        "{} bytes",
+        core.len()
+    );
 
     // The rule's trace: a nettrace blob, announced on the queue like the gcdump.
     let deadline = Instant::now() + Duration::from_secs(180);
@@ -438,16 +478,29 @@ fn the_agents_gcdump_dump_and_rule_trace_land_as_blobs() {
         if let Some(trace) = messages.iter().find(|m| m.ends_with(".nettrace")) {
             break trace.clone();
         }
-        assert!(Instant::now() < deadline, "no trace announced: {messages:?}\n{}", agent.log());
+        assert!(
+            Instant::now() < deadline,
+            "no trace announced: {messages:?}\n{}",
+            agent.log()
+        );
         std::thread::sleep(Duration::from_millis(500));
     };
     let bytes = azurite
         .blob(&format!("{}/artifacts/{trace}", azurite.blob_uri()))
         .unwrap();
-    assert!(bytes.starts_with(b"Nettrace"), "{trace}: {:?}", &bytes[..16.min(bytes.len())]);
+    assert!(
+        bytes.starts_with(b"Nettrace"),
+        "{trace}: {:?}",
+        &bytes[..16.min(bytes.len())]
+    );
     let messages = azurite.messages("announced");
     assert_eq!(messages.len(), 2, "{messages:?}");
-    assert!(messages.iter().any(|m| m.ends_with(&format!("_{pid}.gcdump"))), "{messages:?}");
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.ends_with(&format!("_{pid}.gcdump"))),
+        "{messages:?}"
+    );
 }
 
 /// A Full dump of a process holding 1 GiB goes up in 4 MiB blocks: the agent's resident memory
@@ -456,7 +509,14 @@ fn the_agents_gcdump_dump_and_rule_trace_land_as_blobs() {
 fn a_1_gib_dump_streams_with_the_agents_rss_bounded() {
     let azurite = Azurite::start("large");
     let target = Target::builder("Alloc")
-        .args(["--keep", "1000,1000,1024", "--blob-bytes", "1048576", "--churn-per-second", "0"])
+        .args([
+            "--keep",
+            "1000,1000,1024",
+            "--blob-bytes",
+            "1048576",
+            "--churn-per-second",
+            "0",
+        ])
         .start();
     let pid = target.pid();
     let agent = start_agent("azure-large", &azurite, pid);
@@ -471,7 +531,9 @@ fn a_1_gib_dump_streams_with_the_agents_rss_bounded() {
     let seconds = started.elapsed().as_secs_f64();
     assert_eq!(dump["status"], "Succeeded", "{dump}\n{}", agent.log());
     let url = dump["resourceLocation"].as_str().unwrap();
-    let path = url.strip_prefix(&format!("{}/", azurite.blob_uri())).unwrap();
+    let path = url
+        .strip_prefix(&format!("{}/", azurite.blob_uri()))
+        .unwrap();
     let head = http_request(
         azurite.blob_port,
         "HEAD",

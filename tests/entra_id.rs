@@ -36,18 +36,70 @@ fn b64(bytes: &[u8]) -> String {
 /// A CA and a server certificate for 127.0.0.1 it signed, made with the openssl CLI.
 fn certificates(dir: &Path) {
     let run = |args: &[&str]| {
-        let out = Command::new("openssl").args(args).current_dir(dir).output().unwrap();
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
         assert!(out.status.success(), "openssl {args:?}: {out:?}");
     };
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
-    run(&[&["req", "-x509"][..], &ec, &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=clrscope test CA"]].concat());
-    run(&[&["req"][..], &ec, &["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"]].concat());
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    run(&[
+        &["req", "-x509"][..],
+        &ec,
+        &[
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=clrscope test CA",
+        ],
+    ]
+    .concat());
+    run(&[
+        &["req"][..],
+        &ec,
+        &[
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+            "-subj",
+            "/CN=127.0.0.1",
+        ],
+    ]
+    .concat());
     std::fs::write(
         dir.join("ext.cnf"),
         "basicConstraints=critical,CA:FALSE\nsubjectAltName=IP:127.0.0.1\n",
     )
     .unwrap();
-    run(&["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "ext.cnf"]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
 }
 
 /// The issuer: serves its metadata and the JWKS it is given, over https on a free port.
@@ -61,10 +113,11 @@ impl Issuer {
     fn start(dir: &Path) -> Issuer {
         use rustls::pki_types::pem::PemObject;
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let certs: Vec<_> = rustls::pki_types::CertificateDer::pem_file_iter(dir.join("server.pem"))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
+        let certs: Vec<_> =
+            rustls::pki_types::CertificateDer::pem_file_iter(dir.join("server.pem"))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
         let key = rustls::pki_types::PrivateKeyDer::from_pem_file(dir.join("server.key")).unwrap();
         let config = rustls::ServerConfig::builder()
             .with_no_client_auth()
@@ -78,7 +131,10 @@ impl Issuer {
         let fetches = Arc::new(AtomicUsize::new(0));
         let (served, counted) = (jwks.clone(), fetches.clone());
         std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
                 loop {
@@ -116,7 +172,11 @@ impl Issuer {
                 }
             });
         });
-        Issuer { port, jwks, fetches }
+        Issuer {
+            port,
+            jwks,
+            fetches,
+        }
     }
 
     fn issuer(&self) -> String {
@@ -125,11 +185,18 @@ impl Issuer {
 }
 
 fn now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
 }
 
 fn jwt(header: &Value, claims: &Value, sign: impl Fn(&[u8]) -> Vec<u8>) -> String {
-    let signed = format!("{}.{}", b64(header.to_string().as_bytes()), b64(claims.to_string().as_bytes()));
+    let signed = format!(
+        "{}.{}",
+        b64(header.to_string().as_bytes()),
+        b64(claims.to_string().as_bytes())
+    );
     let signature = sign(signed.as_bytes());
     format!("{signed}.{}", b64(&signature))
 }
@@ -148,10 +215,14 @@ fn entra_id_tokens_are_checked_against_the_issuers_keys() {
     *issuer.jwks.lock().unwrap() = json!({"keys": [rsa_jwk]});
     let rs256 = |kid: &str, claims: &Value| {
         let signer = rsa::pkcs1v15::SigningKey::<sha2::Sha256>::new(rsa_key.clone());
-        jwt(&json!({"alg": "RS256", "typ": "JWT", "kid": kid}), claims, |m| {
-            use rsa::signature::SignatureEncoding;
-            signer.sign(m).to_vec()
-        })
+        jwt(
+            &json!({"alg": "RS256", "typ": "JWT", "kid": kid}),
+            claims,
+            |m| {
+                use rsa::signature::SignatureEncoding;
+                signer.sign(m).to_vec()
+            },
+        )
     };
     let claims = |change: &dyn Fn(&mut Value)| {
         let mut claims = json!({
@@ -191,33 +262,66 @@ fn entra_id_tokens_are_checked_against_the_issuers_keys() {
     let refused = |token: &str, reason: &str| {
         let response = call(token);
         assert_eq!(response.status, 401, "{reason}: {}", response.body);
-        assert!(response.body.contains(reason), "expected {reason:?} in {}", response.body);
+        assert!(
+            response.body.contains(reason),
+            "expected {reason:?} in {}",
+            response.body
+        );
     };
-    refused(&rs256("rsa-1", &claims(&|c| c["aud"] = json!("api://another-app"))), "audience");
-    refused(&rs256("rsa-1", &claims(&|c| c["iss"] = json!("https://login.example/other/v2.0"))), "issuer");
-    refused(&rs256("rsa-1", &claims(&|c| c["roles"] = json!(["Other.Role"]))), "Diagnostics.Reader");
-    refused(&rs256("rsa-1", &claims(&|c| {
-        c["exp"] = json!(now() - 600);
-    })), "expired");
+    refused(
+        &rs256("rsa-1", &claims(&|c| c["aud"] = json!("api://another-app"))),
+        "audience",
+    );
+    refused(
+        &rs256(
+            "rsa-1",
+            &claims(&|c| c["iss"] = json!("https://login.example/other/v2.0")),
+        ),
+        "issuer",
+    );
+    refused(
+        &rs256("rsa-1", &claims(&|c| c["roles"] = json!(["Other.Role"]))),
+        "Diagnostics.Reader",
+    );
+    refused(
+        &rs256(
+            "rsa-1",
+            &claims(&|c| {
+                c["exp"] = json!(now() - 600);
+            }),
+        ),
+        "expired",
+    );
     // Within .NET's five minutes of clock skew: still good.
-    assert_eq!(call(&rs256("rsa-1", &claims(&|c| c["exp"] = json!(now() - 120)))).status, 200);
+    assert_eq!(
+        call(&rs256("rsa-1", &claims(&|c| c["exp"] = json!(now() - 120)))).status,
+        200
+    );
     refused(&rs256("rsa-unknown", &claims(&|_| {})), "does not list");
     let unsigned = format!(
         "{}.{}.",
-        b64(json!({"alg": "none", "kid": "rsa-1"}).to_string().as_bytes()),
+        b64(json!({"alg": "none", "kid": "rsa-1"})
+            .to_string()
+            .as_bytes()),
         b64(claims(&|_| {}).to_string().as_bytes())
     );
     refused(&unsigned, "\\\"none\\\"");
     // HS256 keyed with the public key (the classic confusion attack).
     let public_pem = {
         use rsa::pkcs8::EncodePublicKey;
-        rsa_public.to_public_key_pem(rsa::pkcs8::LineEnding::LF).unwrap()
+        rsa_public
+            .to_public_key_pem(rsa::pkcs8::LineEnding::LF)
+            .unwrap()
     };
-    let hs256 = jwt(&json!({"alg": "HS256", "kid": "rsa-1"}), &claims(&|_| {}), |m| {
-        let mut mac = Hmac::<sha2::Sha256>::new_from_slice(public_pem.as_bytes()).unwrap();
-        mac.update(m);
-        mac.finalize().into_bytes().to_vec()
-    });
+    let hs256 = jwt(
+        &json!({"alg": "HS256", "kid": "rsa-1"}),
+        &claims(&|_| {}),
+        |m| {
+            let mut mac = Hmac::<sha2::Sha256>::new_from_slice(public_pem.as_bytes()).unwrap();
+            mac.update(m);
+            mac.finalize().into_bytes().to_vec()
+        },
+    );
     refused(&hs256, "HS256");
 
     // Rotation: the issuer now signs with a new P-256 key; the agent fetches the keys again for
@@ -228,17 +332,25 @@ fn entra_id_tokens_are_checked_against_the_issuers_keys() {
         "x": b64(point.x().unwrap()), "y": b64(point.y().unwrap())});
     *issuer.jwks.lock().unwrap() = json!({"keys": [ec_jwk]});
     let fetched_before = issuer.fetches.load(Ordering::SeqCst);
-    let rotated = jwt(&json!({"alg": "ES256", "kid": "ec-2"}), &claims(&|_| {}), |m| {
-        let s: p256::ecdsa::Signature = ec_key.sign(m);
-        s.to_bytes().to_vec()
-    });
+    let rotated = jwt(
+        &json!({"alg": "ES256", "kid": "ec-2"}),
+        &claims(&|_| {}),
+        |m| {
+            let s: p256::ecdsa::Signature = ec_key.sign(m);
+            s.to_bytes().to_vec()
+        },
+    );
     let started = Instant::now();
     loop {
         let response = call(&rotated);
         if response.status == 200 {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "rotation not picked up: {}", response.body);
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "rotation not picked up: {}",
+            response.body
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
     eprintln!(
@@ -250,7 +362,14 @@ fn entra_id_tokens_are_checked_against_the_issuers_keys() {
     // The retired key's tokens now fail; made-up kids do not make the agent hammer the issuer.
     let fetched = issuer.fetches.load(Ordering::SeqCst);
     for i in 0..20 {
-        refused(&rs256(&format!("made-up-{i}"), &claims(&|_| {})), "does not list");
+        refused(
+            &rs256(&format!("made-up-{i}"), &claims(&|_| {})),
+            "does not list",
+        );
     }
-    assert!(issuer.fetches.load(Ordering::SeqCst) <= fetched + 1, "{} fetches", issuer.fetches.load(Ordering::SeqCst) - fetched);
+    assert!(
+        issuer.fetches.load(Ordering::SeqCst) <= fetched + 1,
+        "{} fetches",
+        issuer.fetches.load(Ordering::SeqCst) - fetched
+    );
 }

@@ -406,7 +406,10 @@ fn a_scheduled_gcdump_every_20_seconds_keeps_to_its_limits() {
         .windows(2)
         .map(|w| (name_millis_of_day(&w[1]) - name_millis_of_day(&w[0])).rem_euclid(86_400_000))
         .collect();
-    assert!(gaps.iter().all(|&gap| gap == 20_000), "{gaps:?} ms between {gcdumps:?}");
+    assert!(
+        gaps.iter().all(|&gap| gap == 20_000),
+        "{gaps:?} ms between {gcdumps:?}"
+    );
     let events = agent.get("/api/v1/events?from=now-10m").json();
     let fired = events
         .as_array()

@@ -214,7 +214,7 @@ enum AuthSource {
     Off,
     /// `--temp-apikey`.
     Temporary,
-    Configured(ui::auth::AuthenticationConfig),
+    Configured(Box<ui::auth::AuthenticationConfig>),
 }
 
 /// The counter session whose values go on /metrics, and which EventCounters of it to keep.
@@ -316,7 +316,7 @@ impl Args {
         } else if self.temp_apikey {
             AuthSource::Temporary
         } else {
-            AuthSource::Configured(config.authentication.clone())
+            AuthSource::Configured(Box::new(config.authentication.clone()))
         };
         Ok(Resolved {
             parser: self.nettrace.parser_options(),

@@ -212,7 +212,10 @@ async fn wait_for_schedule(
     stop: impl Future<Output = ()>,
 ) -> Option<SystemTime> {
     let Some(next) = schedule.next_after(SystemTime::now(), since) else {
-        tracing::warn!(?schedule, "the schedule names no time to come: the rule will not fire");
+        tracing::warn!(
+            ?schedule,
+            "the schedule names no time to come: the rule will not fire"
+        );
         stop.await;
         return None;
     };

@@ -1064,10 +1064,7 @@ mod tests {
         }))
         .unwrap();
         let by_name = |name: &str| &all.iter().find(|r| r.name == name).unwrap().trigger;
-        assert_eq!(
-            *by_name("Hourly"),
-            Trigger::Schedule(Schedule::Every(HOUR))
-        );
+        assert_eq!(*by_name("Hourly"), Trigger::Schedule(Schedule::Every(HOUR)));
         assert_eq!(
             *by_name("Quarter"),
             Trigger::Schedule(Schedule::cron("*/15 * * * *").unwrap())

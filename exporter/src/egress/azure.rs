@@ -112,7 +112,9 @@ impl Service {
             let value = format!("SharedKey {account}:{signature}");
             request.headers_mut().insert(
                 reqwest::header::AUTHORIZATION,
-                value.parse().map_err(|_| "the account name is not a header value")?,
+                value
+                    .parse()
+                    .map_err(|_| "the account name is not a header value")?,
             );
         }
         Ok(request)
@@ -153,7 +155,12 @@ fn shared_key_signature(request: &reqwest::Request, account: &str, key: &[u8]) -
         .headers()
         .iter()
         .filter(|(name, _)| name.as_str().starts_with("x-ms-"))
-        .map(|(name, value)| (name.as_str().to_string(), value.to_str().unwrap_or_default()))
+        .map(|(name, value)| {
+            (
+                name.as_str().to_string(),
+                value.to_str().unwrap_or_default(),
+            )
+        })
         .collect();
     ms.sort();
     for (name, value) in ms {
@@ -194,6 +201,16 @@ fn account_name(url: &Url) -> Option<String> {
     (!name.is_empty()).then(|| name.to_string())
 }
 
+/// One request to make: its service, what it does (for errors and logs), and its parts.
+struct Call<'a> {
+    service: &'a Service,
+    action: &'static str,
+    method: Method,
+    url: Url,
+    headers: &'a [(&'a str, String)],
+    body: Bytes,
+}
+
 /// Where the queue message about each blob goes.
 #[derive(Debug, Clone)]
 struct Queue {
@@ -229,11 +246,14 @@ impl AzureBlobProvider {
             }
             match by_name.as_deref().filter(|n| !n.is_empty()) {
                 None => Ok(None),
-                Some(n) => properties.get(n).map(|v| Some(v.trim().to_string())).ok_or_else(|| {
-                    invalid(format!(
-                        "{key}Name is {n:?}, but Egress:Properties has no such entry"
-                    ))
-                }),
+                Some(n) => properties
+                    .get(n)
+                    .map(|v| Some(v.trim().to_string()))
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "{key}Name is {n:?}, but Egress:Properties has no such entry"
+                        ))
+                    }),
             }
         };
         if options.container_name.trim().is_empty() {
@@ -251,7 +271,11 @@ impl AzureBlobProvider {
             &options.shared_access_signature_name,
             "SharedAccessSignature",
         )?;
-        let key = secret(&options.account_key, &options.account_key_name, "AccountKey")?;
+        let key = secret(
+            &options.account_key,
+            &options.account_key_name,
+            "AccountKey",
+        )?;
         let queue_sas = secret(
             &options.queue_shared_access_signature,
             &options.queue_shared_access_signature_name,
@@ -278,7 +302,9 @@ impl AzureBlobProvider {
                 (Some(sas), _) => Credential::Sas(sas.trim_start_matches('?').into()),
                 (None, Some(key)) => {
                     let key = STANDARD.decode(key).map_err(|e| {
-                        invalid(format!("AccountKey is not base64 ({e}): give the key as the portal shows it"))
+                        invalid(format!(
+                            "AccountKey is not base64 ({e}): give the key as the portal shows it"
+                        ))
                     })?;
                     let account = account_name(&base).ok_or_else(|| {
                         invalid(format!("{key_name} {uri:?} names no storage account"))
@@ -309,7 +335,10 @@ impl AzureBlobProvider {
         let blob = service(&options.account_uri, "accountUri", sas.as_ref())?;
         let queue = match (
             options.queue_name.as_deref().filter(|q| !q.is_empty()),
-            options.queue_account_uri.as_deref().filter(|q| !q.is_empty()),
+            options
+                .queue_account_uri
+                .as_deref()
+                .filter(|q| !q.is_empty()),
         ) {
             (Some(queue), Some(uri)) => Some(Queue {
                 service: service(uri, "queueAccountUri", queue_sas.as_ref().or(sas.as_ref()))?,
@@ -366,20 +395,25 @@ impl AzureBlobProvider {
 
     /// Sends a request, trying again (with back-off) after a transport error or an answer that
     /// says to (408, 429, 5xx); returns the last answer, whatever its status.
-    async fn send(
-        &self,
-        service: &Service,
-        action: &'static str,
-        blob: &str,
-        method: Method,
-        url: Url,
-        headers: &[(&str, String)],
-        body: Bytes,
-    ) -> Result<reqwest::Response, EgressError> {
+    async fn send(&self, blob: &str, call: Call<'_>) -> Result<reqwest::Response, EgressError> {
+        let Call {
+            service,
+            action,
+            method,
+            url,
+            headers,
+            body,
+        } = call;
         let mut attempt = 0u32;
         loop {
             let request = service
-                .request(&self.http, method.clone(), url.clone(), headers, body.clone())
+                .request(
+                    &self.http,
+                    method.clone(),
+                    url.clone(),
+                    headers,
+                    body.clone(),
+                )
                 .map_err(|e| self.error(action, blob, e))?;
             let reason = match self.http.execute(request).await {
                 Ok(response) if !retriable(response.status()) => return Ok(response),
@@ -414,20 +448,9 @@ impl AzureBlobProvider {
     }
 
     /// [`send`](Self::send), then a non-2xx answer is an error carrying the service's message.
-    #[allow(clippy::too_many_arguments)]
-    async fn send_ok(
-        &self,
-        service: &Service,
-        action: &'static str,
-        blob: &str,
-        method: Method,
-        url: Url,
-        headers: &[(&str, String)],
-        body: Bytes,
-    ) -> Result<reqwest::Response, EgressError> {
-        let response = self
-            .send(service, action, blob, method, url, headers, body)
-            .await?;
+    async fn send_ok(&self, blob: &str, call: Call<'_>) -> Result<reqwest::Response, EgressError> {
+        let action = call.action;
+        let response = self.send(blob, call).await?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -450,9 +473,15 @@ impl AzureBlobProvider {
         blob: &str,
         url: Url,
     ) -> Result<(), EgressError> {
-        let response = self
-            .send(service, action, blob, Method::PUT, url, &[], Bytes::new())
-            .await?;
+        let call = Call {
+            service,
+            action,
+            method: Method::PUT,
+            url,
+            headers: &[],
+            body: Bytes::new(),
+        };
+        let response = self.send(blob, call).await?;
         let status = response.status();
         let sas = matches!(service.credential, Credential::Sas(_));
         if status.is_success()
@@ -479,7 +508,9 @@ impl AzureBlobProvider {
             Some(prefix) => format!("{prefix}/{file_name}"),
             None => file_name,
         };
-        let container_url = self.blob.url(&[&self.container], &[("restype", "container")]);
+        let container_url = self
+            .blob
+            .url(&[&self.container], &[("restype", "container")]);
         self.ensure_exists(&self.blob, "Create Container", &blob, container_url)
             .await?;
         // Distinct from the ids of any earlier, failed upload of the same name.
@@ -508,16 +539,15 @@ impl AzureBlobProvider {
                 &[&self.container, &blob],
                 &[("comp", "block"), ("blockid", &id)],
             );
-            self.send_ok(
-                &self.blob,
-                "Put Block",
-                &blob,
-                Method::PUT,
+            let call = Call {
+                service: &self.blob,
+                action: "Put Block",
+                method: Method::PUT,
                 url,
-                &[],
-                Bytes::from(block),
-            )
-            .await?;
+                headers: &[],
+                body: Bytes::from(block),
+            };
+            self.send_ok(&blob, call).await?;
             ids.push(id);
             if !full {
                 break;
@@ -536,16 +566,15 @@ impl AzureBlobProvider {
             "x-ms-blob-content-type",
             "application/octet-stream".to_string(),
         )];
-        self.send_ok(
-            &self.blob,
-            "Put Block List",
-            &blob,
-            Method::PUT,
+        let call = Call {
+            service: &self.blob,
+            action: "Put Block List",
+            method: Method::PUT,
             url,
-            &headers,
-            Bytes::from(list),
-        )
-        .await?;
+            headers: &headers,
+            body: Bytes::from(list),
+        };
+        self.send_ok(&blob, call).await?;
         let mut location = self.blob.url(&[&self.container, &blob], &[]);
         location.set_query(None);
         tracing::info!(%location, blocks = ids.len(), "artifact uploaded");
@@ -568,16 +597,15 @@ impl AzureBlobProvider {
             STANDARD.encode(blob)
         );
         let url = queue.service.url(&[&queue.name, "messages"], &[]);
-        self.send_ok(
-            &queue.service,
-            "Put Message",
-            blob,
-            Method::POST,
+        let call = Call {
+            service: &queue.service,
+            action: "Put Message",
+            method: Method::POST,
             url,
-            &[],
-            Bytes::from(message),
-        )
-        .await?;
+            headers: &[],
+            body: Bytes::from(message),
+        };
+        self.send_ok(blob, call).await?;
         Ok(())
     }
 }
@@ -617,7 +645,9 @@ mod tests {
             .header("x-ms-version", "2015-02-21")
             .build()
             .unwrap();
-        request.headers_mut().insert("content-length", "0".parse().unwrap());
+        request
+            .headers_mut()
+            .insert("content-length", "0".parse().unwrap());
         let key = b"key";
         let expected = "GET\n\n\n\n\n\n\n\n\n\n\n\nx-ms-date:Fri, 26 Jun 2015 23:39:12 GMT\n\
                         x-ms-version:2015-02-21\n/myaccount/mycontainer\ncomp:metadata\n\

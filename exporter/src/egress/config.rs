@@ -169,7 +169,11 @@ pub struct AzureBlobOptions {
     pub copy_buffer_size: Option<u64>,
     /// clrscope's own: how often a failed request is tried again (default 3, as the Azure SDK),
     /// with exponential back-off from 0.8 s.
-    #[serde(default, alias = "maxRetries", deserialize_with = "lenient::opt_number")]
+    #[serde(
+        default,
+        alias = "maxRetries",
+        deserialize_with = "lenient::opt_number"
+    )]
     pub max_retries: Option<u32>,
 }
 

@@ -25,7 +25,8 @@ mod s3;
 
 pub use budget::DiskBudget;
 pub use config::{
-    AzureBlobOptions, DiskBudgetOptions, EgressConfig, FileSystemOptions, S3Options, DEFAULT_DISK_BUDGET_BYTES,
+    AzureBlobOptions, DiskBudgetOptions, EgressConfig, FileSystemOptions, S3Options,
+    DEFAULT_DISK_BUDGET_BYTES,
 };
 
 use std::collections::BTreeMap;
@@ -154,7 +155,7 @@ pub enum EgressError {
 enum Provider {
     FileSystem(filesystem::FileSystemProvider),
     S3(s3::S3Provider),
-    AzureBlob(azure::AzureBlobProvider),
+    AzureBlob(Box<azure::AzureBlobProvider>),
 }
 
 /// The configured providers by name, and the FileSystem providers' disk budget. Cloning shares.
@@ -188,8 +189,7 @@ impl Egress {
             if providers.contains_key(name) {
                 return Err(EgressError::InvalidProvider {
                     name: name.clone(),
-                    reason: "the name is used by another provider too; names must be unique"
-                        .into(),
+                    reason: "the name is used by another provider too; names must be unique".into(),
                 });
             }
             providers.insert(name.clone(), provider);
@@ -200,7 +200,7 @@ impl Egress {
         }
         for (name, options) in &config.azure_blob_storage {
             let provider = azure::AzureBlobProvider::new(name, options, &config.properties)?;
-            add(name, Provider::AzureBlob(provider))?;
+            add(name, Provider::AzureBlob(Box::new(provider)))?;
         }
         Ok(Egress {
             providers: Arc::new(providers),
@@ -248,7 +248,7 @@ impl Egress {
             Provider::FileSystem(p) => tokio::spawn(p.clone().write(file_name.to_string(), input)),
             Provider::S3(p) => tokio::spawn(p.clone().write(file_name.to_string(), input)),
             Provider::AzureBlob(p) => {
-                tokio::spawn(p.clone().write(file_name.to_string(), input))
+                tokio::spawn((**p).clone().write(file_name.to_string(), input))
             }
         };
         Ok(Upload {

@@ -113,7 +113,10 @@ impl AzureAd {
             .redirect(reqwest::redirect::Policy::limited(3));
         if let Some(path) = &config.ca_certificate_path {
             let pem = std::fs::read(path).map_err(|e| {
-                format!("Authentication:AzureAd:CaCertificatePath {}: {e}", path.display())
+                format!(
+                    "Authentication:AzureAd:CaCertificatePath {}: {e}",
+                    path.display()
+                )
             })?;
             let certificates = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
                 format!(
@@ -220,7 +223,11 @@ impl AzureAd {
                 continue;
             };
             // Encryption keys are not signing keys.
-            if jwk.get("use").and_then(Value::as_str).is_some_and(|u| u != "sig") {
+            if jwk
+                .get("use")
+                .and_then(Value::as_str)
+                .is_some_and(|u| u != "sig")
+            {
                 continue;
             }
             match PublicKey::from_jwk(jwk) {

@@ -301,7 +301,8 @@ impl ApiKey {
     /// Checks a bearer `token` at `now_unix` (seconds).
     pub fn verify(&self, token: &str, now_unix: i64) -> Result<(), TokenError> {
         let jwt = Jwt::parse(token)?;
-        self.key.verify(&jwt.alg, jwt.signed.as_bytes(), &jwt.signature)?;
+        self.key
+            .verify(&jwt.alg, jwt.signed.as_bytes(), &jwt.signature)?;
         jwt.check_lifetime(now_unix)?;
         jwt.check_audience(AUDIENCE)?;
         if jwt.claim_str("iss") != Some(self.issuer.as_str()) {
@@ -370,7 +371,12 @@ impl<'a> Jwt<'a> {
 
     /// `exp` (required) and `nbf`, with [`CLOCK_SKEW_SECONDS`] either way.
     pub fn check_lifetime(&self, now_unix: i64) -> Result<(), TokenError> {
-        let seconds = |name: &str| self.claims.get(name).and_then(Value::as_f64).map(|v| v as i64);
+        let seconds = |name: &str| {
+            self.claims
+                .get(name)
+                .and_then(Value::as_f64)
+                .map(|v| v as i64)
+        };
         let exp = seconds("exp").ok_or(TokenError::NoExpiry)?;
         if now_unix > exp + CLOCK_SKEW_SECONDS {
             return Err(TokenError::Expired(now_unix - exp));

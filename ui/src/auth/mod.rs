@@ -106,7 +106,10 @@ impl Authentication {
             Authentication::AzureAd { azure_ad, api_key } => {
                 let token = bearer(authorization)?;
                 let Some(key) = api_key else {
-                    return azure_ad.verify(token, now_unix).await.map_err(Refusal::Token);
+                    return azure_ad
+                        .verify(token, now_unix)
+                        .await
+                        .map_err(Refusal::Token);
                 };
                 // The token's issuer tells which scheme's refusal explains it.
                 let issuer = key::Jwt::parse(token)
@@ -117,7 +120,10 @@ impl Authentication {
                     Err(error) if issuer.as_deref() == Some(key.issuer()) => {
                         Err(Refusal::Token(error))
                     }
-                    Err(_) => azure_ad.verify(token, now_unix).await.map_err(Refusal::Token),
+                    Err(_) => azure_ad
+                        .verify(token, now_unix)
+                        .await
+                        .map_err(Refusal::Token),
                 }
             }
         }

@@ -307,7 +307,8 @@ async fn the_header_must_carry_a_bearer_token() {
     let bearer = format!("Bearer {}", generated.token);
     assert_eq!(auth.check(Some(&bearer), NOW).await, Ok(()));
     assert_eq!(
-        auth.check(Some(&format!("bearer  {}", generated.token)), NOW).await,
+        auth.check(Some(&format!("bearer  {}", generated.token)), NOW)
+            .await,
         Ok(())
     );
     assert_eq!(
