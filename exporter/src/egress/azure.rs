@@ -298,38 +298,37 @@ impl AzureBlobProvider {
             let inline_sas = base.query().filter(|q| !q.is_empty()).map(str::to_string);
             base.set_query(None);
             base.set_fragment(None);
-            let credential = match (sas.cloned().or(inline_sas), &key) {
-                (Some(sas), _) => Credential::Sas(sas.trim_start_matches('?').into()),
-                (None, Some(key)) => {
-                    let key = STANDARD.decode(key).map_err(|e| {
-                        invalid(format!(
+            let credential =
+                match (sas.cloned().or(inline_sas), &key) {
+                    (Some(sas), _) => Credential::Sas(sas.trim_start_matches('?').into()),
+                    (None, Some(key)) => {
+                        let key = STANDARD.decode(key).map_err(|e| {
+                            invalid(format!(
                             "AccountKey is not base64 ({e}): give the key as the portal shows it"
                         ))
-                    })?;
-                    let account = account_name(&base).ok_or_else(|| {
-                        invalid(format!("{key_name} {uri:?} names no storage account"))
-                    })?;
-                    Credential::SharedKey {
-                        account,
-                        key: key.into(),
+                        })?;
+                        let account = account_name(&base).ok_or_else(|| {
+                            invalid(format!("{key_name} {uri:?} names no storage account"))
+                        })?;
+                        Credential::SharedKey {
+                            account,
+                            key: key.into(),
+                        }
                     }
-                }
-                (None, None) if managed => {
-                    return Err(invalid(
-                        "managed or workload identity (ManagedIdentityClientId, \
+                    (None, None) if managed => {
+                        return Err(invalid(
+                            "managed or workload identity (ManagedIdentityClientId, \
                          UseWorkloadIdentityFromEnvironment) is not supported: give \
                          SharedAccessSignature or AccountKey"
-                            .into(),
-                    ))
-                }
-                (None, None) => {
-                    return Err(invalid(
+                                .into(),
+                        ))
+                    }
+                    (None, None) => return Err(invalid(
                         "no credential: give SharedAccessSignature (or SharedAccessSignatureName) \
                          or AccountKey (or AccountKeyName)"
                             .into(),
-                    ))
-                }
-            };
+                    )),
+                };
             Ok(Service { base, credential })
         };
         let blob = service(&options.account_uri, "accountUri", sas.as_ref())?;

@@ -71,7 +71,7 @@ pub enum TokenError {
     #[error(
         "no `Authorization: Bearer <token>` header: this API needs a MonitorApiKey token (`clrscope \
          generatekey` makes a key and its token; the agent is configured with its Subject and \
-         PublicKey)"
+         PublicKey), or a Microsoft Entra ID token where Authentication:AzureAd is configured"
     )]
     Missing,
 
