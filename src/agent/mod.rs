@@ -60,6 +60,11 @@ pub struct Args {
     /// socket.
     #[arg(long)]
     no_connect: bool,
+    /// Runtimes the listen socket holds at most; another one dialling in is refused and logged
+    /// (a process advertising made-up runtimes cannot grow the agent without end).
+    /// [default: 512]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_runtimes: Option<u32>,
     /// Where the HTTP API listens: http://HOST:PORT (port 0 picks a free one). Binding beyond
     /// loopback exposes the profiles to the network. [default: http://127.0.0.1:52323]
     /// [config: Urls]
@@ -185,6 +190,8 @@ fn or_config<T: Clone>(flag: Vec<T>, config: &[T]) -> Vec<T> {
 struct Resolved {
     urls: String,
     listen_socket: Option<PathBuf>,
+    /// The most runtimes the listen socket holds.
+    max_runtimes: usize,
     connect: bool,
     data_dir: PathBuf,
     rescan_interval: Duration,
@@ -325,6 +332,10 @@ impl Args {
                 .or_else(|| config.urls.clone())
                 .unwrap_or_else(|| "http://127.0.0.1:52323".to_string()),
             listen_socket,
+            max_runtimes: self.max_runtimes.map_or(
+                collector::listen::DEFAULT_MAX_RUNTIMES,
+                |n| n as usize,
+            ),
             connect,
             data_dir: self
                 .data_dir
@@ -652,7 +663,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     });
 
     let listen = match &settings.listen_socket {
-        Some(path) => Some(Arc::new(discover::bind_listen(path).await?)),
+        Some(path) => Some(Arc::new(
+            discover::bind_listen(path, settings.max_runtimes).await?,
+        )),
         None => None,
     };
     let stopped = || {
