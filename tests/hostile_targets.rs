@@ -203,22 +203,41 @@ fn a_planted_link_or_fifo_is_refused_as_the_dump() {
         assert!(body.contains(refusal), "{plant}: {body}");
         assert!(!body.contains("ROOT-ONLY-SECRET"), "{plant}: {body}");
         eprintln!("{plant}: refused in {:?}: {body}", started.elapsed());
-        let asked = runtime.next_line(Duration::from_secs(5)).unwrap_or_default();
-        assert!(asked.starts_with("dump "), "the runtime was not asked: {asked:?}");
+        let asked = runtime
+            .next_line(Duration::from_secs(5))
+            .unwrap_or_default();
+        assert!(
+            asked.starts_with("dump "),
+            "the runtime was not asked: {asked:?}"
+        );
         // The next dump is not refused as "too many" (the slot was freed) and the runtime's
         // directory is gone.
         let again = agent.request("GET", &format!("/dump?pid={}&type=Mini", runtime.pid()));
         assert_eq!(again.status, 400, "{plant}, again: {:?}", again.body);
         expect_up_and_small(&agent, plant);
-        assert_eq!(dump_directories(), dumps_before, "{plant}: a dump directory was left");
+        assert_eq!(
+            dump_directories(),
+            dumps_before,
+            "{plant}: a dump directory was left"
+        );
     }
-    assert_eq!(file_state(&secret), before, "the secret was read or changed");
+    assert_eq!(
+        file_state(&secret),
+        before,
+        "the secret was read or changed"
+    );
 
     // A genuine dump still comes back whole, through the directory given to nobody.
     let runtime = FakeRuntime::start(&dir, &["--dump", "ok"], &[]);
     let (agent, _data) = agent_for("hostile-dump-ok", runtime.pid());
     let answer = agent.request("GET", &format!("/dump?pid={}&type=Mini", runtime.pid()));
-    assert_eq!(answer.status, 200, "{:?}\nlog:\n{}", answer.body, agent.log());
+    assert_eq!(
+        answer.status,
+        200,
+        "{:?}\nlog:\n{}",
+        answer.body,
+        agent.log()
+    );
     assert_eq!(answer.body, "FAKE-DUMP".repeat(100));
     assert_eq!(dump_directories(), dumps_before);
     let _ = std::fs::remove_dir_all(&dir);

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use collector::artifacts::{ArtifactKind, TraceRequest};
+use collector::nettrace::ParserOptions;
 use collector::attached::{AttachedProcesses, ProcessEventKind};
 use collector::client::DiagnosticsClient;
 use collector::gcdump::SnapshotOptions;
@@ -40,6 +41,8 @@ pub struct RuleSettings {
     pub counter_interval_seconds: u32,
     /// Where rule artifacts go (shared with the API: one disk budget).
     pub egress: Egress,
+    /// Limits of the parser that watches a rule's trace (`--nettrace-budget`), as the API's.
+    pub parser: ParserOptions,
 }
 
 impl RuleSettings {
@@ -122,6 +125,7 @@ pub fn start(
             sampler: target.sampler.clone(),
             egress: settings.egress.clone(),
             counter_interval_seconds: settings.counter_interval_seconds,
+            parser: settings.parser.clone(),
             captures,
         });
         let rule = rule.clone();
@@ -198,6 +202,7 @@ struct ActionContext {
     sampler: SamplerControl,
     egress: Egress,
     counter_interval_seconds: u32,
+    parser: ParserOptions,
     /// Pre-trigger rings by action name.
     captures: HashMap<String, mpsc::Sender<CaptureRequest>>,
 }
@@ -243,6 +248,7 @@ impl ActionContext {
                 }
                 _ => {
                     let request = trace_request(source, self.counter_interval_seconds)?
+                        .with_parser(self.parser.clone())
                         .with_duration(Some(*duration))
                         .with_stopping_event(stopping_event.clone());
                     self.collect(Artifact::Trace(request), egress, firing.time)

@@ -378,7 +378,10 @@ mod tests {
         for i in 0..500 {
             recorder.record(&meter_sample(&format!("made_up_{i}"), "/"));
         }
-        assert_eq!(process_series(&registry, "77"), (MAX_SERIES_PER_PROCESS, 500.0));
+        assert_eq!(
+            process_series(&registry, "77"),
+            (MAX_SERIES_PER_PROCESS, 500.0)
+        );
         // Known series still update.
         recorder.record(&meter_sample("requests", "/r0"));
         assert_eq!(process_series(&registry, "77").1, 500.0);

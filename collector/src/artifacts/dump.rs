@@ -128,7 +128,9 @@ impl fmt::Display for UntrustedDump {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             UntrustedDump::Link => f.write_str("it is a symbolic link"),
-            UntrustedDump::NotRegular => f.write_str("it is not a regular file (a FIFO or device?)"),
+            UntrustedDump::NotRegular => {
+                f.write_str("it is not a regular file (a FIFO or device?)")
+            }
             UntrustedDump::Owner { owner, runtime } => write!(
                 f,
                 "it is owned by uid {owner}, not by the runtime's uid {runtime}"
@@ -151,7 +153,8 @@ fn open_dump(
     path: &Path,
     user: RuntimeUser,
 ) -> Result<Option<File>, ArtifactError> {
-    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
+    let flags =
+        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
     let opened = match dir {
         Some(dir) => {
             let name = CString::new(DUMP_FILE_NAME).expect("no NUL in the dump's name");
@@ -228,8 +231,7 @@ async fn open_dump_bounded(
     user: RuntimeUser,
 ) -> Result<Option<File>, ArtifactError> {
     let owned = path.to_path_buf();
-    let opening =
-        tokio::task::spawn_blocking(move || open_dump(dir.as_deref(), &owned, user));
+    let opening = tokio::task::spawn_blocking(move || open_dump(dir.as_deref(), &owned, user));
     match tokio::time::timeout(DUMP_OPEN_TIMEOUT, opening).await {
         Ok(Ok(result)) => result,
         Ok(Err(join)) => Err(ArtifactError::File {
