@@ -65,6 +65,16 @@ struct FakeRuntime {
     lines: mpsc::Receiver<String>,
 }
 
+/// Any other process the test starts, killed on drop.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 impl FakeRuntime {
     /// Starts `fake_runtime.py` in `dir` with `args`, and waits until it listens.
     fn start(dir: &Path, args: &[&str], extra_env: &[(&str, &str)]) -> FakeRuntime {
@@ -251,12 +261,14 @@ fn a_socket_planted_for_another_users_process_is_not_trusted() {
     }
     let dir = scratch("spoof");
     // A root process that is no .NET runtime, its TMPDIR where nobody can write.
-    let mut victim = Command::new("sleep")
-        .arg("300")
-        .env("TMPDIR", &dir)
-        .spawn()
-        .unwrap();
-    let victim_pid = victim.id();
+    let victim = KillOnDrop(
+        Command::new("sleep")
+            .arg("300")
+            .env("TMPDIR", &dir)
+            .spawn()
+            .unwrap(),
+    );
+    let victim_pid = victim.0.id();
     let runtime = FakeRuntime::start(
         &dir,
         &["--as-pid", &victim_pid.to_string(), "--dump", "ok"],
@@ -292,8 +304,7 @@ fn a_socket_planted_for_another_users_process_is_not_trusted() {
     );
     assert!(agent.attached(victim_pid).is_none());
     expect_up_and_small(&agent, "spoofed socket");
-    let _ = victim.kill();
-    let _ = victim.wait();
+    drop(victim);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

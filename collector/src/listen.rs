@@ -594,6 +594,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_connection_claiming_a_known_cookie_for_another_pid_is_refused() {
+        let path = temp_socket("claim.sock");
+        let options = ListenOptions {
+            resume_on_attach: false,
+            ..ListenOptions::default()
+        };
+        let server = ListenServer::bind(&path, options).await.unwrap();
+        let _real = fake_runtime(&path, 9, 500).await;
+        let info = server
+            .wait_for_pid(500, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let handle = server.runtime(info);
+        drop(handle.take_connection(Duration::from_secs(1)).await.unwrap());
+        // Another process claims the cookie: its connection must not join the pool.
+        let _impostor = fake_runtime(&path, 9, 501).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(matches!(
+            handle.take_connection(Duration::from_millis(200)).await,
+            Err(ListenError::NoConnection { .. })
+        ));
+        assert_eq!(server.runtimes(), vec![info]);
+        let me = std::fs::metadata("/proc/self").unwrap();
+        assert_eq!(
+            handle.user().unwrap().uid,
+            std::os::unix::fs::MetadataExt::uid(&me)
+        );
+    }
+
+    #[tokio::test]
     async fn runtimes_beyond_the_cap_are_refused() {
         let path = temp_socket("cap.sock");
         let options = ListenOptions {
