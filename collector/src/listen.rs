@@ -607,7 +607,12 @@ mod tests {
             .await
             .unwrap();
         let handle = server.runtime(info);
-        drop(handle.take_connection(Duration::from_secs(1)).await.unwrap());
+        drop(
+            handle
+                .take_connection(Duration::from_secs(1))
+                .await
+                .unwrap(),
+        );
         // Another process claims the cookie: its connection must not join the pool.
         let _impostor = fake_runtime(&path, 9, 501).await;
         tokio::time::sleep(Duration::from_millis(300)).await;

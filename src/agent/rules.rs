@@ -10,11 +10,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use collector::artifacts::{ArtifactKind, TraceRequest};
-use collector::nettrace::ParserOptions;
 use collector::attached::{AttachedProcesses, ProcessEventKind};
 use collector::client::DiagnosticsClient;
 use collector::gcdump::SnapshotOptions;
 use collector::ipc::CollectTracing;
+use collector::nettrace::ParserOptions;
 use collector::providers::SessionProviders;
 use collector::rules::capture::{self, CaptureRequest};
 use collector::rules::engine::{self, ActionFuture, Firing, RuleEvent};
