@@ -109,17 +109,13 @@ pub enum Endpoint {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuntimeUser {
     pub uid: u32,
-    pub gid: u32,
 }
 
 impl RuntimeUser {
     /// The peer credentials of a connection to (or from) the runtime.
     pub fn of(stream: &UnixStream) -> io::Result<RuntimeUser> {
         let cred = stream.peer_cred()?;
-        Ok(RuntimeUser {
-            uid: cred.uid(),
-            gid: cred.gid(),
-        })
+        Ok(RuntimeUser { uid: cred.uid() })
     }
 }
 

@@ -330,7 +330,11 @@ impl DumpDirectory {
                     "replaced after it was created (is the parent directory shared and not sticky?)",
                 ));
             }
-            std::os::unix::fs::fchown(&dir, Some(user.uid), Some(user.gid))?;
+            // The owner is all that matters in a 0700 directory; a user that is not root
+            // could not give it away nor to a group of the target's anyway.
+            if user.uid != me {
+                std::os::unix::fs::fchown(&dir, Some(user.uid), None)?;
+            }
             dir.set_permissions(std::fs::Permissions::from_mode(0o700))?;
             Ok(dir)
         })();
@@ -421,6 +425,54 @@ pub async fn collect_dump<W: AsyncWrite + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn reason(result: Result<Option<File>, ArtifactError>) -> Option<UntrustedDump> {
+        match result {
+            Err(ArtifactError::UntrustedDump { reason, .. }) => Some(reason),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn only_a_regular_file_of_the_runtimes_user_with_one_name_is_opened() {
+        let me = std::fs::metadata("/proc/self").unwrap().uid();
+        let user = RuntimeUser { uid: me };
+        let parent =
+            std::env::temp_dir().join(format!("clrscope-open-dump-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&parent);
+        std::fs::create_dir_all(&parent).unwrap();
+        let directory = DumpDirectory::create(&parent, user).unwrap();
+        let dump = directory.dump_path();
+        let open = || open_dump(Some(&directory.dir), &dump, user);
+        assert!(open().unwrap().is_none(), "nothing there yet");
+
+        std::fs::write(&dump, b"core").unwrap();
+        std::fs::set_permissions(&dump, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(open().unwrap().is_some());
+        let mode = std::fs::metadata(&dump).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o600, "made private through the descriptor");
+
+        let other_name = parent.join("other-name");
+        std::fs::hard_link(&dump, &other_name).unwrap();
+        assert_eq!(reason(open()), Some(UntrustedDump::HardLinked { links: 2 }));
+        std::fs::remove_file(&other_name).unwrap();
+
+        let stranger = RuntimeUser {
+            uid: me.wrapping_add(1),
+        };
+        assert!(matches!(
+            reason(open_dump(Some(&directory.dir), &dump, stranger)),
+            Some(UntrustedDump::Owner { .. })
+        ));
+        std::fs::remove_file(&dump).unwrap();
+        std::os::unix::fs::symlink(&other_name, &dump).unwrap();
+        assert_eq!(reason(open()), Some(UntrustedDump::Link));
+
+        let path = directory.path.clone();
+        drop(directory);
+        assert!(!path.exists(), "the directory goes with its dump");
+        std::fs::remove_dir_all(&parent).unwrap();
+    }
 
     #[test]
     fn kinds_parse_like_dotnet_monitor() {
