@@ -205,7 +205,7 @@ fn a_planted_link_or_fifo_is_refused_as_the_dump() {
         ("fifo", "it is not a regular file"),
     ] {
         let runtime = FakeRuntime::start(&dir, &["--dump", plant], &[]);
-        let (agent, _data) = agent_for("hostile-dump", runtime.pid());
+        let (agent, data) = agent_for("hostile-dump", runtime.pid());
         let started = Instant::now();
         let answer = agent.request("GET", &format!("/dump?pid={}&type=Mini", runtime.pid()));
         let body = answer.body.clone();
@@ -230,6 +230,8 @@ fn a_planted_link_or_fifo_is_refused_as_the_dump() {
             dumps_before,
             "{plant}: a dump directory was left"
         );
+        drop(agent);
+        let _ = std::fs::remove_dir_all(&data);
     }
     assert_eq!(
         file_state(&secret),
@@ -239,7 +241,7 @@ fn a_planted_link_or_fifo_is_refused_as_the_dump() {
 
     // A genuine dump still comes back whole, through the directory given to nobody.
     let runtime = FakeRuntime::start(&dir, &["--dump", "ok"], &[]);
-    let (agent, _data) = agent_for("hostile-dump-ok", runtime.pid());
+    let (agent, data) = agent_for("hostile-dump-ok", runtime.pid());
     let answer = agent.request("GET", &format!("/dump?pid={}&type=Mini", runtime.pid()));
     assert_eq!(
         answer.status,
@@ -250,6 +252,8 @@ fn a_planted_link_or_fifo_is_refused_as_the_dump() {
     );
     assert_eq!(answer.body, "FAKE-DUMP".repeat(100));
     assert_eq!(dump_directories(), dumps_before);
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&data);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -295,7 +299,7 @@ fn a_socket_planted_for_another_users_process_is_not_trusted() {
         "{refusal}"
     );
 
-    let (agent, _data) = agent_for("hostile-spoof", victim_pid);
+    let (agent, data) = agent_for("hostile-spoof", victim_pid);
     let answer = agent.request("GET", &format!("/dump?pid={victim_pid}"));
     assert_ne!(answer.status, 200);
     assert!(
@@ -305,6 +309,8 @@ fn a_socket_planted_for_another_users_process_is_not_trusted() {
     assert!(agent.attached(victim_pid).is_none());
     expect_up_and_small(&agent, "spoofed socket");
     drop(victim);
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&data);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -332,7 +338,7 @@ fn crafted_nettrace_sessions_end_with_an_error_and_the_agent_stays_small() {
     ] {
         let stream = crafted_stream(&dir, kind, mib);
         let runtime = FakeRuntime::start(&dir, &["--trace", stream.to_str().unwrap()], &[]);
-        let (agent, _data) = agent_for("hostile-nettrace", runtime.pid());
+        let (agent, data) = agent_for("hostile-nettrace", runtime.pid());
         let deadline = Instant::now() + Duration::from_secs(120);
         while !agent.log().contains(error) {
             assert!(
@@ -347,6 +353,8 @@ fn crafted_nettrace_sessions_end_with_an_error_and_the_agent_stays_small() {
         let peak = expect_up_and_small(&agent, kind);
         eprintln!("crafted {kind} ({mib} MiB per session): peak {peak} KiB");
         let _ = std::fs::remove_file(&stream);
+        drop(agent);
+        let _ = std::fs::remove_dir_all(&data);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
