@@ -8,6 +8,10 @@ KIND:
   labels-one-block  one LabelList block of two-byte label lists (what issue 18 measured)
   labels            LabelList blocks of at most 1,000,000 bytes, same lists
   metadata          Metadata blocks of rows with a thousand one-letter fields, distinct ids
+  stacks            StackBlocks of one deep stack each (100,000 frames, 800 KB), no sequence
+                    point to free them
+  counts            blocks whose counts claim billions of items the bytes do not hold (a
+                    LabelList, a StackBlock), then the same again
 
 Layout: perfview NetTraceFormat.md (V6); a label list `0x89 4` is one label (level 4) that ends
 its list, a field `u16 size, varuint len, "a", type 9` describes an Int32.
@@ -18,6 +22,7 @@ import sys
 
 LABEL_LIST = 8
 METADATA = 3
+STACK = 5
 MAX_BLOCK = 1_000_000
 
 
@@ -74,8 +79,19 @@ def main():
                 rows += metadata_row(row_id, 1000)
                 row_id += 1
             out += block(METADATA, bytes(rows))
+    elif kind == "stacks":
+        first = 1
+        frames = 100_000
+        while len(out) < target:
+            body = struct.pack("<III", first, 1, frames * 8) + struct.pack("<Q", 0x7F00_0000_1000) * frames
+            out += block(STACK, body)
+            first += 1
+    elif kind == "counts":
+        while len(out) < target:
+            out += block(LABEL_LIST, struct.pack("<II", 1, 0xFFFF_FFFF) + b"\x89\x04")
+            out += block(STACK, struct.pack("<III", 1, 0xFFFF_FFFF, 8) + b"\0" * 8)
     else:
-        sys.exit(f"unknown kind {kind}: labels-one-block, labels or metadata")
+        sys.exit(f"unknown kind {kind}: labels-one-block, labels, metadata, stacks or counts")
     out += block(0, b"")
     with open(path, "wb") as f:
         f.write(out)

@@ -64,12 +64,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
     let result = write_dump(&client, &path, args.kind.into(), args.timeout).await;
     bar.finish_and_clear();
-    result.with_context(|| format!("dumping pid {}", args.pid))?;
-    if let Ok(meta) = std::fs::metadata(&path) {
+    let written = result.with_context(|| format!("dumping pid {}", args.pid))?;
+    if let Some(bytes) = written {
         eprintln!(
             "wrote {} ({:.1} MB, {:?}) in {:.1} s",
             path.display(),
-            meta.len() as f64 / 1e6,
+            bytes as f64 / 1e6,
             args.kind,
             started.elapsed().as_secs_f64()
         );

@@ -224,6 +224,77 @@ fn a_temporary_key_is_printed_and_accepted() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Decodes unpadded base64url (a JWT's parts).
+fn base64url(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'-' => 62,
+        b'_' => 63,
+        _ => panic!("not base64url: {c}"),
+    };
+    let mut bits = 0u32;
+    let mut held = 0;
+    let mut out = Vec::new();
+    for c in text.bytes() {
+        bits = (bits << 6) | u32::from(value(c));
+        held += 6;
+        if held >= 8 {
+            held -= 8;
+            out.push((bits >> held) as u8);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_temporary_key_can_go_to_a_private_file_with_a_shorter_expiry() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = data_dir("auth-temp-file");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("token");
+    let agent = Agent::start_with_key(
+        &dir,
+        &[
+            NO_SUCH_PID,
+            "--temp-apikey",
+            "--temp-apikey-expiry",
+            "1h",
+            "--temp-apikey-file",
+            file.to_str().unwrap(),
+        ],
+        None,
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !agent.log().contains("its token is in") {
+        assert!(std::time::Instant::now() < deadline, "{}", agent.log());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let token = std::fs::read_to_string(&file).unwrap().trim().to_string();
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert!(!agent.log().contains(&token), "the token is in the log");
+    let auth = format!("Bearer {token}");
+    let answer = http_request(
+        agent.port,
+        "GET",
+        "/api/v1/processes",
+        &[("Authorization", &auth)],
+    );
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let claims: serde_json::Value =
+        serde_json::from_slice(&base64url(token.split('.').nth(1).unwrap())).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let left = claims["exp"].as_i64().unwrap() - now;
+    assert!((3500..=3600).contains(&left), "expires in {left} s");
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn https_serves_the_configured_certificate_and_still_asks_for_the_token() {
     let dir = data_dir("auth-tls");

@@ -150,6 +150,7 @@ async fn listen_mode_holds_a_suspended_runtime_until_resumed() {
         &path,
         ListenOptions {
             resume_on_attach: false,
+            ..ListenOptions::default()
         },
     )
     .await

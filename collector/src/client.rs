@@ -103,6 +103,22 @@ pub enum Endpoint {
     Listen(RuntimeHandle),
 }
 
+/// Who a runtime runs as, from its connection's peer credentials: the kernel's word, which the
+/// runtime cannot forge (unlike anything it says over the protocol). Files the runtime writes for
+/// us must be owned by `uid`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeUser {
+    pub uid: u32,
+}
+
+impl RuntimeUser {
+    /// The peer credentials of a connection to (or from) the runtime.
+    pub fn of(stream: &UnixStream) -> io::Result<RuntimeUser> {
+        let cred = stream.peer_cred()?;
+        Ok(RuntimeUser { uid: cred.uid() })
+    }
+}
+
 /// An EventPipe session started by [`DiagnosticsClient::start_tracing`]: the nettrace stream
 /// follows on `stream` until the session is stopped on another connection.
 #[derive(Debug)]
@@ -233,6 +249,18 @@ impl DiagnosticsClient {
         ipc::decode_session_id(&payload)
             .map(drop)
             .map_err(|source| ClientError::Protocol { command, source })
+    }
+
+    /// Who the runtime runs as (see [`RuntimeUser`]).
+    pub async fn runtime_user(&self) -> Result<RuntimeUser, ClientError> {
+        let io = |source| ClientError::Io {
+            command: "peer credentials",
+            source,
+        };
+        match &self.endpoint {
+            Endpoint::Socket(_) => RuntimeUser::of(&self.open().await?).map_err(io),
+            Endpoint::Listen(runtime) => Ok(runtime.user()?),
+        }
     }
 
     /// Asks the runtime to write a core dump (through `createdump`); this can take minutes. A

@@ -5,6 +5,10 @@
 //! (field 22 of `/proc/PID/stat`). To reach a runtime in a container we look through
 //! `/proc/PID/root`, which needs the same user or CAP_SYS_PTRACE.
 //!
+//! A socket is trusted only when its owner is the process's user: anyone can create a file named
+//! `dotnet-diagnostic-{pid}-…-socket` in a shared `/tmp`, and a process listening on it would
+//! otherwise be taken for another user's runtime ([`socket_trusted`]).
+//!
 //! Where several sockets match a pid (a stale file left by an earlier process that had the same
 //! pid), the one whose key equals the process's start time wins, then the newest by mtime.
 
@@ -13,6 +17,7 @@ use std::ffi::OsStr;
 use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -40,6 +45,16 @@ pub enum DiscoveryError {
         #[source]
         source: io::Error,
     },
+    #[error(
+        "refusing {path} for pid {pid}: the socket is owned by uid {owner} but the process runs \
+         as uid {}; another user's process may have planted it", match uid { Some(uid) => uid.to_string(), None => "unknown".into() }
+    )]
+    UntrustedSocket {
+        pid: u32,
+        path: PathBuf,
+        owner: u32,
+        uid: Option<u32>,
+    },
     #[error("cannot list {path}: {source}")]
     Io {
         path: PathBuf,
@@ -60,6 +75,9 @@ pub struct ProcessLocation {
     pub socket_dir: PathBuf,
     /// Field 22 of `/proc/PID/stat`: the runtime's disambiguation key on Linux.
     pub start_time: Option<u64>,
+    /// The process's effective uid (`Uid:` of `/proc/PID/status`), as this tool's user namespace
+    /// sees it, like the owners of the files it lists.
+    pub uid: Option<u32>,
 }
 
 /// A diagnostic socket found for a process.
@@ -94,6 +112,7 @@ pub fn locate(proc_root: &Path, pid: u32) -> Result<ProcessLocation, DiscoveryEr
         }
     };
     let ns_pids = parse_nspid(&status).unwrap_or_else(|| vec![pid]);
+    let uid = parse_effective_uid(&status);
     let namespace_pid = ns_pids.last().copied().unwrap_or(pid);
     let in_other_namespace = ns_pids.len() > 1;
 
@@ -118,6 +137,7 @@ pub fn locate(proc_root: &Path, pid: u32) -> Result<ProcessLocation, DiscoveryEr
         namespace_pid,
         socket_dir,
         start_time,
+        uid,
     })
 }
 
@@ -140,10 +160,24 @@ pub fn find_socket_in(proc_root: &Path, pid: u32) -> Result<DiagnosticSocket, Di
             dir: location.socket_dir.clone(),
         },
     })?;
-    pick_socket(&location, &entries).ok_or(DiscoveryError::NoSocket {
-        pid,
-        dir: location.socket_dir,
-    })
+    if let Some(socket) = pick_socket(&location, &entries) {
+        return Ok(socket);
+    }
+    match entries
+        .iter()
+        .find(|entry| entry.pid == location.namespace_pid)
+    {
+        Some(untrusted) => Err(DiscoveryError::UntrustedSocket {
+            pid,
+            path: untrusted.path.clone(),
+            owner: untrusted.owner,
+            uid: location.uid,
+        }),
+        None => Err(DiscoveryError::NoSocket {
+            pid,
+            dir: location.socket_dir,
+        }),
+    }
 }
 
 /// Every process under `proc_root` that has a diagnostic socket, with problems reported per process.
@@ -169,13 +203,15 @@ pub fn scan(proc_root: &Path) -> Result<Vec<DiagnosticSocket>, DiscoveryError> {
     Ok(found)
 }
 
-/// A `dotnet-diagnostic-{pid}-{key}-socket` file.
+/// A `dotnet-diagnostic-{pid}-{key}-socket` socket (not a link to one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct SocketEntry {
     pid: u32,
     key: u64,
     path: PathBuf,
     modified: Option<SystemTime>,
+    /// The socket file's owner.
+    owner: u32,
 }
 
 fn list_sockets(dir: &Path) -> io::Result<Vec<SocketEntry>> {
@@ -185,21 +221,35 @@ fn list_sockets(dir: &Path) -> io::Result<Vec<SocketEntry>> {
         let Some((pid, key)) = parse_socket_name(&entry.file_name()) else {
             continue;
         };
-        let modified = entry.metadata().and_then(|m| m.modified()).ok();
+        // `DirEntry::metadata` does not follow links: a link named like a socket is skipped.
+        let Ok(meta) = entry.metadata() else {
+            continue;
+        };
+        if !meta.file_type().is_socket() {
+            continue;
+        }
         entries.push(SocketEntry {
             pid,
             key,
             path: entry.path(),
-            modified,
+            modified: meta.modified().ok(),
+            owner: meta.uid(),
         });
     }
     Ok(entries)
 }
 
+/// The one rule for trusting a diagnostic socket: its owner is the process's user. The runtime
+/// creates its socket as the process's user, so any other owner means someone else made it; a
+/// process whose uid is unreadable is not trusted.
+fn socket_trusted(location: &ProcessLocation, entry: &SocketEntry) -> bool {
+    location.uid == Some(entry.owner)
+}
+
 fn pick_socket(location: &ProcessLocation, entries: &[SocketEntry]) -> Option<DiagnosticSocket> {
     entries
         .iter()
-        .filter(|entry| entry.pid == location.namespace_pid)
+        .filter(|entry| entry.pid == location.namespace_pid && socket_trusted(location, entry))
         .max_by_key(|entry| (Some(entry.key) == location.start_time, entry.modified))
         .map(|entry| DiagnosticSocket {
             pid: location.pid,
@@ -246,6 +296,12 @@ fn parse_nspid(status: &str) -> Option<Vec<u32>> {
     let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
     let pids: Option<Vec<u32>> = line.split_whitespace().map(|p| p.parse().ok()).collect();
     pids.filter(|p| !p.is_empty())
+}
+
+/// The effective uid in the `Uid:` line of `/proc/PID/status` (real, effective, saved, fs).
+fn parse_effective_uid(status: &str) -> Option<u32> {
+    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Field 22 (`starttime`) of `/proc/PID/stat`, read after the last `)` since `comm` may hold spaces.
@@ -320,7 +376,10 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         fs::write(
             dir.join("status"),
-            format!("Name:\tdotnet\nNSpid:\t{nspid}\n"),
+            format!(
+                "Name:\tdotnet\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nNSpid:\t{nspid}\n",
+                uid = own_euid()
+            ),
         )
         .unwrap();
         let environ = tmpdir
@@ -333,6 +392,11 @@ mod tests {
             format!("{pid} (dotnet) {} {start} 0 0", fields.join(" ")),
         )
         .unwrap();
+    }
+
+    /// This test's effective uid, the owner of the sockets it binds.
+    fn own_euid() -> u32 {
+        fs::metadata("/proc/self").unwrap().uid()
     }
 
     fn temp_dir(name: &str) -> PathBuf {
@@ -394,6 +458,45 @@ mod tests {
         let err = find_socket_in(&proc_root, 42).unwrap_err();
         assert!(matches!(err, DiscoveryError::NoSocket { pid: 42, .. }));
         assert!(err.to_string().contains(&tmp.display().to_string()));
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn uid_lines() {
+        assert_eq!(parse_effective_uid("Uid:\t1000\t0\t0\t0\n"), Some(0));
+        assert_eq!(parse_effective_uid("Uid:\t1000\n"), None);
+        assert_eq!(parse_effective_uid("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn a_socket_of_another_user_or_a_link_is_not_trusted() {
+        let base = temp_dir("spoof");
+        let proc_root = base.join("proc");
+        let tmp = base.join("tmp");
+        fs::create_dir_all(&tmp).unwrap();
+        fake_proc(&proc_root, 600, "600", Some(&tmp), 7);
+        let planted = tmp.join("dotnet-diagnostic-600-7-socket");
+        let _listener = UnixListener::bind(&planted).unwrap();
+        let other = own_euid().wrapping_add(1);
+        std::os::unix::fs::lchown(&planted, Some(other), None).unwrap();
+
+        let err = find_socket_in(&proc_root, 600).unwrap_err();
+        assert!(
+            matches!(&err, DiscoveryError::UntrustedSocket { owner, .. } if *owner == other),
+            "{err}"
+        );
+        assert!(err.to_string().contains("planted"), "{err}");
+        assert!(scan(&proc_root).unwrap().is_empty());
+
+        // A link named like a socket, to a socket this user owns, is no socket either.
+        fs::remove_file(&planted).unwrap();
+        let real = base.join("real.sock");
+        let _real = UnixListener::bind(&real).unwrap();
+        std::os::unix::fs::symlink(&real, &planted).unwrap();
+        assert!(matches!(
+            find_socket_in(&proc_root, 600),
+            Err(DiscoveryError::NoSocket { .. })
+        ));
         fs::remove_dir_all(&base).unwrap();
     }
 }

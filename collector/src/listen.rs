@@ -17,8 +17,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{broadcast, Notify, Semaphore};
 use tokio::task::JoinHandle;
 
-use crate::client::DiagnosticsClient;
-use crate::client::Endpoint;
+use crate::client::{DiagnosticsClient, Endpoint, RuntimeUser};
 use crate::ipc::{Advertise, ProtocolError, RuntimeCookie, ADVERTISE_LEN};
 
 /// A runtime with no idle connection for this long, after its last one closed, is gone.
@@ -52,6 +51,11 @@ pub enum ListenError {
     },
     #[error("runtime {cookie} (pid {pid}) has gone")]
     RuntimeGone { cookie: RuntimeCookie, pid: u64 },
+    #[error(
+        "runtime {cookie} (pid {pid}): its connection's peer credentials are unreadable; \
+         refusing to trust files it writes"
+    )]
+    NoPeerCredentials { cookie: RuntimeCookie, pid: u64 },
     #[error("runtime {cookie} (pid {pid}) offered no connection within {timeout:?}")]
     NoConnection {
         cookie: RuntimeCookie,
@@ -75,24 +79,34 @@ pub enum RuntimeEvent {
     Detached(RuntimeInfo),
 }
 
+/// How many runtimes a listener keeps unless told otherwise: far above one node's .NET processes,
+/// low enough that a process advertising made-up runtimes cannot grow the pool without end.
+pub const DEFAULT_MAX_RUNTIMES: usize = 512;
+
 /// Options for [`ListenServer::bind`].
 #[derive(Debug, Clone, Copy)]
 pub struct ListenOptions {
     /// Send ResumeRuntime to each runtime when it first dials in, so a runtime that waits for a
     /// tool at startup (`suspend`, the default) goes on. Turn off to set up sessions first.
     pub resume_on_attach: bool,
+    /// The most runtimes kept at once; a new one beyond it is refused (and logged).
+    pub max_runtimes: usize,
 }
 
 impl Default for ListenOptions {
     fn default() -> Self {
         ListenOptions {
             resume_on_attach: true,
+            max_runtimes: DEFAULT_MAX_RUNTIMES,
         }
     }
 }
 
 struct RuntimeEntry {
     pid: u64,
+    /// The peer credentials of its first connection; later connections claiming its cookie must
+    /// come from the same user, or another process could slip its connections into the pool.
+    user: Option<RuntimeUser>,
     idle: VecDeque<UnixStream>,
     /// When the runtime last had an idle connection (or had one taken).
     last_seen: Instant,
@@ -231,6 +245,21 @@ impl RuntimeHandle {
         self.info
     }
 
+    /// Who the runtime runs as, from its first connection's peer credentials.
+    pub fn user(&self) -> Result<RuntimeUser, ListenError> {
+        let runtimes = self.shared.lock();
+        let entry = runtimes
+            .get(&self.info.cookie)
+            .ok_or(ListenError::RuntimeGone {
+                cookie: self.info.cookie,
+                pid: self.info.pid,
+            })?;
+        entry.user.ok_or(ListenError::NoPeerCredentials {
+            cookie: self.info.cookie,
+            pid: self.info.pid,
+        })
+    }
+
     /// Takes one advertised connection for a command, waiting up to `timeout` for the runtime to
     /// dial again if none is idle.
     pub async fn take_connection(&self, timeout: Duration) -> Result<UnixStream, ListenError> {
@@ -366,14 +395,35 @@ fn admit(shared: &Arc<Shared>, advertise: Advertise, stream: UnixStream, options
         cookie: advertise.cookie,
         pid: advertise.pid,
     };
+    let user = RuntimeUser::of(&stream).ok();
     let is_new = {
         let mut runtimes = shared.lock();
         let is_new = !runtimes.contains_key(&info.cookie);
+        if is_new && runtimes.len() >= options.max_runtimes {
+            tracing::warn!(
+                pid = info.pid,
+                cookie = %info.cookie,
+                max_runtimes = options.max_runtimes,
+                "refusing a runtime: the listener already holds its most runtimes \
+                 (--max-runtimes); is a process advertising made-up runtimes?"
+            );
+            return;
+        }
         let entry = runtimes.entry(info.cookie).or_insert_with(|| RuntimeEntry {
             pid: info.pid,
+            user,
             idle: VecDeque::new(),
             last_seen: Instant::now(),
         });
+        if entry.user != user || entry.pid != info.pid {
+            tracing::warn!(
+                pid = info.pid,
+                cookie = %info.cookie,
+                "refusing a connection that claims a known runtime's cookie from another \
+                 process or user"
+            );
+            return;
+        }
         if entry.idle.len() >= MAX_IDLE_PER_RUNTIME {
             entry.idle.pop_front();
         }
@@ -490,6 +540,7 @@ mod tests {
         let path = temp_socket("pool.sock");
         let options = ListenOptions {
             resume_on_attach: false,
+            ..ListenOptions::default()
         };
         let server = ListenServer::bind(&path, options).await.unwrap();
         let mut events = server.subscribe();
@@ -540,5 +591,64 @@ mod tests {
         stream.write_all(&[0xAB; ADVERTISE_LEN]).await.unwrap();
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(server.runtimes().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_connection_claiming_a_known_cookie_for_another_pid_is_refused() {
+        let path = temp_socket("claim.sock");
+        let options = ListenOptions {
+            resume_on_attach: false,
+            ..ListenOptions::default()
+        };
+        let server = ListenServer::bind(&path, options).await.unwrap();
+        let _real = fake_runtime(&path, 9, 500).await;
+        let info = server
+            .wait_for_pid(500, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let handle = server.runtime(info);
+        drop(
+            handle
+                .take_connection(Duration::from_secs(1))
+                .await
+                .unwrap(),
+        );
+        // Another process claims the cookie: its connection must not join the pool.
+        let _impostor = fake_runtime(&path, 9, 501).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(matches!(
+            handle.take_connection(Duration::from_millis(200)).await,
+            Err(ListenError::NoConnection { .. })
+        ));
+        assert_eq!(server.runtimes(), vec![info]);
+        let me = std::fs::metadata("/proc/self").unwrap();
+        assert_eq!(
+            handle.user().unwrap().uid,
+            std::os::unix::fs::MetadataExt::uid(&me)
+        );
+    }
+
+    #[tokio::test]
+    async fn runtimes_beyond_the_cap_are_refused() {
+        let path = temp_socket("cap.sock");
+        let options = ListenOptions {
+            resume_on_attach: false,
+            max_runtimes: 2,
+        };
+        let server = ListenServer::bind(&path, options).await.unwrap();
+        let _first = fake_runtime(&path, 1, 101).await;
+        let _second = fake_runtime(&path, 2, 102).await;
+        for pid in [101, 102] {
+            assert!(server
+                .wait_for_pid(pid, Duration::from_secs(5))
+                .await
+                .is_some());
+        }
+        let _third = fake_runtime(&path, 3, 103).await;
+        assert!(server
+            .wait_for_pid(103, Duration::from_millis(500))
+            .await
+            .is_none());
+        assert_eq!(server.runtimes().len(), 2);
     }
 }

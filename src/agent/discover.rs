@@ -94,12 +94,14 @@ pub async fn connect_mode(agent: Arc<Agent>, interval: Duration) -> anyhow::Resu
     Ok(())
 }
 
-/// Binds the listen socket (mode 0600), resuming runtimes that wait for a tool at startup.
-pub async fn bind_listen(path: &Path) -> anyhow::Result<ListenServer> {
+/// Binds the listen socket (mode 0600), resuming runtimes that wait for a tool at startup and
+/// holding `max_runtimes` at most.
+pub async fn bind_listen(path: &Path, max_runtimes: usize) -> anyhow::Result<ListenServer> {
     ListenServer::bind(
         path,
         ListenOptions {
             resume_on_attach: true,
+            max_runtimes,
         },
     )
     .await

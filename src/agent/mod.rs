@@ -19,7 +19,7 @@ mod rules;
 mod runtime_counters;
 mod writer;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -60,6 +60,11 @@ pub struct Args {
     /// socket.
     #[arg(long)]
     no_connect: bool,
+    /// Runtimes the listen socket holds at most; another one dialling in is refused and logged
+    /// (a process advertising made-up runtimes cannot grow the agent without end).
+    /// [default: 512]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_runtimes: Option<u32>,
     /// Where the HTTP API listens: http://HOST:PORT (port 0 picks a free one). Binding beyond
     /// loopback exposes the profiles to the network. [default: http://127.0.0.1:52323]
     /// [config: Urls]
@@ -93,10 +98,19 @@ pub struct Args {
     /// dumps. Logs a warning; for a trusted machine only.
     #[arg(long, conflicts_with = "temp_apikey")]
     no_auth: bool,
-    /// Generate an API key at start (valid 7 days, until the agent stops) and print its token,
-    /// instead of the configured one (Authentication:MonitorApiKey).
+    /// Generate an API key at start and print its token to stderr (where logs collected from
+    /// stderr keep it), instead of the configured one (Authentication:MonitorApiKey). The key
+    /// lives until the agent stops; the token is refused after --temp-apikey-expiry.
     #[arg(long)]
     temp_apikey: bool,
+    /// How long a --temp-apikey token is accepted (dotnet-monitor's is 7 days).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "7d",
+          requires = "temp_apikey")]
+    temp_apikey_expiry: Duration,
+    /// Write the --temp-apikey token to this file (created 0600; an existing file must be this
+    /// user's own regular file) instead of printing it.
+    #[arg(long, value_name = "FILE", requires = "temp_apikey")]
+    temp_apikey_file: Option<PathBuf>,
     /// Where profiles are stored (created 0700). [default: ./clrscope-data]
     /// [config: Store:DataDirectory]
     #[arg(long, value_name = "DIR")]
@@ -185,6 +199,8 @@ fn or_config<T: Clone>(flag: Vec<T>, config: &[T]) -> Vec<T> {
 struct Resolved {
     urls: String,
     listen_socket: Option<PathBuf>,
+    /// The most runtimes the listen socket holds.
+    max_runtimes: usize,
     connect: bool,
     data_dir: PathBuf,
     rescan_interval: Duration,
@@ -212,8 +228,11 @@ struct Resolved {
 enum AuthSource {
     /// `--no-auth`.
     Off,
-    /// `--temp-apikey`.
-    Temporary,
+    /// `--temp-apikey`: a key whose token expires after `expiry`, written to `file` if given.
+    Temporary {
+        expiry: Duration,
+        file: Option<PathBuf>,
+    },
     Configured(Box<ui::auth::AuthenticationConfig>),
 }
 
@@ -314,7 +333,10 @@ impl Args {
         let auth = if self.no_auth {
             AuthSource::Off
         } else if self.temp_apikey {
-            AuthSource::Temporary
+            AuthSource::Temporary {
+                expiry: self.temp_apikey_expiry,
+                file: self.temp_apikey_file,
+            }
         } else {
             AuthSource::Configured(Box::new(config.authentication.clone()))
         };
@@ -325,6 +347,9 @@ impl Args {
                 .or_else(|| config.urls.clone())
                 .unwrap_or_else(|| "http://127.0.0.1:52323".to_string()),
             listen_socket,
+            max_runtimes: self
+                .max_runtimes
+                .map_or(collector::listen::DEFAULT_MAX_RUNTIMES, |n| n as usize),
             connect,
             data_dir: self
                 .data_dir
@@ -436,9 +461,6 @@ impl Filters {
     }
 }
 
-/// How long a `--temp-apikey` token is valid (dotnet-monitor's default expiration).
-const TEMP_APIKEY_DAYS: i64 = 7;
-
 /// What every per-process task is configured with.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -518,22 +540,23 @@ fn authentication(
             }
             return (ui::Authentication::Disabled, None);
         }
-        AuthSource::Temporary => None,
-        AuthSource::Configured(config) => Some(config),
+        AuthSource::Temporary { expiry, .. } => Err(*expiry),
+        AuthSource::Configured(config) => Ok(config),
     };
     let mut token = None;
-    let auth = if let Some(config) = config {
-        ui::Authentication::from_config(config)
-    } else {
-        let expires = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64)
-            + TEMP_APIKEY_DAYS * 24 * 3600;
-        let key = ui::auth::generate_key(expires);
-        token = Some(key.token.clone());
-        match ui::auth::ApiKey::new(Some(&key.subject), Some(&key.public_key), None) {
-            Ok(key) => ui::Authentication::ApiKey(Arc::new(key)),
-            Err(error) => ui::Authentication::Unconfigured(Arc::new(error)),
+    let auth = match config {
+        Ok(config) => ui::Authentication::from_config(config),
+        Err(expiry) => {
+            let expires = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64)
+                + expiry.as_secs() as i64;
+            let key = ui::auth::generate_key(expires);
+            token = Some(key.token.clone());
+            match ui::auth::ApiKey::new(Some(&key.subject), Some(&key.public_key), None) {
+                Ok(key) => ui::Authentication::ApiKey(Arc::new(key)),
+                Err(error) => ui::Authentication::Unconfigured(Arc::new(error)),
+            }
         }
     };
     match &auth {
@@ -558,6 +581,30 @@ fn authentication(
         );
     }
     (auth, token)
+}
+
+/// Writes `bytes` to `path`, readable by this user only: created 0600 without following a link;
+/// an existing file must be this user's regular file, and is truncated and made 0600 through its
+/// descriptor.
+fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_file() || meta.uid() != me {
+        bail!("not a regular file of this user: refusing to write a secret into it");
+    }
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.set_len(0)?;
+    file.write_all(bytes)?;
+    Ok(())
 }
 
 fn host_name() -> String {
@@ -611,6 +658,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         rules: settings.rules,
         counter_interval_seconds: collector::counters::DEFAULT_INTERVAL_SECONDS,
         egress: egress.clone(),
+        parser: settings.parser.clone(),
     };
     rules.check_egress()?;
     let metrics = Registry::default();
@@ -652,7 +700,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     });
 
     let listen = match &settings.listen_socket {
-        Some(path) => Some(Arc::new(discover::bind_listen(path).await?)),
+        Some(path) => Some(Arc::new(
+            discover::bind_listen(path, settings.max_runtimes).await?,
+        )),
         None => None,
     };
     let stopped = || {
@@ -720,10 +770,25 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         settings.data_dir.display()
     );
     if let Some(token) = temp_token {
-        eprintln!(
-            "clrscope agent: generated a one-time API key (--temp-apikey); use the following \
-             header for authorization:\nAuthorization: Bearer {token}"
-        );
+        let file = match &settings.auth {
+            AuthSource::Temporary { file, .. } => file.as_deref(),
+            _ => None,
+        };
+        match file {
+            Some(path) => {
+                write_private(path, format!("{token}\n").as_bytes())
+                    .with_context(|| format!("--temp-apikey-file {}", path.display()))?;
+                eprintln!(
+                    "clrscope agent: generated a one-time API key (--temp-apikey); its token is \
+                     in {} (send it as `Authorization: Bearer TOKEN`)",
+                    path.display()
+                );
+            }
+            None => eprintln!(
+                "clrscope agent: generated a one-time API key (--temp-apikey); use the following \
+                 header for authorization:\nAuthorization: Bearer {token}"
+            ),
+        }
     }
 
     export::log_started(&settings.exporters);

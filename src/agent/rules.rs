@@ -14,6 +14,7 @@ use collector::attached::{AttachedProcesses, ProcessEventKind};
 use collector::client::DiagnosticsClient;
 use collector::gcdump::SnapshotOptions;
 use collector::ipc::CollectTracing;
+use collector::nettrace::ParserOptions;
 use collector::providers::SessionProviders;
 use collector::rules::capture::{self, CaptureRequest};
 use collector::rules::engine::{self, ActionFuture, Firing, RuleEvent};
@@ -40,6 +41,8 @@ pub struct RuleSettings {
     pub counter_interval_seconds: u32,
     /// Where rule artifacts go (shared with the API: one disk budget).
     pub egress: Egress,
+    /// Limits of the parser that watches a rule's trace (`--nettrace-budget`), as the API's.
+    pub parser: ParserOptions,
 }
 
 impl RuleSettings {
@@ -122,6 +125,7 @@ pub fn start(
             sampler: target.sampler.clone(),
             egress: settings.egress.clone(),
             counter_interval_seconds: settings.counter_interval_seconds,
+            parser: settings.parser.clone(),
             captures,
         });
         let rule = rule.clone();
@@ -198,6 +202,7 @@ struct ActionContext {
     sampler: SamplerControl,
     egress: Egress,
     counter_interval_seconds: u32,
+    parser: ParserOptions,
     /// Pre-trigger rings by action name.
     captures: HashMap<String, mpsc::Sender<CaptureRequest>>,
 }
@@ -243,6 +248,7 @@ impl ActionContext {
                 }
                 _ => {
                     let request = trace_request(source, self.counter_interval_seconds)?
+                        .with_parser(self.parser.clone())
                         .with_duration(Some(*duration))
                         .with_stopping_event(stopping_event.clone());
                     self.collect(Artifact::Trace(request), egress, firing.time)

@@ -5,14 +5,18 @@
 //! `systemruntime_working_set_bytes`, …, so existing dashboards keep working), labelled
 //! `process_id` and `service_name`, plus a meter's tags and a histogram's `quantile`. A process's
 //! series go away when it does.
+//!
+//! Meter, instrument and tag names and values come from the target, which may be hostile: one
+//! process keeps [`MAX_SERIES_PER_PROCESS`] series at most, and what it loses over that is
+//! counted in `clrscope_runtime_series_dropped_total{process_id}`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 
 use collector::client::DiagnosticsClient;
 use collector::counters::{self, CounterSample, CounterUpdate, CounterValue};
 use tokio::sync::mpsc;
-use ui::metrics::{GaugeVec, Registry};
+use ui::metrics::{Counter, CounterVec, GaugeVec, Registry};
 
 use super::RuntimeCounters;
 
@@ -25,6 +29,13 @@ pub const DEFAULT_SOURCES: [&str; 3] = [
 
 /// Name endings that mean a histogram's parts or a counter, which promtool refuses on gauges.
 const NOT_FOR_GAUGES: [&str; 4] = ["_count", "_sum", "_bucket", "_total"];
+
+/// The most series one process's counters make, over all their families: dotnet-monitor's
+/// defaults make under a hundred.
+pub const MAX_SERIES_PER_PROCESS: usize = 1000;
+
+/// Counts a process's samples refused by [`MAX_SERIES_PER_PROCESS`].
+const DROPPED_SERIES: &str = "clrscope_runtime_series_dropped_total";
 
 /// Updates waiting to be recorded; the session drops (and logs) updates past this.
 const UPDATES_QUEUE: usize = 1024;
@@ -43,12 +54,7 @@ pub async fn export(
     let session_config = config.session;
     let session =
         tokio::spawn(async move { counters::run(&client, &session_config, stop, updates).await });
-    let mut recorder = Recorder {
-        registry,
-        counter_names: config.counter_names,
-        process: [pid.to_string(), service],
-        families: HashMap::new(),
-    };
+    let mut recorder = Recorder::new(registry, config.counter_names, pid, service);
     while let Some(update) = received.recv().await {
         match update {
             CounterUpdate::Sample(sample) => recorder.record(&sample),
@@ -74,9 +80,57 @@ struct Recorder {
     counter_names: Vec<(String, Vec<String>)>,
     /// The families this process wrote to, by name.
     families: HashMap<String, GaugeVec>,
+    /// Every series this process made: (family, label values).
+    series: HashSet<(String, Vec<String>)>,
+    /// The family of [`DROPPED_SERIES`], and this process's series in it.
+    dropped_family: CounterVec,
+    dropped: Counter,
 }
 
 impl Recorder {
+    fn new(
+        registry: Registry,
+        counter_names: Vec<(String, Vec<String>)>,
+        pid: u64,
+        service: String,
+    ) -> Recorder {
+        let dropped_family = registry.counter_vec(
+            DROPPED_SERIES,
+            "Runtime counter samples not exported because their process already has \
+             MAX_SERIES_PER_PROCESS series (meter, instrument or tag names without bound?)",
+            &["process_id"],
+        );
+        let pid = pid.to_string();
+        let dropped = dropped_family.with(&[&pid]);
+        Recorder {
+            registry,
+            counter_names,
+            process: [pid, service],
+            families: HashMap::new(),
+            series: HashSet::new(),
+            dropped_family,
+            dropped,
+        }
+    }
+
+    /// Whether this process may make one more series beyond its own and `pending` ones; counts
+    /// the refusal when not.
+    fn room_for_new_series(&self, pending: usize) -> bool {
+        if self.series.len() + pending < MAX_SERIES_PER_PROCESS {
+            return true;
+        }
+        if self.dropped.get() == 0 {
+            tracing::warn!(
+                pid = %self.process[0],
+                max = MAX_SERIES_PER_PROCESS,
+                "a process's runtime counters make too many series; new ones are not exported \
+                 (counted in {DROPPED_SERIES})"
+            );
+        }
+        self.dropped.inc();
+        false
+    }
+
     fn record(&mut self, sample: &CounterSample) {
         let wanted = self
             .counter_names
@@ -122,6 +176,9 @@ impl Recorder {
         let family = match self.families.get(&name) {
             Some(family) => family.clone(),
             None => {
+                if !self.room_for_new_series(0) {
+                    return;
+                }
                 let help = format!(
                     "{} {} of the process ({}), every {} s",
                     sample.provider,
@@ -145,16 +202,29 @@ impl Recorder {
                 }
             }
         };
+        let mut new_series = Vec::new();
         for (quantile, value) in values {
             let mut label_values: Vec<&str> = self.process.iter().map(String::as_str).collect();
             label_values.extend(tags.iter().map(|(_, v)| *v));
             if let Some(quantile) = &quantile {
                 label_values.push(quantile);
             }
-            if label_values.len() == labels.len() {
-                family.with(&label_values).set(value * scale);
+            if label_values.len() != labels.len() {
+                continue;
             }
+            let key = (
+                name.clone(),
+                label_values.iter().map(|v| v.to_string()).collect(),
+            );
+            if !self.series.contains(&key) {
+                if !self.room_for_new_series(new_series.len()) {
+                    continue;
+                }
+                new_series.push(key);
+            }
+            family.with(&label_values).set(value * scale);
         }
+        self.series.extend(new_series);
     }
 
     /// Removes this process's series from every family it wrote.
@@ -162,6 +232,7 @@ impl Recorder {
         for family in self.families.values() {
             family.retain(|labels| labels.first() != Some(&self.process[0]));
         }
+        self.dropped_family.remove(&[&self.process[0]]);
     }
 }
 
@@ -259,6 +330,64 @@ fn label_name(text: &str) -> String {
 mod tests {
     use super::*;
     use ui::metrics::is_valid_metric_name;
+
+    fn meter_sample(instrument: &str, tag: &str) -> CounterSample {
+        CounterSample {
+            unix_nanos: 0,
+            provider: "Hostile".into(),
+            name: instrument.into(),
+            unit: String::new(),
+            tags: vec![("route".into(), tag.into())],
+            interval_seconds: Some(1.0),
+            value: CounterValue::Mean {
+                mean: 1.0,
+                min: None,
+                max: None,
+                count: None,
+            },
+        }
+    }
+
+    /// The series of `registry` labelled with process `pid`, and its dropped count.
+    fn process_series(registry: &Registry, pid: &str) -> (usize, f64) {
+        let mut series = 0;
+        let mut dropped = 0.0;
+        for family in registry.snapshot() {
+            for s in &family.series {
+                if s.label_values.first().map(String::as_str) != Some(pid) {
+                    continue;
+                }
+                if family.name == DROPPED_SERIES {
+                    dropped = s.value.as_f64();
+                } else {
+                    series += 1;
+                }
+            }
+        }
+        (series, dropped)
+    }
+
+    #[test]
+    fn a_process_with_unbounded_names_keeps_the_cap_and_counts_the_rest() {
+        let registry = Registry::default();
+        let mut recorder = Recorder::new(registry.clone(), Vec::new(), 77, "svc".into());
+        // New tag values in one family, then new instrument names: both make series.
+        for i in 0..MAX_SERIES_PER_PROCESS {
+            recorder.record(&meter_sample("requests", &format!("/r{i}")));
+        }
+        for i in 0..500 {
+            recorder.record(&meter_sample(&format!("made_up_{i}"), "/"));
+        }
+        assert_eq!(
+            process_series(&registry, "77"),
+            (MAX_SERIES_PER_PROCESS, 500.0)
+        );
+        // Known series still update.
+        recorder.record(&meter_sample("requests", "/r0"));
+        assert_eq!(process_series(&registry, "77").1, 500.0);
+        recorder.forget();
+        assert_eq!(process_series(&registry, "77"), (0, 0.0));
+    }
 
     #[test]
     fn names_are_dotnet_monitors_made_lint_clean() {

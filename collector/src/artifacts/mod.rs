@@ -33,7 +33,9 @@ mod name;
 mod stacks;
 mod trace;
 
-pub use dump::{collect_dump, write_dump, DumpKind, UnknownDumpKind, DEFAULT_DUMP_TIMEOUT};
+pub use dump::{
+    collect_dump, write_dump, DumpKind, UnknownDumpKind, UntrustedDump, DEFAULT_DUMP_TIMEOUT,
+};
 pub use gcdump::{collect_gcdump, write_gcdump_async, HeapSnapshot};
 pub use name::{file_timestamp, ArtifactKind};
 pub use stacks::{collect_stack_tick, StackFormat};
@@ -76,6 +78,14 @@ pub enum ArtifactError {
          a folder it shares with clrscope", path.display()
     )]
     DumpNotVisible { path: PathBuf },
+    #[error(
+        "refusing {} as the dump: {reason}; something other than the runtime put it there (the \
+         target itself, if it is hostile)", path.display()
+    )]
+    UntrustedDump {
+        path: PathBuf,
+        reason: UntrustedDump,
+    },
     #[error("{what} {}: {source}", path.display())]
     File {
         what: &'static str,

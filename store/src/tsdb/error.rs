@@ -45,6 +45,13 @@ pub enum StoreError {
     /// A query that cannot be answered as asked.
     #[error("invalid query: {0}")]
     InvalidQuery(String),
+    /// The data directory could be changed by another user: refused rather than trusted.
+    #[error(
+        "data directory {dir} {problem}: another user could plant or replace blocks; give the \
+         agent a directory of its own (e.g. `install -d -m 0700 {dir}` as the agent's user)",
+        dir = dir.display()
+    )]
+    UnsafeDataDir { dir: PathBuf, problem: String },
     /// Options that make no sense.
     #[error("invalid store options: {0}")]
     InvalidOptions(String),

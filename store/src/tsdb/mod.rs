@@ -142,9 +142,44 @@ fn block_order(rows: &RecordBatch, partition: i64) -> Vec<u32> {
     order
 }
 
+/// Refuses a data directory another user owns or may write; makes one others may read 0700.
+fn check_data_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let meta = fs::metadata(dir).map_err(io(dir))?;
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let unsafe_dir = |problem: String| StoreError::UnsafeDataDir {
+        dir: dir.to_path_buf(),
+        problem,
+    };
+    if meta.uid() != me {
+        return Err(unsafe_dir(format!(
+            "is owned by uid {}, not by this user (uid {me})",
+            meta.uid()
+        )));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(unsafe_dir(format!(
+            "is writable by its group or others (mode {mode:04o})"
+        )));
+    }
+    if mode & 0o077 != 0 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(io(dir))?;
+        tracing::warn!(
+            dir = %dir.display(),
+            was = format!("{mode:04o}"),
+            "the data directory was readable by others; it is now 0700"
+        );
+    }
+    Ok(())
+}
+
 impl Store {
-    /// Opens or creates a store in `dir` (created with mode 0700; an existing directory keeps
-    /// its mode) and locks it ([`StoreError::Locked`] while another store has it open).
+    /// Opens or creates a store in `dir` (created with mode 0700) and locks it
+    /// ([`StoreError::Locked`] while another store has it open). An existing directory must be
+    /// this user's and writable by no one else ([`StoreError::UnsafeDataDir`]); one others may
+    /// read is made 0700, with a warning (profiles name the targets' code and command lines).
     /// Half-written blocks left by a crash are removed; unreadable blocks are skipped and
     /// listed by [`Store::problems`].
     pub fn open(dir: impl Into<PathBuf>, options: StoreOptions) -> Result<Store> {
@@ -155,6 +190,7 @@ impl Store {
             .mode(0o700)
             .create(&dir)
             .map_err(io(&dir))?;
+        check_data_dir(&dir)?;
         let lock = lock(&dir)?;
         let mut blocks = Vec::new();
         let mut problems = Vec::new();

@@ -1292,3 +1292,25 @@ fn call_tree_cuts_to_max_nodes_and_keeps_the_cut_under_other() {
     // The largest nodes are the same whatever the order blocks are read in.
     assert_eq!(by_stack(&store.call_tree(&q, 2).unwrap().to_profile()), cut);
 }
+
+#[test]
+fn a_data_directory_others_may_write_or_own_is_refused_one_they_may_read_is_made_private() {
+    let dir = TempDir::new("unsafe-dir");
+    fs::create_dir_all(&dir.0).unwrap();
+    fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o777)).unwrap();
+    let err = Store::open(&dir.0, keep_all()).unwrap_err();
+    assert!(matches!(err, StoreError::UnsafeDataDir { .. }), "{err}");
+    assert!(err.to_string().contains("mode 0777"), "{err}");
+
+    fs::set_permissions(&dir.0, fs::Permissions::from_mode(0o755)).unwrap();
+    drop(Store::open(&dir.0, keep_all()).unwrap());
+    let mode = fs::metadata(&dir.0).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o700);
+
+    // Another user's directory (needs root to make one).
+    if unsafe { libc::geteuid() } == 0 {
+        std::os::unix::fs::chown(&dir.0, Some(65534), None).unwrap();
+        let err = Store::open(&dir.0, keep_all()).unwrap_err();
+        assert!(err.to_string().contains("owned by uid 65534"), "{err}");
+    }
+}

@@ -92,6 +92,9 @@ struct Entry {
     kind: ArtifactKind,
     stoppable: bool,
     finished: Option<Instant>,
+    /// Until its task ends, cancelled or not: what the kind's limit counts, since a cancelled
+    /// dump goes on until createdump returns.
+    working: bool,
     control: watch::Sender<Control>,
 }
 
@@ -104,13 +107,15 @@ struct OperationTable {
 
 impl OperationTable {
     /// Forgets operations finished longer than [`OPERATION_RETENTION`] ago, and the oldest
-    /// finished ones beyond [`MAX_OPERATIONS`].
+    /// finished ones beyond [`MAX_OPERATIONS`]; never one whose work goes on (it holds a slot).
     fn prune(&mut self, now: Instant) {
         let entries = &mut self.entries;
         self.order.retain(|id| {
-            let expired = entries[id]
-                .finished
-                .is_some_and(|at| now.duration_since(at) > OPERATION_RETENTION);
+            let entry = &entries[id];
+            let expired = !entry.working
+                && entry
+                    .finished
+                    .is_some_and(|at| now.duration_since(at) > OPERATION_RETENTION);
             if expired {
                 entries.remove(id);
             }
@@ -119,7 +124,7 @@ impl OperationTable {
         let mut excess = self.order.len().saturating_sub(MAX_OPERATIONS);
         let entries = &mut self.entries;
         self.order.retain(|id| {
-            if excess > 0 && entries[id].finished.is_some() {
+            if excess > 0 && entries[id].finished.is_some() && !entries[id].working {
                 entries.remove(id);
                 excess -= 1;
                 return false;
@@ -158,7 +163,7 @@ impl Operations {
     }
 
     /// Registers a running operation, unless `kind` already runs as often as its limit allows
-    /// (429, as dotnet-monitor answers).
+    /// (429, as dotnet-monitor answers). Cancelled operations whose work goes on still count.
     pub fn start(
         &self,
         kind: ArtifactKind,
@@ -172,7 +177,7 @@ impl Operations {
         let running = registry
             .entries
             .values()
-            .filter(|e| e.kind.name() == kind.name() && e.status.status.is_active())
+            .filter(|e| e.kind.name() == kind.name() && e.working)
             .count();
         if running >= limit {
             return Err(ApiError::TooManyRequests {
@@ -201,6 +206,7 @@ impl Operations {
                 kind,
                 stoppable,
                 finished: None,
+                working: true,
                 control,
             },
         );
@@ -243,8 +249,9 @@ impl Operations {
         Ok(registry.entry(id)?.status.clone())
     }
 
-    /// Cancels a running operation: it ends at once as `Cancelled` and its artifact is
-    /// discarded (a partial file deleted, an upload aborted).
+    /// Cancels a running operation: it reads `Cancelled` at once and its artifact is discarded
+    /// (a partial file deleted, an upload aborted); it holds its kind's slot until its task has
+    /// ended.
     pub fn cancel(&self, id: &str) -> Result<(), ApiError> {
         let mut registry = self.lock();
         let entry = registry.entry(id)?;
@@ -288,6 +295,7 @@ impl Operations {
         let Some(entry) = registry.entries.get_mut(id) else {
             return;
         };
+        entry.working = false;
         if !entry.status.status.is_active() {
             // Cancelled meanwhile: it stays so.
             return;
@@ -424,7 +432,13 @@ mod tests {
             ops.cancel(dump.id()),
             Err(ApiError::OperationNotRunning { .. })
         ));
-        // The cancelled dump no longer counts.
+        // The cancelled dump holds its slot until its work has ended.
+        assert!(matches!(
+            ops.start(ArtifactKind::Dump, process(), None, BTreeSet::new()),
+            Err(ApiError::TooManyRequests { limit: 1, .. })
+        ));
+        let dump_id = dump.id().to_string();
+        dump.succeed(None);
         let second = ops
             .start(
                 ArtifactKind::Dump,
@@ -434,8 +448,6 @@ mod tests {
             )
             .unwrap();
         // Finishing after a cancel does not revive it.
-        let dump_id = dump.id().to_string();
-        dump.succeed(None);
         assert_eq!(
             ops.status(&dump_id).unwrap().status,
             OperationState::Cancelled
