@@ -28,6 +28,7 @@ use collector::attached::AttachedProcesses;
 use collector::counters::{CounterSessionConfig, DEFAULT_INTERVAL_SECONDS};
 use collector::nettrace::ParserOptions;
 use collector::sampler::DutyCycle;
+use collector::signals::{LogsSettings, SignalLimits};
 use exporter::egress::{Egress, EgressConfig};
 use settings::{parse_bytes, parse_duration};
 use store::tsdb::{Store, StoreOptions};
@@ -146,6 +147,15 @@ pub struct Args {
     /// [config: Profiling:TraceSources]
     #[arg(long = "trace-source", value_name = "NAME")]
     trace_sources: Vec<String>,
+    /// Collect the targets' Microsoft.Extensions.Logging messages at this level and above
+    /// (Trace, Debug, Information, Warning, Error, Critical), the app's own filters kept, for
+    /// /logs, CollectLogs (with the seconds before a trigger) and OTLP; off by default: the
+    /// app then formats each message for the agent (BENCHMARKS.md, "Logs and exceptions").
+    #[arg(long, value_name = "LEVEL", value_parser = parse_log_level)]
+    logs: Option<collector::nettrace::events::LogLevel>,
+    /// How many first-chance exceptions to keep per process for /exceptions (0: none).
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    exception_history: usize,
     /// Also put this System.Diagnostics.Metrics meter's instruments on /metrics (repeatable).
     /// System.Runtime's and ASP.NET Core's counters are there unless
     /// Metrics:IncludeDefaultProviders is false. [config: Metrics:Meters]
@@ -171,6 +181,12 @@ pub struct Args {
     nettrace: NettraceArgs,
 }
 
+fn parse_log_level(text: &str) -> Result<collector::nettrace::events::LogLevel, String> {
+    collector::nettrace::events::LogLevel::parse(text).ok_or_else(|| {
+        format!("unknown log level {text:?}: use Trace, Debug, Information, Warning, Error or Critical")
+    })
+}
+
 /// A repeatable flag's values, else the configuration's list.
 fn or_config<T: Clone>(flag: Vec<T>, config: &[T]) -> Vec<T> {
     if flag.is_empty() {
@@ -192,6 +208,7 @@ struct Resolved {
     events: EventProfiles,
     filters: Filters,
     linkage: Option<Vec<collector::ipc::ProviderConfig>>,
+    signals: SignalSettings,
     store: StoreOptions,
     /// Where /metrics is served without authentication, if anywhere.
     metrics_urls: Option<String>,
@@ -346,6 +363,16 @@ impl Args {
                 command_lines: or_config(self.command_lines, &profiling.command_lines),
             },
             linkage,
+            signals: SignalSettings {
+                logs: self.logs.map(|level| LogsSettings {
+                    log_level: level,
+                    ..LogsSettings::default()
+                }),
+                limits: SignalLimits {
+                    max_exceptions: self.exception_history,
+                    ..SignalLimits::default()
+                },
+            },
             store: StoreOptions {
                 flush_interval: self
                     .flush_interval
@@ -448,12 +475,29 @@ pub struct Settings {
     pub host_name: String,
     /// The providers that join samples to the spans their threads ran, when linkage is on.
     pub linkage: Option<Vec<collector::ipc::ProviderConfig>>,
+    /// Which logs and how many exceptions each process keeps.
+    pub signals: SignalSettings,
     /// The counter session whose values go on /metrics, unless that is off.
     pub runtime_counters: Option<RuntimeCounters>,
     /// Collection rules and their egress.
     pub rules: rules::RuleSettings,
     /// Limits of the parsers that read the targets' streams (`--nettrace-budget`).
     pub parser: ParserOptions,
+}
+
+/// The logs and exceptions each process's light session collects.
+#[derive(Debug, Clone)]
+pub struct SignalSettings {
+    /// `None`: no logs.
+    pub logs: Option<LogsSettings>,
+    /// `max_exceptions` 0: no exceptions.
+    pub limits: SignalLimits,
+}
+
+impl SignalSettings {
+    pub fn exceptions(&self) -> bool {
+        self.limits.max_exceptions > 0
+    }
 }
 
 /// What the agent's tasks share.
@@ -640,6 +684,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             filters: settings.filters,
             host_name: host_name(),
             linkage: settings.linkage,
+            signals: settings.signals,
             runtime_counters: settings.runtime_counters,
             rules,
             parser: settings.parser.clone(),
