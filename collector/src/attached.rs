@@ -200,9 +200,11 @@ impl AttachedProcesses {
 
     /// The logs and exceptions of the attached process with this runtime cookie.
     pub fn signals_of(&self, cookie: &str) -> Option<ProcessSignals> {
+        // The API spells cookies in lower case, the runtime as it likes.
         self.lock()
             .by_cookie
-            .get(cookie)
+            .values()
+            .find(|p| p.runtime_cookie.eq_ignore_ascii_case(cookie))
             .map(|p| p.signals.clone())
     }
 

@@ -1,0 +1,236 @@
+//! Logs and exceptions out of process on a real .NET 8 runtime: the `Logs` target logs through a
+//! `Microsoft-Extensions-Logging` EventSource with the real provider's .NET 8 layout, inside spans,
+//! and throws nested exceptions from known methods; the agent serves them on `/logs` and
+//! `/exceptions`. Everything is judged against what the target prints it did.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::agent::{data_dir, Agent};
+use support::{http_request, HttpResponse, Target};
+
+/// What the target reported: each span's id by the sequences or episode it covered, and its
+/// totals.
+#[derive(Default)]
+struct Reported {
+    /// Message sequence → span id of the `Logs.Batch` span it was logged in.
+    batch_span_of: HashMap<u64, String>,
+    /// Episode → span id of its `Logs.Charge` span.
+    charge_span_of: HashMap<u64, String>,
+    episodes: u64,
+}
+
+impl Reported {
+    fn absorb(&mut self, target: &mut Target) {
+        for line in target.drain_lines() {
+            let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            match v["span"].as_str() {
+                Some("Logs.Batch") => {
+                    let id = v["span_id"].as_str().unwrap().to_string();
+                    for seq in v["first"].as_u64().unwrap()..=v["last"].as_u64().unwrap() {
+                        self.batch_span_of.insert(seq, id.clone());
+                    }
+                }
+                Some("Logs.Charge") => {
+                    let id = v["span_id"].as_str().unwrap().to_string();
+                    self.charge_span_of
+                        .insert(v["episode"].as_u64().unwrap(), id);
+                }
+                _ => {}
+            }
+            if let Some(n) = v.pointer("/totals/episodes").and_then(Value::as_u64) {
+                self.episodes = n;
+            }
+        }
+    }
+}
+
+fn get(agent: &Agent, path: &str, accept: &str) -> HttpResponse {
+    let auth = format!("Bearer {}", agent.token());
+    http_request(agent.port, "GET", path, &[("Authorization", &auth), ("Accept", accept)])
+}
+
+/// The level the target gives message `seq` (its cycle of ten).
+fn level_of(seq: u64) -> &'static str {
+    ["Trace", "Debug", "Information", "Information", "Information", "Information", "Warning",
+        "Warning", "Error", "Critical"][(seq % 10) as usize]
+}
+
+fn rank(level: &str) -> usize {
+    ["Trace", "Debug", "Information", "Warning", "Error", "Critical"]
+        .iter()
+        .position(|l| *l == level)
+        .unwrap()
+}
+
+#[test]
+fn logs_and_exceptions_out_of_process() {
+    let mut target = Target::builder("Logs")
+        .args(["--messages-per-second", "100", "--span-size", "5", "--exceptions-per-second", "10"])
+        .start();
+    let pid = target.pid();
+    let dir = data_dir("signals");
+    let agent = Agent::start(
+        &dir,
+        &["--pid", &pid.to_string(), "--trace-linkage", "--trace-source", "Logs", "--logs", "Debug"],
+    );
+    agent
+        .wait_attached(pid, true, Duration::from_secs(60))
+        .expect("the agent attaches");
+    let mut reported = Reported::default();
+
+    // The light session runs once exceptions arrive.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        reported.absorb(&mut target);
+        let r = get(&agent, &format!("/exceptions?pid={pid}"), "application/x-ndjson");
+        if r.status == 200 && r.body.lines().count() >= 4 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no exceptions: {} {}\n{}", r.status, r.body, agent.log());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    // /logs?level=Information for 4 s, as NDJSON: every message at or above the level logged
+    // in the window, with dotnet-monitor's fields, in its span.
+    let logs = get(&agent, &format!("/logs?pid={pid}&durationSeconds=4&level=Information"), "application/x-ndjson");
+    let logs = agent.expect_status(logs, 200, "GET /logs");
+    assert_eq!(logs.header("content-type"), Some("application/x-ndjson"));
+    std::thread::sleep(Duration::from_millis(500));
+    reported.absorb(&mut target);
+    let records: Vec<Value> = logs
+        .body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(records.len() > 100, "{} records", records.len());
+    let mut sequences = HashSet::new();
+    let (mut in_span, mut right_span, mut scoped) = (0, 0, 0);
+    for r in &records {
+        let level = r["LogLevel"].as_str().unwrap();
+        assert!(rank(level) >= rank("Information"), "{r}");
+        let seq: u64 = r["State"]["OrderId"].as_str().unwrap().parse().unwrap();
+        assert!(sequences.insert(seq), "message {seq} twice");
+        assert_eq!(level, level_of(seq), "{r}");
+        assert_eq!(r["EventId"], 1000 + rank(level) as u64);
+        assert_eq!(r["EventName"], "OrderLogged");
+        let category = if seq % 2 == 0 { "Logs.Orders" } else { "Logs.Payments" };
+        assert_eq!(r["Category"], category);
+        let message = format!("Order {seq} for c{} costs {}.5", seq % 7, seq % 100);
+        assert_eq!(r["Message"], message.as_str());
+        assert_eq!(r["State"]["Message"], message.as_str());
+        assert_eq!(r["State"]["{OriginalFormat}"], "Order {OrderId} for {Customer} costs {Amount}");
+        let ts = r["Timestamp"].as_str().unwrap();
+        assert!(ts.len() == 20 && ts.ends_with('Z') && &ts[10..11] == " ", "{ts}");
+        if rank(level) >= rank("Error") {
+            assert_eq!(r["Exception"], format!("Logs.Payments.PaymentDeclinedException: declined #{seq}").as_str());
+        } else {
+            assert!(r.get("Exception").is_none(), "{r}");
+        }
+        scoped += usize::from(r.get("Scopes").is_some());
+        if let Some(expected) = reported.batch_span_of.get(&seq) {
+            in_span += 1;
+            if let Some(span_id) = r["SpanId"].as_str() {
+                assert_eq!(span_id, expected, "message {seq} carries another span's id");
+                right_span += 1;
+            }
+        }
+    }
+    // Complete: every message at Information or above between the first and the last received.
+    let (first, last) = (*sequences.iter().min().unwrap(), *sequences.iter().max().unwrap());
+    let expected: HashSet<u64> =
+        (first..=last).filter(|&s| rank(level_of(s)) >= rank("Information")).collect();
+    let missing: Vec<_> = expected.difference(&sequences).collect();
+    assert!(missing.is_empty(), "missing messages {missing:?}");
+    assert!(last - first >= 300, "{first}..{last}: the window covers 4 s at 100/s");
+    assert!(in_span > 100, "{in_span} messages in reported spans");
+    let linked = right_span as f64 / in_span as f64;
+    assert!(linked >= 0.95, "{right_span} of {in_span} messages carry their span's ids");
+    assert!(scoped > 0, "no message carries its scope");
+    println!("logs: {} records ({first}..{last}), {right_span}/{in_span} with their span ids, {scoped} scoped", records.len());
+
+    // The same as an RFC 7464 JSON text sequence and as text.
+    let seq = get(&agent, &format!("/logs?pid={pid}&durationSeconds=2&level=Warning"), "application/json-seq");
+    let seq = agent.expect_status(seq, 200, "GET /logs json-seq");
+    assert_eq!(seq.header("content-type"), Some("application/json-seq"));
+    let texts: Vec<&str> = seq.body.split('\u{1e}').filter(|t| !t.is_empty()).collect();
+    assert!(texts.len() > 50, "{} json-seq records", texts.len());
+    for text in texts {
+        let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+        assert!(rank(v["LogLevel"].as_str().unwrap()) >= rank("Warning"));
+    }
+    let text = get(&agent, &format!("/logs?pid={pid}&durationSeconds=2&level=Error"), "text/plain");
+    let text = agent.expect_status(text, 200, "GET /logs text");
+    assert!(text.body.contains(" fail: Logs.") && text.body.contains(" crit: Logs."), "{}", text.body);
+    assert!(text.body.contains("\n      Order ") && !text.body.contains(" info: "), "{}", text.body);
+    // Below the level the agent collects: refused, saying why.
+    let below = get(&agent, &format!("/logs?pid={pid}&durationSeconds=1&level=Trace"), "application/x-ndjson");
+    assert_eq!(below.status, 400, "{}", below.body);
+    assert!(below.body.contains("--logs"), "{}", below.body);
+
+    // /exceptions: each episode's two exceptions, exactly once, named, nested, in their span.
+    reported.absorb(&mut target);
+    let upto = reported.episodes;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let exceptions: Vec<Value> = loop {
+        let r = get(&agent, &format!("/exceptions?pid={pid}"), "application/x-ndjson");
+        let r = agent.expect_status(r, 200, "GET /exceptions");
+        let all: Vec<Value> = r.body.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        if all.iter().any(|e| e["message"] == format!("payment declined #{upto}").as_str()) {
+            break all;
+        }
+        assert!(Instant::now() < deadline, "episode {upto} never listed");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    reported.absorb(&mut target);
+    let episode = |e: &Value, prefix: &str| -> Option<u64> {
+        e["message"].as_str()?.strip_prefix(prefix)?.parse().ok()
+    };
+    let mut timeouts: HashMap<u64, &Value> = HashMap::new();
+    let mut declined: HashMap<u64, &Value> = HashMap::new();
+    for e in &exceptions {
+        match e["typeName"].as_str().unwrap() {
+            "System.TimeoutException" => {
+                let n = episode(e, "connect timed out #").unwrap();
+                assert!(timeouts.insert(n, e).is_none(), "timeout #{n} twice");
+                assert!(e["stack"]["frames"][0]["fullName"].as_str().unwrap().starts_with("Logs.Payments.Gateway.Connect("), "{e}");
+            }
+            "Logs.Payments.PaymentDeclinedException" => {
+                let n = episode(e, "payment declined #").unwrap();
+                assert!(declined.insert(n, e).is_none(), "declined #{n} twice");
+                assert!(e["stack"]["frames"][0]["fullName"].as_str().unwrap().starts_with("Logs.Payments.Gateway.Charge("), "{e}");
+            }
+            other => panic!("unexpected exception {other}: {e}"),
+        }
+        let frames: Vec<&str> = e["stack"]["frames"].as_array().unwrap().iter().map(|f| f["fullName"].as_str().unwrap()).collect();
+        assert!(frames.iter().any(|f| f.starts_with("Logs.Program.ChargeOnce(")), "{frames:?}");
+    }
+    let first = *declined.keys().min().unwrap();
+    let (mut spans, mut right) = (0, 0);
+    for n in first + 1..=upto {
+        let (Some(t), Some(d)) = (timeouts.get(&n), declined.get(&n)) else {
+            panic!("episode {n} of {first}..={upto} is missing");
+        };
+        assert_eq!(d["innerExceptions"][0]["id"], t["id"], "episode {n}: the inner exception");
+        if let Some(expected) = reported.charge_span_of.get(&n) {
+            spans += 1;
+            if let Some(id) = d["spanId"].as_str() {
+                assert_eq!(id, expected, "episode {n}: another span's id");
+                assert_eq!(t["spanId"].as_str(), Some(id));
+                right += 1;
+            }
+        }
+    }
+    assert!(upto - first >= 20, "{first}..={upto}");
+    assert!(right as f64 >= 0.95 * spans as f64, "{right} of {spans} exceptions in their span");
+    println!("exceptions: episodes {first}..={upto} exact, {right}/{spans} with their span ids");
+    let text = get(&agent, &format!("/exceptions?pid={pid}"), "text/plain");
+    assert!(text.body.contains("First chance exception at "), "{}", text.body);
+    assert!(text.body.contains("System.TimeoutException: connect timed out #"));
+    assert!(text.body.contains("\n   at Logs.Payments.Gateway.Connect("));
+}
