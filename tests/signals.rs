@@ -234,3 +234,51 @@ fn logs_and_exceptions_out_of_process() {
     assert!(text.body.contains("System.TimeoutException: connect timed out #"));
     assert!(text.body.contains("\n   at Logs.Payments.Gateway.Connect("));
 }
+
+/// Keeps the metadata of every `Microsoft-Extensions-Logging` event seen: name → fields.
+#[derive(Default)]
+struct LoggingLayout(std::collections::BTreeMap<String, Vec<(String, String)>>);
+
+impl collector::session::EventObserver for LoggingLayout {
+    fn on_event(&mut self, event: &collector::nettrace::Event<'_>) {
+        let m = event.metadata;
+        if m.provider_name == "Microsoft-Extensions-Logging" {
+            let fields = m.fields.iter().map(|f| (f.name.clone(), format!("{:?}", f.ty))).collect();
+            self.0.insert(m.event_name.clone(), fields);
+        }
+    }
+}
+
+/// The target's stand-in writes the layout of the real provider (`tests/golden/logging/
+/// layout.json`, which the decoder's unit test reads too): same event names, field names and
+/// types in the same order, as the runtime's EventPipe metadata describes them (the ids on the
+/// wire are TraceLogging's, assigned in order of first write: see the golden file's note).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_target_writes_the_real_providers_layout() {
+    use collector::ipc::{CollectTracing, ProviderConfig};
+    let golden: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/logging/layout.json")).unwrap(),
+    )
+    .unwrap();
+    let target = Target::builder("Logs")
+        .args(["--messages-per-second", "200", "--span-size", "4", "--exceptions-per-second", "0", "--no-span-lines"])
+        .start();
+    assert_eq!(target.ready_fact("/provider/guid").unwrap(), &golden["guid"]);
+    let client = collector::client::DiagnosticsClient::for_pid(target.pid()).unwrap();
+    // FormattedMessage (0x4) and the JSON events (0x8), every level.
+    let config = CollectTracing::v2(vec![ProviderConfig::new("Microsoft-Extensions-Logging", 0xC, 5)
+        .with_arguments("FilterSpecs=\"Logs*:Trace\"")])
+    .with_rundown(false);
+    let mut sink = collector::session::ParsingWriter::new(tokio::io::sink(), LoggingLayout::default());
+    collector::session::run(&client, config, &mut sink, tokio::time::sleep(Duration::from_secs(3)), Duration::from_secs(120), |_| {})
+        .await
+        .expect("the session runs");
+    assert!(sink.error().is_none(), "{:?}", sink.error());
+    let (_, LoggingLayout(seen)) = sink.into_parts();
+    for event in golden["events"].as_array().unwrap() {
+        let name = event["name"].as_str().unwrap();
+        let fields: Vec<(String, String)> = serde_json::from_value(event["fields"].clone()).unwrap();
+        let written = seen.get(name).unwrap_or_else(|| panic!("{name} never written: {seen:?}"));
+        assert_eq!(written, &fields, "{name}");
+    }
+}

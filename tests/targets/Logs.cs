@@ -13,7 +13,9 @@
 //   6 ActivityJsonStart keyword 0xC  ID(int) FactoryID LoggerName ArgumentsJson
 //   7 ActivityJsonStop  keyword 0xC  ID FactoryID LoggerName
 // (events 2-4, Message/ActivityStart/ActivityStop, carry struct and array fields and are not written:
-// clrscope enables 0x8 only). ArgumentsJson is a flat JSON object of strings including
+// clrscope enables 0x8 only). A self-describing EventSource writes TraceLogging events, so on
+// EventPipe these ids are not the [Event] ids but ones assigned in order of first write, and the
+// Version is 0: readers match events by name, as the real provider's readers must too. ArgumentsJson is a flat JSON object of strings including
 // "{OriginalFormat}"; ExceptionJson is "{}" or {TypeName, Message, HResult (a string), VerboseMessage},
 // as EventSourceLogger writes them. Its "FilterSpecs" argument is honoured as LoggingEventSource
 // parses it: ';'-separated "Name", "Name*" or "Name:Level" (Trace..Critical or 0..6), first match wins;
@@ -441,6 +443,10 @@ namespace Logs
                 es.MessageJson(level, FactoryId, category, 1000 + (int)level, "OrderLogged", exception, args, message);
                 wrote = true;
             }
+            // EventSourceLogger writes each enabled form; clrscope turns on the JSON one only.
+            if (es.IsEnabled(EventLevel.LogAlways, LoggingEventSource.Keywords.FormattedMessage) && es.Enabled(category, level))
+                es.FormattedMessage(level, FactoryId, category, 1000 + (int)level, "OrderLogged",
+                    "Order " + sequence + " for c" + (sequence % 7) + " costs " + (sequence % 100) + ".5");
             lock (CountGate)
             {
                 logged++;
