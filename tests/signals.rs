@@ -282,3 +282,98 @@ async fn the_target_writes_the_real_providers_layout() {
         assert_eq!(written, &fields, "{name}");
     }
 }
+
+/// `yyyyMMdd_HHmmss_fff` (a file name's time stamp, UTC) as Unix milliseconds.
+fn file_stamp_ms(stamp: &str) -> i64 {
+    let n = |r: std::ops::Range<usize>| stamp[r].parse::<i64>().unwrap();
+    let (y, mo, d) = (n(0..4), n(4..6), n(6..8));
+    // Days from civil (Howard Hinnant's algorithm).
+    let y = if mo <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * (if mo > 2 { mo - 3 } else { mo + 9 }) + 2) / 5 + d - 1;
+    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
+    ((days * 24 + n(9..11)) * 60 + n(11..13)) * 60_000 + n(13..15) * 1000 + n(16..19)
+}
+
+/// A rule on the runtime's own exception counter collects the logs of the 10 s before it fired
+/// and the 2 s after, through FileSystem egress: every Information-or-above message of that
+/// span, as NDJSON.
+#[test]
+fn an_exception_count_rule_collects_the_logs_before_it() {
+    let mut target = Target::builder("Logs")
+        .args(["--messages-per-second", "100", "--exceptions-per-second", "20", "--exceptions-after-seconds", "20", "--no-span-lines"])
+        .start();
+    let pid = target.pid();
+    let dir = data_dir("signals-rule");
+    let artifacts = dir.join("artifacts");
+    std::fs::create_dir_all(dir.join("config")).unwrap();
+    let config = dir.join("config/settings.json");
+    let settings = serde_json::json!({
+        "Egress": {"FileSystem": {"artifacts": {"DirectoryPath": artifacts}}},
+        "CollectionRules": {"Exceptions": {
+            "Trigger": {"Type": "EventCounter", "Settings": {
+                "ProviderName": "System.Runtime", "CounterName": "exception-count",
+                "GreaterThan": 10, "SlidingWindowDuration": "00:00:01"}},
+            "Actions": [{"Type": "CollectLogs", "Settings": {
+                "DefaultLevel": "Information", "UseAppFilters": false, "Duration": "00:00:02",
+                "PreTriggerSeconds": 10, "Egress": "artifacts"}}],
+            "Limits": {"ActionCount": 1}}}
+    });
+    std::fs::write(&config, settings.to_string()).unwrap();
+    let agent = Agent::start(
+        &dir.join("store"),
+        &["--pid", &pid.to_string(), "--logs", "Information", "--log", "clrscope=info,exporter=info", "--config", config.to_str().unwrap()],
+    );
+    agent.wait_attached(pid, true, Duration::from_secs(60)).expect("attached");
+    let attached_ms = profile_clock_ms();
+    // The target starts throwing 20 s after its ready line; the rule fires soon after.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let file = loop {
+        let done = std::fs::read_dir(&artifacts).ok().and_then(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|x| x == "json"))
+        });
+        // FileSystem egress without an intermediate folder writes in place: done once logged.
+        if let Some(path) = done.filter(|_| agent.log().contains("artifact written")) {
+            break path;
+        }
+        assert!(Instant::now() < deadline, "no logs collected\n{}", agent.log());
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = target.drain_lines();
+    };
+    let name = file.file_name().unwrap().to_str().unwrap().to_string();
+    let fired_ms = file_stamp_ms(&name[..19]);
+    let body = std::fs::read_to_string(&file).unwrap();
+    let records: Vec<Value> = body.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let at_ms = |r: &Value| r["UnixNanos"].as_i64().unwrap() / 1_000_000;
+    let first = records.iter().map(at_ms).min().unwrap();
+    let last = records.iter().map(at_ms).max().unwrap();
+    assert!(fired_ms - attached_ms > 12_000, "the rule fired {} ms after attaching", fired_ms - attached_ms);
+    assert!(first <= fired_ms - 9_500, "the first record is {} ms before the trigger", fired_ms - first);
+    assert!(last >= fired_ms + 1_000, "the last record is {} ms after the trigger", last - fired_ms);
+    let sequences: HashSet<u64> = records
+        .iter()
+        .map(|r| r["State"]["OrderId"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(sequences.len(), records.len(), "a message twice");
+    let (lo, hi) = (*sequences.iter().min().unwrap(), *sequences.iter().max().unwrap());
+    let missing: Vec<u64> = (lo..=hi)
+        .filter(|&s| rank(level_of(s)) >= rank("Information") && !sequences.contains(&s))
+        .collect();
+    assert!(missing.is_empty(), "missing {missing:?}");
+    println!(
+        "CollectLogs: {} records from {} ms before to {} ms after the trigger",
+        records.len(),
+        fired_ms - first,
+        last - fired_ms
+    );
+}
+
+fn profile_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}

@@ -28,6 +28,7 @@ use collector::attached::AttachedProcesses;
 use collector::counters::{CounterSessionConfig, DEFAULT_INTERVAL_SECONDS};
 use collector::nettrace::ParserOptions;
 use collector::sampler::DutyCycle;
+use collector::rules::options::{ActionKind, CollectionRule};
 use collector::signals::{LogsSettings, SignalLimits};
 use exporter::egress::{Egress, EgressConfig};
 use settings::{parse_bytes, parse_duration};
@@ -498,6 +499,28 @@ impl SignalSettings {
     pub fn exceptions(&self) -> bool {
         self.limits.max_exceptions > 0
     }
+
+    /// Keeps logs long enough for the longest CollectLogs `PreTriggerSeconds`; refuses a
+    /// CollectLogs without `--logs`.
+    fn for_rules(mut self, rules: &[CollectionRule]) -> anyhow::Result<SignalSettings> {
+        for rule in rules {
+            for action in &rule.actions {
+                let ActionKind::CollectLogs { pre_trigger, .. } = &action.kind else {
+                    continue;
+                };
+                if self.logs.is_none() {
+                    bail!(
+                        "collection rule {:?}: CollectLogs needs the agent to collect logs: \
+                         start it with --logs LEVEL",
+                        rule.name
+                    );
+                }
+                let needed = *pre_trigger + Duration::from_secs(5);
+                self.limits.log_retention = self.limits.log_retention.max(needed);
+            }
+        }
+        Ok(self)
+    }
 }
 
 /// What the agent's tasks share.
@@ -657,6 +680,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         egress: egress.clone(),
     };
     rules.check_egress()?;
+    let signals = settings.signals.for_rules(&rules.rules)?;
     let metrics = Registry::default();
     let health = Health::register(&metrics);
     let metrics_listener = match &settings.metrics_urls {
@@ -684,7 +708,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             filters: settings.filters,
             host_name: host_name(),
             linkage: settings.linkage,
-            signals: settings.signals,
+            signals,
             runtime_counters: settings.runtime_counters,
             rules,
             parser: settings.parser.clone(),

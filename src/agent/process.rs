@@ -295,6 +295,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
             },
             sampler: sampler.clone(),
             states: rule_states,
+            signals: signals.clone(),
         },
         &agent.processes,
         &agent.shutdown,

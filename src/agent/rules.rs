@@ -21,6 +21,7 @@ use collector::rules::options::{Action, ActionKind, CollectionRule, ProcessFacts
 use collector::rules::ring::RingLimits;
 use collector::rules::state::RuleStates;
 use collector::sampler::SamplerControl;
+use collector::signals::{LogsRequest, ProcessSignals};
 use exporter::artifacts::{Artifact, ArtifactSource};
 use exporter::egress::{Egress, Upload};
 use tokio::io::AsyncWriteExt;
@@ -67,6 +68,7 @@ pub struct RuleTarget<'a> {
     pub facts: ProcessFacts<'a>,
     pub sampler: SamplerControl,
     pub states: RuleStates,
+    pub signals: ProcessSignals,
 }
 
 /// Starts the rules that apply to `target`; the returned set owns their tasks.
@@ -123,6 +125,7 @@ pub fn start(
             egress: settings.egress.clone(),
             counter_interval_seconds: settings.counter_interval_seconds,
             captures,
+            signals: target.signals.clone(),
         });
         let rule = rule.clone();
         let client = target.client.clone();
@@ -200,6 +203,8 @@ struct ActionContext {
     counter_interval_seconds: u32,
     /// Pre-trigger rings by action name.
     captures: HashMap<String, mpsc::Sender<CaptureRequest>>,
+    /// The process's logs, for CollectLogs.
+    signals: ProcessSignals,
 }
 
 impl ActionContext {
@@ -263,6 +268,23 @@ impl ActionContext {
             ActionKind::CollectStacks { format, egress } => {
                 self.collect(Artifact::Stacks(*format), egress, firing.time)
                     .await
+            }
+            ActionKind::CollectLogs {
+                settings,
+                format,
+                duration,
+                egress,
+                pre_trigger,
+            } => {
+                self.signals.check_logs(settings)?;
+                let request = LogsRequest {
+                    signals: self.signals.clone(),
+                    settings: settings.clone(),
+                    format: *format,
+                    duration: Some(*duration),
+                    before: *pre_trigger + firing.time.elapsed().unwrap_or_default(),
+                };
+                self.collect(Artifact::Logs(request), egress, firing.time).await
             }
             ActionKind::Execute {
                 path,
