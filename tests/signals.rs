@@ -233,6 +233,17 @@ fn logs_and_exceptions_out_of_process() {
     assert!(text.body.contains("First chance exception at "), "{}", text.body);
     assert!(text.body.contains("System.TimeoutException: connect timed out #"));
     assert!(text.body.contains("\n   at Logs.Payments.Gateway.Connect("));
+
+    // The web UI's panel: the newest exceptions and error logs, with their spans.
+    let recent = agent.get(&format!("/api/v1/processes/{pid}/signals?level=Error&limit=10")).json();
+    assert_eq!(recent["logs_collected"], "Debug");
+    let logs = recent["logs"].as_array().unwrap();
+    let exceptions = recent["exceptions"].as_array().unwrap();
+    assert_eq!((logs.len(), exceptions.len()), (10, 10), "{recent}");
+    assert!(logs.iter().all(|r| rank(r["LogLevel"].as_str().unwrap()) >= rank("Error")), "{recent}");
+    assert!(logs.windows(2).all(|w| w[0]["UnixNanos"].as_i64() >= w[1]["UnixNanos"].as_i64()), "newest first");
+    assert!(exceptions.windows(2).all(|w| w[0]["id"].as_u64() > w[1]["id"].as_u64()), "newest first");
+    assert!(exceptions.iter().any(|e| e["spanId"].is_string()), "{recent}");
 }
 
 /// Keeps the metadata of every `Microsoft-Extensions-Logging` event seen: name → fields.
