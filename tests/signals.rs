@@ -388,3 +388,132 @@ fn profile_clock_ms() -> i64 {
         .unwrap()
         .as_millis() as i64
 }
+
+/// The records of the `otlp-logs` requests received over `transport`, with their resource's
+/// attributes and scope name.
+fn otlp_log_records<'a>(got: &'a [Value], transport: &str) -> Vec<(&'a Value, &'a str, &'a Value)> {
+    got.iter()
+        .filter(|r| r["kind"] == "otlp-logs" && r["transport"] == transport)
+        .flat_map(|r| r["resources"].as_array().unwrap())
+        .flat_map(|res| {
+            res["scopes"].as_array().unwrap().iter().flat_map(move |scope| {
+                let name = scope["name"].as_str().unwrap();
+                scope["records"].as_array().unwrap().iter().map(move |rec| (&res["attributes"], name, rec))
+            })
+        })
+        .collect()
+}
+
+/// OTLP logs over gRPC and HTTP to a receiver built on the official protos (PyPI
+/// opentelemetry-proto + grpcio): severities, bodies, attributes, trace and span ids equal to
+/// what the target printed, exceptions with `exception.*`; and the profiles the same agent
+/// exports link samples to those same spans.
+#[test]
+fn logs_and_exceptions_reach_an_otlp_receiver() {
+    let dir = data_dir("signals-otlp");
+    let receiver = support::receiver::Receiver::start(&dir.join("received"), 0, 0);
+    let mut target = Target::builder("Logs")
+        .args(["--messages-per-second", "100", "--span-size", "5", "--exceptions-per-second", "10"])
+        .start();
+    let pid = target.pid();
+    std::fs::create_dir_all(dir.join("config")).unwrap();
+    let config = dir.join("config/settings.json");
+    let endpoint = |port: u16| format!("http://127.0.0.1:{port}");
+    let settings = serde_json::json!({"Exporters": {
+        "grpc": {"Kind": "otlp-grpc", "Endpoint": endpoint(receiver.grpc_port), "Interval": "2s",
+                 "Signals": ["Profiles", "Logs"]},
+        "http": {"Kind": "otlp-http", "Endpoint": endpoint(receiver.http_port), "Interval": "2s",
+                 "Compression": "none", "Signals": ["Logs"]}}});
+    std::fs::write(&config, settings.to_string()).unwrap();
+    let _agent = Agent::start(
+        &dir.join("store"),
+        &["--pid", &pid.to_string(), "--logs", "Information", "--trace-linkage", "--trace-source", "Logs",
+          "--sample-period", "2s", "--config", config.to_str().unwrap()],
+    );
+    let mut reported = Reported::default();
+    let got = receiver.collect_until(Duration::from_secs(120), |got| {
+        reported.absorb(&mut target);
+        let enough = |t| {
+            let records = otlp_log_records(got, t);
+            records.iter().filter(|(_, scope, _)| scope.starts_with("Logs.")).count() >= 400
+                && records.iter().filter(|(_, scope, _)| *scope == "clrscope.exceptions").count() >= 40
+        };
+        let linked_profile = got.iter().any(|r| r["kind"] == "otlp" && r.to_string().contains("\"span_id\":\""));
+        enough("grpc") && enough("http") && linked_profile
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    reported.absorb(&mut target);
+    // No profiles over the exporter that sends only logs.
+    assert!(!got.iter().any(|r| r["kind"] == "otlp" && r["transport"] == "http"));
+    for transport in ["grpc", "http"] {
+        let records = otlp_log_records(&got, transport);
+        let (mut logs, mut in_span, mut right) = (0, 0, 0);
+        let (mut exceptions, mut thrown_in_span, mut exception_spans) = (0, 0, 0);
+        for (resource, scope, r) in &records {
+            assert_eq!(resource["service.name"], "Logs");
+            assert_eq!(resource["process.pid"], pid);
+            let a = &r["attributes"];
+            if *scope == "clrscope.exceptions" {
+                exceptions += 1;
+                assert_eq!(r["severity_number"], 17);
+                let ty = a["exception.type"].as_str().unwrap();
+                let message = a["exception.message"].as_str().unwrap();
+                assert_eq!(r["body"], format!("{ty}: {message}").as_str());
+                let (episode, thrown_in): (u64, _) = match ty {
+                    "System.TimeoutException" => (message.strip_prefix("connect timed out #").unwrap().parse().unwrap(), "Connect("),
+                    "Logs.Payments.PaymentDeclinedException" => (message.strip_prefix("payment declined #").unwrap().parse().unwrap(), "Charge("),
+                    other => panic!("{other}"),
+                };
+                let stack = a["exception.stacktrace"].as_str().unwrap();
+                assert!(stack.starts_with(&format!("   at Logs.Payments.Gateway.{thrown_in}")), "{stack}");
+                if let Some(expected) = reported.charge_span_of.get(&episode) {
+                    thrown_in_span += 1;
+                    if r["span_id"].as_str() == Some(expected.as_str()) {
+                        exception_spans += 1;
+                    } else {
+                        assert_eq!(r["span_id"], "", "episode {episode}: another span's id");
+                    }
+                }
+                continue;
+            }
+            logs += 1;
+            let seq: u64 = a["OrderId"].as_str().unwrap().parse().unwrap();
+            let level = level_of(seq);
+            assert!(rank(level) >= rank("Information"));
+            assert_eq!(r["severity_text"], level);
+            assert_eq!(r["severity_number"], 1 + 4 * rank(level) as u64);
+            assert_eq!(*scope, if seq % 2 == 0 { "Logs.Orders" } else { "Logs.Payments" });
+            assert_eq!(r["body"], format!("Order {seq} for c{} costs {}.5", seq % 7, seq % 100).as_str());
+            assert_eq!(a["message.template"], "Order {OrderId} for {Customer} costs {Amount}");
+            assert_eq!(a["event.id"], 1000 + rank(level) as u64);
+            if rank(level) >= rank("Error") {
+                assert_eq!(a["exception.type"], "Logs.Payments.PaymentDeclinedException");
+            }
+            if let Some(expected) = reported.batch_span_of.get(&seq) {
+                in_span += 1;
+                let span = r["span_id"].as_str().unwrap();
+                if !span.is_empty() {
+                    assert_eq!(span, expected, "message {seq}: another span's id");
+                    assert_eq!(r["trace_id"].as_str().unwrap().len(), 32);
+                    right += 1;
+                }
+            }
+        }
+        assert!(in_span >= 300, "{transport}: {in_span} messages in reported spans");
+        assert!(right as f64 >= 0.95 * in_span as f64, "{transport}: {right} of {in_span} with their span ids");
+        assert!(exception_spans as f64 >= 0.95 * thrown_in_span as f64, "{transport}: {exception_spans} of {thrown_in_span}");
+        println!("OTLP logs over {transport}: {logs} records, {right}/{in_span} with their span ids; {exceptions} exceptions, {exception_spans}/{thrown_in_span} with their span ids");
+    }
+    // The profiles' links name the same spans the logs carry.
+    let batch_spans: HashSet<&String> = reported.batch_span_of.values().collect();
+    let linked: usize = got
+        .iter()
+        .filter(|r| r["kind"] == "otlp")
+        .flat_map(|r| r["resources"].as_array().unwrap())
+        .flat_map(|res| res["profiles"].as_array().unwrap())
+        .flat_map(|p| p["samples"].as_array().unwrap())
+        .filter(|s| s["link"]["span_id"].as_str().is_some_and(|id| batch_spans.contains(&id.to_string())))
+        .count();
+    assert!(linked > 0, "no profile sample links to a Logs.Batch span");
+    println!("profiles: {linked} samples linked to the logs' Logs.Batch spans");
+}

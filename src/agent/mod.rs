@@ -535,6 +535,8 @@ pub struct Agent {
     pub health: Health,
     /// Turns true once when the agent stops.
     pub shutdown: watch::Receiver<bool>,
+    /// The exporters' taps, for the processes' log records and exceptions.
+    pub exports: export::ExportTaps,
 }
 
 /// A listener address: `http://HOST:PORT`, `https://HOST:PORT` or `HOST:PORT` (http), HOST an
@@ -698,6 +700,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let (taps, mut exporting) =
         export::spawn(&settings.exporters, &metrics).context("starting the exporters")?;
+    let exports = taps.clone();
     let (sink, writer) = writer::spawn(store.clone(), health.store.clone(), taps)
         .context("starting the store writer")?;
     let (stop, shutdown) = watch::channel(false);
@@ -718,6 +721,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics,
         health,
         shutdown,
+        exports,
     });
 
     let listen = match &settings.listen_socket {

@@ -314,6 +314,14 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         retention: MAX_WINDOW + SYMBOLIZE_DELAY + Duration::from_secs(5),
         ..TrackerLimits::default()
     });
+    if agent.exports.want_logs() {
+        tokio::spawn(
+            agent
+                .exports
+                .clone()
+                .forward_logs(series.clone().into(), signals.subscribe()),
+        );
+    }
     let profiler = SharedProfiler(Arc::new(Mutex::new(
         ProcessProfiler::new(series, agent.settings.events, linkage)
             .with_signals(SignalCollector::new(signals)),
