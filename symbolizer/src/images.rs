@@ -1,12 +1,23 @@
 //! Where module files are mapped. Module events carry no base address (and CoreCLR's
 //! `ModuleRangeLoad` sends nothing), so image ranges come from the target's `/proc/PID/maps`:
 //! [`read_proc_maps`] reads and parses it, [`parse_proc_maps`] parses text read elsewhere.
+//! [`read_proc_maps`] also reads the precompiled methods of each managed image
+//! ([`ImageMethods`]), once per file for all processes.
 
+use std::collections::HashMap;
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::r2r::{ImageMethods, R2rError};
+
+/// Largest image file read for method names (`System.Private.CoreLib.dll` is ~13 MB).
+const MAX_IMAGE_BYTES: u64 = 256 << 20;
+/// Distinct image files whose methods are kept for all processes of this agent.
+const MAX_CACHED_IMAGES: usize = 1024;
 
 /// One mapped file: `[start, end)`, as the target process sees its path.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ImageRange {
     /// Lowest address of the image.
     pub start: u64,
@@ -15,10 +26,15 @@ pub struct ImageRange {
     /// The file's path in the target's mount namespace (the same path the runtime reports in
     /// `ModuleILPath`), without a ` (deleted)` suffix.
     pub path: String,
+    /// The mapped file's device and inode as `/proc/PID/maps` shows them.
+    pub file: Option<(u64, u64)>,
+    /// The image's precompiled methods, for frames in code no event named.
+    pub methods: Option<Arc<ImageMethods>>,
 }
 
 /// The executable file images of process `pid` on this machine, from `/proc/PID/maps` (see
-/// [`parse_proc_maps`]). Opened with `O_NOFOLLOW`, as every file a target could touch.
+/// [`parse_proc_maps`]), with the precompiled methods of each ReadyToRun image. Opened with
+/// `O_NOFOLLOW`, as every file a target could touch.
 pub fn read_proc_maps(pid: u32) -> std::io::Result<Vec<ImageRange>> {
     let mut text = String::new();
     std::fs::OpenOptions::new()
@@ -26,7 +42,114 @@ pub fn read_proc_maps(pid: u32) -> std::io::Result<Vec<ImageRange>> {
         .custom_flags(libc::O_NOFOLLOW)
         .open(format!("/proc/{pid}/maps"))?
         .read_to_string(&mut text)?;
-    Ok(parse_proc_maps(&text))
+    let mut images = parse_proc_maps(&text);
+    let mapped = mapped_files(pid);
+    for image in images.iter_mut().filter(|i| is_managed_image(&i.path)) {
+        image.methods = image_methods(pid, image, &mapped);
+    }
+    Ok(images)
+}
+
+/// .NET modules are `.dll` (or `.exe`) files; the runtime's own code lives in `.so` files.
+pub(crate) fn is_managed_image(path: &str) -> bool {
+    let lower = file_name(path).to_ascii_lowercase();
+    lower.ends_with(".dll") || lower.ends_with(".exe")
+}
+
+/// `/proc/PID/map_files` entries by the start address of their mapping.
+fn mapped_files(pid: u32) -> HashMap<u64, String> {
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/map_files")) else {
+        return HashMap::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let start = u64::from_str_radix(name.split_once('-')?.0, 16).ok()?;
+            Some((start, name))
+        })
+        .collect()
+}
+
+/// The methods of one image, from the cache or read now; `None` when the image has none to
+/// give or cannot be read (its frames then stay `module!+0xOFFSET`).
+fn image_methods(
+    pid: u32,
+    image: &ImageRange,
+    mapped: &HashMap<u64, String>,
+) -> Option<Arc<ImageMethods>> {
+    let (file, verified) = open_image(pid, image, mapped)?;
+    let stat = file.metadata().ok()?;
+    if !stat.file_type().is_file() {
+        return None;
+    }
+    // `map_files` is the very file the process mapped (the kernel resolves it); a path can be
+    // anything the target put there, so it must be the mapped device and inode.
+    if !verified && image.file != Some((stat.dev(), stat.ino())) {
+        return None;
+    }
+    let key = (
+        stat.dev(),
+        stat.ino(),
+        stat.size(),
+        stat.mtime(),
+        stat.mtime_nsec(),
+    );
+    let cache = IMAGE_CACHE.get_or_init(Default::default);
+    if let Some(known) = cache.lock().ok()?.get(&key) {
+        return known.clone();
+    }
+    let methods = read_image_methods(file, stat.size()).ok().map(Arc::new);
+    let mut cache = cache.lock().ok()?;
+    if cache.len() >= MAX_CACHED_IMAGES {
+        cache.clear();
+    }
+    cache.insert(key, methods.clone());
+    methods
+}
+
+type FileKey = (u64, u64, u64, i64, i64);
+
+/// Image methods by file identity and version, shared by every process that maps the file.
+static IMAGE_CACHE: OnceLock<Mutex<HashMap<FileKey, Option<Arc<ImageMethods>>>>> = OnceLock::new();
+
+/// Opens the image through `/proc/PID/map_files` (needs privileges; verified by the kernel) or
+/// else through `/proc/PID/root` without following a final link (verified by the caller).
+fn open_image(
+    pid: u32,
+    image: &ImageRange,
+    mapped: &HashMap<u64, String>,
+) -> Option<(std::fs::File, bool)> {
+    let flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
+    if let Some(name) = mapped.get(&image.start) {
+        if let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags)
+            .open(format!("/proc/{pid}/map_files/{name}"))
+        {
+            return Some((file, true));
+        }
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags | libc::O_NOFOLLOW)
+        .open(format!("/proc/{pid}/root{}", image.path))
+        .ok()?;
+    Some((file, false))
+}
+
+fn read_image_methods(file: std::fs::File, size: u64) -> Result<ImageMethods, R2rError> {
+    if size > MAX_IMAGE_BYTES {
+        return Err(R2rError::TooLarge {
+            size,
+            limit: MAX_IMAGE_BYTES,
+        });
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(MAX_IMAGE_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| R2rError::Io(e.to_string()))?;
+    ImageMethods::parse(&bytes)
 }
 
 /// Parses the text of `/proc/PID/maps` into executable file images.
@@ -61,6 +184,8 @@ pub fn parse_proc_maps(text: &str) -> Vec<ImageRange> {
                         start: mapping.start,
                         end: mapping.end,
                         path: path.to_string(),
+                        file: mapping.file,
+                        methods: None,
                     },
                     mapping.executable,
                 ));
@@ -79,6 +204,8 @@ struct Mapping<'a> {
     executable: bool,
     /// A real file path; `None` for anonymous and pseudo mappings.
     path: Option<&'a str>,
+    /// Device and inode.
+    file: Option<(u64, u64)>,
 }
 
 fn parse_line(line: &str) -> Option<Mapping<'_>> {
@@ -86,8 +213,8 @@ fn parse_line(line: &str) -> Option<Mapping<'_>> {
     let range = fields.next()?;
     let perms = fields.next()?;
     let _offset = fields.next()?;
-    let _device = fields.next()?;
-    let _inode = fields.next()?;
+    let device = fields.next()?;
+    let inode = fields.next()?;
     let path = fields.next().map(str::trim_start).unwrap_or("");
     let (start, end) = range.split_once('-')?;
     let start = u64::from_str_radix(start, 16).ok()?;
@@ -102,7 +229,16 @@ fn parse_line(line: &str) -> Option<Mapping<'_>> {
         end,
         executable: perms.as_bytes().get(2) == Some(&b'x'),
         path: is_file.then_some(path),
+        file: parse_device(device).zip(inode.parse().ok()),
     })
+}
+
+/// `major:minor` in hex, as `/proc/PID/maps` prints it, as the kernel's `dev_t` (`makedev`).
+fn parse_device(text: &str) -> Option<u64> {
+    let (major, minor) = text.split_once(':')?;
+    let major = u32::from_str_radix(major, 16).ok()?;
+    let minor = u32::from_str_radix(minor, 16).ok()?;
+    Some(libc::makedev(major, minor))
 }
 
 /// The file name shown for a module: the last component of its path (`/` or `\` separated).
