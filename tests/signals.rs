@@ -52,32 +52,69 @@ impl Reported {
 
 fn get(agent: &Agent, path: &str, accept: &str) -> HttpResponse {
     let auth = format!("Bearer {}", agent.token());
-    http_request(agent.port, "GET", path, &[("Authorization", &auth), ("Accept", accept)])
+    http_request(
+        agent.port,
+        "GET",
+        path,
+        &[("Authorization", &auth), ("Accept", accept)],
+    )
 }
 
 /// The level the target gives message `seq` (its cycle of ten).
 fn level_of(seq: u64) -> &'static str {
-    ["Trace", "Debug", "Information", "Information", "Information", "Information", "Warning",
-        "Warning", "Error", "Critical"][(seq % 10) as usize]
+    [
+        "Trace",
+        "Debug",
+        "Information",
+        "Information",
+        "Information",
+        "Information",
+        "Warning",
+        "Warning",
+        "Error",
+        "Critical",
+    ][(seq % 10) as usize]
 }
 
 fn rank(level: &str) -> usize {
-    ["Trace", "Debug", "Information", "Warning", "Error", "Critical"]
-        .iter()
-        .position(|l| *l == level)
-        .unwrap()
+    [
+        "Trace",
+        "Debug",
+        "Information",
+        "Warning",
+        "Error",
+        "Critical",
+    ]
+    .iter()
+    .position(|l| *l == level)
+    .unwrap()
 }
 
 #[test]
 fn logs_and_exceptions_out_of_process() {
     let mut target = Target::builder("Logs")
-        .args(["--messages-per-second", "100", "--span-size", "5", "--exceptions-per-second", "10"])
+        .args([
+            "--messages-per-second",
+            "100",
+            "--span-size",
+            "5",
+            "--exceptions-per-second",
+            "10",
+        ])
         .start();
     let pid = target.pid();
     let dir = data_dir("signals");
     let agent = Agent::start(
         &dir,
-        &["--pid", &pid.to_string(), "--trace-linkage", "--trace-source", "Logs", "--logs", "Debug"],
+        &[
+            "--pid",
+            &pid.to_string(),
+            "--trace-linkage",
+            "--trace-source",
+            "Logs",
+            "--logs",
+            "Debug",
+        ],
     );
     agent
         .wait_attached(pid, true, Duration::from_secs(60))
@@ -88,17 +125,31 @@ fn logs_and_exceptions_out_of_process() {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         reported.absorb(&mut target);
-        let r = get(&agent, &format!("/exceptions?pid={pid}"), "application/x-ndjson");
+        let r = get(
+            &agent,
+            &format!("/exceptions?pid={pid}"),
+            "application/x-ndjson",
+        );
         if r.status == 200 && r.body.lines().count() >= 4 {
             break;
         }
-        assert!(Instant::now() < deadline, "no exceptions: {} {}\n{}", r.status, r.body, agent.log());
+        assert!(
+            Instant::now() < deadline,
+            "no exceptions: {} {}\n{}",
+            r.status,
+            r.body,
+            agent.log()
+        );
         std::thread::sleep(Duration::from_millis(300));
     }
 
     // /logs?level=Information for 4 s, as NDJSON: every message at or above the level logged
     // in the window, with dotnet-monitor's fields, in its span.
-    let logs = get(&agent, &format!("/logs?pid={pid}&durationSeconds=4&level=Information"), "application/x-ndjson");
+    let logs = get(
+        &agent,
+        &format!("/logs?pid={pid}&durationSeconds=4&level=Information"),
+        "application/x-ndjson",
+    );
     let logs = agent.expect_status(logs, 200, "GET /logs");
     assert_eq!(logs.header("content-type"), Some("application/x-ndjson"));
     std::thread::sleep(Duration::from_millis(500));
@@ -119,16 +170,29 @@ fn logs_and_exceptions_out_of_process() {
         assert_eq!(level, level_of(seq), "{r}");
         assert_eq!(r["EventId"], 1000 + rank(level) as u64);
         assert_eq!(r["EventName"], "OrderLogged");
-        let category = if seq % 2 == 0 { "Logs.Orders" } else { "Logs.Payments" };
+        let category = if seq % 2 == 0 {
+            "Logs.Orders"
+        } else {
+            "Logs.Payments"
+        };
         assert_eq!(r["Category"], category);
         let message = format!("Order {seq} for c{} costs {}.5", seq % 7, seq % 100);
         assert_eq!(r["Message"], message.as_str());
         assert_eq!(r["State"]["Message"], message.as_str());
-        assert_eq!(r["State"]["{OriginalFormat}"], "Order {OrderId} for {Customer} costs {Amount}");
+        assert_eq!(
+            r["State"]["{OriginalFormat}"],
+            "Order {OrderId} for {Customer} costs {Amount}"
+        );
         let ts = r["Timestamp"].as_str().unwrap();
-        assert!(ts.len() == 20 && ts.ends_with('Z') && &ts[10..11] == " ", "{ts}");
+        assert!(
+            ts.len() == 20 && ts.ends_with('Z') && &ts[10..11] == " ",
+            "{ts}"
+        );
         if rank(level) >= rank("Error") {
-            assert_eq!(r["Exception"], format!("Logs.Payments.PaymentDeclinedException: declined #{seq}").as_str());
+            assert_eq!(
+                r["Exception"],
+                format!("Logs.Payments.PaymentDeclinedException: declined #{seq}").as_str()
+            );
         } else {
             assert!(r.get("Exception").is_none(), "{r}");
         }
@@ -142,20 +206,34 @@ fn logs_and_exceptions_out_of_process() {
         }
     }
     // Complete: every message at Information or above between the first and the last received.
-    let (first, last) = (*sequences.iter().min().unwrap(), *sequences.iter().max().unwrap());
-    let expected: HashSet<u64> =
-        (first..=last).filter(|&s| rank(level_of(s)) >= rank("Information")).collect();
+    let (first, last) = (
+        *sequences.iter().min().unwrap(),
+        *sequences.iter().max().unwrap(),
+    );
+    let expected: HashSet<u64> = (first..=last)
+        .filter(|&s| rank(level_of(s)) >= rank("Information"))
+        .collect();
     let missing: Vec<_> = expected.difference(&sequences).collect();
     assert!(missing.is_empty(), "missing messages {missing:?}");
-    assert!(last - first >= 300, "{first}..{last}: the window covers 4 s at 100/s");
+    assert!(
+        last - first >= 300,
+        "{first}..{last}: the window covers 4 s at 100/s"
+    );
     assert!(in_span > 100, "{in_span} messages in reported spans");
     let linked = right_span as f64 / in_span as f64;
-    assert!(linked >= 0.95, "{right_span} of {in_span} messages carry their span's ids");
+    assert!(
+        linked >= 0.95,
+        "{right_span} of {in_span} messages carry their span's ids"
+    );
     assert!(scoped > 0, "no message carries its scope");
     println!("logs: {} records ({first}..{last}), {right_span}/{in_span} with their span ids, {scoped} scoped", records.len());
 
     // The same as an RFC 7464 JSON text sequence and as text.
-    let seq = get(&agent, &format!("/logs?pid={pid}&durationSeconds=2&level=Warning"), "application/json-seq");
+    let seq = get(
+        &agent,
+        &format!("/logs?pid={pid}&durationSeconds=2&level=Warning"),
+        "application/json-seq",
+    );
     let seq = agent.expect_status(seq, 200, "GET /logs json-seq");
     assert_eq!(seq.header("content-type"), Some("application/json-seq"));
     let texts: Vec<&str> = seq.body.split('\u{1e}').filter(|t| !t.is_empty()).collect();
@@ -164,12 +242,28 @@ fn logs_and_exceptions_out_of_process() {
         let v: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
         assert!(rank(v["LogLevel"].as_str().unwrap()) >= rank("Warning"));
     }
-    let text = get(&agent, &format!("/logs?pid={pid}&durationSeconds=2&level=Error"), "text/plain");
+    let text = get(
+        &agent,
+        &format!("/logs?pid={pid}&durationSeconds=2&level=Error"),
+        "text/plain",
+    );
     let text = agent.expect_status(text, 200, "GET /logs text");
-    assert!(text.body.contains(" fail: Logs.") && text.body.contains(" crit: Logs."), "{}", text.body);
-    assert!(text.body.contains("\n      Order ") && !text.body.contains(" info: "), "{}", text.body);
+    assert!(
+        text.body.contains(" fail: Logs.") && text.body.contains(" crit: Logs."),
+        "{}",
+        text.body
+    );
+    assert!(
+        text.body.contains("\n      Order ") && !text.body.contains(" info: "),
+        "{}",
+        text.body
+    );
     // Below the level the agent collects: refused, saying why.
-    let below = get(&agent, &format!("/logs?pid={pid}&durationSeconds=1&level=Trace"), "application/x-ndjson");
+    let below = get(
+        &agent,
+        &format!("/logs?pid={pid}&durationSeconds=1&level=Trace"),
+        "application/x-ndjson",
+    );
     assert_eq!(below.status, 400, "{}", below.body);
     assert!(below.body.contains("--logs"), "{}", below.body);
 
@@ -178,10 +272,21 @@ fn logs_and_exceptions_out_of_process() {
     let upto = reported.episodes;
     let deadline = Instant::now() + Duration::from_secs(60);
     let exceptions: Vec<Value> = loop {
-        let r = get(&agent, &format!("/exceptions?pid={pid}"), "application/x-ndjson");
+        let r = get(
+            &agent,
+            &format!("/exceptions?pid={pid}"),
+            "application/x-ndjson",
+        );
         let r = agent.expect_status(r, 200, "GET /exceptions");
-        let all: Vec<Value> = r.body.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-        if all.iter().any(|e| e["message"] == format!("payment declined #{upto}").as_str()) {
+        let all: Vec<Value> = r
+            .body
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if all
+            .iter()
+            .any(|e| e["message"] == format!("payment declined #{upto}").as_str())
+        {
             break all;
         }
         assert!(Instant::now() < deadline, "episode {upto} never listed");
@@ -210,22 +315,43 @@ fn logs_and_exceptions_out_of_process() {
             }
             other => panic!("unexpected exception {other}: {e}"),
         };
-        let frames: Vec<&str> = e["stack"]["frames"].as_array().unwrap().iter().map(|f| f["fullName"].as_str().unwrap()).collect();
+        let frames: Vec<&str> = e["stack"]["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["fullName"].as_str().unwrap())
+            .collect();
         if !frames.first().is_some_and(|f| f.starts_with(thrown_in)) {
-            assert!(!frames.iter().any(|f| f.starts_with("Logs.Payments.Gateway.")), "{frames:?}");
+            assert!(
+                !frames
+                    .iter()
+                    .any(|f| f.starts_with("Logs.Payments.Gateway.")),
+                "{frames:?}"
+            );
             unnamed.push(n);
             continue;
         }
-        assert!(frames.iter().any(|f| f.starts_with("Logs.Program.ChargeOnce(")), "{frames:?}");
+        assert!(
+            frames
+                .iter()
+                .any(|f| f.starts_with("Logs.Program.ChargeOnce(")),
+            "{frames:?}"
+        );
     }
-    assert!(unnamed.iter().all(|&n| n + 20 < upto), "newest exceptions unnamed: {unnamed:?} of ..={upto}");
+    assert!(
+        unnamed.iter().all(|&n| n + 20 < upto),
+        "newest exceptions unnamed: {unnamed:?} of ..={upto}"
+    );
     let first = *declined.keys().min().unwrap();
     let (mut spans, mut right) = (0, 0);
     for n in first + 1..=upto {
         let (Some(t), Some(d)) = (timeouts.get(&n), declined.get(&n)) else {
             panic!("episode {n} of {first}..={upto} is missing");
         };
-        assert_eq!(d["innerExceptions"][0]["id"], t["id"], "episode {n}: the inner exception");
+        assert_eq!(
+            d["innerExceptions"][0]["id"], t["id"],
+            "episode {n}: the inner exception"
+        );
         if let Some(expected) = reported.charge_span_of.get(&n) {
             spans += 1;
             if let Some(id) = d["spanId"].as_str() {
@@ -236,23 +362,52 @@ fn logs_and_exceptions_out_of_process() {
         }
     }
     assert!(upto - first >= 20, "{first}..={upto}");
-    assert!(right as f64 >= 0.95 * spans as f64, "{right} of {spans} exceptions in their span");
+    assert!(
+        right as f64 >= 0.95 * spans as f64,
+        "{right} of {spans} exceptions in their span"
+    );
     println!("exceptions: episodes {first}..={upto} exact, {right}/{spans} with their span ids, {} thrown before the rundown named their stack", unnamed.len());
     let text = get(&agent, &format!("/exceptions?pid={pid}"), "text/plain");
-    assert!(text.body.contains("First chance exception at "), "{}", text.body);
-    assert!(text.body.contains("System.TimeoutException: connect timed out #"));
+    assert!(
+        text.body.contains("First chance exception at "),
+        "{}",
+        text.body
+    );
+    assert!(text
+        .body
+        .contains("System.TimeoutException: connect timed out #"));
     assert!(text.body.contains("\n   at Logs.Payments.Gateway.Connect("));
 
     // The web UI's panel: the newest exceptions and error logs, with their spans.
-    let recent = agent.get(&format!("/api/v1/processes/{pid}/signals?level=Error&limit=10")).json();
+    let recent = agent
+        .get(&format!(
+            "/api/v1/processes/{pid}/signals?level=Error&limit=10"
+        ))
+        .json();
     assert_eq!(recent["logs_collected"], "Debug");
     let logs = recent["logs"].as_array().unwrap();
     let exceptions = recent["exceptions"].as_array().unwrap();
     assert_eq!((logs.len(), exceptions.len()), (10, 10), "{recent}");
-    assert!(logs.iter().all(|r| rank(r["LogLevel"].as_str().unwrap()) >= rank("Error")), "{recent}");
-    assert!(logs.windows(2).all(|w| w[0]["UnixNanos"].as_i64() >= w[1]["UnixNanos"].as_i64()), "newest first");
-    assert!(exceptions.windows(2).all(|w| w[0]["id"].as_u64() > w[1]["id"].as_u64()), "newest first");
-    assert!(exceptions.iter().any(|e| e["spanId"].is_string()), "{recent}");
+    assert!(
+        logs.iter()
+            .all(|r| rank(r["LogLevel"].as_str().unwrap()) >= rank("Error")),
+        "{recent}"
+    );
+    assert!(
+        logs.windows(2)
+            .all(|w| w[0]["UnixNanos"].as_i64() >= w[1]["UnixNanos"].as_i64()),
+        "newest first"
+    );
+    assert!(
+        exceptions
+            .windows(2)
+            .all(|w| w[0]["id"].as_u64() > w[1]["id"].as_u64()),
+        "newest first"
+    );
+    assert!(
+        exceptions.iter().any(|e| e["spanId"].is_string()),
+        "{recent}"
+    );
 }
 
 /// Keeps the metadata of every `Microsoft-Extensions-Logging` event seen: name → fields.
@@ -263,7 +418,11 @@ impl collector::session::EventObserver for LoggingLayout {
     fn on_event(&mut self, event: &collector::nettrace::Event<'_>) {
         let m = event.metadata;
         if m.provider_name == "Microsoft-Extensions-Logging" {
-            let fields = m.fields.iter().map(|f| (f.name.clone(), format!("{:?}", f.ty))).collect();
+            let fields = m
+                .fields
+                .iter()
+                .map(|f| (f.name.clone(), format!("{:?}", f.ty)))
+                .collect();
             self.0.insert(m.event_name.clone(), fields);
         }
     }
@@ -277,28 +436,58 @@ impl collector::session::EventObserver for LoggingLayout {
 async fn the_target_writes_the_real_providers_layout() {
     use collector::ipc::{CollectTracing, ProviderConfig};
     let golden: Value = serde_json::from_str(
-        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/logging/layout.json")).unwrap(),
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/golden/logging/layout.json"
+        ))
+        .unwrap(),
     )
     .unwrap();
     let target = Target::builder("Logs")
-        .args(["--messages-per-second", "200", "--span-size", "4", "--exceptions-per-second", "0", "--no-span-lines"])
+        .args([
+            "--messages-per-second",
+            "200",
+            "--span-size",
+            "4",
+            "--exceptions-per-second",
+            "0",
+            "--no-span-lines",
+        ])
         .start();
-    assert_eq!(target.ready_fact("/provider/guid").unwrap(), &golden["guid"]);
+    assert_eq!(
+        target.ready_fact("/provider/guid").unwrap(),
+        &golden["guid"]
+    );
     let client = collector::client::DiagnosticsClient::for_pid(target.pid()).unwrap();
     // FormattedMessage (0x4) and the JSON events (0x8), every level.
-    let config = CollectTracing::v2(vec![ProviderConfig::new("Microsoft-Extensions-Logging", 0xC, 5)
-        .with_arguments("FilterSpecs=\"Logs*:Trace\"")])
+    let config = CollectTracing::v2(vec![ProviderConfig::new(
+        "Microsoft-Extensions-Logging",
+        0xC,
+        5,
+    )
+    .with_arguments("FilterSpecs=\"Logs*:Trace\"")])
     .with_rundown(false);
-    let mut sink = collector::session::ParsingWriter::new(tokio::io::sink(), LoggingLayout::default());
-    collector::session::run(&client, config, &mut sink, tokio::time::sleep(Duration::from_secs(3)), Duration::from_secs(120), |_| {})
-        .await
-        .expect("the session runs");
+    let mut sink =
+        collector::session::ParsingWriter::new(tokio::io::sink(), LoggingLayout::default());
+    collector::session::run(
+        &client,
+        config,
+        &mut sink,
+        tokio::time::sleep(Duration::from_secs(3)),
+        Duration::from_secs(120),
+        |_| {},
+    )
+    .await
+    .expect("the session runs");
     assert!(sink.error().is_none(), "{:?}", sink.error());
     let (_, LoggingLayout(seen)) = sink.into_parts();
     for event in golden["events"].as_array().unwrap() {
         let name = event["name"].as_str().unwrap();
-        let fields: Vec<(String, String)> = serde_json::from_value(event["fields"].clone()).unwrap();
-        let written = seen.get(name).unwrap_or_else(|| panic!("{name} never written: {seen:?}"));
+        let fields: Vec<(String, String)> =
+            serde_json::from_value(event["fields"].clone()).unwrap();
+        let written = seen
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} never written: {seen:?}"));
         assert_eq!(written, &fields, "{name}");
     }
 }
@@ -322,7 +511,15 @@ fn file_stamp_ms(stamp: &str) -> i64 {
 #[test]
 fn an_exception_count_rule_collects_the_logs_before_it() {
     let mut target = Target::builder("Logs")
-        .args(["--messages-per-second", "100", "--exceptions-per-second", "20", "--exceptions-after-seconds", "20", "--no-span-lines"])
+        .args([
+            "--messages-per-second",
+            "100",
+            "--exceptions-per-second",
+            "20",
+            "--exceptions-after-seconds",
+            "20",
+            "--no-span-lines",
+        ])
         .start();
     let pid = target.pid();
     let dir = data_dir("signals-rule");
@@ -343,9 +540,20 @@ fn an_exception_count_rule_collects_the_logs_before_it() {
     std::fs::write(&config, settings.to_string()).unwrap();
     let agent = Agent::start(
         &dir.join("store"),
-        &["--pid", &pid.to_string(), "--logs", "Information", "--log", "clrscope=info,exporter=info", "--config", config.to_str().unwrap()],
+        &[
+            "--pid",
+            &pid.to_string(),
+            "--logs",
+            "Information",
+            "--log",
+            "clrscope=info,exporter=info",
+            "--config",
+            config.to_str().unwrap(),
+        ],
     );
-    agent.wait_attached(pid, true, Duration::from_secs(60)).expect("attached");
+    agent
+        .wait_attached(pid, true, Duration::from_secs(60))
+        .expect("attached");
     let attached_ms = profile_clock_ms();
     // The target starts throwing 20 s after its ready line; the rule fires soon after.
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -359,26 +567,48 @@ fn an_exception_count_rule_collects_the_logs_before_it() {
         if let Some(path) = done.filter(|_| agent.log().contains("artifact written")) {
             break path;
         }
-        assert!(Instant::now() < deadline, "no logs collected\n{}", agent.log());
+        assert!(
+            Instant::now() < deadline,
+            "no logs collected\n{}",
+            agent.log()
+        );
         std::thread::sleep(Duration::from_millis(300));
         let _ = target.drain_lines();
     };
     let name = file.file_name().unwrap().to_str().unwrap().to_string();
     let fired_ms = file_stamp_ms(&name[..19]);
     let body = std::fs::read_to_string(&file).unwrap();
-    let records: Vec<Value> = body.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let records: Vec<Value> = body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let at_ms = |r: &Value| r["UnixNanos"].as_i64().unwrap() / 1_000_000;
     let first = records.iter().map(at_ms).min().unwrap();
     let last = records.iter().map(at_ms).max().unwrap();
-    assert!(fired_ms - attached_ms > 12_000, "the rule fired {} ms after attaching", fired_ms - attached_ms);
-    assert!(first <= fired_ms - 9_500, "the first record is {} ms before the trigger", fired_ms - first);
-    assert!(last >= fired_ms + 1_000, "the last record is {} ms after the trigger", last - fired_ms);
+    assert!(
+        fired_ms - attached_ms > 12_000,
+        "the rule fired {} ms after attaching",
+        fired_ms - attached_ms
+    );
+    assert!(
+        first <= fired_ms - 9_500,
+        "the first record is {} ms before the trigger",
+        fired_ms - first
+    );
+    assert!(
+        last >= fired_ms + 1_000,
+        "the last record is {} ms after the trigger",
+        last - fired_ms
+    );
     let sequences: HashSet<u64> = records
         .iter()
         .map(|r| r["State"]["OrderId"].as_str().unwrap().parse().unwrap())
         .collect();
     assert_eq!(sequences.len(), records.len(), "a message twice");
-    let (lo, hi) = (*sequences.iter().min().unwrap(), *sequences.iter().max().unwrap());
+    let (lo, hi) = (
+        *sequences.iter().min().unwrap(),
+        *sequences.iter().max().unwrap(),
+    );
     let missing: Vec<u64> = (lo..=hi)
         .filter(|&s| rank(level_of(s)) >= rank("Information") && !sequences.contains(&s))
         .collect();
@@ -405,10 +635,18 @@ fn otlp_log_records<'a>(got: &'a [Value], transport: &str) -> Vec<(&'a Value, &'
         .filter(|r| r["kind"] == "otlp-logs" && r["transport"] == transport)
         .flat_map(|r| r["resources"].as_array().unwrap())
         .flat_map(|res| {
-            res["scopes"].as_array().unwrap().iter().flat_map(move |scope| {
-                let name = scope["name"].as_str().unwrap();
-                scope["records"].as_array().unwrap().iter().map(move |rec| (&res["attributes"], name, rec))
-            })
+            res["scopes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(move |scope| {
+                    let name = scope["name"].as_str().unwrap();
+                    scope["records"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(move |rec| (&res["attributes"], name, rec))
+                })
         })
         .collect()
 }
@@ -422,7 +660,14 @@ fn logs_and_exceptions_reach_an_otlp_receiver() {
     let dir = data_dir("signals-otlp");
     let receiver = support::receiver::Receiver::start(&dir.join("received"), 0, 0);
     let mut target = Target::builder("Logs")
-        .args(["--messages-per-second", "100", "--span-size", "5", "--exceptions-per-second", "10"])
+        .args([
+            "--messages-per-second",
+            "100",
+            "--span-size",
+            "5",
+            "--exceptions-per-second",
+            "10",
+        ])
         .start();
     let pid = target.pid();
     std::fs::create_dir_all(dir.join("config")).unwrap();
@@ -436,24 +681,47 @@ fn logs_and_exceptions_reach_an_otlp_receiver() {
     std::fs::write(&config, settings.to_string()).unwrap();
     let _agent = Agent::start(
         &dir.join("store"),
-        &["--pid", &pid.to_string(), "--logs", "Information", "--trace-linkage", "--trace-source", "Logs",
-          "--sample-period", "2s", "--config", config.to_str().unwrap()],
+        &[
+            "--pid",
+            &pid.to_string(),
+            "--logs",
+            "Information",
+            "--trace-linkage",
+            "--trace-source",
+            "Logs",
+            "--sample-period",
+            "2s",
+            "--config",
+            config.to_str().unwrap(),
+        ],
     );
     let mut reported = Reported::default();
     let got = receiver.collect_until(Duration::from_secs(120), |got| {
         reported.absorb(&mut target);
         let enough = |t| {
             let records = otlp_log_records(got, t);
-            records.iter().filter(|(_, scope, _)| scope.starts_with("Logs.")).count() >= 400
-                && records.iter().filter(|(_, scope, _)| *scope == "clrscope.exceptions").count() >= 40
+            records
+                .iter()
+                .filter(|(_, scope, _)| scope.starts_with("Logs."))
+                .count()
+                >= 400
+                && records
+                    .iter()
+                    .filter(|(_, scope, _)| *scope == "clrscope.exceptions")
+                    .count()
+                    >= 40
         };
-        let linked_profile = got.iter().any(|r| r["kind"] == "otlp" && r.to_string().contains("\"span_id\":\""));
+        let linked_profile = got
+            .iter()
+            .any(|r| r["kind"] == "otlp" && r.to_string().contains("\"span_id\":\""));
         enough("grpc") && enough("http") && linked_profile
     });
     std::thread::sleep(Duration::from_millis(500));
     reported.absorb(&mut target);
     // No profiles over the exporter that sends only logs.
-    assert!(!got.iter().any(|r| r["kind"] == "otlp" && r["transport"] == "http"));
+    assert!(!got
+        .iter()
+        .any(|r| r["kind"] == "otlp" && r["transport"] == "http"));
     for transport in ["grpc", "http"] {
         let records = otlp_log_records(&got, transport);
         let (mut logs, mut in_span, mut right) = (0, 0, 0);
@@ -469,8 +737,22 @@ fn logs_and_exceptions_reach_an_otlp_receiver() {
                 let message = a["exception.message"].as_str().unwrap();
                 assert_eq!(r["body"], format!("{ty}: {message}").as_str());
                 let (episode, thrown_in): (u64, _) = match ty {
-                    "System.TimeoutException" => (message.strip_prefix("connect timed out #").unwrap().parse().unwrap(), "Connect("),
-                    "Logs.Payments.PaymentDeclinedException" => (message.strip_prefix("payment declined #").unwrap().parse().unwrap(), "Charge("),
+                    "System.TimeoutException" => (
+                        message
+                            .strip_prefix("connect timed out #")
+                            .unwrap()
+                            .parse()
+                            .unwrap(),
+                        "Connect(",
+                    ),
+                    "Logs.Payments.PaymentDeclinedException" => (
+                        message
+                            .strip_prefix("payment declined #")
+                            .unwrap()
+                            .parse()
+                            .unwrap(),
+                        "Charge(",
+                    ),
                     other => panic!("{other}"),
                 };
                 // Exceptions thrown while the agent's attach rundown has not yet named the code
@@ -497,12 +779,28 @@ fn logs_and_exceptions_reach_an_otlp_receiver() {
             assert!(rank(level) >= rank("Information"));
             assert_eq!(r["severity_text"], level);
             assert_eq!(r["severity_number"], 1 + 4 * rank(level) as u64);
-            assert_eq!(*scope, if seq % 2 == 0 { "Logs.Orders" } else { "Logs.Payments" });
-            assert_eq!(r["body"], format!("Order {seq} for c{} costs {}.5", seq % 7, seq % 100).as_str());
-            assert_eq!(a["message.template"], "Order {OrderId} for {Customer} costs {Amount}");
+            assert_eq!(
+                *scope,
+                if seq % 2 == 0 {
+                    "Logs.Orders"
+                } else {
+                    "Logs.Payments"
+                }
+            );
+            assert_eq!(
+                r["body"],
+                format!("Order {seq} for c{} costs {}.5", seq % 7, seq % 100).as_str()
+            );
+            assert_eq!(
+                a["message.template"],
+                "Order {OrderId} for {Customer} costs {Amount}"
+            );
             assert_eq!(a["event.id"], 1000 + rank(level) as u64);
             if rank(level) >= rank("Error") {
-                assert_eq!(a["exception.type"], "Logs.Payments.PaymentDeclinedException");
+                assert_eq!(
+                    a["exception.type"],
+                    "Logs.Payments.PaymentDeclinedException"
+                );
             }
             if let Some(expected) = reported.batch_span_of.get(&seq) {
                 in_span += 1;
@@ -514,10 +812,22 @@ fn logs_and_exceptions_reach_an_otlp_receiver() {
                 }
             }
         }
-        assert!(in_span >= 300, "{transport}: {in_span} messages in reported spans");
-        assert!(right as f64 >= 0.95 * in_span as f64, "{transport}: {right} of {in_span} with their span ids");
-        assert!(exception_spans as f64 >= 0.95 * thrown_in_span as f64, "{transport}: {exception_spans} of {thrown_in_span}");
-        assert!(unnamed as f64 <= 0.1 * exceptions as f64, "{transport}: {unnamed} of {exceptions} stacks unnamed");
+        assert!(
+            in_span >= 300,
+            "{transport}: {in_span} messages in reported spans"
+        );
+        assert!(
+            right as f64 >= 0.95 * in_span as f64,
+            "{transport}: {right} of {in_span} with their span ids"
+        );
+        assert!(
+            exception_spans as f64 >= 0.95 * thrown_in_span as f64,
+            "{transport}: {exception_spans} of {thrown_in_span}"
+        );
+        assert!(
+            unnamed as f64 <= 0.1 * exceptions as f64,
+            "{transport}: {unnamed} of {exceptions} stacks unnamed"
+        );
         println!("OTLP logs over {transport}: {logs} records, {right}/{in_span} with their span ids; {exceptions} exceptions, {exception_spans}/{thrown_in_span} with their span ids, {unnamed} thrown before the rundown named their stack");
     }
     // The profiles' links name the same spans the logs carry.
@@ -528,7 +838,11 @@ fn logs_and_exceptions_reach_an_otlp_receiver() {
         .flat_map(|r| r["resources"].as_array().unwrap())
         .flat_map(|res| res["profiles"].as_array().unwrap())
         .flat_map(|p| p["samples"].as_array().unwrap())
-        .filter(|s| s["link"]["span_id"].as_str().is_some_and(|id| batch_spans.contains(&id.to_string())))
+        .filter(|s| {
+            s["link"]["span_id"]
+                .as_str()
+                .is_some_and(|id| batch_spans.contains(&id.to_string()))
+        })
         .count();
     assert!(linked > 0, "no profile sample links to a Logs.Batch span");
     println!("profiles: {linked} samples linked to the logs' Logs.Batch spans");

@@ -28,8 +28,8 @@ use collector::nettrace::events::LogLevel;
 use collector::signals::{ExceptionRecord, LogRecord, Signal};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
-use opentelemetry_proto::tonic::logs::v1::{LogRecord as LogsRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord as LogsRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::profiles::v1development as otlp;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use profile::labels;
@@ -504,7 +504,6 @@ impl RequestBuilder {
     }
 }
 
-
 /// One log record or exception of a process, for an exporter that sends logs.
 #[derive(Debug, Clone)]
 pub struct LogExport {
@@ -542,17 +541,27 @@ fn log_record(record: &LogRecord) -> LogsRecord {
         attribute("event.name", any_string(&m.event_name)),
     ];
     for (key, value) in &m.arguments {
-        let key = if key == "{OriginalFormat}" { "message.template" } else { key.as_str() };
+        let key = if key == "{OriginalFormat}" {
+            "message.template"
+        } else {
+            key.as_str()
+        };
         attributes.push(attribute(key, any_string(value)));
     }
     if let Some(e) = &m.exception {
         attributes.push(attribute("exception.type", any_string(&e.type_name)));
         attributes.push(attribute("exception.message", any_string(&e.message)));
-        attributes.push(attribute("exception.stacktrace", any_string(&e.verbose_message)));
+        attributes.push(attribute(
+            "exception.stacktrace",
+            any_string(&e.verbose_message),
+        ));
     }
     for (depth, scope) in record.scopes.iter().enumerate() {
         for (key, value) in scope {
-            attributes.push(attribute(&format!("scope.{depth}.{key}"), any_string(value)));
+            attributes.push(attribute(
+                &format!("scope.{depth}.{key}"),
+                any_string(value),
+            ));
         }
     }
     let (trace_id, span_id, flags) = span_ids(record.span.as_ref());
@@ -575,16 +584,29 @@ fn log_record(record: &LogRecord) -> LogsRecord {
 /// throwing stack in .NET's `   at Method` form; severity ERROR (a first-chance exception: it may
 /// have been caught).
 fn exception_record(record: &ExceptionRecord) -> LogsRecord {
-    let stack: Vec<String> = record.frames.iter().map(|f| format!("   at {}", f.method_name)).collect();
+    let stack: Vec<String> = record
+        .frames
+        .iter()
+        .map(|f| format!("   at {}", f.method_name))
+        .collect();
     let mut attributes = vec![
         attribute("exception.type", any_string(&record.type_name)),
         attribute("exception.message", any_string(&record.message)),
         attribute("exception.stacktrace", any_string(&stack.join("\n"))),
-        attribute("thread.id", any_int(i64::try_from(record.thread_id).unwrap_or(i64::MAX))),
-        attribute("exception.id", any_int(i64::try_from(record.id).unwrap_or(i64::MAX))),
+        attribute(
+            "thread.id",
+            any_int(i64::try_from(record.thread_id).unwrap_or(i64::MAX)),
+        ),
+        attribute(
+            "exception.id",
+            any_int(i64::try_from(record.id).unwrap_or(i64::MAX)),
+        ),
     ];
     if let Some(inner) = record.inner_id {
-        attributes.push(attribute("exception.inner_id", any_int(i64::try_from(inner).unwrap_or(i64::MAX))));
+        attributes.push(attribute(
+            "exception.inner_id",
+            any_int(i64::try_from(inner).unwrap_or(i64::MAX)),
+        ));
     }
     let (trace_id, span_id, flags) = span_ids(record.span.as_ref());
     let at = u64::try_from(record.unix_nanos).unwrap_or(0);
@@ -593,7 +615,10 @@ fn exception_record(record: &ExceptionRecord) -> LogsRecord {
         observed_time_unix_nano: at,
         severity_number: LogLevel::Error.severity_number(),
         severity_text: LogLevel::Error.name().to_string(),
-        body: Some(any_string(&format!("{}: {}", record.type_name, record.message))),
+        body: Some(any_string(&format!(
+            "{}: {}",
+            record.type_name, record.message
+        ))),
         attributes,
         trace_id,
         span_id,
@@ -607,7 +632,10 @@ fn exception_record(record: &ExceptionRecord) -> LogsRecord {
 pub fn logs_request(records: &[LogExport]) -> ExportLogsServiceRequest {
     let mut resources: Vec<(Arc<[(String, String)]>, Vec<(String, Vec<LogsRecord>)>)> = Vec::new();
     for export in records {
-        let at = match resources.iter().position(|(series, _)| series == &export.series) {
+        let at = match resources
+            .iter()
+            .position(|(series, _)| series == &export.series)
+        {
             Some(at) => at,
             None => {
                 resources.push((export.series.clone(), Vec::new()));

@@ -618,13 +618,9 @@ impl Client {
             (Transport::Grpc(_, logs), Body::GrpcLogs(message)) => {
                 self.send_grpc_logs(logs.clone(), message.clone()).await
             }
-            (
-                Transport::Http(client),
-                Body::Http {
-                    url,
-                    body,
-                },
-            ) => self.send_http(client, url, body.clone()).await,
+            (Transport::Http(client), Body::Http { url, body }) => {
+                self.send_http(client, url, body.clone()).await
+            }
             _ => Err(SendError::refused(
                 "request prepared by another kind of exporter".into(),
             )),

@@ -27,8 +27,8 @@ use anyhow::{bail, Context};
 use collector::attached::AttachedProcesses;
 use collector::counters::{CounterSessionConfig, DEFAULT_INTERVAL_SECONDS};
 use collector::nettrace::ParserOptions;
-use collector::sampler::DutyCycle;
 use collector::rules::options::{ActionKind, CollectionRule};
+use collector::sampler::DutyCycle;
 use collector::signals::{LogsSettings, SignalLimits};
 use exporter::egress::{Egress, EgressConfig};
 use settings::{parse_bytes, parse_duration};
@@ -184,7 +184,9 @@ pub struct Args {
 
 fn parse_log_level(text: &str) -> Result<collector::nettrace::events::LogLevel, String> {
     collector::nettrace::events::LogLevel::parse(text).ok_or_else(|| {
-        format!("unknown log level {text:?}: use Trace, Debug, Information, Warning, Error or Critical")
+        format!(
+            "unknown log level {text:?}: use Trace, Debug, Information, Warning, Error or Critical"
+        )
     })
 }
 

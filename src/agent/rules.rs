@@ -284,7 +284,8 @@ impl ActionContext {
                     duration: Some(*duration),
                     before: *pre_trigger + firing.time.elapsed().unwrap_or_default(),
                 };
-                self.collect(Artifact::Logs(request), egress, firing.time).await
+                self.collect(Artifact::Logs(request), egress, firing.time)
+                    .await
             }
             ActionKind::Execute {
                 path,

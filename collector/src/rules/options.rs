@@ -768,7 +768,11 @@ fn action(node: Node<'_>, index: usize, d: &Defaults<'_>) -> Result<Action, Conf
 
 /// dotnet-monitor's CollectLogs settings (`DefaultLevel`, `FilterSpecs`, `UseAppFilters`,
 /// `Format`), plus clrscope's `PreTriggerSeconds`.
-fn collect_logs(s: Node<'_>, egress: String, duration: Duration) -> Result<ActionKind, ConfigError> {
+fn collect_logs(
+    s: Node<'_>,
+    egress: String,
+    duration: Duration,
+) -> Result<ActionKind, ConfigError> {
     let level = |c: Node<'_>| -> Result<LogLevel, ConfigError> {
         let text = c.string()?;
         LogLevel::parse(&text).ok_or_else(|| {
@@ -784,7 +788,11 @@ fn collect_logs(s: Node<'_>, egress: String, duration: Duration) -> Result<Actio
     if let Some(c) = s.get("FilterSpecs") {
         for (category, value) in c.node().object()? {
             let value = value.node();
-            let spec = if value.value.is_null() { None } else { Some(level(value)?) };
+            let spec = if value.value.is_null() {
+                None
+            } else {
+                Some(level(value)?)
+            };
             settings.filter_specs.push((category, spec));
         }
     }
@@ -801,7 +809,9 @@ fn collect_logs(s: Node<'_>, egress: String, duration: Duration) -> Result<Actio
     };
     let pre_trigger = match s.get("PreTriggerSeconds") {
         None => Duration::ZERO,
-        Some(c) => Duration::from_secs(c.node().integer(1, MAX_PRE_TRIGGER.as_secs() as i64)? as u64),
+        Some(c) => {
+            Duration::from_secs(c.node().integer(1, MAX_PRE_TRIGGER.as_secs() as i64)? as u64)
+        }
     };
     Ok(ActionKind::CollectLogs {
         settings,

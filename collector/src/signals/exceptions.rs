@@ -90,7 +90,10 @@ impl ExceptionFormat {
 /// .NET's round-trip ("o") form in UTC: seven fractional digits.
 fn iso8601(unix_nanos: i64) -> String {
     let seconds = chrono::DateTime::from_timestamp_nanos(unix_nanos).format("%Y-%m-%dT%H:%M:%S");
-    format!("{seconds}.{:07}Z", unix_nanos.rem_euclid(1_000_000_000) / 100)
+    format!(
+        "{seconds}.{:07}Z",
+        unix_nanos.rem_euclid(1_000_000_000) / 100
+    )
 }
 
 /// `Namespace.Type` and `Method` of a display name `Namespace.Type.Method(args)`.
@@ -142,7 +145,11 @@ pub fn exception_json(record: &ExceptionRecord) -> serde_json::Value {
 
 /// dotnet-monitor's text layout: `First chance exception at <time>`, `Type: message`, `   at ...`.
 fn write_text(record: &ExceptionRecord, out: &mut String) {
-    let _ = writeln!(out, "First chance exception at {}", iso8601(record.unix_nanos));
+    let _ = writeln!(
+        out,
+        "First chance exception at {}",
+        iso8601(record.unix_nanos)
+    );
     let _ = writeln!(out, "{}: {}", record.type_name, record.message);
     for frame in &record.frames {
         let _ = writeln!(out, "   at {}", frame.method_name);

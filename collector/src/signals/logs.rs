@@ -66,7 +66,10 @@ fn filter_specs<'de, D: serde::Deserializer<'de>>(
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("an object of category → log level name or null")
         }
-        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
             let mut specs = Vec::new();
             while let Some((category, level)) = map.next_entry::<String, Option<String>>()? {
                 let level = match level {
@@ -155,10 +158,13 @@ impl LogsSettings {
     /// default level. The provider filters too; this guards against another session's wider
     /// filter, since the EventSource's FilterSpecs are process-wide.
     pub fn accepts(&self, category: &str, level: LogLevel) -> bool {
-        let rule = self.filter_specs.iter().find(|(name, _)| match name.strip_suffix('*') {
-            Some(prefix) => category.starts_with(prefix),
-            None => category == name,
-        });
+        let rule = self
+            .filter_specs
+            .iter()
+            .find(|(name, _)| match name.strip_suffix('*') {
+                Some(prefix) => category.starts_with(prefix),
+                None => category == name,
+            });
         match rule {
             Some((_, Some(min))) => level >= *min,
             _ => level >= self.log_level,
@@ -252,14 +258,14 @@ impl LogFormat {
         let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
             return Some(LogFormat::NdJson);
         };
-        accept.split(',').find_map(|item| {
-            match item.split(';').next().unwrap_or("").trim() {
+        accept
+            .split(',')
+            .find_map(|item| match item.split(';').next().unwrap_or("").trim() {
                 "application/x-ndjson" | "*/*" | "application/*" => Some(LogFormat::NdJson),
                 "application/json-seq" => Some(LogFormat::JsonSeq),
                 "text/plain" | "text/*" => Some(LogFormat::Text),
                 _ => None,
-            }
-        })
+            })
     }
 
     /// The file extension for egress.
@@ -405,7 +411,10 @@ mod tests {
             LogFormat::from_accept(Some("text/html, application/json-seq;q=0.9")),
             Some(LogFormat::JsonSeq)
         );
-        assert_eq!(LogFormat::from_accept(Some("text/plain")), Some(LogFormat::Text));
+        assert_eq!(
+            LogFormat::from_accept(Some("text/plain")),
+            Some(LogFormat::Text)
+        );
         assert_eq!(LogFormat::from_accept(Some("image/png")), None);
     }
 

@@ -241,7 +241,10 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
     let mut text = String::new();
     let mut written = 0u64;
     for record in &kept {
-        if request.settings.accepts(&record.message.category, record.message.level) {
+        if request
+            .settings
+            .accepts(&record.message.category, record.message.level)
+        {
             request.format.write(record, &mut text);
         }
     }
@@ -272,7 +275,9 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
             },
         };
         if seen.contains(&(Arc::as_ptr(&record) as usize))
-            || !request.settings.accepts(&record.message.category, record.message.level)
+            || !request
+                .settings
+                .accepts(&record.message.category, record.message.level)
         {
             continue;
         }
@@ -284,7 +289,10 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
         out.flush().await?;
     }
     if lost > 0 {
-        tracing::warn!(lost, "a logs reader fell behind the live feed; its oldest records were dropped");
+        tracing::warn!(
+            lost,
+            "a logs reader fell behind the live feed; its oldest records were dropped"
+        );
     }
     out.flush().await?;
     Ok(written)

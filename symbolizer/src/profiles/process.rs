@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use collector::activity::{SpanTracker, TrackerLimits};
 use collector::nettrace::events::KnownEvent;
 use collector::nettrace::Event;
-use collector::signals::{ExceptionFrame, SignalCollector};
 use collector::samples::SampleAggregator;
+use collector::signals::{ExceptionFrame, SignalCollector};
 use profile::labels;
 use profile::{Batch, BatchSample, LabelValue, ProfileType};
 
@@ -192,9 +192,10 @@ impl ProcessProfiler {
             KnownEvent::ExceptionThrown(thrown) => {
                 if self.signals.is_some() {
                     let frames = self.exception_frames(event);
-                    let span = self.symbolizer.spans.as_ref().and_then(|spans| {
-                        spans.span_at(thread, event.header.timestamp).cloned()
-                    });
+                    let span =
+                        self.symbolizer.spans.as_ref().and_then(|spans| {
+                            spans.span_at(thread, event.header.timestamp).cloned()
+                        });
                     if let Some(collector) = &mut self.signals {
                         collector.exception(event, thrown.clone(), frames, span);
                     }

@@ -271,16 +271,13 @@ async fn trace_custom(
 
 /// The process's signals, which the agent keeps while it is attached.
 fn signals_of(state: &ApiState, target: &Target) -> Result<ProcessSignals, ApiError> {
-    state
-        .processes
-        .signals_of(&target.uid)
-        .ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "process {} is not attached to the agent: its logs and exceptions come from the \
+    state.processes.signals_of(&target.uid).ok_or_else(|| {
+        ApiError::BadRequest(format!(
+            "process {} is not attached to the agent: its logs and exceptions come from the \
                  agent's session with it (check the agent's --pid/--name filters)",
-                target.pid
-            ))
-        })
+            target.pid
+        ))
+    })
 }
 
 fn log_format(headers: &HeaderMap) -> Result<LogFormat, ApiError> {
@@ -328,11 +325,13 @@ async fn logs(
     let params = MonitorParams::new(params, &allowed)?;
     let level = match params.get("level") {
         None => None,
-        Some(text) => Some(LogLevel::parse(text).ok_or_else(|| ApiError::InvalidParameter {
-            name: "level",
-            value: text.to_string(),
-            reason: "Trace, Debug, Information, Warning, Error or Critical".into(),
-        })?),
+        Some(text) => Some(
+            LogLevel::parse(text).ok_or_else(|| ApiError::InvalidParameter {
+                name: "level",
+                value: text.to_string(),
+                reason: "Trace, Debug, Information, Warning, Error or Critical".into(),
+            })?,
+        ),
     };
     let settings = LogsSettings::for_level(level);
     collect_logs(state, &headers, params, settings).await

@@ -25,7 +25,9 @@ pub const MAX_TEXT_BYTES: usize = 16 * 1024;
 pub const MAX_ARGUMENTS: usize = 64;
 
 /// `Microsoft.Extensions.Logging.LogLevel`, as the events carry it (0 = Trace … 5 = Critical).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub enum LogLevel {
     Trace,
     Debug,
@@ -48,7 +50,9 @@ impl LogLevel {
 
     /// From the number the events carry; `None` (LogLevel.None, 6) and out-of-range values are no level.
     pub fn from_number(n: i64) -> Option<LogLevel> {
-        usize::try_from(n).ok().and_then(|i| Self::ALL.get(i).copied())
+        usize::try_from(n)
+            .ok()
+            .and_then(|i| Self::ALL.get(i).copied())
     }
 
     /// From its name (any case) or number, as FilterSpecs and dotnet-monitor's `level` take it.
@@ -192,12 +196,7 @@ fn json_pairs(text: &str) -> Vec<(String, String)> {
 
 fn logged_exception(text: &str) -> Option<LoggedException> {
     let pairs = json_pairs(text);
-    let get = |key: &str| {
-        pairs
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.clone())
-    };
+    let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
     let type_name = get("TypeName").filter(|t| !t.is_empty())?;
     Some(LoggedException {
         type_name,
@@ -215,7 +214,11 @@ impl LoggingEvent {
         let raw = |name: &str| find(fields, name).and_then(Value::as_str);
         let text = |name: &str| raw(name).map(bounded);
         let number = |name: &str| find(fields, name).and_then(Value::as_i64);
-        let int = |name: &str| number(name).and_then(|n| i32::try_from(n).ok()).unwrap_or(0);
+        let int = |name: &str| {
+            number(name)
+                .and_then(|n| i32::try_from(n).ok())
+                .unwrap_or(0)
+        };
         let category = text("LoggerName").unwrap_or_default();
         Some(match kind {
             LoggingEventKind::FormattedMessage | LoggingEventKind::MessageJson => {

@@ -17,7 +17,7 @@ mod tpl;
 pub use diagnostic_source::{DiagnosticSourceEvent, DiagnosticSourceKind};
 pub use event_counters::{EventCounter, EventCounterValue};
 pub use logging::{
-    LogLevel, LoggedException, LoggingEvent, LoggingEventKind, LogMessage, LOGGING_PROVIDER,
+    LogLevel, LogMessage, LoggedException, LoggingEvent, LoggingEventKind, LOGGING_PROVIDER,
 };
 pub use meters::{
     InstrumentEvent, InstrumentEventKind, MetricPublished, MetricValue, MetricsEvent,

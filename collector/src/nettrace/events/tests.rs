@@ -356,14 +356,17 @@ fn logging_events_from_the_golden_layout() {
             "ExceptionJson" => utf16z(
                 r#"{"TypeName":"System.TimeoutException","Message":"late","HResult":"-2146233083","VerboseMessage":"System.TimeoutException: late"}"#,
             ),
-            "ArgumentsJson" => utf16z(r#"{"OrderId":"7","{OriginalFormat}":"Order {OrderId} failed"}"#),
+            "ArgumentsJson" => {
+                utf16z(r#"{"OrderId":"7","{OriginalFormat}":"Order {OrderId} failed"}"#)
+            }
             "ActivityTraceId" => utf16z("0af7651916cd43dd8448eb211c80319c"),
             "ActivitySpanId" => utf16z("b7ad6b7169203331"),
             "ActivityTraceFlags" => utf16z("1"),
             other => panic!("no sample value for {other}"),
         }
     };
-    let net9: Vec<(String, String)> = serde_json::from_value(golden["net9_fields"].clone()).unwrap();
+    let net9: Vec<(String, String)> =
+        serde_json::from_value(golden["net9_fields"].clone()).unwrap();
     for event in golden["events"].as_array().unwrap() {
         let id = event["id"].as_u64().unwrap() as u32;
         let name = event["name"].as_str().unwrap();
@@ -377,28 +380,51 @@ fn logging_events_from_the_golden_layout() {
             if with_net9 {
                 fields.extend(net9.iter().cloned());
             }
-            let list: Vec<(i32, &str)> =
-                fields.iter().map(|(n, t)| (type_code(t), n.as_str())).collect();
+            let list: Vec<(i32, &str)> = fields
+                .iter()
+                .map(|(n, t)| (type_code(t), n.as_str()))
+                .collect();
             let payload = fields.iter().flat_map(|(n, _)| value(n)).collect();
-            let decoded = decode_with(8, LOGGING_PROVIDER, id, name, 0, Some(scalar_fields(&list)), payload)
-                .unwrap()
-                .unwrap_or_else(|| panic!("{name} did not decode"));
+            let decoded = decode_with(
+                8,
+                LOGGING_PROVIDER,
+                id,
+                name,
+                0,
+                Some(scalar_fields(&list)),
+                payload,
+            )
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name} did not decode"));
             let KnownEvent::Logging(logging) = decoded else {
                 panic!("{name}: {decoded:?}")
             };
             match logging {
                 LoggingEvent::Message(m) => {
-                    assert_eq!((m.level, m.category.as_str(), m.event_id), (LogLevel::Error, "Shop.Orders", 1004));
-                    assert_eq!((m.event_name.as_str(), m.message.as_str()), ("OrderFailed", "Order 7 failed"));
+                    assert_eq!(
+                        (m.level, m.category.as_str(), m.event_id),
+                        (LogLevel::Error, "Shop.Orders", 1004)
+                    );
+                    assert_eq!(
+                        (m.event_name.as_str(), m.message.as_str()),
+                        ("OrderFailed", "Order 7 failed")
+                    );
                     assert_eq!(m.trace.is_some(), with_net9, "{name}");
                     if name == "MessageJson" {
                         let e = m.exception.unwrap();
-                        assert_eq!((e.type_name.as_str(), e.hresult), ("System.TimeoutException", Some(-2146233083)));
+                        assert_eq!(
+                            (e.type_name.as_str(), e.hresult),
+                            ("System.TimeoutException", Some(-2146233083))
+                        );
                         assert_eq!(m.arguments[0], ("OrderId".to_string(), "7".to_string()));
                         assert_eq!(m.arguments[1].0, "{OriginalFormat}");
                     }
                 }
-                LoggingEvent::ScopeStart { id, category, values } => {
+                LoggingEvent::ScopeStart {
+                    id,
+                    category,
+                    values,
+                } => {
                     assert_eq!((id, category.as_str()), (17, "Shop.Orders"));
                     assert_eq!(values[0], ("OrderId".to_string(), "7".to_string()));
                 }
@@ -408,11 +434,27 @@ fn logging_events_from_the_golden_layout() {
     }
     // A truncated payload is an error or no event, never a panic; a level of None is no message.
     let list = [(9, "Level"), (9, "FactoryID"), (18, "LoggerName")];
-    let short = decode_with(8, LOGGING_PROVIDER, 5, "MessageJson", 0, Some(scalar_fields(&list)), vec![4, 0]);
+    let short = decode_with(
+        8,
+        LOGGING_PROVIDER,
+        5,
+        "MessageJson",
+        0,
+        Some(scalar_fields(&list)),
+        vec![4, 0],
+    );
     assert!(!matches!(short, Ok(Some(_))));
     let mut none_level = 6i32.to_le_bytes().to_vec();
     none_level.extend(1i32.to_le_bytes());
     none_level.extend(utf16z("x"));
-    let none = decode_with(8, LOGGING_PROVIDER, 5, "MessageJson", 0, Some(scalar_fields(&list)), none_level);
+    let none = decode_with(
+        8,
+        LOGGING_PROVIDER,
+        5,
+        "MessageJson",
+        0,
+        Some(scalar_fields(&list)),
+        none_level,
+    );
     assert_eq!(none.unwrap(), None);
 }
