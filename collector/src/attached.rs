@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::rules::state::RuleStates;
 use crate::sampler::{SamplerControl, SamplerStatus};
+use crate::signals::ProcessSignals;
 
 /// How many [`ProcessEvent`]s the registry keeps, oldest dropped first: enough for days of a
 /// node's restarts, little enough memory (a few MB) for a crash-looping service.
@@ -35,6 +36,9 @@ pub struct AttachedProcess {
     /// The collection rules applied to it and their states.
     #[serde(skip)]
     pub rules: RuleStates,
+    /// Its logs and exceptions.
+    #[serde(skip)]
+    pub signals: ProcessSignals,
 }
 
 /// [`AttachedProcess`] plus its sampler's state, for listing.
@@ -194,6 +198,16 @@ impl AttachedProcesses {
             .cloned()
     }
 
+    /// The logs and exceptions of the attached process with this runtime cookie.
+    pub fn signals_of(&self, cookie: &str) -> Option<ProcessSignals> {
+        // The API spells cookies in lower case, the runtime as it likes.
+        self.lock()
+            .by_cookie
+            .values()
+            .find(|p| p.runtime_cookie.eq_ignore_ascii_case(cookie))
+            .map(|p| p.signals.clone())
+    }
+
     /// The recorded events in `[from_ms, until_ms)` that `keep` accepts, oldest first (the
     /// last [`MAX_EVENTS`] since the agent started).
     pub fn events(
@@ -236,6 +250,7 @@ mod tests {
             attached_unix_ms: 1000 + pid as i64,
             sampler: SamplerControl::new(DutyCycle::default()),
             rules: RuleStates::default(),
+            signals: ProcessSignals::default(),
         }
     }
 

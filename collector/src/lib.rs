@@ -35,3 +35,4 @@ pub mod rules;
 pub mod sampler;
 pub mod samples;
 pub mod session;
+pub mod signals;

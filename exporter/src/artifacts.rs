@@ -27,6 +27,7 @@ use collector::artifacts::{
 };
 use collector::client::DiagnosticsClient;
 use collector::gcdump::SnapshotOptions;
+use collector::signals::{write_logs, LogFormat, LogsRequest};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// One artifact to collect, and how.
@@ -41,6 +42,8 @@ pub enum Artifact {
     Dump { kind: DumpKind, temp_dir: PathBuf },
     /// Every managed thread's stack at one moment.
     Stacks(StackFormat),
+    /// A process's log messages, from its light session.
+    Logs(LogsRequest),
 }
 
 /// The runtime an artifact is collected from.
@@ -64,6 +67,9 @@ impl Artifact {
             Artifact::Stacks(format) => ArtifactKind::Stacks {
                 plain_text: *format == StackFormat::PlainText,
             },
+            Artifact::Logs(request) => ArtifactKind::Logs {
+                plain_text: request.format == LogFormat::Text,
+            },
         }
     }
 
@@ -71,6 +77,7 @@ impl Artifact {
     pub fn content_type(&self) -> &'static str {
         match self {
             Artifact::Stacks(format) => format.content_type(),
+            Artifact::Logs(request) => request.format.content_type(),
             _ => "application/octet-stream",
         }
     }
@@ -113,6 +120,9 @@ impl Artifact {
                     .map_err(|source| ArtifactError::Write { bytes: 0, source })?;
                 text.len() as u64
             }
+            Artifact::Logs(request) => write_logs(request, out, stop)
+                .await
+                .map_err(|source| ArtifactError::Write { bytes: 0, source })?,
         };
         out.flush().await.map_err(|source| ArtifactError::Write {
             bytes: written,

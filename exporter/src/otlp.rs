@@ -24,8 +24,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use collector::nettrace::events::LogLevel;
+use collector::signals::{ExceptionRecord, LogRecord, Signal};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::{LogRecord as LogsRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::profiles::v1development as otlp;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use profile::labels;
@@ -497,6 +501,176 @@ impl RequestBuilder {
             resource_profiles,
             dictionary: Some(self.dictionary.tables),
         }
+    }
+}
+
+/// One log record or exception of a process, for an exporter that sends logs.
+#[derive(Debug, Clone)]
+pub struct LogExport {
+    /// The process's series labels (`service_name`, `process_id`, `host_name`): the resource.
+    pub series: Arc<[(String, String)]>,
+    pub signal: Signal,
+}
+
+/// The instrumentation scope of exceptions (log records carry their category).
+pub const EXCEPTION_SCOPE: &str = "clrscope.exceptions";
+
+fn attribute(key: &str, value: AnyValue) -> KeyValue {
+    KeyValue {
+        key: key.to_string(),
+        value: Some(value),
+        ..KeyValue::default()
+    }
+}
+
+fn span_ids(span: Option<&collector::activity::Span>) -> (Vec<u8>, Vec<u8>, u32) {
+    match span {
+        // Flags: W3C sampled; the span was recorded (its ActivitySource listener sampled it).
+        Some(s) => (s.trace_id.0.to_vec(), s.span_id.0.to_vec(), 1),
+        None => (Vec::new(), Vec::new(), 0),
+    }
+}
+
+/// An OTLP log record: severity from the level, body the formatted message, the category as the
+/// scope, the arguments as attributes (`{OriginalFormat}` as `message.template`, OpenTelemetry
+/// .NET's name for it), the logged exception as `exception.*`.
+fn log_record(record: &LogRecord) -> LogsRecord {
+    let m = &record.message;
+    let mut attributes = vec![
+        attribute("event.id", any_int(i64::from(m.event_id))),
+        attribute("event.name", any_string(&m.event_name)),
+    ];
+    for (key, value) in &m.arguments {
+        let key = if key == "{OriginalFormat}" {
+            "message.template"
+        } else {
+            key.as_str()
+        };
+        attributes.push(attribute(key, any_string(value)));
+    }
+    if let Some(e) = &m.exception {
+        attributes.push(attribute("exception.type", any_string(&e.type_name)));
+        attributes.push(attribute("exception.message", any_string(&e.message)));
+        attributes.push(attribute(
+            "exception.stacktrace",
+            any_string(&e.verbose_message),
+        ));
+    }
+    for (depth, scope) in record.scopes.iter().enumerate() {
+        for (key, value) in scope {
+            attributes.push(attribute(
+                &format!("scope.{depth}.{key}"),
+                any_string(value),
+            ));
+        }
+    }
+    let (trace_id, span_id, flags) = span_ids(record.span.as_ref());
+    let at = u64::try_from(record.unix_nanos).unwrap_or(0);
+    LogsRecord {
+        time_unix_nano: at,
+        observed_time_unix_nano: at,
+        severity_number: m.level.severity_number(),
+        severity_text: m.level.name().to_string(),
+        body: Some(any_string(&m.message)),
+        attributes,
+        trace_id,
+        span_id,
+        flags,
+        ..LogsRecord::default()
+    }
+}
+
+/// An exception as a log record with the semantic conventions' `exception.*` attributes, the
+/// throwing stack in .NET's `   at Method` form; severity ERROR (a first-chance exception: it may
+/// have been caught).
+fn exception_record(record: &ExceptionRecord) -> LogsRecord {
+    let stack: Vec<String> = record
+        .frames
+        .iter()
+        .map(|f| format!("   at {}", f.method_name))
+        .collect();
+    let mut attributes = vec![
+        attribute("exception.type", any_string(&record.type_name)),
+        attribute("exception.message", any_string(&record.message)),
+        attribute("exception.stacktrace", any_string(&stack.join("\n"))),
+        attribute(
+            "thread.id",
+            any_int(i64::try_from(record.thread_id).unwrap_or(i64::MAX)),
+        ),
+        attribute(
+            "exception.id",
+            any_int(i64::try_from(record.id).unwrap_or(i64::MAX)),
+        ),
+    ];
+    if let Some(inner) = record.inner_id {
+        attributes.push(attribute(
+            "exception.inner_id",
+            any_int(i64::try_from(inner).unwrap_or(i64::MAX)),
+        ));
+    }
+    let (trace_id, span_id, flags) = span_ids(record.span.as_ref());
+    let at = u64::try_from(record.unix_nanos).unwrap_or(0);
+    LogsRecord {
+        time_unix_nano: at,
+        observed_time_unix_nano: at,
+        severity_number: LogLevel::Error.severity_number(),
+        severity_text: LogLevel::Error.name().to_string(),
+        body: Some(any_string(&format!(
+            "{}: {}",
+            record.type_name, record.message
+        ))),
+        attributes,
+        trace_id,
+        span_id,
+        flags,
+        ..LogsRecord::default()
+    }
+}
+
+/// One request for `records`: a resource per process, a scope per category (exceptions under
+/// [`EXCEPTION_SCOPE`]), records in their order.
+pub fn logs_request(records: &[LogExport]) -> ExportLogsServiceRequest {
+    let mut resources: Vec<(Arc<[(String, String)]>, Vec<(String, Vec<LogsRecord>)>)> = Vec::new();
+    for export in records {
+        let at = match resources
+            .iter()
+            .position(|(series, _)| series == &export.series)
+        {
+            Some(at) => at,
+            None => {
+                resources.push((export.series.clone(), Vec::new()));
+                resources.len() - 1
+            }
+        };
+        let (scope, record) = match &export.signal {
+            Signal::Log(r) => (r.message.category.as_str(), log_record(r)),
+            Signal::Exception(e) => (EXCEPTION_SCOPE, exception_record(e)),
+        };
+        let scopes = &mut resources[at].1;
+        match scopes.iter_mut().find(|(name, _)| name == scope) {
+            Some((_, list)) => list.push(record),
+            None => scopes.push((scope.to_string(), vec![record])),
+        }
+    }
+    ExportLogsServiceRequest {
+        resource_logs: resources
+            .into_iter()
+            .map(|(series, scopes)| ResourceLogs {
+                resource: Some(resource(&series)),
+                scope_logs: scopes
+                    .into_iter()
+                    .map(|(name, log_records)| ScopeLogs {
+                        scope: Some(InstrumentationScope {
+                            name,
+                            ..InstrumentationScope::default()
+                        }),
+                        log_records,
+                        ..ScopeLogs::default()
+                    })
+                    .collect(),
+                ..ResourceLogs::default()
+            })
+            .collect(),
     }
 }
 

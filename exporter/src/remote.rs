@@ -27,6 +27,8 @@ use std::time::Duration;
 use collector::nettrace::Guid;
 use flate2::write::GzEncoder;
 use flate2::Compression as GzLevel;
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_client::ProfilesServiceClient;
 use opentelemetry_proto::tonic::collector::profiles::v1development::{
     ExportProfilesServiceRequest, ExportProfilesServiceResponse,
@@ -37,7 +39,7 @@ use tonic::codec::CompressionEncoding;
 use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
-use crate::otlp::{ExportBatch, RequestBuilder};
+use crate::otlp::{logs_request, ExportBatch, LogExport, RequestBuilder};
 use crate::pyroscope::{self, SeriesProfile};
 
 /// How long a request may take without `Timeout`.
@@ -166,6 +168,27 @@ pub struct ExporterConfig {
     pub max_retry_delay: Option<Duration>,
     #[serde(default)]
     pub tls: Option<TlsConfig>,
+    /// What it sends: `Profiles` (default) and, for OTLP, `Logs` (log records and exceptions,
+    /// which the agent collects with `--logs` and `--exception-history`).
+    #[serde(default = "default_signals")]
+    pub signals: Vec<ExportSignal>,
+}
+
+/// A kind of data an exporter sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum ExportSignal {
+    Profiles,
+    Logs,
+}
+
+fn default_signals() -> Vec<ExportSignal> {
+    vec![ExportSignal::Profiles]
+}
+
+impl ExporterConfig {
+    pub fn sends(&self, signal: ExportSignal) -> bool {
+        self.signals.contains(&signal)
+    }
 }
 
 /// Why an exporter could not be set up, or a request not sent.
@@ -233,8 +256,10 @@ pub struct Prepared {
 #[derive(Debug, Clone)]
 enum Body {
     Grpc(ExportProfilesServiceRequest),
+    GrpcLogs(ExportLogsServiceRequest),
     Http {
-        path_and_query: String,
+        /// The full URL.
+        url: String,
         body: Vec<u8>,
     },
 }
@@ -248,7 +273,7 @@ pub struct Sent {
 
 #[derive(Debug, Clone)]
 enum Transport {
-    Grpc(ProfilesServiceClient<Channel>),
+    Grpc(ProfilesServiceClient<Channel>, LogsServiceClient<Channel>),
     Http(reqwest::Client),
 }
 
@@ -393,6 +418,11 @@ impl Client {
                 .map_err(|_| invalid("the value must be visible ASCII"))?;
             headers.push((lower, value.clone()));
         }
+        if config.sends(ExportSignal::Logs)
+            && !matches!(config.kind, Kind::OtlpGrpc | Kind::OtlpHttp)
+        {
+            return Err(bad("only otlp-grpc and otlp-http exporters send Logs"));
+        }
         let transport = if config.kind == Kind::OtlpGrpc {
             let mut channel = Endpoint::from_shared(endpoint.clone())
                 .map_err(|e| bad(&e.to_string()))?
@@ -403,13 +433,18 @@ impl Client {
                     .tls_config(tonic_tls(&tls)?)
                     .map_err(|e| RemoteError::Tls(e.to_string()))?;
             }
-            let mut client = ProfilesServiceClient::new(channel.connect_lazy());
+            let channel = channel.connect_lazy();
+            let mut client = ProfilesServiceClient::new(channel.clone());
+            let mut logs = LogsServiceClient::new(channel);
             if config.compression == Compression::Gzip {
                 client = client
                     .send_compressed(CompressionEncoding::Gzip)
                     .accept_compressed(CompressionEncoding::Gzip);
+                logs = logs
+                    .send_compressed(CompressionEncoding::Gzip)
+                    .accept_compressed(CompressionEncoding::Gzip);
             }
-            Transport::Grpc(client)
+            Transport::Grpc(client, logs)
         } else {
             let url = reqwest::Url::parse(&endpoint).map_err(|e| bad(&e.to_string()))?;
             if url.host_str().is_none() {
@@ -464,7 +499,7 @@ impl Client {
                     Body::Grpc(request)
                 } else {
                     Body::Http {
-                        path_and_query: self.otlp_http_path(),
+                        url: format!("{}{}", self.base, self.otlp_http_path()),
                         body: self.maybe_gzip(request.encode_to_vec()),
                     }
                 };
@@ -495,7 +530,7 @@ impl Client {
                 vec![Prepared {
                     bytes: body.len(),
                     body: Body::Http {
-                        path_and_query: "/push.v1.PusherService/Push".into(),
+                        url: format!("{}/push.v1.PusherService/Push", self.base),
                         body,
                     },
                     values,
@@ -509,7 +544,7 @@ impl Client {
                         bytes: pprof.len(),
                         values: p.profile.samples.len() as u64,
                         body: Body::Http {
-                            path_and_query: ingest_path(p),
+                            url: format!("{}{}", self.base, ingest_path(p)),
                             body: pprof,
                         },
                     })
@@ -539,30 +574,61 @@ impl Client {
         }
     }
 
+    /// The request that carries these log records and exceptions (OTLP exporters only).
+    pub fn prepare_logs(&self, records: &[LogExport]) -> Option<Prepared> {
+        if records.is_empty() {
+            return None;
+        }
+        let request = logs_request(records);
+        let bytes = request.encoded_len();
+        let body = match self.kind {
+            Kind::OtlpGrpc => Body::GrpcLogs(request),
+            Kind::OtlpHttp => Body::Http {
+                url: self.otlp_logs_url(),
+                body: self.maybe_gzip(request.encode_to_vec()),
+            },
+            Kind::Pyroscope | Kind::PyroscopeIngest => return None,
+        };
+        // Counted as requests; `values` counts profile samples.
+        Some(Prepared {
+            body,
+            bytes,
+            values: 0,
+        })
+    }
+
+    /// `/v1/logs` at the endpoint's host (an endpoint with a path names the profiles' route).
+    fn otlp_logs_url(&self) -> String {
+        match reqwest::Url::parse(&self.base) {
+            Ok(mut url) => {
+                url.set_path("/v1/logs");
+                url.set_query(None);
+                url.to_string()
+            }
+            Err(_) => format!("{}/v1/logs", self.base),
+        }
+    }
+
     /// Sends one prepared request once.
     pub async fn send(&self, prepared: &Prepared) -> Result<Sent, SendError> {
         match (&self.transport, &prepared.body) {
-            (Transport::Grpc(client), Body::Grpc(message)) => {
+            (Transport::Grpc(client, _), Body::Grpc(message)) => {
                 self.send_grpc(client.clone(), message.clone()).await
             }
-            (
-                Transport::Http(client),
-                Body::Http {
-                    path_and_query,
-                    body,
-                },
-            ) => self.send_http(client, path_and_query, body.clone()).await,
+            (Transport::Grpc(_, logs), Body::GrpcLogs(message)) => {
+                self.send_grpc_logs(logs.clone(), message.clone()).await
+            }
+            (Transport::Http(client), Body::Http { url, body }) => {
+                self.send_http(client, url, body.clone()).await
+            }
             _ => Err(SendError::refused(
                 "request prepared by another kind of exporter".into(),
             )),
         }
     }
 
-    async fn send_grpc(
-        &self,
-        mut client: ProfilesServiceClient<Channel>,
-        message: ExportProfilesServiceRequest,
-    ) -> Result<Sent, SendError> {
+    /// `message` with the exporter's timeout and headers.
+    fn grpc_request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         request.set_timeout(self.timeout);
         for (name, value) in &self.headers {
@@ -574,38 +640,38 @@ impl Client {
                 request.metadata_mut().insert(key, value);
             }
         }
-        match client.export(request).await {
+        request
+    }
+
+    async fn send_grpc(
+        &self,
+        mut client: ProfilesServiceClient<Channel>,
+        message: ExportProfilesServiceRequest,
+    ) -> Result<Sent, SendError> {
+        match client.export(self.grpc_request(message)).await {
             Ok(response) => Ok(partial_success(response.into_inner())),
-            Err(status) => {
-                use tonic::Code;
-                let retryable = matches!(
-                    status.code(),
-                    Code::Cancelled
-                        | Code::DeadlineExceeded
-                        | Code::Aborted
-                        | Code::OutOfRange
-                        | Code::Unavailable
-                        | Code::DataLoss
-                        | Code::ResourceExhausted
-                );
-                let message = format!("gRPC {:?}: {}", status.code(), status.message());
-                Err(SendError {
-                    retryable,
-                    retry_after: None,
-                    message,
-                })
-            }
+            Err(status) => Err(grpc_error(&status)),
+        }
+    }
+
+    async fn send_grpc_logs(
+        &self,
+        mut client: LogsServiceClient<Channel>,
+        message: ExportLogsServiceRequest,
+    ) -> Result<Sent, SendError> {
+        match client.export(self.grpc_request(message)).await {
+            Ok(_) => Ok(Sent::default()),
+            Err(status) => Err(grpc_error(&status)),
         }
     }
 
     async fn send_http(
         &self,
         client: &reqwest::Client,
-        path_and_query: &str,
+        url: &str,
         body: Vec<u8>,
     ) -> Result<Sent, SendError> {
-        let url = format!("{}{path_and_query}", self.base);
-        let mut request = client.post(&url);
+        let mut request = client.post(url);
         request = match self.kind {
             Kind::OtlpHttp => request.header("content-type", "application/x-protobuf"),
             Kind::Pyroscope => request
@@ -651,6 +717,26 @@ impl Client {
             retry_after,
             message: format!("POST {url}: HTTP {status}: {}", text.trim()),
         })
+    }
+}
+
+/// A failed gRPC call, retryable when the status says the backend may take it later.
+fn grpc_error(status: &tonic::Status) -> SendError {
+    use tonic::Code;
+    let retryable = matches!(
+        status.code(),
+        Code::Cancelled
+            | Code::DeadlineExceeded
+            | Code::Aborted
+            | Code::OutOfRange
+            | Code::Unavailable
+            | Code::DataLoss
+            | Code::ResourceExhausted
+    );
+    SendError {
+        retryable,
+        retry_after: None,
+        message: format!("gRPC {:?}: {}", status.code(), status.message()),
     }
 }
 

@@ -29,8 +29,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::Context;
-use exporter::otlp::ExportBatch;
-use exporter::remote::{Client, ExporterConfig, Prepared};
+use exporter::otlp::{ExportBatch, LogExport};
+use exporter::remote::{Client, ExportSignal, ExporterConfig, Prepared};
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -43,6 +43,10 @@ pub type ExportersConfig = BTreeMap<String, ExporterConfig>;
 pub const CHANNEL_BATCHES: usize = 1024;
 /// Samples of batches held for one interval (about 40 MB at most).
 pub const MAX_PENDING_SAMPLES: usize = 200_000;
+/// Log records and exceptions waiting for an exporter's task.
+pub const CHANNEL_LOG_RECORDS: usize = 8192;
+/// Log records and exceptions held for one interval.
+pub const MAX_PENDING_LOG_RECORDS: usize = 50_000;
 /// Defaults of the settings.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
 pub const DEFAULT_QUEUE_SIZE: usize = 8;
@@ -59,14 +63,61 @@ pub struct ExportTaps(Vec<Tap>);
 #[derive(Debug, Clone)]
 struct Tap {
     name: String,
+    /// Profile batches; open while the agent runs (its closing ends the exporter's task), used
+    /// when the exporter sends profiles.
     channel: mpsc::Sender<ExportBatch>,
+    profiles: bool,
+    /// Log records and exceptions, when it sends logs.
+    logs: Option<mpsc::Sender<LogExport>>,
     metrics: Arc<ExportMetrics>,
 }
 
 impl ExportTaps {
-    /// Offers a batch to every exporter without waiting.
+    /// Whether any exporter sends logs.
+    pub fn want_logs(&self) -> bool {
+        self.0.iter().any(|tap| tap.logs.is_some())
+    }
+
+    /// Forwards a process's log records and exceptions to the exporters that send logs until the
+    /// process's signals are gone; a forwarder that falls behind loses the oldest, counted.
+    pub async fn forward_logs(
+        self,
+        series: Arc<[(String, String)]>,
+        mut live: tokio::sync::broadcast::Receiver<collector::signals::Signal>,
+    ) {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            match live.recv().await {
+                Ok(signal) => self.offer_log(&LogExport {
+                    series: series.clone(),
+                    signal,
+                }),
+                Err(RecvError::Lagged(lost)) => {
+                    for tap in self.0.iter().filter(|t| t.logs.is_some()) {
+                        tap.metrics.drop_log_records("channel_full", lost);
+                    }
+                }
+                Err(RecvError::Closed) => return,
+            }
+        }
+    }
+
+    /// Offers a log record or exception to every exporter that sends logs, without waiting.
+    pub fn offer_log(&self, record: &LogExport) {
+        for tap in &self.0 {
+            let Some(logs) = &tap.logs else { continue };
+            if let Err(mpsc::error::TrySendError::Full(_)) = logs.try_send(record.clone()) {
+                tap.metrics.drop_log_records("channel_full", 1);
+            }
+        }
+    }
+
+    /// Offers a batch to every exporter that sends profiles, without waiting.
     pub fn offer(&self, batch: &ExportBatch) {
         for tap in &self.0 {
+            if !tap.profiles {
+                continue;
+            }
             if let Err(mpsc::error::TrySendError::Full(batch)) = tap.channel.try_send(batch.clone())
             {
                 let samples = batch.batch.samples.len() as u64;
@@ -96,6 +147,7 @@ struct ExportMetrics {
     dropped_batches_channel: Counter,
     dropped_requests: BTreeMap<&'static str, Counter>,
     dropped_samples: BTreeMap<&'static str, Counter>,
+    dropped_log_records: BTreeMap<&'static str, Counter>,
 }
 
 /// Why data was given up, the `reason` label of the drop counters.
@@ -129,7 +181,16 @@ impl ExportMetrics {
             "Profile samples (one per stack and batch) given up before reaching the backend, by reason",
             &["exporter", "reason"],
         );
+        let dropped_log_records = registry.counter_vec(
+            "clrscope_export_dropped_log_records_total",
+            "Log records and exceptions given up before they were put in a request, by reason (channel_full, interval_full)",
+            &["exporter", "reason"],
+        );
         ExportMetrics {
+            dropped_log_records: DROP_REASONS
+                .iter()
+                .map(|&r| (r, dropped_log_records.with(&[exporter, r])))
+                .collect(),
             queue_requests: gauge(
                 "clrscope_export_queue_requests",
                 "Export requests waiting to be sent (the one being sent included)",
@@ -175,6 +236,12 @@ impl ExportMetrics {
         }
         if let Some(c) = self.dropped_samples.get(reason) {
             c.add(samples);
+        }
+    }
+
+    fn drop_log_records(&self, reason: &'static str, records: u64) {
+        if let Some(c) = self.dropped_log_records.get(reason) {
+            c.add(records);
         }
     }
 
@@ -294,6 +361,12 @@ pub fn spawn(
         let limits = Limits::of(exporter).with_context(context)?;
         let metrics = Arc::new(ExportMetrics::register(registry, name));
         let (channel, batches) = mpsc::channel(CHANNEL_BATCHES);
+        let (logs, log_records) = if exporter.sends(ExportSignal::Logs) {
+            let (sender, receiver) = mpsc::channel(CHANNEL_LOG_RECORDS);
+            (Some(sender), Some(receiver))
+        } else {
+            (None, None)
+        };
         let shared = Arc::new(Shared {
             name: name.clone(),
             limits,
@@ -302,11 +375,19 @@ pub fn spawn(
             metrics: metrics.clone(),
         });
         let (done_tx, done_rx) = tokio::sync::watch::channel(false);
-        tasks.spawn(collect(shared.clone(), client.clone(), batches, done_tx));
+        tasks.spawn(collect(
+            shared.clone(),
+            client.clone(),
+            batches,
+            log_records,
+            done_tx,
+        ));
         tasks.spawn(send(shared, client, done_rx));
         taps.push(Tap {
             name: name.clone(),
             channel,
+            profiles: exporter.sends(ExportSignal::Profiles),
+            logs,
             metrics,
         });
     }
@@ -325,13 +406,21 @@ pub fn log_started(config: &ExportersConfig) {
     }
 }
 
-/// Gathers batches and prepares one interval's requests at a time.
+/// Gathers batches (and log records) and prepares one interval's requests at a time.
 async fn collect(
     shared: Arc<Shared>,
     client: Client,
     mut batches: mpsc::Receiver<ExportBatch>,
+    mut log_records: Option<mpsc::Receiver<LogExport>>,
     done: tokio::sync::watch::Sender<bool>,
 ) {
+    let mut pending_logs: Vec<LogExport> = Vec::new();
+    let prepare_logs = |pending: &mut Vec<LogExport>| {
+        let records = std::mem::take(pending);
+        if let Some(request) = client.prepare_logs(&records) {
+            shared.push(request);
+        }
+    };
     let interval = shared.limits.interval;
     let mut ticks = tokio::time::interval_at(Instant::now() + interval, interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -378,10 +467,19 @@ async fn collect(
                 }
                 None => break,
             },
-            _ = ticks.tick() => prepare(&mut pending, &mut pending_samples),
+            record = async { log_records.as_mut()?.recv().await }, if log_records.is_some() => match record {
+                Some(record) if pending_logs.len() < MAX_PENDING_LOG_RECORDS => pending_logs.push(record),
+                Some(_) => shared.metrics.drop_log_records("interval_full", 1),
+                None => log_records = None,
+            },
+            _ = ticks.tick() => {
+                prepare(&mut pending, &mut pending_samples);
+                prepare_logs(&mut pending_logs);
+            }
         }
     }
     prepare(&mut pending, &mut pending_samples);
+    prepare_logs(&mut pending_logs);
     let _ = done.send(true);
 }
 

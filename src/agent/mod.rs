@@ -27,7 +27,9 @@ use anyhow::{bail, Context};
 use collector::attached::AttachedProcesses;
 use collector::counters::{CounterSessionConfig, DEFAULT_INTERVAL_SECONDS};
 use collector::nettrace::ParserOptions;
+use collector::rules::options::{ActionKind, CollectionRule};
 use collector::sampler::DutyCycle;
+use collector::signals::{LogsSettings, SignalLimits};
 use exporter::egress::{Egress, EgressConfig};
 use settings::{parse_bytes, parse_duration};
 use store::tsdb::{Store, StoreOptions};
@@ -160,6 +162,15 @@ pub struct Args {
     /// [config: Profiling:TraceSources]
     #[arg(long = "trace-source", value_name = "NAME")]
     trace_sources: Vec<String>,
+    /// Collect the targets' Microsoft.Extensions.Logging messages at this level and above
+    /// (Trace, Debug, Information, Warning, Error, Critical), the app's own filters kept, for
+    /// /logs, CollectLogs (with the seconds before a trigger) and OTLP; off by default: the
+    /// app then formats each message for the agent (BENCHMARKS.md, "Logs and exceptions").
+    #[arg(long, value_name = "LEVEL", value_parser = parse_log_level)]
+    logs: Option<collector::nettrace::events::LogLevel>,
+    /// How many first-chance exceptions to keep per process for /exceptions (0: none).
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    exception_history: usize,
     /// Also put this System.Diagnostics.Metrics meter's instruments on /metrics (repeatable).
     /// System.Runtime's and ASP.NET Core's counters are there unless
     /// Metrics:IncludeDefaultProviders is false. [config: Metrics:Meters]
@@ -185,6 +196,14 @@ pub struct Args {
     nettrace: NettraceArgs,
 }
 
+fn parse_log_level(text: &str) -> Result<collector::nettrace::events::LogLevel, String> {
+    collector::nettrace::events::LogLevel::parse(text).ok_or_else(|| {
+        format!(
+            "unknown log level {text:?}: use Trace, Debug, Information, Warning, Error or Critical"
+        )
+    })
+}
+
 /// A repeatable flag's values, else the configuration's list.
 fn or_config<T: Clone>(flag: Vec<T>, config: &[T]) -> Vec<T> {
     if flag.is_empty() {
@@ -208,6 +227,7 @@ struct Resolved {
     events: EventProfiles,
     filters: Filters,
     linkage: Option<Vec<collector::ipc::ProviderConfig>>,
+    signals: SignalSettings,
     store: StoreOptions,
     /// Where /metrics is served without authentication, if anywhere.
     metrics_urls: Option<String>,
@@ -371,6 +391,16 @@ impl Args {
                 command_lines: or_config(self.command_lines, &profiling.command_lines),
             },
             linkage,
+            signals: SignalSettings {
+                logs: self.logs.map(|level| LogsSettings {
+                    log_level: level,
+                    ..LogsSettings::default()
+                }),
+                limits: SignalLimits {
+                    max_exceptions: self.exception_history,
+                    ..SignalLimits::default()
+                },
+            },
             store: StoreOptions {
                 flush_interval: self
                     .flush_interval
@@ -470,12 +500,51 @@ pub struct Settings {
     pub host_name: String,
     /// The providers that join samples to the spans their threads ran, when linkage is on.
     pub linkage: Option<Vec<collector::ipc::ProviderConfig>>,
+    /// Which logs and how many exceptions each process keeps.
+    pub signals: SignalSettings,
     /// The counter session whose values go on /metrics, unless that is off.
     pub runtime_counters: Option<RuntimeCounters>,
     /// Collection rules and their egress.
     pub rules: rules::RuleSettings,
     /// Limits of the parsers that read the targets' streams (`--nettrace-budget`).
     pub parser: ParserOptions,
+}
+
+/// The logs and exceptions each process's light session collects.
+#[derive(Debug, Clone)]
+pub struct SignalSettings {
+    /// `None`: no logs.
+    pub logs: Option<LogsSettings>,
+    /// `max_exceptions` 0: no exceptions.
+    pub limits: SignalLimits,
+}
+
+impl SignalSettings {
+    pub fn exceptions(&self) -> bool {
+        self.limits.max_exceptions > 0
+    }
+
+    /// Keeps logs long enough for the longest CollectLogs `PreTriggerSeconds`; refuses a
+    /// CollectLogs without `--logs`.
+    fn for_rules(mut self, rules: &[CollectionRule]) -> anyhow::Result<SignalSettings> {
+        for rule in rules {
+            for action in &rule.actions {
+                let ActionKind::CollectLogs { pre_trigger, .. } = &action.kind else {
+                    continue;
+                };
+                if self.logs.is_none() {
+                    bail!(
+                        "collection rule {:?}: CollectLogs needs the agent to collect logs: \
+                         start it with --logs LEVEL",
+                        rule.name
+                    );
+                }
+                let needed = *pre_trigger + Duration::from_secs(5);
+                self.limits.log_retention = self.limits.log_retention.max(needed);
+            }
+        }
+        Ok(self)
+    }
 }
 
 /// What the agent's tasks share.
@@ -490,6 +559,8 @@ pub struct Agent {
     pub health: Health,
     /// Turns true once when the agent stops.
     pub shutdown: watch::Receiver<bool>,
+    /// The exporters' taps, for the processes' log records and exceptions.
+    pub exports: export::ExportTaps,
 }
 
 /// A listener address: `http://HOST:PORT`, `https://HOST:PORT` or `HOST:PORT` (http), HOST an
@@ -661,6 +732,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         parser: settings.parser.clone(),
     };
     rules.check_egress()?;
+    let signals = settings.signals.for_rules(&rules.rules)?;
     let metrics = Registry::default();
     let health = Health::register(&metrics);
     let metrics_listener = match &settings.metrics_urls {
@@ -678,6 +750,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let (taps, mut exporting) =
         export::spawn(&settings.exporters, &metrics).context("starting the exporters")?;
+    let exports = taps.clone();
     let (sink, writer) = writer::spawn(store.clone(), health.store.clone(), taps)
         .context("starting the store writer")?;
     let (stop, shutdown) = watch::channel(false);
@@ -688,6 +761,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             filters: settings.filters,
             host_name: host_name(),
             linkage: settings.linkage,
+            signals,
             runtime_counters: settings.runtime_counters,
             rules,
             parser: settings.parser.clone(),
@@ -697,6 +771,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics,
         health,
         shutdown,
+        exports,
     });
 
     let listen = match &settings.listen_socket {

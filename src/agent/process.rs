@@ -18,6 +18,7 @@ use collector::rules::state::RuleStates;
 use collector::sampler::{SamplerControl, SamplerStep, MAX_WINDOW};
 use collector::samples::SampleAggregator;
 use collector::session::{self, EventObserver, ParsingWriter};
+use collector::signals::{ProcessSignals, SignalCollector};
 use profile::labels;
 use symbolizer::profiles::process::{Batches, EventProfiles, ProcessProfiler};
 use tokio::sync::watch;
@@ -26,7 +27,7 @@ use tokio::time::Instant;
 use super::health::{GaugeGuard, Health};
 use super::runtime_counters;
 use super::writer::BatchSink;
-use super::{rules, Agent};
+use super::{rules, Agent, SignalSettings};
 
 /// How long after a sampler window its stacks are named: methods compiled during the window are
 /// announced on the light session, whose events arrive up to a few hundred milliseconds later.
@@ -90,9 +91,13 @@ impl EventObserver for WindowSamples {
 
 /// JIT/Loader events for the code map, plus the events of the switched-on event profiles and,
 /// with trace linkage, the span and context-switch events.
-fn light_session(events: EventProfiles, linkage: Option<&[ProviderConfig]>) -> CollectTracing {
+fn light_session(
+    events: EventProfiles,
+    linkage: Option<&[ProviderConfig]>,
+    signals: &SignalSettings,
+) -> CollectTracing {
     let mut keywords = providers::RUNTIME_JIT_LOADER_KEYWORDS;
-    if events.exceptions {
+    if events.exceptions || signals.exceptions() {
         keywords |= providers::RUNTIME_EXCEPTION_KEYWORD;
     }
     if events.locks {
@@ -106,6 +111,9 @@ fn light_session(events: EventProfiles, linkage: Option<&[ProviderConfig]>) -> C
     )];
     if let Some(linkage) = linkage {
         session.extend(linkage.iter().cloned());
+    }
+    if let Some(logs) = &signals.logs {
+        session.push(logs.provider());
     }
     CollectTracing::v2(session).with_rundown(false)
 }
@@ -246,6 +254,10 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
     let service = service_name(&environment).unwrap_or_else(|| name.clone());
     let sampler = SamplerControl::new(agent.settings.duty);
     let rule_states = RuleStates::default();
+    let signals = ProcessSignals::new(
+        agent.settings.signals.limits,
+        agent.settings.signals.logs.clone(),
+    );
     let Some(_registration) = agent.processes.register(AttachedProcess {
         pid: target.pid,
         name: name.clone(),
@@ -257,6 +269,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         attached_unix_ms: profile::clock::unix_millis(),
         sampler: sampler.clone(),
         rules: rule_states.clone(),
+        signals: signals.clone(),
     }) else {
         return Ok(Outcome::AlreadyAttached);
     };
@@ -282,6 +295,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
             },
             sampler: sampler.clone(),
             states: rule_states,
+            signals: signals.clone(),
         },
         &agent.processes,
         &agent.shutdown,
@@ -300,11 +314,18 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         retention: MAX_WINDOW + SYMBOLIZE_DELAY + Duration::from_secs(5),
         ..TrackerLimits::default()
     });
-    let profiler = SharedProfiler(Arc::new(Mutex::new(ProcessProfiler::new(
-        series,
-        agent.settings.events,
-        linkage,
-    ))));
+    if agent.exports.want_logs() {
+        tokio::spawn(
+            agent
+                .exports
+                .clone()
+                .forward_logs(series.clone().into(), signals.subscribe()),
+        );
+    }
+    let profiler = SharedProfiler(Arc::new(Mutex::new(
+        ProcessProfiler::new(series, agent.settings.events, linkage)
+            .with_signals(SignalCollector::new(signals)),
+    )));
     let proc_pid = local.map(|l| l.pid);
     if let Some(images) = proc_pid.and_then(|p| symbolizer::read_proc_maps(p).ok()) {
         profiler.lock().set_images(images);
@@ -336,7 +357,11 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
             profiler.clone(),
             agent.settings.parser.clone(),
         );
-        let config = light_session(agent.settings.events, agent.settings.linkage.as_deref());
+        let config = light_session(
+            agent.settings.events,
+            agent.settings.linkage.as_deref(),
+            &agent.settings.signals,
+        );
         let mut shutdown = agent.shutdown.clone();
         let sessions = agent.health.sessions.clone();
         tokio::spawn(async move {

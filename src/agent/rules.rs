@@ -22,6 +22,7 @@ use collector::rules::options::{Action, ActionKind, CollectionRule, ProcessFacts
 use collector::rules::ring::RingLimits;
 use collector::rules::state::RuleStates;
 use collector::sampler::SamplerControl;
+use collector::signals::{LogsRequest, ProcessSignals};
 use exporter::artifacts::{Artifact, ArtifactSource};
 use exporter::egress::{Egress, Upload};
 use tokio::io::AsyncWriteExt;
@@ -70,6 +71,7 @@ pub struct RuleTarget<'a> {
     pub facts: ProcessFacts<'a>,
     pub sampler: SamplerControl,
     pub states: RuleStates,
+    pub signals: ProcessSignals,
 }
 
 /// Starts the rules that apply to `target`; the returned set owns their tasks.
@@ -127,6 +129,7 @@ pub fn start(
             counter_interval_seconds: settings.counter_interval_seconds,
             parser: settings.parser.clone(),
             captures,
+            signals: target.signals.clone(),
         });
         let rule = rule.clone();
         let client = target.client.clone();
@@ -205,6 +208,8 @@ struct ActionContext {
     parser: ParserOptions,
     /// Pre-trigger rings by action name.
     captures: HashMap<String, mpsc::Sender<CaptureRequest>>,
+    /// The process's logs, for CollectLogs.
+    signals: ProcessSignals,
 }
 
 impl ActionContext {
@@ -268,6 +273,24 @@ impl ActionContext {
             }
             ActionKind::CollectStacks { format, egress } => {
                 self.collect(Artifact::Stacks(*format), egress, firing.time)
+                    .await
+            }
+            ActionKind::CollectLogs {
+                settings,
+                format,
+                duration,
+                egress,
+                pre_trigger,
+            } => {
+                self.signals.check_logs(settings)?;
+                let request = LogsRequest {
+                    signals: self.signals.clone(),
+                    settings: settings.clone(),
+                    format: *format,
+                    duration: Some(*duration),
+                    before: *pre_trigger + firing.time.elapsed().unwrap_or_default(),
+                };
+                self.collect(Artifact::Logs(request), egress, firing.time)
                     .await
             }
             ActionKind::Execute {

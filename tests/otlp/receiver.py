@@ -1,15 +1,18 @@
-"""A profiles receiver for clrscope's export tests, built on the official protos.
+"""A profiles and logs receiver for clrscope's export tests, built on the official protos.
 
 Serves, on 127.0.0.1:
-  * gRPC  opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export
-    (PyPI opentelemetry-proto's generated servicer on grpcio);
+  * gRPC  opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export and
+          opentelemetry.proto.collector.logs.v1.LogsService/Export
+    (PyPI opentelemetry-proto's generated servicers on grpcio);
   * HTTP  POST /v1development/profiles          OTLP/HTTP, application/x-protobuf, gzip or not
+          POST /v1/logs                         OTLP/HTTP logs, likewise
           POST /push.v1.PusherService/Push       Pyroscope push (Connect, application/proto)
           POST /ingest?name=...&format=pprof     Pyroscope's legacy ingest
 
 Prints one JSON object per line on stdout:
   {"ready": true, "grpc_port": P, "http_port": Q}
-  then one line per request received, see `otlp_summary`, `push_summary` and `ingest_summary`.
+  then one line per request received, see `otlp_summary`, `logs_summary`, `push_summary` and
+  `ingest_summary`.
 pprof profiles (push samples, ingest bodies) are saved under --out-dir for `go tool pprof`.
 
 With --tls-cert and --tls-key (PEM), both servers speak TLS only.
@@ -31,6 +34,7 @@ from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 from opentelemetry.proto.collector.profiles.v1development import (
     profiles_service_pb2,
     profiles_service_pb2_grpc,
@@ -142,6 +146,41 @@ def otlp_summary(request, transport, extra):
     return out
 
 
+def logs_summary(request, transport, extra):
+    """The logs request as plain data: per resource its attributes, per scope its records with
+    time, severity, body, attributes and trace/span ids (hex)."""
+    resources = []
+    for rl in request.resource_logs:
+        scopes = []
+        for sl in rl.scope_logs:
+            records = [
+                {
+                    "time_unix_nano": r.time_unix_nano,
+                    "severity_number": r.severity_number,
+                    "severity_text": r.severity_text,
+                    "body": any_value(r.body),
+                    "attributes": {kv.key: any_value(kv.value) for kv in r.attributes},
+                    "trace_id": r.trace_id.hex(),
+                    "span_id": r.span_id.hex(),
+                    "flags": r.flags,
+                }
+                for r in sl.log_records
+            ]
+            scopes.append({"name": sl.scope.name, "records": records})
+        attrs = {kv.key: any_value(kv.value) for kv in rl.resource.attributes}
+        resources.append({"attributes": attrs, "scopes": scopes})
+    out = {"kind": "otlp-logs", "transport": transport, "resources": resources}
+    out.update(extra)
+    return out
+
+
+class LogsService(logs_service_pb2_grpc.LogsServiceServicer):
+    def Export(self, request, context):
+        metadata = {k: v for k, v in context.invocation_metadata()}
+        emit(logs_summary(request, "grpc", {"headers": metadata, "bytes": request.ByteSize()}))
+        return logs_service_pb2.ExportLogsServiceResponse()
+
+
 class ProfilesService(profiles_service_pb2_grpc.ProfilesServiceServicer):
     def Export(self, request, context):
         metadata = {k: v for k, v in context.invocation_metadata()}
@@ -202,6 +241,12 @@ def make_handler(args, push_pb2):
                 emit(otlp_summary(request, "http", extra))
                 answer = profiles_service_pb2.ExportProfilesServiceResponse()
                 self.reply(200, answer.SerializeToString(), "application/x-protobuf")
+            elif url.path == "/v1/logs":
+                request = logs_service_pb2.ExportLogsServiceRequest()
+                request.ParseFromString(body)
+                emit(logs_summary(request, "http", extra))
+                answer = logs_service_pb2.ExportLogsServiceResponse()
+                self.reply(200, answer.SerializeToString(), "application/x-protobuf")
             elif url.path == "/push.v1.PusherService/Push":
                 request = push_pb2.PushRequest()
                 request.ParseFromString(body)
@@ -254,6 +299,7 @@ def main():
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     profiles_service_pb2_grpc.add_ProfilesServiceServicer_to_server(ProfilesService(), server)
+    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsService(), server)
     address = "127.0.0.1:%d" % args.grpc_port
     if args.tls_cert:
         with open(args.tls_cert, "rb") as f:

@@ -44,6 +44,7 @@ const ASSETS: &[(&str, &str)] = assets![
     "compare.js",
     "export.js",
     "processes.js",
+    "signals.js",
 ];
 
 /// Scripts and styles only from the agent itself, no plug-ins, no framing: the page shows

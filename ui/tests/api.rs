@@ -890,6 +890,7 @@ async fn events_mark_processes_attaching_and_detaching() {
         attached_unix_ms,
         sampler: SamplerControl::new(DutyCycle::default()),
         rules: Default::default(),
+        signals: Default::default(),
     };
     let checkout = processes
         .register(process(7, "checkout", T0_MS + 1000))

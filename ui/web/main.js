@@ -10,6 +10,7 @@ import { Filters } from './filters.js';
 import { formatPercent, formatRange, formatSpan, formatValue } from './format.js';
 import { ProcessesView } from './processes.js';
 import { ProfileView } from './profileview.js';
+import { SignalsView } from './signals.js';
 import { onChange, state, update } from './state.js';
 import { Timeline, stepFor } from './timeline.js';
 
@@ -39,11 +40,15 @@ const processes = new ProcessesView({
   onProfile: (p) => update({ view: 'profile', service: p.service_name, pid: String(p.pid) }),
   onError: fail,
 });
+const signals = new SignalsView({
+  onSpan: (traceId, spanId) => update({ trace_id: traceId, span_id: spanId }),
+});
+const nextSignals = latestOnly();
 const nextTimeline = latestOnly();
 const nextProfile = latestOnly();
 
 // For the browser's console and the browser tests: the live components.
-window.clrscope = { state, timeline, single, compare, processes };
+window.clrscope = { state, timeline, single, compare, processes, signals };
 
 function resolveWindow() {
   if (state.window === 'custom' && state.from < state.until) return { from: state.from, until: state.until };
@@ -85,6 +90,16 @@ async function refresh() {
   }
   loadTimeline();
   loadProfile();
+  loadSignals();
+}
+
+/** The selected process's recent exceptions and error logs, beside its flame graph. */
+async function loadSignals() {
+  try {
+    await signals.load(state.compare ? '' : state.pid, nextSignals());
+  } catch (error) {
+    fail(error);
+  }
 }
 
 async function loadTimeline() {
@@ -264,6 +279,7 @@ onChange((changed) => {
     byId('custom-until').value = toLocalInput(windowRange.until);
     loadTimeline();
     loadProfile();
+    loadSignals();
   } else if (any(['sel', 'compare', 'base', 'new'])) {
     loadProfile();
   }

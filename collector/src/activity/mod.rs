@@ -513,6 +513,17 @@ impl SpanTracker {
         }
     }
 
+    /// The span whose EventSource activity id is `activity`, if it was open at `timestamp`: how
+    /// an event that carries its writer's activity id (a log message) finds its span.
+    pub fn span_of_activity(&self, activity: &Guid, timestamp: i64) -> Option<&Span> {
+        let entry = self.spans.get(activity)?;
+        match entry.stopped {
+            Some(stopped) if stopped < timestamp => None,
+            _ if entry.started > timestamp => None,
+            _ => Some(&entry.span),
+        }
+    }
+
     /// The newest event time seen (QPC ticks): samples up to about this time can be joined now;
     /// later ones may still gain switches from events not yet delivered.
     pub fn latest_timestamp(&self) -> Option<i64> {

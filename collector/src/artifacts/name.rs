@@ -17,6 +17,9 @@ pub enum ArtifactKind {
     Trace,
     /// `<ts>_<pid>.stacks.txt` as plain text, `<ts>_<pid>.stacks.json` as JSON or speedscope.
     Stacks { plain_text: bool },
+    /// `<ts>_<pid>.txt` as plain text, `<ts>_<pid>.json` as NDJSON or JSON sequence
+    /// (dotnet-monitor's log file names).
+    Logs { plain_text: bool },
 }
 
 impl ArtifactKind {
@@ -26,6 +29,7 @@ impl ArtifactKind {
             ArtifactKind::GcDump => "gcdump",
             ArtifactKind::Trace => "trace",
             ArtifactKind::Stacks { .. } => "stacks",
+            ArtifactKind::Logs { .. } => "logs",
         }
     }
 
@@ -38,6 +42,8 @@ impl ArtifactKind {
             ArtifactKind::Trace => format!("{ts}_{pid}.nettrace"),
             ArtifactKind::Stacks { plain_text: true } => format!("{ts}_{pid}.stacks.txt"),
             ArtifactKind::Stacks { plain_text: false } => format!("{ts}_{pid}.stacks.json"),
+            ArtifactKind::Logs { plain_text: true } => format!("{ts}_{pid}.txt"),
+            ArtifactKind::Logs { plain_text: false } => format!("{ts}_{pid}.json"),
         }
     }
 
@@ -66,7 +72,7 @@ impl ArtifactKind {
             && digits > 0
             && matches!(
                 &rest[digits..],
-                ".gcdump" | ".nettrace" | ".stacks.txt" | ".stacks.json"
+                ".gcdump" | ".nettrace" | ".stacks.txt" | ".stacks.json" | ".txt" | ".json"
             )
     }
 }
@@ -120,6 +126,8 @@ mod tests {
             ArtifactKind::Trace,
             ArtifactKind::Stacks { plain_text: true },
             ArtifactKind::Stacks { plain_text: false },
+            ArtifactKind::Logs { plain_text: true },
+            ArtifactKind::Logs { plain_text: false },
         ] {
             assert!(ArtifactKind::is_artifact_file_name(
                 &kind.file_name(1234, at)

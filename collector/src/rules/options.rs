@@ -16,7 +16,9 @@ use super::config::{ConfigError, Node};
 use super::schedule::Schedule;
 use crate::artifacts::{DumpKind, EventPipeProvider, StackFormat, StoppingEvent};
 use crate::ipc::ProviderConfig;
+use crate::nettrace::events::LogLevel;
 use crate::providers::TraceProfile;
+use crate::signals::{LogFormat, LogsSettings};
 
 const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
@@ -277,6 +279,15 @@ pub enum ActionKind {
         format: StackFormat,
         egress: String,
     },
+    /// The process's log messages for `duration`, from the agent's own collection of them.
+    CollectLogs {
+        settings: LogsSettings,
+        format: LogFormat,
+        duration: Duration,
+        egress: String,
+        /// clrscope: also the messages of this long before the trigger (kept by the agent).
+        pre_trigger: Duration,
+    },
     Execute {
         path: String,
         arguments: Option<String>,
@@ -296,6 +307,7 @@ impl ActionKind {
             ActionKind::CollectGCDump { .. } => "CollectGCDump",
             ActionKind::CollectDump { .. } => "CollectDump",
             ActionKind::CollectStacks { .. } => "CollectStacks",
+            ActionKind::CollectLogs { .. } => "CollectLogs",
             ActionKind::Execute { .. } => "Execute",
             ActionKind::RaiseSamplingRate { .. } => "RaiseSamplingRate",
         }
@@ -307,7 +319,8 @@ impl ActionKind {
             ActionKind::CollectTrace { egress, .. }
             | ActionKind::CollectGCDump { egress }
             | ActionKind::CollectDump { egress, .. }
-            | ActionKind::CollectStacks { egress, .. } => Some(egress),
+            | ActionKind::CollectStacks { egress, .. }
+            | ActionKind::CollectLogs { egress, .. } => Some(egress),
             ActionKind::Execute { .. } | ActionKind::RaiseSamplingRate { .. } => None,
         }
     }
@@ -751,6 +764,7 @@ fn action(node: Node<'_>, index: usize, d: &Defaults<'_>) -> Result<Action, Conf
             },
             egress: egress()?,
         },
+        "collectlogs" => collect_logs(s, egress()?, duration(DEFAULT_TRACE_DURATION)?)?,
         "execute" => ActionKind::Execute {
             path: s
                 .get("Path")
@@ -770,7 +784,7 @@ fn action(node: Node<'_>, index: usize, d: &Defaults<'_>) -> Result<Action, Conf
         _ => {
             return Err(node.error(format!(
                 "unknown action Type {ty:?}; known: CollectTrace, CollectGCDump, CollectDump, \
-                 CollectStacks, Execute, RaiseSamplingRate"
+                 CollectStacks, CollectLogs, Execute, RaiseSamplingRate"
             )))
         }
     };
@@ -778,6 +792,62 @@ fn action(node: Node<'_>, index: usize, d: &Defaults<'_>) -> Result<Action, Conf
         name,
         wait_for_completion,
         kind,
+    })
+}
+
+/// dotnet-monitor's CollectLogs settings (`DefaultLevel`, `FilterSpecs`, `UseAppFilters`,
+/// `Format`), plus clrscope's `PreTriggerSeconds`.
+fn collect_logs(
+    s: Node<'_>,
+    egress: String,
+    duration: Duration,
+) -> Result<ActionKind, ConfigError> {
+    let level = |c: Node<'_>| -> Result<LogLevel, ConfigError> {
+        let text = c.string()?;
+        LogLevel::parse(&text).ok_or_else(|| {
+            c.error(format!(
+                "unknown level {text:?}: use Trace, Debug, Information, Warning, Error or Critical"
+            ))
+        })
+    };
+    let mut settings = LogsSettings::default();
+    if let Some(c) = s.get("DefaultLevel") {
+        settings.log_level = level(c.node())?;
+    }
+    if let Some(c) = s.get("FilterSpecs") {
+        for (category, value) in c.node().object()? {
+            let value = value.node();
+            let spec = if value.value.is_null() {
+                None
+            } else {
+                Some(level(value)?)
+            };
+            settings.filter_specs.push((category, spec));
+        }
+    }
+    if let Some(c) = s.get("UseAppFilters") {
+        settings.use_app_filters = c.node().bool()?;
+    }
+    let format = match s.get("Format") {
+        None => LogFormat::NdJson,
+        Some(c) => c.node().one_of(&[
+            ("NewlineDelimitedJson", LogFormat::NdJson),
+            ("JsonSequence", LogFormat::JsonSeq),
+            ("PlainText", LogFormat::Text),
+        ])?,
+    };
+    let pre_trigger = match s.get("PreTriggerSeconds") {
+        None => Duration::ZERO,
+        Some(c) => {
+            Duration::from_secs(c.node().integer(1, MAX_PRE_TRIGGER.as_secs() as i64)? as u64)
+        }
+    };
+    Ok(ActionKind::CollectLogs {
+        settings,
+        format,
+        duration,
+        egress,
+        pre_trigger,
     })
 }
 

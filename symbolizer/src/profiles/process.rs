@@ -12,6 +12,7 @@ use collector::activity::{SpanTracker, TrackerLimits};
 use collector::nettrace::events::KnownEvent;
 use collector::nettrace::Event;
 use collector::samples::SampleAggregator;
+use collector::signals::{ExceptionFrame, SignalCollector};
 use profile::labels;
 use profile::{Batch, BatchSample, LabelValue, ProfileType};
 
@@ -104,7 +105,12 @@ pub struct ProcessProfiler {
     contention_starts: HashMap<u64, OpenContention>,
     dropped_events: u64,
     refresh: RundownRefreshPolicy,
+    /// Logs and exceptions for the API, the rules and OTLP, when collected.
+    signals: Option<SignalCollector>,
 }
+
+/// Frames of a throwing stack kept at most.
+const MAX_EXCEPTION_FRAMES: usize = 128;
 
 impl ProcessProfiler {
     /// `series`: the labels of every batch (`service_name`, `process_id`, `host_name`);
@@ -123,7 +129,14 @@ impl ProcessProfiler {
             contention_starts: HashMap::new(),
             dropped_events: 0,
             refresh: RundownRefreshPolicy::new(RUNDOWN_MIN_INTERVAL_NS, RUNDOWN_MIN_MISSES),
+            signals: None,
         }
+    }
+
+    /// Also keep the process's log messages and exceptions (named stacks, spans) in `collector`.
+    pub fn with_signals(mut self, collector: SignalCollector) -> Self {
+        self.signals = Some(collector);
+        self
     }
 
     /// The span tracker, when trace linkage is on.
@@ -161,6 +174,36 @@ impl ProcessProfiler {
             return;
         };
         let thread = event.header.thread_id;
+        let known = match known {
+            KnownEvent::Logging(logging) => {
+                if let Some(collector) = &mut self.signals {
+                    let spans = self.symbolizer.spans.as_ref();
+                    let at = event.header.timestamp;
+                    collector.log(event, logging, |activity| {
+                        let spans = spans?;
+                        spans
+                            .span_of_activity(&activity, at)
+                            .or_else(|| spans.span_at(thread, at))
+                            .cloned()
+                    });
+                }
+                return;
+            }
+            KnownEvent::ExceptionThrown(thrown) => {
+                if self.signals.is_some() {
+                    let frames = self.exception_frames(event);
+                    let span =
+                        self.symbolizer.spans.as_ref().and_then(|spans| {
+                            spans.span_at(thread, event.header.timestamp).cloned()
+                        });
+                    if let Some(collector) = &mut self.signals {
+                        collector.exception(event, thrown.clone(), frames, span);
+                    }
+                }
+                KnownEvent::ExceptionThrown(thrown)
+            }
+            other => other,
+        };
         let (kind, type_name, amount) = match known {
             KnownEvent::AllocationTick(tick) if self.profiles.alloc => {
                 let bytes = tick
@@ -217,6 +260,27 @@ impl ProcessProfiler {
             ips: stack.ips().collect(),
         };
         self.count(key, amount, event.unix_nanos());
+    }
+
+    /// The managed frames of an event's stack, named, innermost first.
+    fn exception_frames(&self, event: &Event<'_>) -> Vec<ExceptionFrame> {
+        let Some(stack) = event.stack() else {
+            return Vec::new();
+        };
+        let ips: Vec<u64> = stack.ips().collect();
+        let map = &self.symbolizer.map;
+        map.symbolize_stack(&ips)
+            .into_iter()
+            .filter(|frame| matches!(frame.kind, crate::FrameKind::Managed { .. }))
+            .take(MAX_EXCEPTION_FRAMES)
+            .map(|frame| {
+                let function = map.function(frame.function);
+                ExceptionFrame {
+                    method_name: function.display_name().to_string(),
+                    module_name: function.module.to_string(),
+                }
+            })
+            .collect()
     }
 
     fn count(&mut self, key: EventKey, amount: i64, at_unix_nanos: i64) {

@@ -13,7 +13,9 @@ use collector::artifacts::{
     ArtifactError, DumpKind, EventPipeConfiguration, StackFormat, TraceRequest,
 };
 use collector::gcdump::SnapshotOptions;
+use collector::nettrace::events::LogLevel;
 use collector::providers::TraceProfile;
+use collector::signals::{ExceptionFormat, LogFormat, LogsRequest, LogsSettings, ProcessSignals};
 use exporter::artifacts::{Artifact, ArtifactSource};
 use exporter::egress::Upload;
 use tokio::io::{AsyncReadExt, AsyncWrite};
@@ -41,6 +43,8 @@ pub(super) fn routes() -> Router<ApiState> {
         .route("/gcdump", get(gcdump))
         .route("/dump", get(dump))
         .route("/stacks", get(stacks))
+        .route("/logs", get(logs).post(logs_custom))
+        .route("/exceptions", get(exceptions))
 }
 
 /// The runtime behind `target`, as an artifact's source.
@@ -110,8 +114,22 @@ async fn collect(
     params: MonitorParams,
     artifact: Artifact,
 ) -> Result<Response, ApiError> {
+    let target = state
+        .monitor
+        .directory
+        .resolve(&params.process_key()?)
+        .await?;
+    collect_from(state, params, target, artifact).await
+}
+
+/// [`collect`] from a resolved process.
+async fn collect_from(
+    state: ApiState,
+    params: MonitorParams,
+    target: Target,
+    artifact: Artifact,
+) -> Result<Response, ApiError> {
     let monitor = &state.monitor;
-    let target = monitor.directory.resolve(&params.process_key()?).await?;
     let kind = artifact.kind();
     let provider = params.get("egressProvider").map(str::to_string);
     if let Some(name) = &provider {
@@ -249,6 +267,117 @@ async fn trace_custom(
         .with_duration(trace_duration(&params)?)
         .with_parser(state.monitor.parser.clone());
     collect(state, params, Artifact::Trace(request)).await
+}
+
+/// The process's signals, which the agent keeps while it is attached.
+fn signals_of(state: &ApiState, target: &Target) -> Result<ProcessSignals, ApiError> {
+    state.processes.signals_of(&target.uid).ok_or_else(|| {
+        ApiError::BadRequest(format!(
+            "process {} is not attached to the agent: its logs and exceptions come from the \
+                 agent's session with it (check the agent's --pid/--name filters)",
+            target.pid
+        ))
+    })
+}
+
+fn log_format(headers: &HeaderMap) -> Result<LogFormat, ApiError> {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    LogFormat::from_accept(accept).ok_or_else(|| {
+        ApiError::BadRequest(
+            "Accept: application/x-ndjson, application/json-seq or text/plain".to_string(),
+        )
+    })
+}
+
+/// Streams (or egresses) the logs `settings` select, as dotnet-monitor's `/logs`.
+async fn collect_logs(
+    state: ApiState,
+    headers: &HeaderMap,
+    params: MonitorParams,
+    settings: LogsSettings,
+) -> Result<Response, ApiError> {
+    let format = log_format(headers)?;
+    let target = state
+        .monitor
+        .directory
+        .resolve(&params.process_key()?)
+        .await?;
+    let signals = signals_of(&state, &target)?;
+    signals
+        .check_logs(&settings)
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let request = LogsRequest {
+        signals,
+        settings,
+        format,
+        duration: trace_duration(&params)?,
+        before: Duration::ZERO,
+    };
+    collect_from(state, params, target, Artifact::Logs(request)).await
+}
+
+async fn logs(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    params: QueryPairs,
+) -> Result<Response, ApiError> {
+    let allowed = [&ARTIFACT_PARAMS[..], &["durationSeconds", "level"]].concat();
+    let params = MonitorParams::new(params, &allowed)?;
+    let level = match params.get("level") {
+        None => None,
+        Some(text) => Some(
+            LogLevel::parse(text).ok_or_else(|| ApiError::InvalidParameter {
+                name: "level",
+                value: text.to_string(),
+                reason: "Trace, Debug, Information, Warning, Error or Critical".into(),
+            })?,
+        ),
+    };
+    let settings = LogsSettings::for_level(level);
+    collect_logs(state, &headers, params, settings).await
+}
+
+async fn logs_custom(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    params: QueryPairs,
+    body: Result<Json<LogsSettings>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let allowed = [&ARTIFACT_PARAMS[..], &["durationSeconds"]].concat();
+    let params = MonitorParams::new(params, &allowed)?;
+    let Json(settings) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    collect_logs(state, &headers, params, settings).await
+}
+
+/// The process's kept first-chance exceptions, oldest first, as dotnet-monitor's `/exceptions`.
+async fn exceptions(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    params: QueryPairs,
+) -> Result<Response, ApiError> {
+    let params = MonitorParams::new(params, &["pid", "uid", "name"])?;
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = ExceptionFormat::from_accept(accept).ok_or_else(|| {
+        ApiError::BadRequest(
+            "Accept: application/x-ndjson, application/json-seq or text/plain".to_string(),
+        )
+    })?;
+    let target = state
+        .monitor
+        .directory
+        .resolve(&params.process_key()?)
+        .await?;
+    let signals = signals_of(&state, &target)?;
+    if signals.limits().max_exceptions == 0 {
+        return Err(ApiError::BadRequest(
+            "the agent keeps no exceptions: start it with --exception-history N".to_string(),
+        ));
+    }
+    let mut text = String::new();
+    for record in signals.exceptions() {
+        format.write(&record, &mut text);
+    }
+    Ok(([(header::CONTENT_TYPE, format.content_type())], text).into_response())
 }
 
 async fn gcdump(State(state): State<ApiState>, params: QueryPairs) -> Result<Response, ApiError> {

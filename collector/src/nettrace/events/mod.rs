@@ -8,6 +8,7 @@
 
 mod diagnostic_source;
 mod event_counters;
+mod logging;
 mod meters;
 mod runtime;
 mod sample;
@@ -15,6 +16,9 @@ mod tpl;
 
 pub use diagnostic_source::{DiagnosticSourceEvent, DiagnosticSourceKind};
 pub use event_counters::{EventCounter, EventCounterValue};
+pub use logging::{
+    LogLevel, LogMessage, LoggedException, LoggingEvent, LoggingEventKind, LOGGING_PROVIDER,
+};
 pub use meters::{
     InstrumentEvent, InstrumentEventKind, MetricPublished, MetricValue, MetricsEvent,
     MetricsEventKind, Quantile,
@@ -69,6 +73,8 @@ pub enum KnownEvent {
     DiagnosticSource(DiagnosticSourceEvent),
     /// TplEventSource `SetActivityId`: the writing thread's EventSource activity id changes.
     ThreadActivityChange(ThreadActivityChange),
+    /// A `Microsoft-Extensions-Logging` message or scope.
+    Logging(LoggingEvent),
 }
 
 /// Which typed decoder applies to an event, decided once per metadata record
@@ -102,6 +108,8 @@ pub enum EventKind {
     DiagnosticSource(DiagnosticSourceKind),
     /// TplEventSource `SetActivityId`.
     ThreadActivityChange,
+    /// A `Microsoft-Extensions-Logging` event.
+    Logging(LoggingEventKind),
 }
 
 impl EventKind {
@@ -132,6 +140,8 @@ impl EventKind {
                 .map_or(EventKind::Unknown, EventKind::Metrics),
             DIAGNOSTIC_SOURCE_PROVIDER => DiagnosticSourceKind::from_name(event_name)
                 .map_or(EventKind::Unknown, EventKind::DiagnosticSource),
+            LOGGING_PROVIDER => LoggingEventKind::from_name(event_name)
+                .map_or(EventKind::Unknown, EventKind::Logging),
             TPL_PROVIDER if event_id == tpl::SET_ACTIVITY_ID_EVENT => {
                 EventKind::ThreadActivityChange
             }
@@ -165,6 +175,10 @@ pub(crate) fn decode_known(ev: &Event<'_>) -> Result<Option<KnownEvent>, Nettrac
         EventKind::ThreadActivityChange => {
             KnownEvent::ThreadActivityChange(ThreadActivityChange::decode(r())?)
         }
+        EventKind::Logging(kind) => match LoggingEvent::decode(kind, &ev.decode()?) {
+            Some(event) => KnownEvent::Logging(event),
+            None => return Ok(None),
+        },
     }))
 }
 

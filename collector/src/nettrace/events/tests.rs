@@ -329,3 +329,132 @@ fn tpl_set_activity_id() {
         EventKind::Unknown
     );
 }
+
+/// The real provider's layout (`tests/golden/logging/layout.json`, read from dotnet/runtime's
+/// `LoggingEventSource.cs`): each event laid out from it decodes, on .NET 8 and with the fields
+/// .NET 9 appends. A change of the golden layout that the decoder does not follow fails here.
+#[test]
+fn logging_events_from_the_golden_layout() {
+    let golden: serde_json::Value =
+        serde_json::from_str(include_str!("../../../../tests/golden/logging/layout.json")).unwrap();
+    assert_eq!(golden["provider"], LOGGING_PROVIDER);
+    let type_code = |t: &str| match t {
+        "I32" => 9,
+        "String" => 18,
+        other => panic!("type {other} in the golden layout"),
+    };
+    // A value per field name, as EventSourceLogger writes them.
+    let value = |name: &str| -> Vec<u8> {
+        match name {
+            "Level" => 4i32.to_le_bytes().to_vec(),
+            "FactoryID" => 1i32.to_le_bytes().to_vec(),
+            "EventId" => 1004i32.to_le_bytes().to_vec(),
+            "ID" => 17i32.to_le_bytes().to_vec(),
+            "LoggerName" => utf16z("Shop.Orders"),
+            "EventName" => utf16z("OrderFailed"),
+            "FormattedMessage" => utf16z("Order 7 failed"),
+            "ExceptionJson" => utf16z(
+                r#"{"TypeName":"System.TimeoutException","Message":"late","HResult":"-2146233083","VerboseMessage":"System.TimeoutException: late"}"#,
+            ),
+            "ArgumentsJson" => {
+                utf16z(r#"{"OrderId":"7","{OriginalFormat}":"Order {OrderId} failed"}"#)
+            }
+            "ActivityTraceId" => utf16z("0af7651916cd43dd8448eb211c80319c"),
+            "ActivitySpanId" => utf16z("b7ad6b7169203331"),
+            "ActivityTraceFlags" => utf16z("1"),
+            other => panic!("no sample value for {other}"),
+        }
+    };
+    let net9: Vec<(String, String)> =
+        serde_json::from_value(golden["net9_fields"].clone()).unwrap();
+    for event in golden["events"].as_array().unwrap() {
+        let id = event["id"].as_u64().unwrap() as u32;
+        let name = event["name"].as_str().unwrap();
+        let mut fields: Vec<(String, String)> =
+            serde_json::from_value(event["fields"].clone()).unwrap();
+        let appended = golden["net9_appended_to"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!(id));
+        for with_net9 in [false, true].into_iter().filter(|&n| !n || appended) {
+            if with_net9 {
+                fields.extend(net9.iter().cloned());
+            }
+            let list: Vec<(i32, &str)> = fields
+                .iter()
+                .map(|(n, t)| (type_code(t), n.as_str()))
+                .collect();
+            let payload = fields.iter().flat_map(|(n, _)| value(n)).collect();
+            let decoded = decode_with(
+                8,
+                LOGGING_PROVIDER,
+                id,
+                name,
+                0,
+                Some(scalar_fields(&list)),
+                payload,
+            )
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name} did not decode"));
+            let KnownEvent::Logging(logging) = decoded else {
+                panic!("{name}: {decoded:?}")
+            };
+            match logging {
+                LoggingEvent::Message(m) => {
+                    assert_eq!(
+                        (m.level, m.category.as_str(), m.event_id),
+                        (LogLevel::Error, "Shop.Orders", 1004)
+                    );
+                    assert_eq!(
+                        (m.event_name.as_str(), m.message.as_str()),
+                        ("OrderFailed", "Order 7 failed")
+                    );
+                    assert_eq!(m.trace.is_some(), with_net9, "{name}");
+                    if name == "MessageJson" {
+                        let e = m.exception.unwrap();
+                        assert_eq!(
+                            (e.type_name.as_str(), e.hresult),
+                            ("System.TimeoutException", Some(-2146233083))
+                        );
+                        assert_eq!(m.arguments[0], ("OrderId".to_string(), "7".to_string()));
+                        assert_eq!(m.arguments[1].0, "{OriginalFormat}");
+                    }
+                }
+                LoggingEvent::ScopeStart {
+                    id,
+                    category,
+                    values,
+                } => {
+                    assert_eq!((id, category.as_str()), (17, "Shop.Orders"));
+                    assert_eq!(values[0], ("OrderId".to_string(), "7".to_string()));
+                }
+                LoggingEvent::ScopeStop { id, .. } => assert_eq!(id, 17),
+            }
+        }
+    }
+    // A truncated payload is an error or no event, never a panic; a level of None is no message.
+    let list = [(9, "Level"), (9, "FactoryID"), (18, "LoggerName")];
+    let short = decode_with(
+        8,
+        LOGGING_PROVIDER,
+        5,
+        "MessageJson",
+        0,
+        Some(scalar_fields(&list)),
+        vec![4, 0],
+    );
+    assert!(!matches!(short, Ok(Some(_))));
+    let mut none_level = 6i32.to_le_bytes().to_vec();
+    none_level.extend(1i32.to_le_bytes());
+    none_level.extend(utf16z("x"));
+    let none = decode_with(
+        8,
+        LOGGING_PROVIDER,
+        5,
+        "MessageJson",
+        0,
+        Some(scalar_fields(&list)),
+        none_level,
+    );
+    assert_eq!(none.unwrap(), None);
+}

@@ -1,0 +1,253 @@
+//! `Microsoft-Extensions-Logging`: the EventSource of `EventSourceLogger`, which every ASP.NET Core
+//! host registers (dotnet/runtime `src/libraries/Microsoft.Extensions.Logging.EventSource/src/
+//! LoggingEventSource.cs`). It is self-describing and read by field name:
+//!
+//! | id | event | fields |
+//! |---|---|---|
+//! | 1 | FormattedMessage | Level, FactoryID, LoggerName, EventId, EventName, FormattedMessage |
+//! | 5 | MessageJson | Level, FactoryID, LoggerName, EventId, EventName, ExceptionJson, ArgumentsJson, FormattedMessage |
+//! | 6 | ActivityJsonStart | ID, FactoryID, LoggerName, ArgumentsJson (a `BeginScope`) |
+//! | 7 | ActivityJsonStop | ID, FactoryID, LoggerName |
+//!
+//! .NET 9 appends `ActivityTraceId`, `ActivitySpanId` and `ActivityTraceFlags` to events 1, 2 and 5
+//! (empty strings without a W3C `Activity`); .NET 8 sends none. Events 2–4 (Message, ActivityStart,
+//! ActivityStop: struct and array fields) are not read: clrscope enables the JSON keyword only.
+
+use crate::activity::{SpanId, TraceId};
+use crate::nettrace::payload::{find, NamedValue, Value};
+
+/// Provider name of `LoggingEventSource`.
+pub const LOGGING_PROVIDER: &str = "Microsoft-Extensions-Logging";
+
+/// Longest message, category, argument key or value kept, in bytes: a log line is not a blob.
+pub const MAX_TEXT_BYTES: usize = 16 * 1024;
+/// Most arguments (or scope values) kept of one event.
+pub const MAX_ARGUMENTS: usize = 64;
+
+/// `Microsoft.Extensions.Logging.LogLevel`, as the events carry it (0 = Trace … 5 = Critical).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+pub enum LogLevel {
+    Trace,
+    Debug,
+    Information,
+    Warning,
+    Error,
+    Critical,
+}
+
+impl LogLevel {
+    /// Every level, lowest first.
+    pub const ALL: [LogLevel; 6] = [
+        LogLevel::Trace,
+        LogLevel::Debug,
+        LogLevel::Information,
+        LogLevel::Warning,
+        LogLevel::Error,
+        LogLevel::Critical,
+    ];
+
+    /// From the number the events carry; `None` (LogLevel.None, 6) and out-of-range values are no level.
+    pub fn from_number(n: i64) -> Option<LogLevel> {
+        usize::try_from(n)
+            .ok()
+            .and_then(|i| Self::ALL.get(i).copied())
+    }
+
+    /// From its name (any case) or number, as FilterSpecs and dotnet-monitor's `level` take it.
+    pub fn parse(text: &str) -> Option<LogLevel> {
+        let text = text.trim();
+        if let Ok(n) = text.parse::<i64>() {
+            return Self::from_number(n);
+        }
+        Self::ALL
+            .into_iter()
+            .find(|l| l.name().eq_ignore_ascii_case(text))
+    }
+
+    /// The name, as `LogLevel.ToString()` writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogLevel::Trace => "Trace",
+            LogLevel::Debug => "Debug",
+            LogLevel::Information => "Information",
+            LogLevel::Warning => "Warning",
+            LogLevel::Error => "Error",
+            LogLevel::Critical => "Critical",
+        }
+    }
+
+    /// The four-letter abbreviation of the console formatter (dotnet-monitor's text format).
+    pub fn short_name(self) -> &'static str {
+        match self {
+            LogLevel::Trace => "trce",
+            LogLevel::Debug => "dbug",
+            LogLevel::Information => "info",
+            LogLevel::Warning => "warn",
+            LogLevel::Error => "fail",
+            LogLevel::Critical => "crit",
+        }
+    }
+
+    /// OpenTelemetry's severity number (TRACE=1, DEBUG=5, INFO=9, WARN=13, ERROR=17, FATAL=21).
+    pub fn severity_number(self) -> i32 {
+        1 + 4 * self as i32
+    }
+}
+
+/// An exception attached to a log message (`ExceptionJson`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LoggedException {
+    pub type_name: String,
+    pub message: String,
+    /// `HResult`, which the event writes as a decimal string.
+    pub hresult: Option<i32>,
+    /// `Exception.ToString()`: type, message, inner exceptions and stack.
+    pub verbose_message: String,
+}
+
+/// One `ILogger.Log` call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogMessage {
+    pub level: LogLevel,
+    pub factory_id: i32,
+    /// The logger's category (`LoggerName`).
+    pub category: String,
+    pub event_id: i32,
+    pub event_name: String,
+    /// The formatted message (`FormattedMessage`; .NET ≥ 5 on MessageJson).
+    pub message: String,
+    pub exception: Option<LoggedException>,
+    /// The structured arguments in order, `{OriginalFormat}` included, values as strings.
+    pub arguments: Vec<(String, String)>,
+    /// The W3C ids the event carries itself (.NET ≥ 9 with a current Activity).
+    pub trace: Option<(TraceId, SpanId)>,
+}
+
+/// A decoded `Microsoft-Extensions-Logging` event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LoggingEvent {
+    /// FormattedMessage or MessageJson.
+    Message(LogMessage),
+    /// ActivityJsonStart: `BeginScope` with these values.
+    ScopeStart {
+        id: i32,
+        category: String,
+        values: Vec<(String, String)>,
+    },
+    /// ActivityJsonStop.
+    ScopeStop { id: i32, category: String },
+}
+
+/// Which logging event, by name (the ids are fixed too, but names survive a reordering).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoggingEventKind {
+    FormattedMessage,
+    MessageJson,
+    ScopeStart,
+    ScopeStop,
+}
+
+impl LoggingEventKind {
+    pub(crate) fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "FormattedMessage" => LoggingEventKind::FormattedMessage,
+            "MessageJson" => LoggingEventKind::MessageJson,
+            "ActivityJsonStart" | "ActivityJson/Start" => LoggingEventKind::ScopeStart,
+            "ActivityJsonStop" | "ActivityJson/Stop" => LoggingEventKind::ScopeStop,
+            _ => return None,
+        })
+    }
+}
+
+/// Cuts `text` to at most [`MAX_TEXT_BYTES`] on a character boundary.
+fn bounded(text: &str) -> String {
+    if text.len() <= MAX_TEXT_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_TEXT_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_owned()
+}
+
+/// A flat JSON object's members as strings (numbers and booleans as written), at most
+/// [`MAX_ARGUMENTS`]; anything else (not JSON, not an object) gives none.
+fn json_pairs(text: &str) -> Vec<(String, String)> {
+    let Ok(serde_json::Value::Object(members)) = serde_json::from_str::<serde_json::Value>(text)
+    else {
+        return Vec::new();
+    };
+    members
+        .into_iter()
+        .take(MAX_ARGUMENTS)
+        .map(|(k, v)| {
+            let value = match v {
+                serde_json::Value::String(s) => s,
+                serde_json::Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            (bounded(&k), bounded(&value))
+        })
+        .collect()
+}
+
+fn logged_exception(text: &str) -> Option<LoggedException> {
+    let pairs = json_pairs(text);
+    let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+    let type_name = get("TypeName").filter(|t| !t.is_empty())?;
+    Some(LoggedException {
+        type_name,
+        message: get("Message").unwrap_or_default(),
+        hresult: get("HResult").and_then(|h| h.trim().parse().ok()),
+        verbose_message: get("VerboseMessage").unwrap_or_default(),
+    })
+}
+
+impl LoggingEvent {
+    /// Reads by field name, so the .NET 9 fields (and any later ones) are found where they are;
+    /// a missing field reads as empty. A `Level` that is no level (None, out of range) makes no
+    /// message.
+    pub(crate) fn decode(kind: LoggingEventKind, fields: &[NamedValue<'_>]) -> Option<Self> {
+        let raw = |name: &str| find(fields, name).and_then(Value::as_str);
+        let text = |name: &str| raw(name).map(bounded);
+        let number = |name: &str| find(fields, name).and_then(Value::as_i64);
+        let int = |name: &str| {
+            number(name)
+                .and_then(|n| i32::try_from(n).ok())
+                .unwrap_or(0)
+        };
+        let category = text("LoggerName").unwrap_or_default();
+        Some(match kind {
+            LoggingEventKind::FormattedMessage | LoggingEventKind::MessageJson => {
+                let level = LogLevel::from_number(number("Level")?)?;
+                let trace = match (text("ActivityTraceId"), text("ActivitySpanId")) {
+                    (Some(t), Some(s)) => TraceId::from_hex(&t).zip(SpanId::from_hex(&s)),
+                    _ => None,
+                };
+                LoggingEvent::Message(LogMessage {
+                    level,
+                    factory_id: int("FactoryID"),
+                    category,
+                    event_id: int("EventId"),
+                    event_name: text("EventName").unwrap_or_default(),
+                    message: text("FormattedMessage").unwrap_or_default(),
+                    exception: raw("ExceptionJson").and_then(logged_exception),
+                    arguments: raw("ArgumentsJson").map(json_pairs).unwrap_or_default(),
+                    trace,
+                })
+            }
+            LoggingEventKind::ScopeStart => LoggingEvent::ScopeStart {
+                id: int("ID"),
+                category,
+                values: raw("ArgumentsJson").map(json_pairs).unwrap_or_default(),
+            },
+            LoggingEventKind::ScopeStop => LoggingEvent::ScopeStop {
+                id: int("ID"),
+                category,
+            },
+        })
+    }
+}

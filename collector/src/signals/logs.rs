@@ -1,0 +1,434 @@
+//! Log records out of process: `Microsoft-Extensions-Logging` messages joined to their scopes and
+//! spans, the session settings that ask for them (dotnet-monitor's `LogLevel`, `FilterSpecs`,
+//! `UseAppFilters`), and dotnet-monitor's `/logs` output formats.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use serde::Deserialize;
+
+use crate::activity::Span;
+use crate::ipc::ProviderConfig;
+use crate::nettrace::events::{LogLevel, LogMessage, LOGGING_PROVIDER};
+use crate::nettrace::Guid;
+use crate::providers::{encode_arguments, level};
+
+/// The JSON-message keyword (MessageJson and ActivityJson scopes). dotnet-monitor's `/logs` also
+/// turns on FormattedMessage (0x4), which only doubles the events: MessageJson carries the
+/// formatted text since .NET 5.
+pub const JSON_MESSAGE_KEYWORD: u64 = 0x8;
+
+/// Open logging scopes kept per process, as dotnet-monitor caps its scope tree.
+pub const MAX_OPEN_SCOPES: usize = 10_000;
+/// Scopes kept on one record (innermost last).
+pub const MAX_SCOPE_DEPTH: usize = 16;
+
+/// Which logs to ask a process for, as dotnet-monitor's `POST /logs` body and `CollectLogs` action
+/// take them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LogsSettings {
+    /// The default level for categories no filter names.
+    #[serde(default = "default_level", deserialize_with = "level_name")]
+    pub log_level: LogLevel,
+    /// Category (`Name` or `Name*`) → level, or `null` for the default level.
+    #[serde(default, deserialize_with = "filter_specs")]
+    pub filter_specs: Vec<(String, Option<LogLevel>)>,
+    /// Keep the app's own logging filters (`UseAppFilters`).
+    #[serde(default = "yes")]
+    pub use_app_filters: bool,
+}
+
+fn default_level() -> LogLevel {
+    LogLevel::Warning
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn level_name<'de, D: serde::Deserializer<'de>>(d: D) -> Result<LogLevel, D::Error> {
+    let text = String::deserialize(d)?;
+    LogLevel::parse(&text).ok_or_else(|| {
+        serde::de::Error::custom(format!(
+            "unknown log level {text:?}: use Trace, Debug, Information, Warning, Error or Critical"
+        ))
+    })
+}
+
+/// The `filterSpecs` object, in its order (the first matching rule wins).
+fn filter_specs<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<(String, Option<LogLevel>)>, D::Error> {
+    struct Specs;
+    impl<'de> serde::de::Visitor<'de> for Specs {
+        type Value = Vec<(String, Option<LogLevel>)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object of category → log level name or null")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut specs = Vec::new();
+            while let Some((category, level)) = map.next_entry::<String, Option<String>>()? {
+                let level = match level {
+                    Some(text) => Some(LogLevel::parse(&text).ok_or_else(|| {
+                        serde::de::Error::custom(format!(
+                            "unknown log level {text:?} for {category:?}: use Trace, Debug, \
+                             Information, Warning, Error or Critical"
+                        ))
+                    })?),
+                    None => None,
+                };
+                if category.is_empty() || category.contains([';', ':', '"']) {
+                    return Err(serde::de::Error::custom(format!(
+                        "filter spec category {category:?} must be non-empty without ';', ':' or '\"'"
+                    )));
+                }
+                specs.push((category, level));
+            }
+            Ok(specs)
+        }
+    }
+    d.deserialize_map(Specs)
+}
+
+impl Default for LogsSettings {
+    fn default() -> Self {
+        LogsSettings {
+            log_level: default_level(),
+            filter_specs: Vec::new(),
+            use_app_filters: true,
+        }
+    }
+}
+
+impl LogsSettings {
+    /// `GET /logs?level=X`: that level everywhere, the app's filters off; without a level, the
+    /// app's filters at Trace (dotnet-monitor's `DiagController.Logs`).
+    pub fn for_level(level: Option<LogLevel>) -> Self {
+        LogsSettings {
+            log_level: level.unwrap_or(LogLevel::Trace),
+            filter_specs: Vec::new(),
+            use_app_filters: level.is_none(),
+        }
+    }
+
+    /// The lowest level any filter lets through.
+    pub fn lowest_level(&self) -> LogLevel {
+        self.filter_specs
+            .iter()
+            .filter_map(|(_, l)| *l)
+            .chain([self.log_level])
+            .min()
+            .unwrap_or(self.log_level)
+    }
+
+    /// The provider to enable: the JSON keyword, the EventSource level that gives the default log
+    /// level, and the `FilterSpecs` argument (dotnet-monitor's `LoggingSourceConfiguration`).
+    pub fn provider(&self) -> ProviderConfig {
+        let mut specs = Vec::new();
+        if self.use_app_filters {
+            specs.push("UseAppFilters".to_string());
+        }
+        for (category, level) in &self.filter_specs {
+            specs.push(match level {
+                Some(level) => format!("{category}:{}", level.name()),
+                None => category.clone(),
+            });
+        }
+        let event_level = match self.log_level {
+            LogLevel::Trace => level::LOG_ALWAYS,
+            LogLevel::Debug => level::VERBOSE,
+            LogLevel::Information => level::INFORMATIONAL,
+            LogLevel::Warning => level::WARNING,
+            LogLevel::Error => level::ERROR,
+            LogLevel::Critical => level::CRITICAL,
+        };
+        let provider = ProviderConfig::new(LOGGING_PROVIDER, JSON_MESSAGE_KEYWORD, event_level);
+        // No FilterSpecs: every category at the default level (`LoggingEventSource.ParseFilterSpec`).
+        if specs.is_empty() {
+            return provider;
+        }
+        provider.with_arguments(encode_arguments(&[("FilterSpecs", &specs.join(";"))]))
+    }
+
+    /// Whether a message passes these settings: the category's first matching filter, else the
+    /// default level. The provider filters too; this guards against another session's wider
+    /// filter, since the EventSource's FilterSpecs are process-wide.
+    pub fn accepts(&self, category: &str, level: LogLevel) -> bool {
+        let rule = self
+            .filter_specs
+            .iter()
+            .find(|(name, _)| match name.strip_suffix('*') {
+                Some(prefix) => category.starts_with(prefix),
+                None => category == name,
+            });
+        match rule {
+            Some((_, Some(min))) => level >= *min,
+            _ => level >= self.log_level,
+        }
+    }
+}
+
+/// One log message as clrscope keeps and serves it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogRecord {
+    pub unix_nanos: i64,
+    pub message: LogMessage,
+    /// The values of the scopes open around it, outermost first.
+    pub scopes: Vec<Vec<(String, String)>>,
+    /// The span it was logged in: from the event itself (.NET ≥ 9), else trace linkage.
+    pub span: Option<Span>,
+}
+
+/// Open `BeginScope`s by EventSource activity id, so a message can be given the scopes around it
+/// and the span outside them.
+#[derive(Debug, Default)]
+pub struct ScopeTracker {
+    open: HashMap<Guid, OpenScope>,
+    /// Scopes not kept because [`MAX_OPEN_SCOPES`] were open.
+    pub dropped: u64,
+}
+
+#[derive(Debug)]
+struct OpenScope {
+    parent: Guid,
+    values: Vec<(String, String)>,
+}
+
+impl ScopeTracker {
+    /// A scope started: its activity id and the one it was started under.
+    pub fn start(&mut self, activity: Guid, parent: Guid, values: Vec<(String, String)>) {
+        if activity.is_nil() {
+            return;
+        }
+        if self.open.len() >= MAX_OPEN_SCOPES && !self.open.contains_key(&activity) {
+            self.dropped += 1;
+            return;
+        }
+        self.open.insert(activity, OpenScope { parent, values });
+    }
+
+    pub fn stop(&mut self, activity: Guid) {
+        self.open.remove(&activity);
+    }
+
+    /// The scopes around `activity` (outermost first) and the first activity outside them (the
+    /// one a span tracker can know).
+    pub fn resolve(&self, activity: Guid) -> (Vec<Vec<(String, String)>>, Guid) {
+        let mut scopes = Vec::new();
+        let mut current = activity;
+        while let Some(scope) = self.open.get(&current) {
+            if scopes.len() == MAX_SCOPE_DEPTH {
+                break;
+            }
+            scopes.push(scope.values.clone());
+            current = scope.parent;
+        }
+        scopes.reverse();
+        (scopes, current)
+    }
+}
+
+/// How `/logs` writes records, chosen by `Accept` as dotnet-monitor does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// `application/x-ndjson`: one JSON object per line.
+    NdJson,
+    /// `application/json-seq` (RFC 7464): each JSON text after a record separator (0x1E).
+    JsonSeq,
+    /// `text/plain`: the console formatter's layout.
+    Text,
+}
+
+impl LogFormat {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            LogFormat::NdJson => "application/x-ndjson",
+            LogFormat::JsonSeq => "application/json-seq",
+            LogFormat::Text => "text/plain",
+        }
+    }
+
+    /// The first of the types an `Accept` header lists that this serves (no header or `*/*`:
+    /// NDJSON, dotnet-monitor's default); `None` when it lists only others.
+    pub fn from_accept(accept: Option<&str>) -> Option<LogFormat> {
+        let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
+            return Some(LogFormat::NdJson);
+        };
+        accept
+            .split(',')
+            .find_map(|item| match item.split(';').next().unwrap_or("").trim() {
+                "application/x-ndjson" | "*/*" | "application/*" => Some(LogFormat::NdJson),
+                "application/json-seq" => Some(LogFormat::JsonSeq),
+                "text/plain" | "text/*" => Some(LogFormat::Text),
+                _ => None,
+            })
+    }
+
+    /// The file extension for egress.
+    pub fn extension(self) -> &'static str {
+        match self {
+            LogFormat::NdJson | LogFormat::JsonSeq => "json",
+            LogFormat::Text => "txt",
+        }
+    }
+
+    /// One record, terminated.
+    pub fn write(self, record: &LogRecord, out: &mut String) {
+        match self {
+            LogFormat::NdJson => {
+                out.push_str(&record_json(record).to_string());
+                out.push('\n');
+            }
+            LogFormat::JsonSeq => {
+                out.push('\u{1e}');
+                out.push_str(&record_json(record).to_string());
+                out.push('\n');
+            }
+            LogFormat::Text => write_text(record, out),
+        }
+    }
+}
+
+/// dotnet-monitor's timestamp format (.NET's "u"): `2024-01-02 03:04:05Z`.
+fn universal_sortable(unix_nanos: i64) -> String {
+    chrono::DateTime::from_timestamp_nanos(unix_nanos)
+        .format("%Y-%m-%d %H:%M:%SZ")
+        .to_string()
+}
+
+/// dotnet-monitor's JSON fields, in its order (`StreamingLogger`), plus `TraceId`, `SpanId` and
+/// `UnixNanos` (the full-precision time), which its scripts ignore.
+pub fn record_json(record: &LogRecord) -> serde_json::Value {
+    let m = &record.message;
+    let mut object = serde_json::Map::new();
+    let mut put = |k: &str, v: serde_json::Value| {
+        object.insert(k.to_string(), v);
+    };
+    put("Timestamp", universal_sortable(record.unix_nanos).into());
+    put("LogLevel", m.level.name().into());
+    put("EventId", m.event_id.into());
+    put("EventName", m.event_name.clone().into());
+    put("Category", m.category.clone().into());
+    put("Message", m.message.clone().into());
+    if let Some(e) = &m.exception {
+        put("Exception", exception_text(e).into());
+    }
+    let mut state = serde_json::Map::new();
+    state.insert("Message".into(), m.message.clone().into());
+    for (k, v) in &m.arguments {
+        state.insert(k.clone(), v.clone().into());
+    }
+    put("State", state.into());
+    if !record.scopes.is_empty() {
+        let scopes = record
+            .scopes
+            .iter()
+            .map(|values| {
+                values
+                    .iter()
+                    .map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone())))
+                    .collect::<serde_json::Map<_, _>>()
+                    .into()
+            })
+            .collect::<Vec<serde_json::Value>>();
+        put("Scopes", scopes.into());
+    }
+    if let Some(span) = &record.span {
+        put("TraceId", span.trace_id.to_string().into());
+        put("SpanId", span.span_id.to_string().into());
+    }
+    put("UnixNanos", record.unix_nanos.into());
+    object.into()
+}
+
+fn exception_text(e: &crate::nettrace::events::LoggedException) -> String {
+    if e.verbose_message.is_empty() {
+        format!("{}: {}", e.type_name, e.message)
+    } else {
+        e.verbose_message.clone()
+    }
+}
+
+/// The console formatter's layout, as dotnet-monitor's text output writes it.
+fn write_text(record: &LogRecord, out: &mut String) {
+    let m = &record.message;
+    let _ = writeln!(
+        out,
+        "{} {}: {}[{}]",
+        universal_sortable(record.unix_nanos),
+        m.level.short_name(),
+        m.category,
+        m.event_id
+    );
+    for scope in &record.scopes {
+        let values: Vec<String> = scope.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+        let _ = writeln!(out, "      => {}", values.join(", "));
+    }
+    for line in m.message.lines() {
+        let _ = writeln!(out, "      {line}");
+    }
+    if let Some(e) = &m.exception {
+        for line in exception_text(e).lines() {
+            let _ = writeln!(out, "      {line}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_give_dotnet_monitors_filter_specs() {
+        let get = LogsSettings::for_level(Some(LogLevel::Information));
+        let p = get.provider();
+        assert_eq!(p.keywords, JSON_MESSAGE_KEYWORD);
+        assert_eq!(p.level, level::INFORMATIONAL);
+        assert_eq!(p.arguments, None);
+        let body: LogsSettings = serde_json::from_str(
+            r#"{"logLevel":"Error","filterSpecs":{"Logs.Orders":"Debug","Logs.Pay*":null}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            body.provider().arguments.as_deref(),
+            Some("FilterSpecs=\"UseAppFilters;Logs.Orders:Debug;Logs.Pay*\"")
+        );
+        assert!(body.accepts("Logs.Orders", LogLevel::Debug));
+        assert!(!body.accepts("Logs.Payments", LogLevel::Warning));
+        assert!(body.accepts("Other", LogLevel::Error));
+        assert_eq!(body.lowest_level(), LogLevel::Debug);
+        assert!(serde_json::from_str::<LogsSettings>(r#"{"logLevel":"Loud"}"#).is_err());
+    }
+
+    #[test]
+    fn accept_picks_the_format() {
+        assert_eq!(LogFormat::from_accept(None), Some(LogFormat::NdJson));
+        assert_eq!(
+            LogFormat::from_accept(Some("text/html, application/json-seq;q=0.9")),
+            Some(LogFormat::JsonSeq)
+        );
+        assert_eq!(
+            LogFormat::from_accept(Some("text/plain")),
+            Some(LogFormat::Text)
+        );
+        assert_eq!(LogFormat::from_accept(Some("image/png")), None);
+    }
+
+    #[test]
+    fn scopes_resolve_to_the_activity_outside_them() {
+        let id = |n: u8| Guid::from_bytes_le([n; 16]);
+        let mut t = ScopeTracker::default();
+        t.start(id(2), id(1), vec![("Batch".into(), "4".into())]);
+        t.start(id(3), id(2), vec![("Inner".into(), "x".into())]);
+        let (scopes, outside) = t.resolve(id(3));
+        assert_eq!(outside, id(1));
+        assert_eq!(scopes[0][0].0, "Batch");
+        assert_eq!(scopes[1][0].0, "Inner");
+        t.stop(id(3));
+        assert_eq!(t.resolve(id(3)), (Vec::new(), id(3)));
+    }
+}

@@ -1,0 +1,382 @@
+//! Logs and exceptions as first-class signals of an attached process: decoded once from its light
+//! session (`Microsoft-Extensions-Logging` messages, the runtime's `ExceptionThrown_V1`), kept in a
+//! bounded history per process and fanned out live, for the three consumers: the API (`/logs`,
+//! `/exceptions`), the collection rules (`CollectLogs` with the seconds before a trigger, exception
+//! counts) and OTLP export.
+
+pub mod exceptions;
+pub mod logs;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+
+use crate::activity::Span;
+use crate::nettrace::events::{ExceptionThrown, LoggingEvent};
+use crate::nettrace::Event;
+pub use exceptions::{ExceptionFormat, ExceptionFrame, ExceptionRecord};
+pub use logs::{LogFormat, LogRecord, LogsSettings, ScopeTracker};
+
+/// How much of each signal a process keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignalLimits {
+    /// Exceptions kept, newest last (dotnet-monitor keeps 1,000 by default too).
+    pub max_exceptions: usize,
+    /// How long log records are kept (the pre-trigger window of `CollectLogs`).
+    pub log_retention: Duration,
+    /// Log records kept at most, whatever their age.
+    pub max_logs: usize,
+    /// Records a live reader (`/logs`, an exporter) may fall behind before it loses the oldest.
+    pub live_capacity: usize,
+}
+
+impl Default for SignalLimits {
+    fn default() -> Self {
+        SignalLimits {
+            max_exceptions: 1000,
+            log_retention: Duration::from_secs(30),
+            max_logs: 100_000,
+            live_capacity: 8192,
+        }
+    }
+}
+
+/// A record as the live readers receive it.
+#[derive(Debug, Clone)]
+pub enum Signal {
+    Log(Arc<LogRecord>),
+    Exception(Arc<ExceptionRecord>),
+}
+
+#[derive(Debug, Default)]
+struct History {
+    logs: VecDeque<Arc<LogRecord>>,
+    exceptions: VecDeque<Arc<ExceptionRecord>>,
+    next_exception_id: u64,
+    logs_total: u64,
+    exceptions_total: u64,
+    /// The last exception thrown on each thread, for [`ExceptionRecord::inner_id`].
+    last_on_thread: HashMap<u64, u64>,
+}
+
+/// Threads remembered for inner-exception linkage.
+const MAX_THREADS: usize = 4096;
+
+/// One process's logs and exceptions. Cloning shares.
+#[derive(Debug, Clone)]
+pub struct ProcessSignals {
+    history: Arc<Mutex<History>>,
+    live: broadcast::Sender<Signal>,
+    limits: SignalLimits,
+    /// What the process's session collects (`None`: no logs, only exceptions).
+    logs: Option<Arc<LogsSettings>>,
+}
+
+/// Exceptions kept at the default limits, no logs.
+impl Default for ProcessSignals {
+    fn default() -> Self {
+        ProcessSignals::new(SignalLimits::default(), None)
+    }
+}
+
+impl ProcessSignals {
+    pub fn new(limits: SignalLimits, logs: Option<LogsSettings>) -> Self {
+        ProcessSignals {
+            history: Arc::default(),
+            live: broadcast::channel(limits.live_capacity.max(1)).0,
+            limits,
+            logs: logs.map(Arc::new),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, History> {
+        // Records are pushed whole: a panic elsewhere cannot leave one half-written.
+        self.history.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The logs the process's session collects, if any.
+    pub fn collected_logs(&self) -> Option<&LogsSettings> {
+        self.logs.as_deref()
+    }
+
+    pub fn limits(&self) -> SignalLimits {
+        self.limits
+    }
+
+    pub fn push_log(&self, record: LogRecord) {
+        let record = Arc::new(record);
+        {
+            let mut h = self.lock();
+            h.logs_total += 1;
+            let horizon = record.unix_nanos
+                - i64::try_from(self.limits.log_retention.as_nanos()).unwrap_or(i64::MAX);
+            while h
+                .logs
+                .front()
+                .is_some_and(|r| r.unix_nanos < horizon || h.logs.len() >= self.limits.max_logs)
+            {
+                h.logs.pop_front();
+            }
+            if self.limits.max_logs > 0 {
+                h.logs.push_back(record.clone());
+            }
+        }
+        // No receiver is no error: nobody is reading live.
+        let _ = self.live.send(Signal::Log(record));
+    }
+
+    /// Keeps an exception, giving it its id and its inner exception; returns the id.
+    pub fn push_exception(&self, mut record: ExceptionRecord) -> u64 {
+        let record = {
+            let mut h = self.lock();
+            h.next_exception_id += 1;
+            h.exceptions_total += 1;
+            record.id = h.next_exception_id;
+            let previous = h.last_on_thread.get(&record.thread_id).copied();
+            if record.flags & exceptions::FLAG_HAS_INNER != 0 {
+                record.inner_id = previous;
+            }
+            if h.last_on_thread.len() >= MAX_THREADS && previous.is_none() {
+                h.last_on_thread.clear();
+            }
+            h.last_on_thread.insert(record.thread_id, record.id);
+            while h.exceptions.len() >= self.limits.max_exceptions.max(1) {
+                h.exceptions.pop_front();
+            }
+            let record = Arc::new(record);
+            h.exceptions.push_back(record.clone());
+            record
+        };
+        let id = record.id;
+        let _ = self.live.send(Signal::Exception(record));
+        id
+    }
+
+    /// The kept log records at or after `since_unix_nanos`, oldest first.
+    pub fn logs_since(&self, since_unix_nanos: i64) -> Vec<Arc<LogRecord>> {
+        let h = self.lock();
+        let first = h.logs.partition_point(|r| r.unix_nanos < since_unix_nanos);
+        h.logs.range(first..).cloned().collect()
+    }
+
+    /// The kept exceptions, oldest first.
+    pub fn exceptions(&self) -> Vec<Arc<ExceptionRecord>> {
+        self.lock().exceptions.iter().cloned().collect()
+    }
+
+    /// Log records and exceptions seen since the process attached.
+    pub fn totals(&self) -> (u64, u64) {
+        let h = self.lock();
+        (h.logs_total, h.exceptions_total)
+    }
+
+    /// Records from now on; a reader that falls [`SignalLimits::live_capacity`] behind is told
+    /// how many it lost (`RecvError::Lagged`).
+    pub fn subscribe(&self) -> broadcast::Receiver<Signal> {
+        self.live.subscribe()
+    }
+}
+
+/// Why a process's logs cannot be served as asked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LogsUnavailable {
+    #[error("the agent collects no logs: start it with --logs LEVEL (Trace … Critical)")]
+    NotCollected,
+    #[error(
+        "logs at {asked:?} were asked for, but the agent collects {collected:?} and above: \
+         ask for {collected:?} or higher, or start the agent with --logs {asked:?}"
+    )]
+    BelowCollected {
+        asked: crate::nettrace::events::LogLevel,
+        collected: crate::nettrace::events::LogLevel,
+    },
+}
+
+impl ProcessSignals {
+    /// Whether the records `settings` select are all collected.
+    pub fn check_logs(&self, settings: &LogsSettings) -> Result<(), LogsUnavailable> {
+        let collected = self.collected_logs().ok_or(LogsUnavailable::NotCollected)?;
+        let asked = settings.lowest_level();
+        if asked < collected.lowest_level() {
+            return Err(LogsUnavailable::BelowCollected {
+                asked,
+                collected: collected.lowest_level(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Logs to write out: the kept records of `before` back, then the live ones for `duration`.
+#[derive(Debug, Clone)]
+pub struct LogsRequest {
+    pub signals: ProcessSignals,
+    pub settings: LogsSettings,
+    pub format: LogFormat,
+    /// `None`: until stopped.
+    pub duration: Option<Duration>,
+    /// How far back the kept records are included (`CollectLogs`' pre-trigger; zero for `/logs`).
+    pub before: Duration,
+}
+
+/// Writes `request`'s records to `out` until its duration is over or `stop` fires; returns the
+/// bytes written. A reader that falls behind the live feed loses the oldest records, counted in
+/// the log (never buffered without bound).
+pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
+    request: &LogsRequest,
+    out: &mut W,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<u64, std::io::Error> {
+    use tokio::io::AsyncWriteExt;
+    let mut live = request.signals.subscribe();
+    let started = profile::clock::unix_nanos();
+    let since = started - i64::try_from(request.before.as_nanos()).unwrap_or(i64::MAX);
+    let kept = request.signals.logs_since(since);
+    // Records already written from the history, so the live feed does not repeat them.
+    let seen: std::collections::HashSet<usize> =
+        kept.iter().map(|r| Arc::as_ptr(r) as usize).collect();
+    let mut text = String::new();
+    let mut written = 0u64;
+    for record in &kept {
+        if request
+            .settings
+            .accepts(&record.message.category, record.message.level)
+        {
+            request.format.write(record, &mut text);
+        }
+    }
+    out.write_all(text.as_bytes()).await?;
+    written += text.len() as u64;
+    out.flush().await?;
+    let deadline = async {
+        match request.duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline);
+    tokio::pin!(stop);
+    let mut lost = 0u64;
+    loop {
+        let record = tokio::select! {
+            () = &mut deadline => break,
+            () = &mut stop => break,
+            received = live.recv() => match received {
+                Ok(Signal::Log(record)) => record,
+                Ok(Signal::Exception(_)) => continue,
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    lost += n;
+                    continue;
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            },
+        };
+        if seen.contains(&(Arc::as_ptr(&record) as usize))
+            || !request
+                .settings
+                .accepts(&record.message.category, record.message.level)
+        {
+            continue;
+        }
+        text.clear();
+        request.format.write(&record, &mut text);
+        out.write_all(text.as_bytes()).await?;
+        written += text.len() as u64;
+        // Each record reaches the reader as it happens, as dotnet-monitor streams them.
+        out.flush().await?;
+    }
+    if lost > 0 {
+        tracing::warn!(
+            lost,
+            "a logs reader fell behind the live feed; its oldest records were dropped"
+        );
+    }
+    out.flush().await?;
+    Ok(written)
+}
+
+/// Turns a process's logging and exception events into records: scopes tracked, spans joined.
+/// The caller names the throwing stack and looks spans up (it holds the code map and the span
+/// tracker).
+#[derive(Debug)]
+pub struct SignalCollector {
+    signals: ProcessSignals,
+    scopes: ScopeTracker,
+}
+
+impl SignalCollector {
+    pub fn new(signals: ProcessSignals) -> Self {
+        SignalCollector {
+            signals,
+            scopes: ScopeTracker::default(),
+        }
+    }
+
+    pub fn signals(&self) -> &ProcessSignals {
+        &self.signals
+    }
+
+    /// A logging event. `span_of(activity)` is the span whose EventSource activity id that is.
+    pub fn log(
+        &mut self,
+        event: &Event<'_>,
+        logging: LoggingEvent,
+        span_of: impl Fn(crate::nettrace::Guid) -> Option<Span>,
+    ) {
+        let header = event.header;
+        match logging {
+            LoggingEvent::ScopeStart { values, .. } => {
+                self.scopes
+                    .start(header.activity_id, header.related_activity_id, values);
+            }
+            LoggingEvent::ScopeStop { .. } => self.scopes.stop(header.activity_id),
+            LoggingEvent::Message(message) => {
+                if let Some(settings) = &self.signals.logs {
+                    if !settings.accepts(&message.category, message.level) {
+                        return;
+                    }
+                }
+                let (scopes, outside) = self.scopes.resolve(header.activity_id);
+                let span = match message.trace {
+                    Some((trace_id, span_id)) => Some(Span {
+                        trace_id,
+                        span_id,
+                        name: Arc::from(""),
+                    }),
+                    None => span_of(outside),
+                };
+                self.signals.push_log(LogRecord {
+                    unix_nanos: event.unix_nanos(),
+                    message,
+                    scopes,
+                    span,
+                });
+            }
+        }
+    }
+
+    /// An `ExceptionThrown_V1` with its named stack (innermost first).
+    pub fn exception(
+        &mut self,
+        event: &Event<'_>,
+        thrown: ExceptionThrown,
+        frames: Vec<ExceptionFrame>,
+        span: Option<Span>,
+    ) {
+        self.signals.push_exception(ExceptionRecord {
+            id: 0,
+            unix_nanos: event.unix_nanos(),
+            thread_id: event.header.thread_id,
+            type_name: thrown.exception_type,
+            message: thrown.message,
+            hresult: thrown.hresult,
+            flags: thrown.flags,
+            inner_id: None,
+            frames,
+            span,
+        });
+    }
+}
