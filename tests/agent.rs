@@ -308,16 +308,22 @@ fn pprof_traces(pprof: &[u8], name: &str) -> Vec<TracedSample> {
         };
         for line in block.lines().skip(1) {
             let trimmed = line.trim();
-            if let Some((key, value)) = trimmed.split_once(":  ") {
-                sample
-                    .labels
-                    .insert(key.trim().to_string(), value.trim().to_string());
-            } else if line.starts_with("    ") && !line.starts_with("             ") {
-                // "    1.22ms   Leaf.Frame(...)": the value, then the leaf frame.
+            if trimmed.is_empty() {
+                continue;
+            }
+            if sample.frames.is_empty() {
+                if let Some((key, value)) = trimmed.split_once(":  ") {
+                    sample
+                        .labels
+                        .insert(key.trim().to_string(), value.trim().to_string());
+                    continue;
+                }
+                // "  751.36ms   Leaf.Frame(...)" (indented by the value's width): the value,
+                // then the leaf frame.
                 let (value, frame) = trimmed.split_once(char::is_whitespace).unwrap();
                 sample.millis = parse_millis(value);
                 sample.frames.push(frame.trim().to_string());
-            } else if !trimmed.is_empty() {
+            } else {
                 sample.frames.push(trimmed.to_string());
             }
         }
@@ -433,4 +439,71 @@ fn samples_carry_the_span_of_the_request_they_ran_for() {
     }
     drop(agent);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The share of frames, weighted by sample value, that are unnamed: `[unknown]` (an address in
+/// no known code or file) and `Module.dll!+0xOFFSET` (in a managed image, in no known method).
+/// The runtime's native code is named by its file (`libcoreclr.so!+0x…`, see docs/profiles.md).
+fn unnamed_share(samples: &[TracedSample]) -> (f64, Vec<String>) {
+    let (mut frames, mut unnamed) = (0.0, 0.0);
+    let mut examples = Vec::new();
+    for sample in samples {
+        for frame in &sample.frames {
+            frames += sample.millis;
+            let in_managed_image = frame
+                .split_once("!+0x")
+                .is_some_and(|(module, _)| module.ends_with(".dll") || module.ends_with(".exe"));
+            if frame == "[unknown]" || in_managed_image {
+                unnamed += sample.millis;
+                if examples.len() < 10 && !examples.contains(frame) {
+                    examples.push(frame.clone());
+                }
+            }
+        }
+    }
+    (unnamed / frames.max(f64::MIN_POSITIVE), examples)
+}
+
+#[test]
+fn listen_mode_names_every_frame_from_the_first_window() {
+    let dir = data_dir("listen-named");
+    let socket = dir.with_extension("sock");
+    let socket_arg = socket.to_str().unwrap();
+    let agent = Agent::start(
+        &dir.join("agent"),
+        &[
+            "--no-connect",
+            "--diagnostic-port",
+            socket_arg,
+            "--sample-period",
+            "2s",
+        ],
+    );
+    // DOTNET_DiagnosticPorts suspends the runtime at startup until the agent resumes it: the
+    // ReadyToRun code of its startup and of the thread pool runs only after the agent is there,
+    // and no rundown at attach lists it.
+    let shop = Target::builder("Bookstore")
+        .args(["--self-load", "10"])
+        .env("DOTNET_DiagnosticPorts", socket_arg)
+        .start();
+    let query = encode(&format!("{{process_id=\"{}\"}}", shop.pid()));
+    // The first window stored (wall: every thread's samples), then enough cpu samples to judge.
+    for (profile_type, min_total) in [("wall", 1), ("cpu", 50_000_000)] {
+        agent.wait_for_data(profile_type, shop.pid(), min_total, Duration::from_secs(90));
+        let pprof = agent.get(&format!(
+            "/api/v1/profile?type={profile_type}&format=pprof&query={query}"
+        ));
+        let samples = pprof_traces(&pprof.bytes, &format!("listen-named-{profile_type}"));
+        assert!(!samples.is_empty(), "{profile_type}: no samples");
+        let (share, examples) = unnamed_share(&samples);
+        assert!(
+            share <= 0.005,
+            "{profile_type}: {:.2} % of frames unnamed, e.g. {examples:?}; agent log:\n{}",
+            share * 100.0,
+            agent.log()
+        );
+    }
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&socket);
 }

@@ -94,12 +94,13 @@ pub async fn connect_mode(agent: Arc<Agent>, interval: Duration) -> anyhow::Resu
     Ok(())
 }
 
-/// Binds the listen socket (mode 0600), resuming runtimes that wait for a tool at startup.
+/// Binds the listen socket (mode 0600). A runtime that waits for a tool at startup is resumed by
+/// its process task once its light session streams (`process::profile`), so no code runs unseen.
 pub async fn bind_listen(path: &Path) -> anyhow::Result<ListenServer> {
     ListenServer::bind(
         path,
         ListenOptions {
-            resume_on_attach: true,
+            resume_on_attach: false,
         },
     )
     .await

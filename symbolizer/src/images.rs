@@ -2,8 +2,7 @@
 //! `ModuleRangeLoad` sends nothing), so image ranges come from the target's `/proc/PID/maps`:
 //! [`read_proc_maps`] reads and parses it, [`parse_proc_maps`] parses text read elsewhere.
 
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
+use collector::local::LocalProcess;
 
 /// One mapped file: `[start, end)`, as the target process sees its path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,16 +16,11 @@ pub struct ImageRange {
     pub path: String,
 }
 
-/// The executable file images of process `pid` on this machine, from `/proc/PID/maps` (see
-/// [`parse_proc_maps`]). Opened with `O_NOFOLLOW`, as every file a target could touch.
-pub fn read_proc_maps(pid: u32) -> std::io::Result<Vec<ImageRange>> {
-    let mut text = String::new();
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(format!("/proc/{pid}/maps"))?
-        .read_to_string(&mut text)?;
-    Ok(parse_proc_maps(&text))
+/// The executable file images of a runtime's process, from its `/proc/PID/maps` (see
+/// [`parse_proc_maps`]), read only while the pid is that runtime ([`LocalProcess::read`]).
+pub fn read_proc_maps(process: &LocalProcess) -> std::io::Result<Vec<ImageRange>> {
+    let text = process.read("maps")?;
+    Ok(parse_proc_maps(&String::from_utf8_lossy(&text)))
 }
 
 /// Parses the text of `/proc/PID/maps` into executable file images.

@@ -123,7 +123,11 @@ impl ProcessSymbolizer {
             let _ = spans.observe(event);
         }
         match event.known().inspect_err(|_| self.rejected += 1)? {
-            Some(known @ (KnownEvent::Method(_) | KnownEvent::Module(_))) => {
+            Some(
+                known @ (KnownEvent::Method(_)
+                | KnownEvent::Module(_)
+                | KnownEvent::R2rEntryPoint(_)),
+            ) => {
                 let timestamp = event.header.timestamp as u64;
                 if crate::nettrace::apply(&mut self.map, &known, timestamp).is_err() {
                     self.rejected += 1;
