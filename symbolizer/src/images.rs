@@ -166,7 +166,10 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0  [vsyscall]
 
     #[test]
     fn reads_this_process_maps() {
-        let images = read_proc_maps(std::process::id()).unwrap();
+        let pid = u64::from(std::process::id());
+        let command_line = std::env::args().collect::<Vec<_>>().join(" ");
+        let me = LocalProcess::find(pid, pid, &command_line).unwrap();
+        let images = read_proc_maps(&me).unwrap();
         let this = std::env::current_exe().unwrap();
         assert!(images.iter().any(|i| std::path::Path::new(&i.path) == this));
     }
