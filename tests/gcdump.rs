@@ -189,8 +189,14 @@ async fn a_timeout_is_a_clear_error_and_leaves_the_process_usable() {
     let graph = gcdump::snapshot(&client, SnapshotOptions::default(), |_| {})
         .await
         .unwrap();
-    assert_eq!(
-        graph.histogram().get("Alloc.LargeBlob").unwrap().count,
-        1_000
-    );
+    // The timed-out walk may still have been running when its session stopped, naming types for
+    // nobody: the runtime names a type once, so this snapshot must have asked again.
+    let histogram = graph.histogram();
+    let unnamed: Vec<_> = histogram
+        .types
+        .iter()
+        .filter(|t| t.name.starts_with("<unnamed type"))
+        .collect();
+    assert!(unnamed.is_empty(), "types without names: {unnamed:?}");
+    assert_eq!(histogram.get("Alloc.LargeBlob").unwrap().count, 1_000);
 }

@@ -243,3 +243,107 @@ fn go_tool_pprof_reads_the_agents_own_cpu_profile() {
     let _ = std::fs::remove_file(&file);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The names of the agent's metrics (`clrscope_…`) and of the runtime's that it exports
+/// (`systemruntime_…`, `systemnethttp_…`) in a PromQL expression.
+fn queried_metrics(expr: &str, into: &mut std::collections::BTreeSet<String>) {
+    let prefixes = ["clrscope_", "systemruntime_", "systemnethttp_"];
+    for token in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        if prefixes.iter().any(|p| token.starts_with(p)) {
+            into.insert(token.to_string());
+        }
+    }
+}
+
+/// Every PromQL expression of a Grafana dashboard: panel targets and template variables.
+fn dashboard_exprs(value: &Value, into: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, value) in map {
+                match (key.as_str(), value) {
+                    ("expr" | "definition", Value::String(expr)) => into.push(expr.clone()),
+                    _ => dashboard_exprs(value, into),
+                }
+            }
+        }
+        Value::Array(values) => values.iter().for_each(|v| dashboard_exprs(v, into)),
+        _ => {}
+    }
+}
+
+/// deploy/prometheus's alert rules pass `promtool check rules`, their unit tests
+/// (`promtool test rules`) fire each alert on a bad series and stay silent on a healthy one, and
+/// every metric the rules and deploy/grafana's dashboard query is one a real agent exports.
+#[test]
+fn alerts_and_the_dashboard_query_what_the_agent_exports() {
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    for args in [
+        ["check", "rules", "alerts.yml"],
+        ["test", "rules", "alerts.test.yml"],
+    ] {
+        let output = Command::new("promtool")
+            .args(args)
+            .current_dir(deploy.join("prometheus"))
+            .output()
+            .expect("promtool (Debian prometheus, installed by `make setup`)");
+        assert!(output.status.success(), "promtool {args:?}: {output:?}");
+    }
+    let mut queried = std::collections::BTreeSet::new();
+    let rules = std::fs::read_to_string(deploy.join("prometheus/alerts.yml")).unwrap();
+    for line in rules.lines() {
+        if let Some(expr) = line.trim().strip_prefix("expr:") {
+            queried_metrics(expr, &mut queried);
+        }
+    }
+    let dashboard: Value = serde_json::from_slice(
+        &std::fs::read(deploy.join("grafana/clrscope-dashboard.json")).unwrap(),
+    )
+    .unwrap();
+    let mut exprs = Vec::new();
+    dashboard_exprs(&dashboard, &mut exprs);
+    assert!(exprs.len() >= 10, "{exprs:?}");
+    exprs.iter().for_each(|e| queried_metrics(e, &mut queried));
+    assert!(queried.len() >= 12, "{queried:?}");
+
+    // An agent with what makes each of them exist: a target calling out over HTTP, the
+    // System.Net.Http meter, and an exporter (to a closed port).
+    let web = Target::builder("AsyncWeb")
+        .args(["--self-load", "20"])
+        .start();
+    let dir = data_dir("alerts");
+    let pid = format!("--pid={}", web.pid());
+    let agent = Agent::start_with_env(
+        &dir,
+        &[&pid, "--meter", "System.Net.Http"],
+        Some(support::agent::ApiKey::generate(&[])),
+        &[
+            ("CLRSCOPE_Exporters__backend__Kind", "otlp-http".as_ref()),
+            (
+                "CLRSCOPE_Exporters__backend__Endpoint",
+                "http://127.0.0.1:9".as_ref(),
+            ),
+        ],
+    );
+    let exported = |text: &str, name: &str| {
+        text.lines().any(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let missing = loop {
+        let scrape = http_get(agent.metrics_port, "/metrics", &[]).body;
+        let missing: Vec<&String> = queried.iter().filter(|n| !exported(&scrape, n)).collect();
+        if missing.is_empty() || Instant::now() > deadline {
+            break missing;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    assert!(
+        missing.is_empty(),
+        "queried but never exported: {missing:?}\n{}",
+        agent.log()
+    );
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}

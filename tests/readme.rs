@@ -6,7 +6,9 @@
 //! `PATH`. A block the README marks with `<!-- readme-test: skip: REASON -->` on the line before
 //! its fence (an interactive or long-running one, e.g. `make demo`) is not run; a reason is
 //! required. Background jobs a block starts (`&`) are killed with its process group when it ends,
-//! and targets exit with their parent shell (`TESTBED_EXIT_WITH_PARENT`). Needs `make setup`.
+//! and targets exit with their parent shell (`TESTBED_EXIT_WITH_PARENT`). Text in backticks in a
+//! command's `#` comment is a claim about what the block prints: the block's output must hold it.
+//! Needs `make setup`.
 
 mod support;
 
@@ -23,6 +25,18 @@ struct Block {
     line: usize,
     script: String,
     skip: Option<String>,
+}
+
+impl Block {
+    /// What the comments claim the block prints: the backticked parts of each line's ` # …`.
+    fn claims(&self) -> Vec<&str> {
+        self.script
+            .lines()
+            .filter_map(|line| line.split_once(" # ").map(|(_, comment)| comment))
+            .flat_map(|comment| comment.split('`').skip(1).step_by(2))
+            .filter(|claim| !claim.is_empty())
+            .collect()
+    }
 }
 
 /// The ```sh blocks of `markdown`, each with the reason it is skipped, if it is.
@@ -129,8 +143,15 @@ fn run_block(block: &Block, dir: &Path, path_var: &str) {
     match status {
         None => panic!("{report}\ndid not finish within {BLOCK_TIMEOUT:?}"),
         Some(status) if !status.success() => panic!("{report}\nfailed: {status}"),
-        Some(_) => eprintln!("README.md:{}: ok", block.line),
+        Some(_) => {}
     }
+    for claim in block.claims() {
+        assert!(
+            stdout.contains(claim) || stderr.contains(claim),
+            "{report}\nthe README says it prints `{claim}`; it did not"
+        );
+    }
+    eprintln!("README.md:{}: ok", block.line);
 }
 
 #[test]
@@ -159,4 +180,14 @@ fn every_readme_command_runs_as_written() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn backticks_in_comments_are_claims() {
+    let block = Block {
+        line: 1,
+        script: "go tool pprof -top x | head   # `File: A.dll`, then `B`\nls # none\n".into(),
+        skip: None,
+    };
+    assert_eq!(block.claims(), ["File: A.dll", "B"]);
 }

@@ -138,6 +138,12 @@ impl LocalProcess {
         }
     }
 
+    /// Whether the pid is still the runtime's process: a caller that read `/proc/PID` files by
+    /// other means checks afterwards.
+    pub fn verify(&self) -> io::Result<()> {
+        self.check(&Path::new("/proc").join(self.pid.to_string()))
+    }
+
     fn check(&self, dir: &Path) -> io::Result<()> {
         if start_time(dir) == Some(self.start_time) {
             Ok(())

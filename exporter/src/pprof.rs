@@ -12,7 +12,9 @@
 //!   are symbolized already and have no address worth keeping;
 //! - every distinct module becomes one `Mapping` with `has_functions` set, so pprof shows the
 //!   module and does not try to symbolize addresses from a file it does not have; functions
-//!   without a module get no mapping (`mapping_id` 0);
+//!   without a module get no mapping (`mapping_id` 0). pprof takes the first mapping for the
+//!   main binary (`File:` in its header), so the application's busiest module comes first
+//!   ([`main_module`]);
 //! - labels become sample labels: strings as `str`, numbers (thread ids, …) as `num`. pprof
 //!   encodes `Num(0)` and `Str("")` as absent values, so its readers drop those labels;
 //! - `default_sample_type` is, as the proto says, the string index of that sample type's *name*.
@@ -174,6 +176,42 @@ pub fn encode_pprof(profile: &Profile) -> Result<Vec<u8>, ExportError> {
 }
 
 /// The pprof message for a profile, for callers that embed it in another message.
+/// The module pprof should call the program: of the modules that are not .NET's own (`System.*`,
+/// `Microsoft.*`, the runtime's `.so` files), the one on the stacks of the most sampled value
+/// (the default sample type). `None` when only .NET's own modules appear.
+fn main_module(profile: &Profile) -> Option<&str> {
+    let is_dotnets_own = |module: &str| {
+        module.is_empty()
+            || module.starts_with("System.")
+            || module.starts_with("Microsoft.")
+            || module == "netstandard.dll"
+            || module == "mscorlib.dll"
+            || module.ends_with(".so")
+    };
+    let value_index = profile.default_sample_type;
+    let mut totals: HashMap<&str, i64> = HashMap::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for sample in &profile.samples {
+        let value = sample.values.get(value_index).copied().unwrap_or(0);
+        seen.clear();
+        for &f in &sample.stack {
+            let Some(function) = profile.functions.get(f as usize) else {
+                continue;
+            };
+            let module = function.module.as_str();
+            if !is_dotnets_own(module) && !seen.contains(&module) {
+                seen.push(module);
+                *totals.entry(module).or_default() += value;
+            }
+        }
+    }
+    // Ties go to the name that sorts first, so equal input gives equal output.
+    totals
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(a.0)))
+        .map(|(module, _)| module)
+}
+
 pub fn to_proto(profile: &Profile) -> Result<proto::Profile, ExportError> {
     check(profile)?;
     let mut strings = StringTable::default();
@@ -200,6 +238,15 @@ pub fn to_proto(profile: &Profile) -> Result<proto::Profile, ExportError> {
 
     let mut mapping: Vec<proto::Mapping> = Vec::new();
     let mut mapping_ids: HashMap<&str, u64> = HashMap::new();
+    if let Some(main) = main_module(profile) {
+        mapping_ids.insert(main, 1);
+        mapping.push(proto::Mapping {
+            id: 1,
+            filename: strings.index(main),
+            has_functions: true,
+            ..proto::Mapping::default()
+        });
+    }
     let mut function = Vec::with_capacity(profile.functions.len());
     let mut location = Vec::with_capacity(profile.functions.len());
     for (id, f) in (1u64..).zip(&profile.functions) {

@@ -689,6 +689,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         None => "only on the API".to_string(),
     };
+    tokio::spawn(agent.health.own.clone().watch(stopped()));
     let filtered = !agent.settings.filters.is_empty();
     let mut tasks = tokio::task::JoinSet::new();
     if settings.connect {

@@ -99,6 +99,7 @@ fn build(events: &[MethodLoad]) -> CodeMap {
         start: IMAGE_BASE + m * 0x100_0000,
         end: IMAGE_BASE + m * 0x100_0000 + 0x80_0000,
         path: format!("/app/Lib{m}.dll"),
+        ..Default::default()
     }));
     for event in events {
         map.load_method(event).expect("valid synthetic event");

@@ -1,11 +1,25 @@
 //! Where module files are mapped. Module events carry no base address (and CoreCLR's
 //! `ModuleRangeLoad` sends nothing), so image ranges come from the target's `/proc/PID/maps`:
 //! [`read_proc_maps`] reads and parses it, [`parse_proc_maps`] parses text read elsewhere.
+//! [`read_proc_maps`] also reads the precompiled methods of each managed image
+//! ([`ImageMethods`]), once per file for all processes.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use collector::local::LocalProcess;
 
+use crate::r2r::{ImageMethods, R2rError};
+
+/// Largest image file read for method names (`System.Private.CoreLib.dll` is ~13 MB).
+const MAX_IMAGE_BYTES: u64 = 256 << 20;
+/// Distinct image files whose methods are kept for all processes of this agent.
+const MAX_CACHED_IMAGES: usize = 1024;
+
 /// One mapped file: `[start, end)`, as the target process sees its path.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ImageRange {
     /// Lowest address of the image.
     pub start: u64,
@@ -14,13 +28,26 @@ pub struct ImageRange {
     /// The file's path in the target's mount namespace (the same path the runtime reports in
     /// `ModuleILPath`), without a ` (deleted)` suffix.
     pub path: String,
+    /// The mapped file's device and inode as `/proc/PID/maps` shows them.
+    pub file: Option<(u64, u64)>,
+    /// The image's precompiled methods, for frames in code no event named.
+    pub methods: Option<Arc<ImageMethods>>,
 }
 
 /// The executable file images of a runtime's process, from its `/proc/PID/maps` (see
-/// [`parse_proc_maps`]), read only while the pid is that runtime ([`LocalProcess::read`]).
+/// [`parse_proc_maps`]), with the precompiled methods of each ReadyToRun image; read only while
+/// the pid is that runtime ([`LocalProcess::read`]).
 pub fn read_proc_maps(process: &LocalProcess) -> std::io::Result<Vec<ImageRange>> {
     let text = process.read("maps")?;
-    Ok(parse_proc_maps(&String::from_utf8_lossy(&text)))
+    let mut images = parse_proc_maps(&String::from_utf8_lossy(&text));
+    let pid = process.pid;
+    let mapped = mapped_files(pid);
+    for image in images.iter_mut().filter(|i| is_managed_image(&i.path)) {
+        image.methods = image_methods(pid, image, &mapped);
+    }
+    // The images were opened through the pid: it must still be the runtime's.
+    process.verify()?;
+    Ok(images)
 }
 
 /// Parses the text of `/proc/PID/maps` into executable file images.
@@ -55,6 +82,8 @@ pub fn parse_proc_maps(text: &str) -> Vec<ImageRange> {
                         start: mapping.start,
                         end: mapping.end,
                         path: path.to_string(),
+                        file: mapping.file,
+                        methods: None,
                     },
                     mapping.executable,
                 ));
@@ -73,6 +102,8 @@ struct Mapping<'a> {
     executable: bool,
     /// A real file path; `None` for anonymous and pseudo mappings.
     path: Option<&'a str>,
+    /// Device and inode.
+    file: Option<(u64, u64)>,
 }
 
 fn parse_line(line: &str) -> Option<Mapping<'_>> {
@@ -80,8 +111,8 @@ fn parse_line(line: &str) -> Option<Mapping<'_>> {
     let range = fields.next()?;
     let perms = fields.next()?;
     let _offset = fields.next()?;
-    let _device = fields.next()?;
-    let _inode = fields.next()?;
+    let device = fields.next()?;
+    let inode = fields.next()?;
     let path = fields.next().map(str::trim_start).unwrap_or("");
     let (start, end) = range.split_once('-')?;
     let start = u64::from_str_radix(start, 16).ok()?;
@@ -96,7 +127,16 @@ fn parse_line(line: &str) -> Option<Mapping<'_>> {
         end,
         executable: perms.as_bytes().get(2) == Some(&b'x'),
         path: is_file.then_some(path),
+        file: parse_device(device).zip(inode.parse().ok()),
     })
+}
+
+/// `major:minor` in hex, as `/proc/PID/maps` prints it, as the kernel's `dev_t` (`makedev`).
+fn parse_device(text: &str) -> Option<u64> {
+    let (major, minor) = text.split_once(':')?;
+    let major = u32::from_str_radix(major, 16).ok()?;
+    let minor = u32::from_str_radix(minor, 16).ok()?;
+    Some(libc::makedev(major, minor))
 }
 
 /// The file name shown for a module: the last component of its path (`/` or `\` separated).

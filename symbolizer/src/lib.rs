@@ -39,6 +39,7 @@ mod map;
 mod names;
 pub mod nettrace;
 pub mod profiles;
+mod r2r;
 mod refresh;
 pub mod stacks;
 
@@ -52,4 +53,5 @@ pub use map::{
     CodeMap, CodeMapFunction, CodeMapStats, Frame, FrameKind, FunctionId, FunctionKey,
     FunctionKind, Module, MAX_INFERRED_EXTENT, MAX_METHOD_SIZE,
 };
+pub use r2r::{ImageMethods, R2rError};
 pub use refresh::RundownRefreshPolicy;

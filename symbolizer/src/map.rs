@@ -18,6 +18,7 @@ use crate::events::{
 };
 use crate::images::{file_name, ImageRange};
 use crate::names::display_name;
+use crate::r2r::ImageMethods;
 
 /// Largest code size accepted for one method. RyuJIT methods stay far below; a larger value is a
 /// corrupt event that would otherwise shadow everything it overlaps.
@@ -156,6 +157,12 @@ pub enum FrameKind {
         /// The image is a ReadyToRun module: a rundown would likely name this code.
         in_r2r_image: bool,
     },
+    /// Inside precompiled code no event named, named from the image's own tables
+    /// ([`crate::ImageMethods`]); the frame's function is the image.
+    ImageMethod {
+        /// The method's entry address: names it through [`CodeMap::image_method_name`].
+        entry: u64,
+    },
     /// Nothing is known; the frame's function is [`FunctionId::UNRESOLVED`].
     Unresolved,
 }
@@ -276,6 +283,7 @@ struct Image {
     path: String,
     function: FunctionId,
     module_id: Option<u64>,
+    methods: Option<Arc<ImageMethods>>,
 }
 
 /// The code map of one process. Feed it events in stream order, then symbolize.
@@ -367,10 +375,19 @@ impl CodeMap {
             return frame;
         }
         if let Some(image) = self.image_at(ip) {
+            let offset = ip - image.start;
+            if let Some((entry, _)) = image.methods.as_ref().and_then(|m| m.method_at(offset)) {
+                return Frame {
+                    function: image.function,
+                    kind: FrameKind::ImageMethod {
+                        entry: image.start + u64::from(entry),
+                    },
+                };
+            }
             return Frame {
                 function: image.function,
                 kind: FrameKind::Unknown {
-                    offset: ip - image.start,
+                    offset,
                     in_r2r_image: self.image_is_r2r(image),
                 },
             };
@@ -419,11 +436,33 @@ impl CodeMap {
         self.modules.get(&module_id)
     }
 
+    /// The name of the precompiled method at `entry` of a [`FrameKind::ImageMethod`] frame.
+    pub fn image_method_name(&self, entry: u64) -> Option<&str> {
+        let image = self.image_at(entry)?;
+        let (_, name) = image.methods.as_ref()?.method_at(entry - image.start)?;
+        Some(name)
+    }
+
+    /// The C#-like name of a frame in a known method (see the crate documentation); `None` for
+    /// frames in no known method.
+    pub fn method_name(&self, frame: Frame) -> Option<&str> {
+        match frame.kind {
+            FrameKind::Managed { .. } => Some(self.function(frame.function).display_name()),
+            FrameKind::ImageMethod { entry } => self.image_method_name(entry),
+            FrameKind::Unknown { .. } | FrameKind::Unresolved => None,
+        }
+    }
+
     /// A frame as text: `module!Name(args)`, `module!+0x1a2b`, or `[unknown]`.
     pub fn frame_label(&self, frame: Frame) -> String {
         let function = self.function(frame.function);
         match frame.kind {
             FrameKind::Managed { .. } => function.qualified_name(),
+            FrameKind::ImageMethod { entry } => format!(
+                "{}!{}",
+                function.module,
+                self.image_method_name(entry).unwrap_or("[unknown]")
+            ),
             FrameKind::Unknown { offset, .. } => format!("{}!+{offset:#x}", function.module),
             FrameKind::Unresolved => function.display_name().to_string(),
         }
@@ -774,6 +813,7 @@ impl CodeMap {
                 path: range.path,
                 function,
                 module_id,
+                methods: range.methods,
             });
         }
         self.images = kept;

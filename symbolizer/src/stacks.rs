@@ -24,7 +24,7 @@ use collector::samples::StackKey;
 use collector::session::EventObserver;
 use serde::Serialize;
 
-use crate::map::{CodeMap, FrameKind};
+use crate::map::CodeMap;
 
 /// dotnet-monitor's marker for a run of native frames.
 pub const NATIVE_FRAME: &str = "[NativeFrame]";
@@ -108,13 +108,12 @@ impl CallStacks {
                     .into_iter()
                     .map(|frame| {
                         let function = map.function(frame.function);
-                        let managed = matches!(frame.kind, FrameKind::Managed { .. });
+                        let name = map.method_name(frame);
                         StackFrame {
-                            managed,
-                            display: if managed {
-                                function.display_name().to_string()
-                            } else {
-                                map.frame_label(frame)
+                            managed: name.is_some(),
+                            display: match name {
+                                Some(name) => name.to_string(),
+                                None => map.frame_label(frame),
                             },
                             type_name: function.namespace.clone(),
                             method_name: function.name.clone(),

@@ -707,16 +707,19 @@ fn hostile_events_are_refused_or_absorbed_without_panicking() {
             start: 10,
             end: 5,
             path: "/bad".into(),
+            ..Default::default()
         },
         symbolizer::ImageRange {
             start: 0x100,
             end: 0x200,
             path: "/a".into(),
+            ..Default::default()
         },
         symbolizer::ImageRange {
             start: 0x150,
             end: 0x300,
             path: "/b".into(),
+            ..Default::default()
         },
     ]);
     assert_eq!(map.stats().images, 1);

@@ -14,7 +14,7 @@ use store::tsdb::parse_selector;
 use crate::error::ApiError;
 use crate::query::{Params, QueryPairs, SERIES_SPAN};
 use crate::server::ApiState;
-use crate::time::now_unix_nanos;
+use profile::clock::unix_nanos;
 
 const MILLISECOND: i64 = 1_000_000;
 
@@ -31,7 +31,7 @@ async fn events(
 ) -> Result<Json<Vec<ProcessEvent>>, ApiError> {
     let params = Params::new(params, &["query", "from", "until"])?;
     let matchers = parse_selector(params.get("query").unwrap_or_default())?;
-    let now = now_unix_nanos();
+    let now = unix_nanos();
     let (from, until) = params.range(["from", "until"], now, SERIES_SPAN, now)?;
     let keep = |event: &ProcessEvent| {
         matchers.iter().all(|(name, value)| match name.as_str() {

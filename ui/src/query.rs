@@ -17,7 +17,8 @@ use store::tsdb::{self, parse_selector, Store};
 
 use crate::error::ApiError;
 use crate::server::ApiState;
-use crate::time::{duration_nanos, format_time, now_unix_nanos, parse_time};
+use crate::time::{duration_nanos, format_time, parse_time};
+use profile::clock::unix_nanos;
 
 const SECOND: i64 = 1_000_000_000;
 const MILLISECOND: i64 = 1_000_000;
@@ -96,7 +97,7 @@ async fn series(
 ) -> Result<Json<SeriesBody>, ApiError> {
     let params = Params::new(params, &[&COMMON_PARAMS[..], &["step"]].concat())?;
     let selector = ProfileSelector::parse(&params)?;
-    let now = now_unix_nanos();
+    let now = unix_nanos();
     let (from, until) = params.range(["from", "until"], now, SERIES_SPAN, now)?;
     let step = params.step(until.saturating_sub(from))?;
     state
@@ -124,7 +125,7 @@ async fn profile(State(state): State<ApiState>, params: QueryPairs) -> Result<Re
     let selector = ProfileSelector::parse(&params)?;
     let output = Output::parse(params.get("format"), Output::PROFILE)?;
     let max_nodes = params.max_nodes(output)?;
-    let now = now_unix_nanos();
+    let now = unix_nanos();
     let (from, until) = params.range(["from", "until"], now, PROFILE_SPAN, now)?;
     let name = selector.type_name.clone();
     let body = state
@@ -157,7 +158,7 @@ async fn diff(State(state): State<ApiState>, params: QueryPairs) -> Result<Respo
     )?;
     let selector = ProfileSelector::parse(&params)?;
     let output = Output::parse(params.get("format"), Output::DIFF)?;
-    let now = now_unix_nanos();
+    let now = unix_nanos();
     let (from, until) = params.range(["from", "until"], now, PROFILE_SPAN, now)?;
     // Without a base range: the range of equal length just before.
     let (base_from, base_until) = params.range(

@@ -11,9 +11,6 @@ pub fn duration_nanos(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
 
-/// The current time, Unix nanoseconds.
-pub use profile::clock::unix_nanos as now_unix_nanos;
-
 /// Parses a point in time into Unix nanoseconds: `now`, `now-5m` (any [`parse_duration`]
 /// duration), integer Unix milliseconds (`1764464880000`) or RFC 3339
 /// (`2025-11-30T01:08:00Z`, `2025-11-30T02:08:00.5+01:00`).

@@ -137,7 +137,7 @@ async fn start() -> Server {
             .append(&batch("checkout", "cpu", t, &MINUTE_2))
             .unwrap();
     }
-    let now = ui::time::now_unix_nanos();
+    let now = profile::clock::unix_nanos();
     store
         .append(&batch("checkout", "cpu", now - 5 * SECOND, &[(TAX, 3)]))
         .unwrap();
@@ -155,7 +155,7 @@ async fn serve_state(state: ApiState, dir: tempfile::TempDir) -> Server {
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = oneshot::channel::<()>();
     let store = Arc::clone(&state.store);
-    let expires = ui::time::now_unix_nanos() / 1_000_000_000 + 3600;
+    let expires = profile::clock::unix_nanos() / 1_000_000_000 + 3600;
     let key = ui::auth::generate_key(expires);
     let auth = ui::auth::ApiKey::new(Some(&key.subject), Some(&key.public_key), None).unwrap();
     let router = ui::router(state.with_auth(ui::Authentication::ApiKey(Arc::new(auth))));

@@ -48,12 +48,39 @@ pub struct SnapshotProgress {
 }
 
 /// Induces a full blocking GC in the process behind `client` and returns its heap.
+///
+/// The runtime names each type once, in the first heap walk that meets it, and forgets what it
+/// named only when no session asks for type events any more. A walk still running when its
+/// session stopped (a snapshot that timed out or was cancelled, ours or another tool's) therefore
+/// names types for nobody, and the next snapshot lacks those names: then the snapshot is taken
+/// once more, after its own session ended and the runtime forgot.
 pub async fn snapshot(
     client: &DiagnosticsClient,
     options: SnapshotOptions,
     mut progress: impl FnMut(SnapshotProgress),
 ) -> Result<HeapGraph, GcDumpError> {
     let started = Instant::now();
+    let (mut builder, mut pointer_size) =
+        walk_heap(client, options, started, &mut progress).await?;
+    let unnamed = builder.unnamed_types();
+    if unnamed > 0 {
+        tracing::info!(
+            unnamed,
+            "type names missing (an earlier heap walk named them for a session that had stopped): \
+             taking the snapshot again"
+        );
+        (builder, pointer_size) = walk_heap(client, options, started, &mut progress).await?;
+    }
+    builder.finish(pointer_size)
+}
+
+/// One session: the induced GC's heap, not yet resolved, and the target's pointer size.
+async fn walk_heap(
+    client: &DiagnosticsClient,
+    options: SnapshotOptions,
+    started: Instant,
+    progress: &mut impl FnMut(SnapshotProgress),
+) -> Result<(GraphBuilder, u8), GcDumpError> {
     let config = CollectTracing::v2(vec![ProviderConfig::new(
         providers::RUNTIME,
         HEAP_SNAPSHOT_KEYWORDS,
@@ -160,5 +187,5 @@ pub async fn snapshot(
         )));
     }
     let pointer_size = reader.parser().trace().map_or(8, |t| t.pointer_size);
-    builder.finish(pointer_size)
+    Ok((builder, pointer_size))
 }

@@ -210,6 +210,11 @@ impl GraphBuilder {
         self.addresses.len()
     }
 
+    /// Types objects refer to whose names never arrived.
+    pub fn unnamed_types(&self) -> usize {
+        self.type_names.iter().filter(|n| n.is_none()).count()
+    }
+
     pub fn add(&mut self, event: HeapEvent) -> Result<(), GcDumpError> {
         match event {
             HeapEvent::Types(types) => types.into_iter().for_each(|t| self.add_type(t)),

@@ -268,13 +268,19 @@ impl FunctionTable {
         let mut stack = Vec::with_capacity(self.frames.len());
         for &frame in &self.frames {
             self.resolution.frames += weight;
+            // Frames of one function are told apart by their offset in an image, or by their
+            // method's entry address for precompiled methods named from the image.
             let offset = match frame.kind {
                 FrameKind::Managed { .. } => {
                     self.resolution.methods += weight;
                     None
                 }
+                FrameKind::ImageMethod { entry } => {
+                    self.resolution.methods += weight;
+                    Some(entry)
+                }
                 FrameKind::Unknown { offset, .. } => {
-                    if is_managed_image(&map.function(frame.function).module) {
+                    if crate::images::is_managed_image(&map.function(frame.function).module) {
                         self.resolution.in_managed_image += weight;
                     } else {
                         self.resolution.native += weight;
@@ -297,18 +303,12 @@ impl FunctionTable {
     }
 }
 
-/// .NET modules are `.dll` (or `.exe`) files; the runtime's own code lives in `.so` files.
-fn is_managed_image(file_name: &str) -> bool {
-    let lower = file_name.to_ascii_lowercase();
-    lower.ends_with(".dll") || lower.ends_with(".exe")
-}
-
 fn function_of(map: &CodeMap, frame: Frame) -> Function {
     let function = map.function(frame.function);
-    let name = match (frame.kind, function.kind) {
-        (FrameKind::Managed { .. }, _) => function.display_name().to_string(),
-        (_, FunctionKind::Unresolved) => labels::UNKNOWN_FRAME.to_string(),
-        _ => map.frame_label(frame),
+    let name = match (map.method_name(frame), function.kind) {
+        (Some(name), _) => name.to_string(),
+        (None, FunctionKind::Unresolved) => labels::UNKNOWN_FRAME.to_string(),
+        (None, _) => map.frame_label(frame),
     };
     Function {
         name,
