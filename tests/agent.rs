@@ -507,3 +507,84 @@ fn listen_mode_names_every_frame_from_the_first_window() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&socket);
 }
+
+/// Waits until the agent stored a window of `pid` that started after `after_ms`, so every
+/// window before it is stored too.
+fn wait_for_window_after(agent: &Agent, pid: u32, after_ms: u128) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while agent
+        .folded("wall", pid, &format!("&from={}", after_ms + 1))
+        .is_empty()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no window after {after_ms}; agent log:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The agent's cpu time of SpinAlpha and the kernel's CPU time of its thread over the same
+/// stretch, in seconds: from now, through `during` (which starts anything the stretch needs),
+/// for `millis`.
+fn spin_seconds(agent: &Agent, spinner: &Target, during: impl FnOnce(), millis: u64) -> (f64, f64) {
+    let clock_ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let from_ms = unix_ms();
+    let before = spinner.thread_cpu_ticks()["SpinAlpha"];
+    during();
+    std::thread::sleep(Duration::from_millis(millis));
+    let after = spinner.thread_cpu_ticks()["SpinAlpha"];
+    let until_ms = unix_ms();
+    wait_for_window_after(agent, spinner.pid(), until_ms);
+    let folded = agent.folded(
+        "cpu",
+        spinner.pid(),
+        &format!("&from={from_ms}&until={until_ms}"),
+    );
+    let profiled = containing(&folded, "CpuHot.Program.SpinAlpha") as f64 / 1e9;
+    (profiled, (after - before) as f64 / clock_ticks)
+}
+
+/// A thread that spins without pause reads as the CPU time it used, at the default duty cycle's
+/// 10 % (a 200 ms window every 2 s, so that a minute holds many windows) and during a boost.
+#[test]
+fn totals_estimate_real_time_at_any_duty_cycle() {
+    // One thread, busy the whole of every window: CPU-bound without pause.
+    let spinner = Target::builder("CpuHot")
+        .args(["--split", "1", "--cores", "1"])
+        .start();
+    let dir = data_dir("spinning");
+    let pid_arg = format!("--pid={}", spinner.pid());
+    let agent = Agent::start(
+        &dir,
+        &[
+            &pid_arg,
+            "--sample-window",
+            "200ms",
+            "--sample-period",
+            "2s",
+        ],
+    );
+    agent.wait_for_data("cpu", spinner.pid(), 1, Duration::from_secs(60));
+    let (profiled, truth) = spin_seconds(&agent, &spinner, || {}, 40_000);
+    assert!(
+        (profiled - truth).abs() <= 0.1 * truth,
+        "duty cycle: {profiled:.2} s profiled, {truth:.2} s of CPU"
+    );
+    // Boosted windows cover the boost exactly; the stretch ends just after it.
+    let boost = || {
+        let boost = agent.request(
+            "POST",
+            &format!("/api/v1/processes/{}/boost?duration=40s", spinner.pid()),
+        );
+        agent.expect_status(boost, 200, "boost");
+    };
+    let (profiled, truth) = spin_seconds(&agent, &spinner, boost, 40_500);
+    assert!(
+        (profiled - truth).abs() <= 0.1 * truth,
+        "boosted: {profiled:.2} s profiled, {truth:.2} s of CPU"
+    );
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -492,9 +492,14 @@ impl SamplingLoop<'_> {
                         refresh_names = self.refresh_names().await;
                     }
                     match self.window(until).await {
-                        Ok(samples) => {
+                        Ok(mut samples) => {
                             self.sampler
                                 .observe_window(samples.samples(), samples.ticks());
+                            // Duty-cycled, the window stands for its whole period; boosted,
+                            // windows follow each other and stand for themselves.
+                            if !boosted {
+                                samples.set_stands_for(self.sampler.status().duty.period);
+                            }
                             self.symbolize_later(samples);
                         }
                         Err(error) => {
@@ -621,7 +626,7 @@ impl SamplingLoop<'_> {
                 named = format!("{:.1}%", batches.resolution.method_percent()),
                 "sampler window stored"
             );
-            send(&sink, batches, samples.period_ns());
+            send(&sink, batches, samples.weight_ns());
         });
     }
 }

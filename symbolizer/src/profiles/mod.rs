@@ -148,7 +148,7 @@ impl ProcessSymbolizer {
         thread_names: &HashMap<u64, String>,
         table: &mut FunctionTable,
     ) -> Vec<TimeSample> {
-        let period = samples.period_ns();
+        let period = samples.weight_ns();
         self.stacks_in_spans(samples)
             .into_iter()
             .filter(|(key, _, _)| types.include(key.managed))
