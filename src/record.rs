@@ -58,7 +58,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut recorder = Recorder::default();
     let local = LocalProcess::of_runtime(&client, u64::from(args.pid)).await;
     live::load_images(local.as_ref(), &mut recorder);
-    let thread_names_now = || local.as_ref().map(LocalProcess::thread_names).unwrap_or_default();
+    let thread_names_now = || {
+        local
+            .as_ref()
+            .map(LocalProcess::thread_names)
+            .unwrap_or_default()
+    };
     let mut thread_names = thread_names_now();
 
     // Live JIT/Loader events name code compiled while we sample; the rundown at the end names

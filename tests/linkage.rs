@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use collector::activity::{ActivityEvent, Span, SpanTracker};
 use collector::client::DiagnosticsClient;
-use collector::local::LocalProcess;
 use collector::ipc::{CollectTracing, ProviderConfig};
+use collector::local::LocalProcess;
 use collector::nettrace::events::EventKind;
 use collector::nettrace::Event;
 use collector::providers::{self, level};

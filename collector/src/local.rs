@@ -37,8 +37,17 @@ impl LocalProcess {
     /// namespace) is `runtime_pid` and whose command line is `reported_command_line`:
     /// `/proc/<pid_here>` (the pid the runtime was found under) when it is, else the one process
     /// here that is. `None` when none or several are.
-    pub fn find(runtime_pid: u64, pid_here: u64, reported_command_line: &str) -> Option<LocalProcess> {
-        Self::find_in(Path::new("/proc"), runtime_pid, pid_here, reported_command_line)
+    pub fn find(
+        runtime_pid: u64,
+        pid_here: u64,
+        reported_command_line: &str,
+    ) -> Option<LocalProcess> {
+        Self::find_in(
+            Path::new("/proc"),
+            runtime_pid,
+            pid_here,
+            reported_command_line,
+        )
     }
 
     /// Asks the runtime behind `client` who it is, then [`LocalProcess::find`]s it.
@@ -56,9 +65,8 @@ impl LocalProcess {
     ) -> Option<LocalProcess> {
         let runtime_pid = u32::try_from(runtime_pid).ok()?;
         for likely in [u32::try_from(pid_here).ok(), Some(runtime_pid)] {
-            let found = likely.and_then(|pid| {
-                Self::prove(proc_root, pid, runtime_pid, reported_command_line)
-            });
+            let found = likely
+                .and_then(|pid| Self::prove(proc_root, pid, runtime_pid, reported_command_line));
             if found.is_some() {
                 return found;
             }
@@ -96,8 +104,10 @@ impl LocalProcess {
             return None;
         }
         let start_time = start_time(&dir)?;
-        let command_line =
-            same_command_line(&read_limited(&dir.join("cmdline")).ok()?, reported_command_line)?;
+        let command_line = same_command_line(
+            &read_limited(&dir.join("cmdline")).ok()?,
+            reported_command_line,
+        )?;
         // Read again: the checks above were of one process, not of a pid reused in between.
         (self::start_time(&dir) == Some(start_time)).then_some(LocalProcess {
             pid,
@@ -210,7 +220,8 @@ mod tests {
     }
 
     fn root(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("clrscope-local-{name}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("clrscope-local-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
     }
@@ -237,7 +248,10 @@ mod tests {
         assert_eq!(found.pid, 900, "the runtime in the other pid namespace");
         // The same program as pid 1 in two namespaces: neither is proven.
         process(&root, 901, "901 1", &["dotnet", "app.dll"], 6);
-        assert_eq!(LocalProcess::find_in(&root, 1, 1, "/usr/bin/dotnet app.dll"), None);
+        assert_eq!(
+            LocalProcess::find_in(&root, 1, 1, "/usr/bin/dotnet app.dll"),
+            None
+        );
         // Found under its pid here (connect mode), it is proven without a scan.
         assert_eq!(
             LocalProcess::find_in(&root, 1, 901, "/usr/bin/dotnet app.dll").map(|p| p.pid),
@@ -245,7 +259,10 @@ mod tests {
         );
         // Our pid 30 is not the runtime that is pid 30 in another namespace.
         process(&root, 30, "30", &["dotnet", "other.dll"], 2);
-        assert_eq!(LocalProcess::find_in(&root, 30, 30, "/usr/bin/dotnet app.dll"), None);
+        assert_eq!(
+            LocalProcess::find_in(&root, 30, 30, "/usr/bin/dotnet app.dll"),
+            None
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 
@@ -254,7 +271,10 @@ mod tests {
         let root = root("nested");
         // /proc/5 runs the program, but is pid 77 in its own namespace.
         process(&root, 5, "5 77", &["dotnet", "app.dll"], 3);
-        assert_eq!(LocalProcess::find_in(&root, 5, 5, "/usr/bin/dotnet app.dll"), None);
+        assert_eq!(
+            LocalProcess::find_in(&root, 5, 5, "/usr/bin/dotnet app.dll"),
+            None
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 
@@ -262,7 +282,7 @@ mod tests {
     fn a_replaced_process_is_not_read() {
         let pid = u64::from(std::process::id());
         let me = LocalProcess::find(pid, pid, &std::env::args().collect::<Vec<_>>().join(" "))
-        .expect("this test process is itself");
+            .expect("this test process is itself");
         assert!(!me.read("maps").unwrap().is_empty());
         assert!(!me.thread_names().is_empty());
         let replaced = LocalProcess {

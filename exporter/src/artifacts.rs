@@ -26,8 +26,8 @@ use collector::artifacts::{
     DumpKind, StackFormat, TraceRequest, DEFAULT_DUMP_TIMEOUT,
 };
 use collector::client::DiagnosticsClient;
-use collector::local::LocalProcess;
 use collector::gcdump::SnapshotOptions;
+use collector::local::LocalProcess;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// One artifact to collect, and how.

@@ -50,6 +50,108 @@ pub fn read_proc_maps(process: &LocalProcess) -> std::io::Result<Vec<ImageRange>
     Ok(images)
 }
 
+/// .NET modules are `.dll` (or `.exe`) files; the runtime's own code lives in `.so` files.
+pub(crate) fn is_managed_image(path: &str) -> bool {
+    let lower = file_name(path).to_ascii_lowercase();
+    lower.ends_with(".dll") || lower.ends_with(".exe")
+}
+
+/// `/proc/PID/map_files` entries by the start address of their mapping.
+fn mapped_files(pid: u32) -> HashMap<u64, String> {
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/map_files")) else {
+        return HashMap::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let start = u64::from_str_radix(name.split_once('-')?.0, 16).ok()?;
+            Some((start, name))
+        })
+        .collect()
+}
+
+/// The methods of one image, from the cache or read now; `None` when the image has none to
+/// give or cannot be read (its frames then stay `module!+0xOFFSET`).
+fn image_methods(
+    pid: u32,
+    image: &ImageRange,
+    mapped: &HashMap<u64, String>,
+) -> Option<Arc<ImageMethods>> {
+    let (file, verified) = open_image(pid, image, mapped)?;
+    let stat = file.metadata().ok()?;
+    if !stat.file_type().is_file() {
+        return None;
+    }
+    // `map_files` is the very file the process mapped (the kernel resolves it); a path can be
+    // anything the target put there, so it must be the mapped device and inode.
+    if !verified && image.file != Some((stat.dev(), stat.ino())) {
+        return None;
+    }
+    let key = (
+        stat.dev(),
+        stat.ino(),
+        stat.size(),
+        stat.mtime(),
+        stat.mtime_nsec(),
+    );
+    let cache = IMAGE_CACHE.get_or_init(Default::default);
+    if let Some(known) = cache.lock().ok()?.get(&key) {
+        return known.clone();
+    }
+    let methods = read_image_methods(file, stat.size()).ok().map(Arc::new);
+    let mut cache = cache.lock().ok()?;
+    if cache.len() >= MAX_CACHED_IMAGES {
+        cache.clear();
+    }
+    cache.insert(key, methods.clone());
+    methods
+}
+
+type FileKey = (u64, u64, u64, i64, i64);
+
+/// Image methods by file identity and version, shared by every process that maps the file.
+static IMAGE_CACHE: OnceLock<Mutex<HashMap<FileKey, Option<Arc<ImageMethods>>>>> = OnceLock::new();
+
+/// Opens the image through `/proc/PID/map_files` (needs privileges; verified by the kernel) or
+/// else through `/proc/PID/root` without following a final link (verified by the caller).
+fn open_image(
+    pid: u32,
+    image: &ImageRange,
+    mapped: &HashMap<u64, String>,
+) -> Option<(std::fs::File, bool)> {
+    let flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
+    if let Some(name) = mapped.get(&image.start) {
+        if let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(flags)
+            .open(format!("/proc/{pid}/map_files/{name}"))
+        {
+            return Some((file, true));
+        }
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags | libc::O_NOFOLLOW)
+        .open(format!("/proc/{pid}/root{}", image.path))
+        .ok()?;
+    Some((file, false))
+}
+
+fn read_image_methods(file: std::fs::File, size: u64) -> Result<ImageMethods, R2rError> {
+    if size > MAX_IMAGE_BYTES {
+        return Err(R2rError::TooLarge {
+            size,
+            limit: MAX_IMAGE_BYTES,
+        });
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(MAX_IMAGE_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| R2rError::Io(e.to_string()))?;
+    ImageMethods::parse(&bytes)
+}
+
 /// Parses the text of `/proc/PID/maps` into executable file images.
 ///
 /// The segments of one file are joined into one image while only anonymous mappings lie between

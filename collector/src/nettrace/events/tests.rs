@@ -151,7 +151,11 @@ fn r2r_entry_point_events() {
     assert_eq!((e.method_id, e.entry_point), (0x1111, 0x7f00_0010_2000));
     assert_eq!(
         (e.namespace.as_str(), e.name.as_str(), e.signature.as_str()),
-        ("System.Threading.Thread", "StartCallback", "instance void  ()")
+        (
+            "System.Threading.Thread",
+            "StartCallback",
+            "instance void  ()"
+        )
     );
     // Cut before the entry point: an error, never a guessed address.
     assert!(runtime(159, 0, p[..p.len() - 6].to_vec()).is_err());
