@@ -2,7 +2,7 @@
 //! batches they yield, until the process exits or the agent stops.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -33,6 +33,14 @@ use super::{rules, Agent};
 /// How long after a sampler window its stacks are named: methods compiled during the window are
 /// announced on the light session, whose events arrive up to a few hundred milliseconds later.
 const SYMBOLIZE_DELAY: Duration = Duration::from_secs(1);
+
+/// A light session that delivered nothing for this long has nothing pending: a window waiting
+/// for it to catch up is named now.
+const LIGHT_QUIET: Duration = Duration::from_secs(1);
+
+/// The longest a window waits for a lagging light session (a loaded machine, a burst of startup
+/// events) before it is named with what is known.
+const MAX_CATCH_UP: Duration = Duration::from_secs(30);
 
 /// How long the runtime may take to end a stopped session's stream.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -67,6 +75,11 @@ struct SharedProfiler {
     /// A module loaded since `/proc/PID/maps` was last read: the next ReadyToRun entry point
     /// may lie in an image the code map does not know yet.
     images_stale: Arc<AtomicBool>,
+    /// How far the light session's stream has come: its newest event's time (Unix ns), and when
+    /// it last delivered one (ms since `started`).
+    light_latest_ns: Arc<AtomicI64>,
+    light_seen_ms: Arc<AtomicU64>,
+    started: Instant,
 }
 
 impl SharedProfiler {
@@ -75,6 +88,9 @@ impl SharedProfiler {
             profiler: Arc::new(Mutex::new(profiler)),
             local: local.map(Arc::new),
             images_stale: Arc::new(AtomicBool::new(false)),
+            light_latest_ns: Arc::new(AtomicI64::new(i64::MIN)),
+            light_seen_ms: Arc::new(AtomicU64::new(0)),
+            started: Instant::now(),
         };
         shared.refresh_images();
         shared
@@ -92,6 +108,25 @@ impl SharedProfiler {
         self.images_stale.store(false, Ordering::Relaxed);
         if let Some(Ok(images)) = self.local.as_deref().map(symbolizer::read_proc_maps) {
             self.lock().set_images(images);
+        }
+    }
+
+    /// Waits until the light session has delivered events up to `until_ns` (Unix ns), or has
+    /// been quiet long enough that nothing is pending, at most [`MAX_CATCH_UP`]: names of code
+    /// bound or compiled during a window arrive there, late on a loaded machine.
+    async fn light_caught_up(&self, until_ns: i64) {
+        let deadline = Instant::now() + MAX_CATCH_UP;
+        loop {
+            let quiet_ms = u64::try_from(self.started.elapsed().as_millis())
+                .unwrap_or(u64::MAX)
+                .saturating_sub(self.light_seen_ms.load(Ordering::Relaxed));
+            if self.light_latest_ns.load(Ordering::Relaxed) >= until_ns
+                || Duration::from_millis(quiet_ms) >= LIGHT_QUIET
+                || Instant::now() >= deadline
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -116,6 +151,10 @@ impl EventObserver for SharedProfiler {
             }
             _ => {}
         }
+        self.light_latest_ns
+            .fetch_max(event.unix_nanos(), Ordering::Relaxed);
+        let seen_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.light_seen_ms.store(seen_ms, Ordering::Relaxed);
         self.lock().observe(event);
     }
 }
@@ -617,6 +656,9 @@ impl SamplingLoop<'_> {
         let pid = self.pid;
         tokio::spawn(async move {
             tokio::time::sleep(SYMBOLIZE_DELAY).await;
+            if let Some((_, window_end)) = samples.time_range() {
+                profiler.light_caught_up(window_end).await;
+            }
             profiler.refresh_images();
             let names = profiler.thread_names();
             let batches = profiler.lock().sample_batches(&samples, &names);
