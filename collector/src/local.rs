@@ -184,8 +184,9 @@ fn read_limited(path: &Path) -> io::Result<Vec<u8>> {
 
 /// The command line to show when `/proc`'s (`raw`, NUL-separated) is the runtime's reported one.
 ///
-/// The runtime reports argv[0] as a full path, `/proc` as typed; and a runtime asked very early
-/// in its startup reports argv[0] alone.
+/// The runtime reports argv[0] and the app's path resolved (a full path, links followed), `/proc`
+/// shows them as typed: words are compared by their last path component. A runtime asked very
+/// early in its startup reports argv[0] alone.
 fn same_command_line(raw: &[u8], reported: &str) -> Option<String> {
     let args: Vec<String> = raw
         .split(|&b| b == 0)
@@ -193,10 +194,13 @@ fn same_command_line(raw: &[u8], reported: &str) -> Option<String> {
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
     let file_name = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+    let words = |text: &str| text.split_whitespace().map(file_name).collect::<Vec<_>>();
     let reported_argv0 = reported.split(' ').next().unwrap_or("");
-    let rest = args.get(1..).unwrap_or_default().join(" ");
-    let same = file_name(args.first()?) == file_name(reported_argv0)
-        && (reported == reported_argv0 || reported.ends_with(&rest));
+    let same = if reported.trim() == reported_argv0 {
+        file_name(args.first()?) == file_name(reported_argv0)
+    } else {
+        words(&args.join(" ")) == words(reported)
+    };
     same.then(|| {
         std::iter::once(reported_argv0.to_string())
             .chain(args.into_iter().skip(1))
@@ -235,6 +239,13 @@ mod tests {
         assert_eq!(found.command_line, "/usr/bin/dotnet app.dll --x");
         // Early in startup the runtime reports argv[0] alone.
         assert!(LocalProcess::find_in(&root, 42, 42, "/usr/bin/dotnet").is_some());
+        // The app's path as typed, the runtime's resolved.
+        process(&root, 43, "43", &["./dotnet", "bin/app.dll", "--x"], 8);
+        assert!(LocalProcess::find_in(&root, 43, 43, "/opt/dotnet /srv/bin/app.dll --x").is_some());
+        assert_eq!(
+            LocalProcess::find_in(&root, 43, 43, "/opt/dotnet /srv/bin/app.dll --y"),
+            None
+        );
         std::fs::remove_dir_all(&root).unwrap();
     }
 
