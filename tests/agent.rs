@@ -628,3 +628,62 @@ fn totals_estimate_real_time_at_any_duty_cycle() {
     drop(agent);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A listen-mode runtime in a pid namespace of its own (pid 1 there, as in a container) is
+/// profiled, and what the agent reads of `/proc` is that process's (its thread names), never
+/// this machine's pid 1.
+#[test]
+fn listen_mode_reads_the_proc_of_a_runtime_in_another_pid_namespace() {
+    let dir = data_dir("listen-pidns");
+    let socket = dir.with_extension("sock");
+    let socket_arg = socket.to_str().unwrap();
+    let agent = Agent::start(
+        &dir.join("agent"),
+        &[
+            "--no-connect",
+            "--diagnostic-port",
+            socket_arg,
+            "--sample-period",
+            "2s",
+        ],
+    );
+    let service = Target::builder("CpuHot")
+        .args(["--split", "70,30"])
+        .env("DOTNET_DiagnosticPorts", socket_arg)
+        .wrapped_in([
+            "unshare",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount",
+            "--mount-proc",
+            "--",
+        ])
+        .start();
+    // The runtime advertises its own pid: 1.
+    agent.wait_attached(1, true, Duration::from_secs(30));
+    agent.wait_for_data("cpu", 1, 200_000_000, Duration::from_secs(90));
+    let query = encode("{process_id=\"1\"}");
+    let pprof = agent.get(&format!(
+        "/api/v1/profile?type=cpu&format=pprof&query={query}"
+    ));
+    let samples = pprof_traces(&pprof.bytes, "listen-pidns");
+    let spin = samples
+        .iter()
+        .find(|s| {
+            s.frames
+                .iter()
+                .any(|f| f.starts_with("CpuHot.Program.SpinAlpha"))
+        })
+        .expect("SpinAlpha sampled");
+    assert_eq!(
+        spin.labels.get("thread_name").map(String::as_str),
+        Some("SpinAlpha"),
+        "the thread's name read from the runtime's own /proc entry: {:?}",
+        spin.labels
+    );
+    drop(service);
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&socket);
+}

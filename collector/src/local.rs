@@ -30,6 +30,9 @@ pub struct LocalProcess {
     pub command_line: String,
     /// Field 22 of `/proc/PID/stat` when proven; a process with another start time is another.
     start_time: u64,
+    /// In a pid namespace below this one: its threads' ids (as the runtime reports them) differ
+    /// from their ids here.
+    nested: bool,
 }
 
 impl LocalProcess {
@@ -97,9 +100,8 @@ impl LocalProcess {
     ) -> Option<LocalProcess> {
         let dir = proc_root.join(pid.to_string());
         let status = String::from_utf8(read_limited(&dir.join("status")).ok()?).ok()?;
-        let innermost = parse_nspid(&status)
-            .and_then(|pids| pids.last().copied())
-            .unwrap_or(pid);
+        let nspids = parse_nspid(&status).unwrap_or_else(|| vec![pid]);
+        let innermost = nspids.last().copied().unwrap_or(pid);
         if innermost != runtime_pid {
             return None;
         }
@@ -113,6 +115,7 @@ impl LocalProcess {
             pid,
             command_line,
             start_time,
+            nested: nspids.len() > 1,
         })
     }
 
@@ -125,8 +128,9 @@ impl LocalProcess {
         Ok(bytes)
     }
 
-    /// Thread names by tid, from `/proc/PID/task/*/comm` (the runtime names OS threads after
-    /// managed ones); empty once the process is gone.
+    /// Thread names by tid as the runtime reports it (its innermost `NSpid` in a nested pid
+    /// namespace), from `/proc/PID/task/*/comm` (the runtime names OS threads after managed
+    /// ones); empty once the process is gone.
     pub fn thread_names(&self) -> std::collections::HashMap<u64, String> {
         let dir = Path::new("/proc").join(self.pid.to_string());
         let Ok(tasks) = std::fs::read_dir(dir.join("task")) else {
@@ -136,7 +140,12 @@ impl LocalProcess {
             .take(MAX_THREADS)
             .filter_map(|task| {
                 let task = task.ok()?;
-                let tid = task.file_name().to_str()?.parse().ok()?;
+                let mut tid = task.file_name().to_str()?.parse().ok()?;
+                if self.nested {
+                    let status = read_limited(&task.path().join("status")).ok()?;
+                    let nspids = parse_nspid(&String::from_utf8_lossy(&status))?;
+                    tid = u64::from(*nspids.last()?);
+                }
                 let comm = read_limited(&task.path().join("comm")).ok()?;
                 let comm = String::from_utf8_lossy(&comm);
                 Some((tid, comm.trim_end().to_string()))
