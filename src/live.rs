@@ -3,6 +3,7 @@
 use anyhow::Context;
 use collector::client::{DiagnosticsClient, EventPipeSession};
 use collector::ipc::{CollectTracing, ProviderConfig};
+use collector::local::LocalProcess;
 use collector::providers::{self, level};
 use collector::session;
 use symbolizer::profiles::recording::Recorder;
@@ -26,9 +27,10 @@ pub fn sampling_session(rundown: bool) -> CollectTracing {
 pub async fn attach(
     client: &DiagnosticsClient,
     pid: u32,
+    local: Option<&LocalProcess>,
     recorder: &mut Recorder,
 ) -> anyhow::Result<EventPipeSession> {
-    load_images(pid, recorder);
+    load_images(local, recorder);
     let (live, _) = session::start(client, sampling_session(false))
         .await
         .with_context(|| format!("starting the sampler in pid {pid}"))?;
@@ -37,8 +39,8 @@ pub async fn attach(
 }
 
 /// The process's mapped files, so addresses outside any known method still name their module.
-pub fn load_images(pid: u32, recorder: &mut Recorder) {
-    if let Ok(images) = symbolizer::read_proc_maps(pid) {
+pub fn load_images(local: Option<&LocalProcess>, recorder: &mut Recorder) {
+    if let Some(Ok(images)) = local.map(symbolizer::read_proc_maps) {
         recorder.set_images(images);
     }
 }

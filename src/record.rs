@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use collector::client::DiagnosticsClient;
+use collector::local::LocalProcess;
 use collector::session::{self, EventObserver, ParsingWriter, SessionProgress};
 use exporter::Format;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -55,8 +56,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let format = output::choose_format(&args.output, args.format)?;
     let client = DiagnosticsClient::for_pid(args.pid)?;
     let mut recorder = Recorder::default();
-    live::load_images(args.pid, &mut recorder);
-    let mut thread_names = collector::processes::thread_names(args.pid);
+    let local = LocalProcess::of_runtime(&client, u64::from(args.pid)).await;
+    live::load_images(local.as_ref(), &mut recorder);
+    let thread_names_now = || {
+        local
+            .as_ref()
+            .map(LocalProcess::thread_names)
+            .unwrap_or_default()
+    };
+    let mut thread_names = thread_names_now();
 
     // Live JIT/Loader events name code compiled while we sample; the rundown at the end names
     // everything else that is loaded, ReadyToRun code included.
@@ -116,7 +124,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         recorder.set_trace(trace);
     }
     // Threads that started while sampling are named now; ones that ended keep their earlier name.
-    thread_names.extend(collector::processes::thread_names(args.pid));
+    thread_names.extend(thread_names_now());
 
     let (profile, resolution) = recorder.profile(output::time_profiles(&args.types), &thread_names);
     if profile.samples.is_empty() {

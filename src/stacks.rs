@@ -4,6 +4,7 @@ use std::io::Write;
 
 use anyhow::Context;
 use collector::client::DiagnosticsClient;
+use collector::local::LocalProcess;
 use serde::Serialize;
 
 #[derive(Debug, clap::Args)]
@@ -34,7 +35,8 @@ struct StackFrame {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = DiagnosticsClient::for_pid(args.pid)?;
-    let stacks = symbolizer::stacks::capture(&client, Some(args.pid))
+    let local = LocalProcess::of_runtime(&client, u64::from(args.pid)).await;
+    let stacks = symbolizer::stacks::capture(&client, local.as_ref())
         .await
         .with_context(|| format!("the stacks of pid {}", args.pid))?;
     let threads: Vec<ThreadStack> = stacks

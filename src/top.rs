@@ -4,6 +4,7 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use collector::client::DiagnosticsClient;
+use collector::local::LocalProcess;
 use collector::nettrace::AsyncNettraceReader;
 use collector::session::rundown;
 use settings::parse_duration;
@@ -36,7 +37,8 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = DiagnosticsClient::for_pid(args.pid)?;
     let mut recorder = Recorder::default();
-    let session = live::attach(&client, args.pid, &mut recorder).await?;
+    let local = LocalProcess::of_runtime(&client, u64::from(args.pid)).await;
+    let session = live::attach(&client, args.pid, local.as_ref(), &mut recorder).await?;
     let session_id = session.id;
     let mut reader = AsyncNettraceReader::new(session.stream);
     let types = TimeProfiles {
@@ -68,7 +70,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 None => anyhow::bail!("pid {} ended the session (did it exit?)", args.pid),
             },
             _ = ticker.tick() => {
-                let misses = draw(&recorder, types, &args, started.elapsed(), terminal)?;
+                let misses = draw(&recorder, types, &args, local.as_ref(), started.elapsed(), terminal)?;
                 refresh.record_misses(misses.saturating_sub(misses_seen));
                 misses_seen = misses;
                 if refresh.should_refresh(started.elapsed().as_nanos() as u64) {
@@ -91,10 +93,11 @@ fn draw(
     recorder: &Recorder,
     types: TimeProfiles,
     args: &Args,
+    local: Option<&LocalProcess>,
     elapsed: Duration,
     terminal: bool,
 ) -> anyhow::Result<u64> {
-    let names = collector::processes::thread_names(args.pid);
+    let names = local.map(LocalProcess::thread_names).unwrap_or_default();
     let (profile, resolution) = recorder.profile(types, &names);
     let value_type = 1;
     let total = profile.total(value_type).max(1) as f64;

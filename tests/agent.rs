@@ -308,16 +308,22 @@ fn pprof_traces(pprof: &[u8], name: &str) -> Vec<TracedSample> {
         };
         for line in block.lines().skip(1) {
             let trimmed = line.trim();
-            if let Some((key, value)) = trimmed.split_once(":  ") {
-                sample
-                    .labels
-                    .insert(key.trim().to_string(), value.trim().to_string());
-            } else if line.starts_with("    ") && !line.starts_with("             ") {
-                // "    1.22ms   Leaf.Frame(...)": the value, then the leaf frame.
+            if trimmed.is_empty() {
+                continue;
+            }
+            if sample.frames.is_empty() {
+                if let Some((key, value)) = trimmed.split_once(":  ") {
+                    sample
+                        .labels
+                        .insert(key.trim().to_string(), value.trim().to_string());
+                    continue;
+                }
+                // "  751.36ms   Leaf.Frame(...)" (indented by the value's width): the value,
+                // then the leaf frame.
                 let (value, frame) = trimmed.split_once(char::is_whitespace).unwrap();
                 sample.millis = parse_millis(value);
                 sample.frames.push(frame.trim().to_string());
-            } else if !trimmed.is_empty() {
+            } else {
                 sample.frames.push(trimmed.to_string());
             }
         }
@@ -433,4 +439,251 @@ fn samples_carry_the_span_of_the_request_they_ran_for() {
     }
     drop(agent);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The share of frames, weighted by sample value, that are unnamed: `[unknown]` (an address in
+/// no known code or file) and `Module.dll!+0xOFFSET` (in a managed image, in no known method).
+/// The runtime's native code is named by its file (`libcoreclr.so!+0x…`, see docs/profiles.md).
+fn unnamed_share(samples: &[TracedSample]) -> (f64, Vec<String>) {
+    let (mut frames, mut unnamed) = (0.0, 0.0);
+    let mut examples = Vec::new();
+    for sample in samples {
+        for frame in &sample.frames {
+            frames += sample.millis;
+            let in_managed_image = frame
+                .split_once("!+0x")
+                .is_some_and(|(module, _)| module.ends_with(".dll") || module.ends_with(".exe"));
+            if frame == "[unknown]" || in_managed_image {
+                unnamed += sample.millis;
+                if examples.len() < 10 && !examples.contains(frame) {
+                    examples.push(frame.clone());
+                }
+            }
+        }
+    }
+    (unnamed / frames.max(f64::MIN_POSITIVE), examples)
+}
+
+#[test]
+fn listen_mode_names_every_frame() {
+    let dir = data_dir("listen-named");
+    let socket = dir.with_extension("sock");
+    let socket_arg = socket.to_str().unwrap();
+    let agent = Agent::start(
+        &dir.join("agent"),
+        &[
+            "--no-connect",
+            "--diagnostic-port",
+            socket_arg,
+            "--sample-period",
+            "2s",
+        ],
+    );
+    // DOTNET_DiagnosticPorts suspends the runtime at startup until the agent resumes it: the
+    // ReadyToRun code of its startup and of the thread pool runs only after the agent is there,
+    // and no rundown at attach lists it.
+    let shop = Target::builder("Bookstore")
+        .args(["--self-load", "10"])
+        .env("DOTNET_DiagnosticPorts", socket_arg)
+        .start();
+    let query = encode(&format!("{{process_id=\"{}\"}}", shop.pid()));
+    // From the second window on: the first, taken while the runtime starts, can lose names of
+    // startup stubs whose events come late on a loaded machine (BENCHMARKS.md).
+    agent.wait_for_data("wall", shop.pid(), 1, Duration::from_secs(90));
+    let from_ms = unix_ms();
+    wait_for_window_after(&agent, shop.pid(), from_ms);
+    for (profile_type, min_total) in [("wall", 1), ("cpu", 50_000_000)] {
+        let range = format!("&from={from_ms}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        while agent
+            .folded(profile_type, shop.pid(), &range)
+            .iter()
+            .map(|(_, v)| v)
+            .sum::<i64>()
+            < min_total
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {profile_type} data"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let pprof = agent.get(&format!(
+            "/api/v1/profile?type={profile_type}&format=pprof&query={query}{range}"
+        ));
+        let samples = pprof_traces(&pprof.bytes, &format!("listen-named-{profile_type}"));
+        assert!(!samples.is_empty(), "{profile_type}: no samples");
+        let (share, examples) = unnamed_share(&samples);
+        assert!(
+            share <= 0.005,
+            "{profile_type}: {:.2} % of frames unnamed, e.g. {examples:?}; agent log:\n{}",
+            share * 100.0,
+            agent.log()
+        );
+    }
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&socket);
+}
+
+/// Waits until the agent stored a window of `pid` that started after `after_ms`, so every
+/// window before it is stored too.
+fn wait_for_window_after(agent: &Agent, pid: u32, after_ms: u128) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while agent
+        .folded("wall", pid, &format!("&from={}", after_ms + 1))
+        .is_empty()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no window after {after_ms}; agent log:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// What was measured of the spinning thread over one stretch of time, in seconds.
+#[derive(Debug)]
+struct Spin {
+    /// The agent's cpu and wall time of SpinAlpha.
+    cpu: f64,
+    wall: f64,
+    /// The kernel's CPU time of its thread.
+    kernel: f64,
+    /// The stretch's length.
+    elapsed: f64,
+}
+
+/// [`Spin`] over one stretch of time from now, through `during` (which starts anything the
+/// stretch needs) for `millis`.
+fn spin_seconds(agent: &Agent, spinner: &Target, during: impl FnOnce(), millis: u64) -> Spin {
+    let clock_ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let from_ms = unix_ms();
+    let before = spinner.thread_cpu_ticks()["SpinAlpha"];
+    during();
+    std::thread::sleep(Duration::from_millis(millis));
+    let after = spinner.thread_cpu_ticks()["SpinAlpha"];
+    let until_ms = unix_ms();
+    wait_for_window_after(agent, spinner.pid(), until_ms);
+    let seconds = |profile_type| {
+        let range = format!("&from={from_ms}&until={until_ms}");
+        let folded = agent.folded(profile_type, spinner.pid(), &range);
+        containing(&folded, "CpuHot.Program.SpinAlpha") as f64 / 1e9
+    };
+    Spin {
+        cpu: seconds("cpu"),
+        wall: seconds("wall"),
+        kernel: (after - before) as f64 / clock_ticks,
+        elapsed: (until_ms - from_ms) as f64 / 1e3,
+    }
+}
+
+/// A thread that spins without pause reads as the time it spun, at the default duty cycle's 10 %
+/// (a 200 ms window every 2 s, so that a minute holds many windows) and during a boost: its wall
+/// time is the stretch's length, and its cpu time (every sample that found it in managed code,
+/// runnable or running) lies between the kernel's CPU time of it and that wall time.
+fn assert_spin_true(spin: &Spin, what: &str) {
+    assert!(
+        (spin.wall - spin.elapsed).abs() <= 0.1 * spin.elapsed,
+        "{what}: wall {spin:?}"
+    );
+    assert!(
+        spin.cpu >= 0.9 * spin.kernel && spin.cpu <= 1.1 * spin.wall,
+        "{what}: cpu {spin:?}"
+    );
+}
+
+#[test]
+fn totals_estimate_real_time_at_any_duty_cycle() {
+    // One thread, busy the whole of every window: CPU-bound without pause.
+    let spinner = Target::builder("CpuHot")
+        .args(["--split", "1", "--cores", "1"])
+        .start();
+    let dir = data_dir("spinning");
+    let pid_arg = format!("--pid={}", spinner.pid());
+    let agent = Agent::start(
+        &dir,
+        &[
+            &pid_arg,
+            "--sample-window",
+            "200ms",
+            "--sample-period",
+            "2s",
+        ],
+    );
+    agent.wait_for_data("cpu", spinner.pid(), 1, Duration::from_secs(60));
+    let duty = spin_seconds(&agent, &spinner, || {}, 40_000);
+    assert_spin_true(&duty, "duty cycle");
+    // Boosted windows cover the boost exactly; the stretch ends just after it.
+    let boost = || {
+        let boost = agent.request(
+            "POST",
+            &format!("/api/v1/processes/{}/boost?duration=40s", spinner.pid()),
+        );
+        agent.expect_status(boost, 200, "boost");
+    };
+    let boosted = spin_seconds(&agent, &spinner, boost, 40_500);
+    assert_spin_true(&boosted, "boosted");
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A listen-mode runtime in a pid namespace of its own (pid 1 there, as in a container) is
+/// profiled, and what the agent reads of `/proc` is that process's (its thread names), never
+/// this machine's pid 1.
+#[test]
+fn listen_mode_reads_the_proc_of_a_runtime_in_another_pid_namespace() {
+    let dir = data_dir("listen-pidns");
+    let socket = dir.with_extension("sock");
+    let socket_arg = socket.to_str().unwrap();
+    let agent = Agent::start(
+        &dir.join("agent"),
+        &[
+            "--no-connect",
+            "--diagnostic-port",
+            socket_arg,
+            "--sample-period",
+            "2s",
+        ],
+    );
+    let service = Target::builder("CpuHot")
+        .args(["--split", "70,30"])
+        .env("DOTNET_DiagnosticPorts", socket_arg)
+        .wrapped_in([
+            "unshare",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount",
+            "--mount-proc",
+            "--",
+        ])
+        .start();
+    // The runtime advertises its own pid: 1.
+    agent.wait_attached(1, true, Duration::from_secs(30));
+    agent.wait_for_data("cpu", 1, 200_000_000, Duration::from_secs(90));
+    let query = encode("{process_id=\"1\"}");
+    let pprof = agent.get(&format!(
+        "/api/v1/profile?type=cpu&format=pprof&query={query}"
+    ));
+    let samples = pprof_traces(&pprof.bytes, "listen-pidns");
+    let spin = samples
+        .iter()
+        .find(|s| {
+            s.frames
+                .iter()
+                .any(|f| f.starts_with("CpuHot.Program.SpinAlpha"))
+        })
+        .expect("SpinAlpha sampled");
+    assert_eq!(
+        spin.labels.get("thread_name").map(String::as_str),
+        Some("SpinAlpha"),
+        "the thread's name read from the runtime's own /proc entry: {:?}",
+        spin.labels
+    );
+    drop(service);
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&socket);
 }

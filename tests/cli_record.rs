@@ -222,7 +222,13 @@ fn ready_to_run_methods_are_named_as_the_runtime_names_them() {
         path_str(&trace),
     ]);
     assert!(output.status.success(), "{output:?}");
-    let images = symbolizer::read_proc_maps(target.pid()).unwrap();
+    // The target is this machine's pid, started with this command line.
+    let own_pid = u64::from(target.pid());
+    let command_line = std::fs::read(format!("/proc/{own_pid}/cmdline")).unwrap();
+    let command_line = String::from_utf8_lossy(&command_line).replace('\0', " ");
+    let local =
+        collector::local::LocalProcess::find(own_pid, own_pid, command_line.trim_end()).unwrap();
+    let images = symbolizer::read_proc_maps(&local).unwrap();
     let named: Vec<_> = images.iter().filter(|i| i.methods.is_some()).collect();
     assert!(
         named

@@ -11,6 +11,7 @@ use std::time::Duration;
 use collector::activity::{ActivityEvent, Span, SpanTracker};
 use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, ProviderConfig};
+use collector::local::LocalProcess;
 use collector::nettrace::events::EventKind;
 use collector::nettrace::Event;
 use collector::providers::{self, level};
@@ -144,9 +145,13 @@ async fn samples_join_the_span_running_on_their_thread() {
     let pid = target.pid();
 
     let mut linking = Linking::default();
-    if let Ok(images) = symbolizer::read_proc_maps(pid) {
-        linking.recorder.set_images(images);
-    }
+    let client = DiagnosticsClient::for_pid(pid).unwrap();
+    let local = LocalProcess::of_runtime(&client, u64::from(pid))
+        .await
+        .expect("the target is this machine's pid");
+    linking
+        .recorder
+        .set_images(symbolizer::read_proc_maps(&local).unwrap());
     let mut providers = vec![
         ProviderConfig::new(providers::SAMPLE_PROFILER, 0, level::INFORMATIONAL),
         ProviderConfig::new(providers::RUNTIME, JIT_LOADER, level::VERBOSE),

@@ -292,7 +292,7 @@ fn parse_socket_name(name: &OsStr) -> Option<(u32, u64)> {
 }
 
 /// The `NSpid:` line of `/proc/PID/status`: the pid in each nested namespace, outermost first.
-fn parse_nspid(status: &str) -> Option<Vec<u32>> {
+pub(crate) fn parse_nspid(status: &str) -> Option<Vec<u32>> {
     let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
     let pids: Option<Vec<u32>> = line.split_whitespace().map(|p| p.parse().ok()).collect();
     pids.filter(|p| !p.is_empty())
@@ -305,7 +305,7 @@ fn parse_effective_uid(status: &str) -> Option<u32> {
 }
 
 /// Field 22 (`starttime`) of `/proc/PID/stat`, read after the last `)` since `comm` may hold spaces.
-fn parse_start_time(stat: &str) -> Option<u64> {
+pub(crate) fn parse_start_time(stat: &str) -> Option<u64> {
     let after_comm = &stat[stat.rfind(')')? + 1..];
     // Fields after `comm` start at field 3 (state); starttime is field 22.
     after_comm.split_whitespace().nth(22 - 3)?.parse().ok()

@@ -28,6 +28,7 @@ pub mod gcdump;
 pub mod inspect;
 pub mod ipc;
 pub mod listen;
+pub mod local;
 pub mod nettrace;
 pub mod processes;
 pub mod providers;

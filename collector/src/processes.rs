@@ -1,6 +1,5 @@
 //! The .NET processes reachable from here, with what their runtimes say about themselves.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -27,6 +26,9 @@ pub struct ProcessSummary {
     pub arch: Option<String>,
     pub runtime_identifier: Option<String>,
     pub runtime_cookie: Option<String>,
+    /// The pid the runtime reports for itself (inside its own pid namespace).
+    #[serde(skip)]
+    pub runtime_pid: Option<u64>,
     /// `connect` (we dial the runtime's socket) or `listen` (the runtime dialled ours).
     pub transport: &'static str,
     pub socket: PathBuf,
@@ -46,6 +48,7 @@ impl ProcessSummary {
             arch: None,
             runtime_identifier: None,
             runtime_cookie: None,
+            runtime_pid: None,
             transport,
             socket,
             error: None,
@@ -66,6 +69,7 @@ impl ProcessSummary {
         self.arch = Some(info.arch);
         self.runtime_identifier = info.runtime_identifier;
         self.runtime_cookie = Some(info.runtime_cookie.to_string());
+        self.runtime_pid = Some(info.pid);
     }
 }
 
@@ -189,19 +193,4 @@ where
         }
     }
     outputs
-}
-
-/// Thread names from `/proc/PID/task/*/comm` (the runtime names OS threads after managed ones).
-pub fn thread_names(pid: u32) -> HashMap<u64, String> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return HashMap::new();
-    };
-    tasks
-        .filter_map(|task| {
-            let task = task.ok()?;
-            let tid = task.file_name().to_str()?.parse().ok()?;
-            let comm = std::fs::read_to_string(task.path().join("comm")).ok()?;
-            Some((tid, comm.trim_end().to_string()))
-        })
-        .collect()
 }

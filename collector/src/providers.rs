@@ -32,8 +32,11 @@ pub mod level {
 pub const RUNTIME_DEFAULT_KEYWORDS: u64 = 0x14_C14F_CCBD;
 /// The runtime provider's GC keyword (GCAllocationTick at Verbose).
 pub const RUNTIME_GC_KEYWORD: u64 = 0x1;
-/// The runtime provider's Loader (0x8) and JIT (0x10) keywords: method and module events.
-pub const RUNTIME_JIT_LOADER_KEYWORDS: u64 = 0x18;
+/// What names code as the runtime loads it: the runtime provider's Loader (0x8) and JIT (0x10)
+/// keywords (method and module events) and CompilationDiagnostic (0x2000000000), whose
+/// R2RGetEntryPoint names each ReadyToRun method as its precompiled code is bound (no MethodLoad
+/// does, and a rundown lists only what was bound before it).
+pub const RUNTIME_JIT_LOADER_KEYWORDS: u64 = 0x18 | 0x20_0000_0000;
 /// The runtime provider's Contention keyword (ContentionStart/Stop).
 pub const RUNTIME_CONTENTION_KEYWORD: u64 = 0x4000;
 /// The runtime provider's Exception keyword (ExceptionThrown).

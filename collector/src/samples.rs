@@ -68,6 +68,8 @@ pub struct SampleAggregator {
     last_sample_ns: Option<i64>,
     first_tick_ns: Option<i64>,
     last_tick_ns: Option<i64>,
+    /// The stretch of time the window's samples stand for, when longer than the window.
+    stands_for_ns: Option<i64>,
 }
 
 impl SampleAggregator {
@@ -143,6 +145,28 @@ impl SampleAggregator {
             }
             _ => self.interval_ns,
         }
+    }
+
+    /// Says that the window's samples stand for `stretch` of the process's time: a duty-cycled
+    /// sampler's window stands for its whole period (1 s sampled of every 10 s stands for 10 s).
+    pub fn set_stands_for(&mut self, stretch: std::time::Duration) {
+        self.stands_for_ns = i64::try_from(stretch.as_nanos()).ok();
+    }
+
+    /// What one sample is worth, in nanoseconds of the process's time: the measured period,
+    /// scaled by the stretch the window stands for over the time its ticks span (never below the
+    /// period). Continuous sampling (`record`, `top`, a boost) is worth the period itself.
+    pub fn weight_ns(&self) -> i64 {
+        let period = self.period_ns();
+        let (Some(stretch), Some((first, end))) = (self.stands_for_ns, self.time_range()) else {
+            return period;
+        };
+        let sampled = end.saturating_sub(first);
+        if sampled <= 0 || stretch <= sampled {
+            return period;
+        }
+        let weight = i128::from(period) * i128::from(stretch) / i128::from(sampled);
+        i64::try_from(weight).unwrap_or(i64::MAX)
     }
 
     /// The time the ticks span, Unix nanoseconds: (first tick, last tick + one period).
@@ -232,5 +256,14 @@ mod tests {
         for (index, key) in agg.stacks_by_index() {
             assert_eq!(per_stack[&index], counts[key]);
         }
+
+        // Worth the period while sampled without pause; a window that stands for a stretch ten
+        // times the time it spans is worth ten periods a sample.
+        assert_eq!(agg.weight_ns(), period);
+        agg.set_stands_for(std::time::Duration::from_nanos((end - first) as u64 / 2));
+        assert_eq!(agg.weight_ns(), period, "never below the period");
+        agg.set_stands_for(std::time::Duration::from_nanos((end - first) as u64 * 10));
+        let weight = agg.weight_ns();
+        assert!((weight - 10 * period).abs() <= 10, "{weight} vs {period}");
     }
 }

@@ -9,7 +9,7 @@
 //! use collector::artifacts::StackFormat;
 //! use exporter::artifacts::{Artifact, ArtifactSource};
 //! let artifact = Artifact::Stacks(StackFormat::PlainText);
-//! let source = ArtifactSource { client: &client, pid: 42, local_pid: Some(42) };
+//! let source = ArtifactSource { client: &client, pid: 42, local: None };
 //! let name = artifact.kind().file_name(source.pid, std::time::SystemTime::now());
 //! let mut upload = egress.start("artifacts", &name)?;
 //! let written = artifact.write(source, &mut upload, std::future::pending()).await;
@@ -27,6 +27,7 @@ use collector::artifacts::{
 };
 use collector::client::DiagnosticsClient;
 use collector::gcdump::SnapshotOptions;
+use collector::local::LocalProcess;
 use collector::signals::{write_logs, LogFormat, LogsRequest};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
@@ -52,9 +53,9 @@ pub struct ArtifactSource<'a> {
     pub client: &'a DiagnosticsClient,
     /// The process id the runtime is known by (in file names and a gcdump's header).
     pub pid: u64,
-    /// The pid when `/proc/PID` on this machine is the process: stacks then name frames in its
-    /// mapped files and its threads.
-    pub local_pid: Option<u32>,
+    /// The runtime's process on this machine, when proven: stacks then name frames in its mapped
+    /// files and its threads.
+    pub local: Option<&'a LocalProcess>,
 }
 
 impl Artifact {
@@ -113,7 +114,7 @@ impl Artifact {
                 collect_dump(client, *kind, temp_dir, DEFAULT_DUMP_TIMEOUT, out).await?
             }
             Artifact::Stacks(format) => {
-                let stacks = symbolizer::stacks::capture(client, source.local_pid).await?;
+                let stacks = symbolizer::stacks::capture(client, source.local).await?;
                 let text = stacks.render(*format);
                 out.write_all(text.as_bytes())
                     .await

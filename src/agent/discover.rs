@@ -94,13 +94,14 @@ pub async fn connect_mode(agent: Arc<Agent>, interval: Duration) -> anyhow::Resu
     Ok(())
 }
 
-/// Binds the listen socket (mode 0600), resuming runtimes that wait for a tool at startup and
-/// holding `max_runtimes` at most.
+/// Binds the listen socket (mode 0600), holding `max_runtimes` at most. A runtime that waits for a
+/// tool at startup is resumed by its process task once its light session streams
+/// (`process::profile`), so no code runs unseen.
 pub async fn bind_listen(path: &Path, max_runtimes: usize) -> anyhow::Result<ListenServer> {
     ListenServer::bind(
         path,
         ListenOptions {
-            resume_on_attach: true,
+            resume_on_attach: false,
             max_runtimes,
         },
     )

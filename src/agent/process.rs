@@ -2,6 +2,7 @@
 //! batches they yield, until the process exits or the agent stops.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -10,14 +11,15 @@ use collector::activity::TrackerLimits;
 use collector::attached::AttachedProcess;
 use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, ProviderConfig};
-use collector::nettrace::events::KnownEvent;
+use collector::local::LocalProcess;
+use collector::nettrace::events::{EventKind, KnownEvent, ModuleEventKind};
 use collector::nettrace::{Event, ParserOptions};
 use collector::providers::{self, level};
 use collector::rules::options::ProcessFacts;
 use collector::rules::state::RuleStates;
 use collector::sampler::{SamplerControl, SamplerStep, MAX_WINDOW};
 use collector::samples::SampleAggregator;
-use collector::session::{self, EventObserver, ParsingWriter};
+use collector::session::{self, EventObserver, ParsingWriter, SessionProgress};
 use collector::signals::{ProcessSignals, SignalCollector};
 use profile::labels;
 use symbolizer::profiles::process::{Batches, EventProfiles, ProcessProfiler};
@@ -32,6 +34,14 @@ use super::{rules, Agent, SignalSettings};
 /// How long after a sampler window its stacks are named: methods compiled during the window are
 /// announced on the light session, whose events arrive up to a few hundred milliseconds later.
 const SYMBOLIZE_DELAY: Duration = Duration::from_secs(1);
+
+/// A light session that delivered nothing for this long has nothing pending: a window waiting
+/// for it to catch up is named now.
+const LIGHT_QUIET: Duration = Duration::from_secs(1);
+
+/// The longest a window waits for a lagging light session (a loaded machine, a burst of startup
+/// events) before it is named with what is known.
+const MAX_CATCH_UP: Duration = Duration::from_secs(30);
 
 /// How long the runtime may take to end a stopped session's stream.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -56,19 +66,96 @@ pub enum Outcome {
     Profiled,
 }
 
-/// The profiler shared between the light session's observer and the sampling loop.
+/// The profiler shared between the light session's observer and the sampling loop, and where
+/// the process's mapped images are read from.
 #[derive(Clone)]
-struct SharedProfiler(Arc<Mutex<ProcessProfiler>>);
+struct SharedProfiler {
+    profiler: Arc<Mutex<ProcessProfiler>>,
+    /// The runtime's process on this machine, when proven: only then is its `/proc` read.
+    local: Option<Arc<LocalProcess>>,
+    /// A module loaded since `/proc/PID/maps` was last read: the next ReadyToRun entry point
+    /// may lie in an image the code map does not know yet.
+    images_stale: Arc<AtomicBool>,
+    /// How far the light session's stream has come: its newest event's time (Unix ns), and when
+    /// it last delivered one (ms since `started`).
+    light_latest_ns: Arc<AtomicI64>,
+    light_seen_ms: Arc<AtomicU64>,
+    started: Instant,
+}
 
 impl SharedProfiler {
+    fn new(profiler: ProcessProfiler, local: Option<LocalProcess>) -> Self {
+        let shared = SharedProfiler {
+            profiler: Arc::new(Mutex::new(profiler)),
+            local: local.map(Arc::new),
+            images_stale: Arc::new(AtomicBool::new(false)),
+            light_latest_ns: Arc::new(AtomicI64::new(i64::MIN)),
+            light_seen_ms: Arc::new(AtomicU64::new(0)),
+            started: Instant::now(),
+        };
+        shared.refresh_images();
+        shared
+    }
+
     fn lock(&self) -> MutexGuard<'_, ProcessProfiler> {
         // The profiler's maps stay consistent between calls, so a panic cannot corrupt them.
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.profiler.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Reads the process's mapped files again: modules and native libraries load all along (a
+    /// listen-mode runtime is attached before its first assembly is mapped), and a frame in a
+    /// file the map does not know would stay `[unknown]`.
+    fn refresh_images(&self) {
+        self.images_stale.store(false, Ordering::Relaxed);
+        if let Some(Ok(images)) = self.local.as_deref().map(symbolizer::read_proc_maps) {
+            self.lock().set_images(images);
+        }
+    }
+
+    /// Waits until the light session has delivered events up to `until_ns` (Unix ns), or has
+    /// been quiet long enough that nothing is pending, at most [`MAX_CATCH_UP`]: names of code
+    /// bound or compiled during a window arrive there, late on a loaded machine.
+    async fn light_caught_up(&self, until_ns: i64) {
+        let deadline = Instant::now() + MAX_CATCH_UP;
+        loop {
+            let quiet_ms = u64::try_from(self.started.elapsed().as_millis())
+                .unwrap_or(u64::MAX)
+                .saturating_sub(self.light_seen_ms.load(Ordering::Relaxed));
+            if self.light_latest_ns.load(Ordering::Relaxed) >= until_ns
+                || Duration::from_millis(quiet_ms) >= LIGHT_QUIET
+                || Instant::now() >= deadline
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The process's thread names by tid, when its `/proc` may be read.
+    fn thread_names(&self) -> HashMap<u64, String> {
+        self.local
+            .as_deref()
+            .map(LocalProcess::thread_names)
+            .unwrap_or_default()
     }
 }
 
 impl EventObserver for SharedProfiler {
     fn on_event(&mut self, event: &Event<'_>) {
+        match event.metadata.kind {
+            EventKind::Module(ModuleEventKind::Load) => {
+                self.images_stale.store(true, Ordering::Relaxed);
+            }
+            // An entry point names its module through the image that holds it.
+            EventKind::R2rEntryPoint if self.images_stale.load(Ordering::Relaxed) => {
+                self.refresh_images();
+            }
+            _ => {}
+        }
+        self.light_latest_ns
+            .fetch_max(event.unix_nanos(), Ordering::Relaxed);
+        let seen_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.light_seen_ms.store(seen_ms, Ordering::Relaxed);
         self.lock().observe(event);
     }
 }
@@ -183,40 +270,48 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The process as `/proc` shows it from here: its pid and command line.
-struct LocalProcess {
-    pid: u32,
-    command_line: String,
+/// How long a listen-mode runtime waits for its light session to start streaming before it is
+/// resumed anyway.
+const LIGHT_SESSION_START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A listen-mode runtime may wait at startup for a tool (`DOTNET_DiagnosticPorts` suspends by
+/// default): it is resumed once the light session streams, so every method it binds or compiles
+/// is announced there, and whatever else happens, before the runtime's task ends.
+struct StartupGate<'a> {
+    client: &'a DiagnosticsClient,
+    pid: u64,
+    pending: bool,
 }
 
-/// `/proc/pid` from here, when it is the process the runtime describes (listen-mode pids come
-/// from the runtime's own pid namespace and may name another process here).
-fn local_proc(pid: u64, reported_command_line: &str) -> Option<LocalProcess> {
-    let pid = u32::try_from(pid).ok()?;
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let args: Vec<String> = raw
-        .split(|&b| b == 0)
-        .filter(|a| !a.is_empty())
-        .map(|a| String::from_utf8_lossy(a).into_owned())
-        .collect();
-    // The runtime reports argv[0] as a full path, /proc as typed; and a runtime asked very
-    // early in its startup reports argv[0] alone.
-    let file_name = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
-    let reported_argv0 = reported_command_line.split(' ').next().unwrap_or("");
-    let rest = args.get(1..).unwrap_or_default().join(" ");
-    let same = file_name(args.first()?) == file_name(reported_argv0)
-        && (reported_command_line == reported_argv0 || reported_command_line.ends_with(&rest));
-    same.then(|| LocalProcess {
-        pid,
-        command_line: std::iter::once(reported_argv0.to_string())
-            .chain(args.into_iter().skip(1))
-            .collect::<Vec<_>>()
-            .join(" "),
-    })
+impl StartupGate<'_> {
+    /// Lets the runtime run, once (a runtime that did not wait answers all the same).
+    async fn open(&mut self) {
+        if !std::mem::take(&mut self.pending) {
+            return;
+        }
+        if let Err(error) = self.client.resume_runtime().await {
+            tracing::debug!(pid = self.pid, %error, "resuming the runtime failed");
+        }
+    }
 }
 
 /// Profiles one process until it exits or the agent stops.
 pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcome> {
+    let mut gate = StartupGate {
+        client: &target.client,
+        pid: target.pid,
+        pending: target.transport == "listen",
+    };
+    let result = attach(&target, agent, &mut gate).await;
+    gate.open().await;
+    result
+}
+
+async fn attach(
+    target: &Target,
+    agent: Arc<Agent>,
+    gate: &mut StartupGate<'_>,
+) -> anyhow::Result<Outcome> {
     let client = &target.client;
     let info = client
         .process_info()
@@ -233,7 +328,8 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         .clone()
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| executable.clone());
-    let local = local_proc(target.pid, &info.command_line);
+    // Listen mode: the pid the runtime advertised is from its own pid namespace.
+    let local = LocalProcess::find(info.pid, target.pid, &info.command_line);
     let command_line = local
         .as_ref()
         .map_or(info.command_line.as_str(), |l| l.command_line.as_str());
@@ -286,6 +382,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         rules::RuleTarget {
             client,
             pid: target.pid,
+            local: local.as_ref(),
             runtime_cookie: &cookie,
             facts: ProcessFacts {
                 pid: target.pid,
@@ -322,14 +419,11 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
                 .forward_logs(series.clone().into(), signals.subscribe()),
         );
     }
-    let profiler = SharedProfiler(Arc::new(Mutex::new(
+    let profiler = SharedProfiler::new(
         ProcessProfiler::new(series, agent.settings.events, linkage)
             .with_signals(SignalCollector::new(signals)),
-    )));
-    let proc_pid = local.map(|l| l.pid);
-    if let Some(images) = proc_pid.and_then(|p| symbolizer::read_proc_maps(p).ok()) {
-        profiler.lock().set_images(images);
-    }
+        local,
+    );
 
     // Fires when this function returns: the process's other tasks end with it.
     let (_detaching, detached) = tokio::sync::oneshot::channel::<()>();
@@ -350,6 +444,7 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
             stop,
         ));
     }
+    let (streaming, started_streaming) = tokio::sync::oneshot::channel::<()>();
     let mut light = {
         let client = client.clone();
         let mut sink = ParsingWriter::with_options(
@@ -364,14 +459,23 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         );
         let mut shutdown = agent.shutdown.clone();
         let sessions = agent.health.sessions.clone();
+        let mut streaming = Some(streaming);
         tokio::spawn(async move {
             let _open = GaugeGuard::new(&sessions);
             let stop = async {
                 let _ = shutdown.wait_for(|stop| *stop).await;
             };
-            session::run(&client, config, &mut sink, stop, STOP_TIMEOUT, |_| {}).await
+            let first_bytes = |_: SessionProgress| {
+                if let Some(streaming) = streaming.take() {
+                    let _ = streaming.send(());
+                }
+            };
+            session::run(&client, config, &mut sink, stop, STOP_TIMEOUT, first_bytes).await
         })
     };
+    // A session failing to start ends the wait too (its sender is dropped).
+    let _ = tokio::time::timeout(LIGHT_SESSION_START_TIMEOUT, started_streaming).await;
+    gate.open().await;
     // Started after the light session, so code loaded in between is named by one or the other.
     let pid32 = u32::try_from(target.pid).unwrap_or(0);
     // As anyhow, so `{:#}` shows the error's causes.
@@ -383,7 +487,6 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
     let sampling = SamplingLoop {
         client,
         pid: target.pid,
-        proc_pid,
         sampler,
         profiler: profiler.clone(),
         sink: agent.sink.clone(),
@@ -408,16 +511,10 @@ pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcom
         // The agent is stopping: the light session stops on the same signal.
         let _ = light.await;
     }
-    let names = thread_names(proc_pid);
+    let names = profiler.thread_names();
     send(&agent.sink, profiler.lock().take_event_batches(&names), 0);
     tracing::info!(pid = target.pid, "detached");
     result.map(|()| Outcome::Profiled)
-}
-
-fn thread_names(proc_pid: Option<u32>) -> HashMap<u64, String> {
-    proc_pid
-        .map(collector::processes::thread_names)
-        .unwrap_or_default()
 }
 
 /// `period_nanos`: what each sample of sampled batches stands for; 0 for event batches.
@@ -430,7 +527,6 @@ fn send(sink: &BatchSink, batches: Batches, period_nanos: i64) {
 struct SamplingLoop<'a> {
     client: &'a DiagnosticsClient,
     pid: u64,
-    proc_pid: Option<u32>,
     sampler: SamplerControl,
     profiler: SharedProfiler,
     sink: BatchSink,
@@ -462,9 +558,14 @@ impl SamplingLoop<'_> {
                         refresh_names = self.refresh_names().await;
                     }
                     match self.window(until).await {
-                        Ok(samples) => {
+                        Ok(mut samples) => {
                             self.sampler
                                 .observe_window(samples.samples(), samples.ticks());
+                            // Duty-cycled, the window stands for its whole period; boosted,
+                            // windows follow each other and stand for themselves.
+                            if !boosted {
+                                samples.set_stands_for(self.sampler.status().duty.period);
+                            }
                             self.symbolize_later(samples);
                         }
                         Err(error) => {
@@ -479,7 +580,7 @@ impl SamplingLoop<'_> {
                     }
                 }
                 SamplerStep::Pause { until } => {
-                    let names = thread_names(self.proc_pid);
+                    let names = self.profiler.thread_names();
                     send(
                         &self.sink,
                         self.profiler.lock().take_event_batches(&names),
@@ -579,11 +680,14 @@ impl SamplingLoop<'_> {
         self.health.samples.add(samples.samples());
         let profiler = self.profiler.clone();
         let sink = self.sink.clone();
-        let proc_pid = self.proc_pid;
         let pid = self.pid;
         tokio::spawn(async move {
             tokio::time::sleep(SYMBOLIZE_DELAY).await;
-            let names = thread_names(proc_pid);
+            if let Some((_, window_end)) = samples.time_range() {
+                profiler.light_caught_up(window_end).await;
+            }
+            profiler.refresh_images();
+            let names = profiler.thread_names();
             let batches = profiler.lock().sample_batches(&samples, &names);
             tracing::debug!(
                 pid,
@@ -591,7 +695,7 @@ impl SamplingLoop<'_> {
                 named = format!("{:.1}%", batches.resolution.method_percent()),
                 "sampler window stored"
             );
-            send(&sink, batches, samples.period_ns());
+            send(&sink, batches, samples.weight_ns());
         });
     }
 }

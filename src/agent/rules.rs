@@ -14,6 +14,7 @@ use collector::attached::{AttachedProcesses, ProcessEventKind};
 use collector::client::DiagnosticsClient;
 use collector::gcdump::SnapshotOptions;
 use collector::ipc::CollectTracing;
+use collector::local::LocalProcess;
 use collector::nettrace::ParserOptions;
 use collector::providers::SessionProviders;
 use collector::rules::capture::{self, CaptureRequest};
@@ -67,6 +68,8 @@ impl RuleSettings {
 pub struct RuleTarget<'a> {
     pub client: &'a DiagnosticsClient,
     pub pid: u64,
+    /// The runtime's process on this machine, when proven (CollectStacks reads its `/proc`).
+    pub local: Option<&'a LocalProcess>,
     pub runtime_cookie: &'a str,
     pub facts: ProcessFacts<'a>,
     pub sampler: SamplerControl,
@@ -124,6 +127,7 @@ pub fn start(
         let context = Arc::new(ActionContext {
             client: target.client.clone(),
             pid: target.pid,
+            local: target.local.cloned(),
             sampler: target.sampler.clone(),
             egress: settings.egress.clone(),
             counter_interval_seconds: settings.counter_interval_seconds,
@@ -202,6 +206,7 @@ fn trace_request(source: &TraceSource, counter_interval: u32) -> anyhow::Result<
 struct ActionContext {
     client: DiagnosticsClient,
     pid: u64,
+    local: Option<LocalProcess>,
     sampler: SamplerControl,
     egress: Egress,
     counter_interval_seconds: u32,
@@ -224,7 +229,7 @@ impl ActionContext {
         let source = ArtifactSource {
             client: &self.client,
             pid: self.pid,
-            local_pid: u32::try_from(self.pid).ok(),
+            local: self.local.as_ref(),
         };
         let written = artifact
             .write(source, &mut upload, std::future::pending())

@@ -9,6 +9,8 @@ use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use collector::local::LocalProcess;
+
 use crate::r2r::{ImageMethods, R2rError};
 
 /// Largest image file read for method names (`System.Private.CoreLib.dll` is ~13 MB).
@@ -32,21 +34,19 @@ pub struct ImageRange {
     pub methods: Option<Arc<ImageMethods>>,
 }
 
-/// The executable file images of process `pid` on this machine, from `/proc/PID/maps` (see
-/// [`parse_proc_maps`]), with the precompiled methods of each ReadyToRun image. Opened with
-/// `O_NOFOLLOW`, as every file a target could touch.
-pub fn read_proc_maps(pid: u32) -> std::io::Result<Vec<ImageRange>> {
-    let mut text = String::new();
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(format!("/proc/{pid}/maps"))?
-        .read_to_string(&mut text)?;
-    let mut images = parse_proc_maps(&text);
+/// The executable file images of a runtime's process, from its `/proc/PID/maps` (see
+/// [`parse_proc_maps`]), with the precompiled methods of each ReadyToRun image; read only while
+/// the pid is that runtime ([`LocalProcess::read`]).
+pub fn read_proc_maps(process: &LocalProcess) -> std::io::Result<Vec<ImageRange>> {
+    let text = process.read("maps")?;
+    let mut images = parse_proc_maps(&String::from_utf8_lossy(&text));
+    let pid = process.pid;
     let mapped = mapped_files(pid);
     for image in images.iter_mut().filter(|i| is_managed_image(&i.path)) {
         image.methods = image_methods(pid, image, &mapped);
     }
+    // The images were opened through the pid: it must still be the runtime's.
+    process.verify()?;
     Ok(images)
 }
 
@@ -308,7 +308,10 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0  [vsyscall]
 
     #[test]
     fn reads_this_process_maps() {
-        let images = read_proc_maps(std::process::id()).unwrap();
+        let pid = u64::from(std::process::id());
+        let command_line = std::env::args().collect::<Vec<_>>().join(" ");
+        let me = LocalProcess::find(pid, pid, &command_line).unwrap();
+        let images = read_proc_maps(&me).unwrap();
         let this = std::env::current_exe().unwrap();
         assert!(images.iter().any(|i| std::path::Path::new(&i.path) == this));
     }

@@ -3,7 +3,9 @@
 
 use collector::nettrace::events::{KnownEvent, MethodEventKind, ModuleEventKind};
 
-use crate::events::{LoadSource, MethodLoad, MethodUnload, ModuleLoad, ModuleUnload, PdbInfo};
+use crate::events::{
+    LoadSource, MethodLoad, MethodUnload, ModuleLoad, ModuleUnload, PdbInfo, R2rEntryPoint,
+};
 use crate::{CodeMap, EventError};
 
 /// Applies a method or module event to `map`; other events are ignored. Returns whether the
@@ -43,6 +45,17 @@ pub fn apply(map: &mut CodeMap, event: &KnownEvent, timestamp: u64) -> Result<bo
                     })?;
                 }
             }
+            Ok(true)
+        }
+        KnownEvent::R2rEntryPoint(e) => {
+            map.add_r2r_entry_point(&R2rEntryPoint {
+                method_id: e.method_id,
+                namespace: e.namespace.clone(),
+                name: e.name.clone(),
+                signature: e.signature.clone(),
+                entry_point: e.entry_point,
+                timestamp,
+            })?;
             Ok(true)
         }
         KnownEvent::Module(m) => {

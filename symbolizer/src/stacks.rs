@@ -7,7 +7,8 @@
 //! ```no_run
 //! # async fn demo(client: collector::client::DiagnosticsClient, pid: u32) -> Result<(), collector::artifacts::ArtifactError> {
 //! use collector::artifacts::StackFormat;
-//! let stacks = symbolizer::stacks::capture(&client, Some(pid)).await?;
+//! let local = collector::local::LocalProcess::of_runtime(&client, u64::from(pid)).await;
+//! let stacks = symbolizer::stacks::capture(&client, local.as_ref()).await?;
 //! let text = stacks.render(StackFormat::PlainText);
 //! # Ok(()) }
 //! ```
@@ -17,8 +18,8 @@ use std::fmt::Write as _;
 
 use collector::artifacts::{collect_stack_tick, ArtifactError, StackFormat};
 use collector::client::DiagnosticsClient;
+use collector::local::LocalProcess;
 use collector::nettrace::Event;
-use collector::processes::thread_names;
 use collector::samples::StackKey;
 use collector::session::EventObserver;
 use serde::Serialize;
@@ -31,19 +32,19 @@ pub const NATIVE_FRAME: &str = "[NativeFrame]";
 const NO_MODULE_VERSION_ID: &str = "00000000-0000-0000-0000-000000000000";
 
 /// Every managed thread's stack in the runtime behind `client`, at one moment, named.
-/// `local_pid` is the process's pid when `/proc/PID` on this machine is the process: its mapped
-/// files then name frames in no known method, and its threads' names are read.
+/// `local` is the runtime's process on this machine, when it is proven: its mapped files then
+/// name frames in no known method, and its threads' names are read.
 pub async fn capture(
     client: &DiagnosticsClient,
-    local_pid: Option<u32>,
+    local: Option<&LocalProcess>,
 ) -> Result<CallStacks, ArtifactError> {
     let mut map = CodeMap::default();
-    if let Some(images) = local_pid.and_then(|pid| crate::read_proc_maps(pid).ok()) {
+    if let Some(images) = local.and_then(|local| crate::read_proc_maps(local).ok()) {
         map.set_images(images);
     }
     let mut rundown = RundownMap { map };
     let tick = collect_stack_tick(client, &mut rundown).await?;
-    let threads = local_pid.map(thread_names).unwrap_or_default();
+    let threads = local.map(LocalProcess::thread_names).unwrap_or_default();
     Ok(CallStacks::build(&rundown.map, &tick, &threads))
 }
 

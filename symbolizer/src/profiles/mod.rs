@@ -123,7 +123,11 @@ impl ProcessSymbolizer {
             let _ = spans.observe(event);
         }
         match event.known().inspect_err(|_| self.rejected += 1)? {
-            Some(known @ (KnownEvent::Method(_) | KnownEvent::Module(_))) => {
+            Some(
+                known @ (KnownEvent::Method(_)
+                | KnownEvent::Module(_)
+                | KnownEvent::R2rEntryPoint(_)),
+            ) => {
                 let timestamp = event.header.timestamp as u64;
                 if crate::nettrace::apply(&mut self.map, &known, timestamp).is_err() {
                     self.rejected += 1;
@@ -144,7 +148,7 @@ impl ProcessSymbolizer {
         thread_names: &HashMap<u64, String>,
         table: &mut FunctionTable,
     ) -> Vec<TimeSample> {
-        let period = samples.period_ns();
+        let period = samples.weight_ns();
         self.stacks_in_spans(samples)
             .into_iter()
             .filter(|(key, _, _)| types.include(key.managed))

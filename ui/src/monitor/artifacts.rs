@@ -52,10 +52,7 @@ fn source(target: &Target) -> ArtifactSource<'_> {
     ArtifactSource {
         client: &target.client,
         pid: target.pid,
-        local_pid: target
-            .local
-            .then(|| u32::try_from(target.pid).ok())
-            .flatten(),
+        local: target.local.as_ref(),
     }
 }
 

@@ -54,6 +54,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use collector::client::DiagnosticsClient;
 use collector::listen::ListenServer;
+use collector::local::LocalProcess;
 use collector::processes::{reachable, ReachableProcess};
 use exporter::egress::Egress;
 use serde::Serialize;
@@ -224,8 +225,8 @@ pub(crate) struct Target {
     pub operating_system: String,
     pub architecture: String,
     pub entry_assembly: Option<String>,
-    /// The pid is this machine's (connect mode), so `/proc/<pid>` is the process.
-    pub local: bool,
+    /// The runtime's process on this machine, when proven (`/proc` is read only then).
+    pub local: Option<LocalProcess>,
     pub client: DiagnosticsClient,
 }
 
@@ -244,7 +245,9 @@ impl Target {
             operating_system: s.os.unwrap_or_else(|| "unknown".into()),
             architecture: s.arch.unwrap_or_else(|| "unknown".into()),
             entry_assembly: s.entry_assembly,
-            local: s.transport == "connect",
+            local: s
+                .runtime_pid
+                .and_then(|runtime_pid| LocalProcess::find(runtime_pid, s.pid, &command_line)),
             command_line,
             client: process.client,
         })

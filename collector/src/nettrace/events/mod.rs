@@ -25,7 +25,7 @@ pub use meters::{
 };
 pub use runtime::{
     AllocationKind, ContentionStart, ContentionStop, ExceptionThrown, GcAllocationTick,
-    MethodEvent, MethodEventKind, ModuleEvent, ModuleEventKind, PdbInfo,
+    MethodEvent, MethodEventKind, ModuleEvent, ModuleEventKind, PdbInfo, R2rEntryPointEvent,
 };
 pub use sample::{SampleKind, ThreadSample};
 pub use tpl::ThreadActivityChange;
@@ -57,6 +57,8 @@ pub enum KnownEvent {
     Method(MethodEvent),
     /// ModuleLoad / ModuleUnload / ModuleDCStart / ModuleDCEnd.
     Module(ModuleEvent),
+    /// R2RGetEntryPoint: a ReadyToRun method's code was bound.
+    R2rEntryPoint(R2rEntryPointEvent),
     /// GCAllocationTick (V2–V4).
     AllocationTick(GcAllocationTick),
     /// ExceptionThrown_V1.
@@ -92,6 +94,8 @@ pub enum EventKind {
     Method(MethodEventKind),
     /// A module load/unload/rundown event.
     Module(ModuleEventKind),
+    /// R2RGetEntryPoint.
+    R2rEntryPoint,
     /// GCAllocationTick.
     AllocationTick,
     /// ExceptionThrown_V1.
@@ -126,6 +130,7 @@ impl EventKind {
                 144 => EventKind::Method(MethodEventKind::Unload),
                 152 => EventKind::Module(ModuleEventKind::Load),
                 153 => EventKind::Module(ModuleEventKind::Unload),
+                159 => EventKind::R2rEntryPoint,
                 _ => EventKind::Unknown,
             },
             // Rundown provider: the same method ids mean DCStart/DCEnd; modules shift by one.
@@ -159,6 +164,7 @@ pub(crate) fn decode_known(ev: &Event<'_>) -> Result<Option<KnownEvent>, Nettrac
         EventKind::ThreadSample => KnownEvent::ThreadSample(ThreadSample::decode(r())?),
         EventKind::Method(kind) => KnownEvent::Method(MethodEvent::decode(kind, r())?),
         EventKind::Module(kind) => KnownEvent::Module(ModuleEvent::decode(kind, r())?),
+        EventKind::R2rEntryPoint => KnownEvent::R2rEntryPoint(R2rEntryPointEvent::decode(r())?),
         EventKind::AllocationTick => KnownEvent::AllocationTick(GcAllocationTick::decode(r())?),
         EventKind::ExceptionThrown => KnownEvent::ExceptionThrown(ExceptionThrown::decode(r())?),
         EventKind::ContentionStart => KnownEvent::ContentionStart(ContentionStart::decode(r())?),

@@ -79,6 +79,38 @@ impl MethodEvent {
     }
 }
 
+/// R2RGetEntryPoint: runtime provider id 159 (keyword CompilationDiagnostic, 0x2000000000),
+/// fired whenever the runtime binds a ReadyToRun method's precompiled code, which no
+/// MethodLoad announces.
+///
+/// Layout: `u64 MethodID, UTF-16z MethodNamespace, UTF-16z MethodName, UTF-16z MethodSignature,
+/// u64 EntryPoint, u16 ClrInstanceID`. There is no code size (runtime issue #103421).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct R2rEntryPointEvent {
+    /// MethodDesc pointer.
+    pub method_id: u64,
+    /// Declaring type, as in [`MethodEvent::namespace`].
+    pub namespace: String,
+    /// Method name.
+    pub name: String,
+    /// Signature, as in [`MethodEvent::signature`].
+    pub signature: String,
+    /// Address of the precompiled code.
+    pub entry_point: u64,
+}
+
+impl R2rEntryPointEvent {
+    pub(crate) fn decode(mut r: PayloadReader<'_>) -> Result<Self, NettraceError> {
+        Ok(R2rEntryPointEvent {
+            method_id: r.u64()?,
+            namespace: r.string()?,
+            name: r.string()?,
+            signature: r.string()?,
+            entry_point: r.u64()?,
+        })
+    }
+}
+
 /// Which of the four module events it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModuleEventKind {

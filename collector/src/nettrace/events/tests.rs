@@ -136,6 +136,31 @@ fn module_events() {
     assert_eq!(m.kind, ModuleEventKind::Unload);
 }
 
+#[test]
+fn r2r_entry_point_events() {
+    let mut p = Vec::new();
+    p.extend(0x1111u64.to_le_bytes()); // MethodID
+    p.extend(utf16z("System.Threading.Thread"));
+    p.extend(utf16z("StartCallback"));
+    p.extend(utf16z("instance void  ()"));
+    p.extend(0x7f00_0010_2000u64.to_le_bytes()); // EntryPoint
+    p.extend(0u16.to_le_bytes()); // ClrInstanceID
+    let Some(KnownEvent::R2rEntryPoint(e)) = runtime(159, 0, p.clone()).unwrap() else {
+        panic!()
+    };
+    assert_eq!((e.method_id, e.entry_point), (0x1111, 0x7f00_0010_2000));
+    assert_eq!(
+        (e.namespace.as_str(), e.name.as_str(), e.signature.as_str()),
+        (
+            "System.Threading.Thread",
+            "StartCallback",
+            "instance void  ()"
+        )
+    );
+    // Cut before the entry point: an error, never a guessed address.
+    assert!(runtime(159, 0, p[..p.len() - 6].to_vec()).is_err());
+}
+
 fn alloc_payload(version: u32, pointer: usize) -> Vec<u8> {
     let mut p = Vec::new();
     p.extend(100_000u32.to_le_bytes()); // AllocationAmount

@@ -1,0 +1,315 @@
+//! Whether `/proc/<pid>` on this machine is a given runtime: the one decision every reader of a
+//! target's `/proc` files (mapped images, thread names) goes through.
+//!
+//! A runtime's pid is the one it reports (listen mode: the pid inside its own pid namespace) or
+//! the one its socket was found under; either may name another process here: a pid namespace
+//! apart, or a pid reused after the runtime exited. A process is the runtime only when its
+//! innermost pid (`NSpid` in `/proc/PID/status`) is the runtime's own pid and its command line is
+//! the one the runtime reports, and exactly one process here is so; each later read checks that
+//! the process has not been replaced since (its start time).
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use crate::client::DiagnosticsClient;
+use crate::discovery::{parse_nspid, parse_start_time};
+
+/// At most this many bytes of one `/proc` file are read (`maps` of a big process is ~100 KB).
+const MAX_PROC_FILE: u64 = 16 << 20;
+/// At most this many threads' names are read.
+const MAX_THREADS: usize = 100_000;
+
+/// A runtime's process, proven to be `/proc/<pid>` on this machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalProcess {
+    /// The pid here.
+    pub pid: u32,
+    /// The command line: argv[0] as the runtime reports it, the arguments as `/proc` shows them.
+    pub command_line: String,
+    /// Field 22 of `/proc/PID/stat` when proven; a process with another start time is another.
+    start_time: u64,
+    /// In a pid namespace below this one: its threads' ids (as the runtime reports them) differ
+    /// from their ids here.
+    nested: bool,
+}
+
+impl LocalProcess {
+    /// The process here that is the runtime whose own pid (ProcessInfo's, inside its pid
+    /// namespace) is `runtime_pid` and whose command line is `reported_command_line`:
+    /// `/proc/<pid_here>` (the pid the runtime was found under) when it is, else the one process
+    /// here that is. `None` when none or several are.
+    pub fn find(
+        runtime_pid: u64,
+        pid_here: u64,
+        reported_command_line: &str,
+    ) -> Option<LocalProcess> {
+        Self::find_in(
+            Path::new("/proc"),
+            runtime_pid,
+            pid_here,
+            reported_command_line,
+        )
+    }
+
+    /// Asks the runtime behind `client` who it is, then [`LocalProcess::find`]s it.
+    pub async fn of_runtime(client: &DiagnosticsClient, pid_here: u64) -> Option<LocalProcess> {
+        let info = client.process_info().await.ok()?;
+        Self::find(info.pid, pid_here, &info.command_line)
+    }
+
+    /// [`LocalProcess::find`] with another procfs root (for tests).
+    pub fn find_in(
+        proc_root: &Path,
+        runtime_pid: u64,
+        pid_here: u64,
+        reported_command_line: &str,
+    ) -> Option<LocalProcess> {
+        let runtime_pid = u32::try_from(runtime_pid).ok()?;
+        for likely in [u32::try_from(pid_here).ok(), Some(runtime_pid)] {
+            let found = likely
+                .and_then(|pid| Self::prove(proc_root, pid, runtime_pid, reported_command_line));
+            if found.is_some() {
+                return found;
+            }
+        }
+        // A runtime in another pid namespace: its pid here differs from the one it reports.
+        let mut found = None;
+        for entry in std::fs::read_dir(proc_root).ok()?.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            if let Some(candidate) = Self::prove(proc_root, pid, runtime_pid, reported_command_line)
+            {
+                if found.is_some() {
+                    // Two namespaces each run this program as this pid: neither is proven.
+                    return None;
+                }
+                found = Some(candidate);
+            }
+        }
+        found
+    }
+
+    fn prove(
+        proc_root: &Path,
+        pid: u32,
+        runtime_pid: u32,
+        reported_command_line: &str,
+    ) -> Option<LocalProcess> {
+        let dir = proc_root.join(pid.to_string());
+        let status = String::from_utf8(read_limited(&dir.join("status")).ok()?).ok()?;
+        let nspids = parse_nspid(&status).unwrap_or_else(|| vec![pid]);
+        let innermost = nspids.last().copied().unwrap_or(pid);
+        if innermost != runtime_pid {
+            return None;
+        }
+        let start_time = start_time(&dir)?;
+        let command_line = same_command_line(
+            &read_limited(&dir.join("cmdline")).ok()?,
+            reported_command_line,
+        )?;
+        // Read again: the checks above were of one process, not of a pid reused in between.
+        (self::start_time(&dir) == Some(start_time)).then_some(LocalProcess {
+            pid,
+            command_line,
+            start_time,
+            nested: nspids.len() > 1,
+        })
+    }
+
+    /// `/proc/PID/<name>` (at most 16 MiB, not following links), when the process is still the
+    /// runtime after reading it.
+    pub fn read(&self, name: &str) -> io::Result<Vec<u8>> {
+        let dir = Path::new("/proc").join(self.pid.to_string());
+        let bytes = read_limited(&dir.join(name))?;
+        self.check(&dir)?;
+        Ok(bytes)
+    }
+
+    /// Thread names by tid as the runtime reports it (its innermost `NSpid` in a nested pid
+    /// namespace), from `/proc/PID/task/*/comm` (the runtime names OS threads after managed
+    /// ones); empty once the process is gone.
+    pub fn thread_names(&self) -> std::collections::HashMap<u64, String> {
+        let dir = Path::new("/proc").join(self.pid.to_string());
+        let Ok(tasks) = std::fs::read_dir(dir.join("task")) else {
+            return Default::default();
+        };
+        let names = tasks
+            .take(MAX_THREADS)
+            .filter_map(|task| {
+                let task = task.ok()?;
+                let mut tid = task.file_name().to_str()?.parse().ok()?;
+                if self.nested {
+                    let status = read_limited(&task.path().join("status")).ok()?;
+                    let nspids = parse_nspid(&String::from_utf8_lossy(&status))?;
+                    tid = u64::from(*nspids.last()?);
+                }
+                let comm = read_limited(&task.path().join("comm")).ok()?;
+                let comm = String::from_utf8_lossy(&comm);
+                Some((tid, comm.trim_end().to_string()))
+            })
+            .collect();
+        match self.check(&dir) {
+            Ok(()) => names,
+            Err(_) => Default::default(),
+        }
+    }
+
+    /// Whether the pid is still the runtime's process: a caller that read `/proc/PID` files by
+    /// other means checks afterwards.
+    pub fn verify(&self) -> io::Result<()> {
+        self.check(&Path::new("/proc").join(self.pid.to_string()))
+    }
+
+    fn check(&self, dir: &Path) -> io::Result<()> {
+        if start_time(dir) == Some(self.start_time) {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("pid {} is no longer the runtime's process", self.pid),
+            ))
+        }
+    }
+}
+
+fn start_time(dir: &Path) -> Option<u64> {
+    let stat = read_limited(&dir.join("stat")).ok()?;
+    parse_start_time(&String::from_utf8_lossy(&stat))
+}
+
+/// Opened without following links (a target can touch the files under its own `/proc`).
+fn read_limited(path: &Path) -> io::Result<Vec<u8>> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let mut bytes = Vec::new();
+    File::take(file, MAX_PROC_FILE).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The command line to show when `/proc`'s (`raw`, NUL-separated) is the runtime's reported one.
+///
+/// The runtime reports argv[0] and the app's path resolved (a full path, links followed), `/proc`
+/// shows them as typed: words are compared by their last path component. A runtime asked very
+/// early in its startup reports argv[0] alone.
+fn same_command_line(raw: &[u8], reported: &str) -> Option<String> {
+    let args: Vec<String> = raw
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let file_name = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+    let words = |text: &str| text.split_whitespace().map(file_name).collect::<Vec<_>>();
+    let reported_argv0 = reported.split(' ').next().unwrap_or("");
+    let same = if reported.trim() == reported_argv0 {
+        file_name(args.first()?) == file_name(reported_argv0)
+    } else {
+        words(&args.join(" ")) == words(reported)
+    };
+    same.then(|| {
+        std::iter::once(reported_argv0.to_string())
+            .chain(args.into_iter().skip(1))
+            .collect::<Vec<_>>()
+            .join(" ")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake procfs entry.
+    fn process(root: &Path, pid: u32, nspid: &str, cmdline: &[&str], start: u64) {
+        let dir = root.join(pid.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("status"), format!("Name:\tx\nNSpid:\t{nspid}\n")).unwrap();
+        let stat = format!("{pid} (dotnet) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0");
+        std::fs::write(dir.join("stat"), stat).unwrap();
+        std::fs::write(dir.join("cmdline"), cmdline.join("\0") + "\0").unwrap();
+    }
+
+    fn root(name: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("clrscope-local-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn the_same_pid_with_the_same_program_is_the_runtime() {
+        let root = root("same");
+        process(&root, 42, "42", &["dotnet", "app.dll", "--x"], 7);
+        let found = LocalProcess::find_in(&root, 42, 42, "/usr/bin/dotnet app.dll --x").unwrap();
+        assert_eq!((found.pid, found.start_time), (42, 7));
+        assert_eq!(found.command_line, "/usr/bin/dotnet app.dll --x");
+        // Early in startup the runtime reports argv[0] alone.
+        assert!(LocalProcess::find_in(&root, 42, 42, "/usr/bin/dotnet").is_some());
+        // The app's path as typed, the runtime's resolved.
+        process(&root, 43, "43", &["./dotnet", "bin/app.dll", "--x"], 8);
+        assert!(LocalProcess::find_in(&root, 43, 43, "/opt/dotnet /srv/bin/app.dll --x").is_some());
+        assert_eq!(
+            LocalProcess::find_in(&root, 43, 43, "/opt/dotnet /srv/bin/app.dll --y"),
+            None
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn another_program_under_the_pid_is_never_the_runtime() {
+        let root = root("other");
+        // pid 1 here is an init; the runtime is pid 1 in its own namespace.
+        process(&root, 1, "1", &["/sbin/init"], 1);
+        process(&root, 900, "900 1", &["dotnet", "app.dll"], 5);
+        let found = LocalProcess::find_in(&root, 1, 1, "/usr/bin/dotnet app.dll").unwrap();
+        assert_eq!(found.pid, 900, "the runtime in the other pid namespace");
+        // The same program as pid 1 in two namespaces: neither is proven.
+        process(&root, 901, "901 1", &["dotnet", "app.dll"], 6);
+        assert_eq!(
+            LocalProcess::find_in(&root, 1, 1, "/usr/bin/dotnet app.dll"),
+            None
+        );
+        // Found under its pid here (connect mode), it is proven without a scan.
+        assert_eq!(
+            LocalProcess::find_in(&root, 1, 901, "/usr/bin/dotnet app.dll").map(|p| p.pid),
+            Some(901)
+        );
+        // Our pid 30 is not the runtime that is pid 30 in another namespace.
+        process(&root, 30, "30", &["dotnet", "other.dll"], 2);
+        assert_eq!(
+            LocalProcess::find_in(&root, 30, 30, "/usr/bin/dotnet app.dll"),
+            None
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_process_that_is_another_innermost_pid_is_not_the_runtime() {
+        let root = root("nested");
+        // /proc/5 runs the program, but is pid 77 in its own namespace.
+        process(&root, 5, "5 77", &["dotnet", "app.dll"], 3);
+        assert_eq!(
+            LocalProcess::find_in(&root, 5, 5, "/usr/bin/dotnet app.dll"),
+            None
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_replaced_process_is_not_read() {
+        let pid = u64::from(std::process::id());
+        let me = LocalProcess::find(pid, pid, &std::env::args().collect::<Vec<_>>().join(" "))
+            .expect("this test process is itself");
+        assert!(!me.read("maps").unwrap().is_empty());
+        assert!(!me.thread_names().is_empty());
+        let replaced = LocalProcess {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        assert!(replaced.read("maps").is_err());
+        assert!(replaced.thread_names().is_empty());
+    }
+}
