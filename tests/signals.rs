@@ -170,7 +170,7 @@ fn logs_and_exceptions_out_of_process() {
         assert_eq!(level, level_of(seq), "{r}");
         assert_eq!(r["EventId"], 1000 + rank(level) as u64);
         assert_eq!(r["EventName"], "OrderLogged");
-        let category = if seq % 2 == 0 {
+        let category = if seq.is_multiple_of(2) {
             "Logs.Orders"
         } else {
             "Logs.Payments"
@@ -781,7 +781,7 @@ fn logs_and_exceptions_reach_an_otlp_receiver() {
             assert_eq!(r["severity_number"], 1 + 4 * rank(level) as u64);
             assert_eq!(
                 *scope,
-                if seq % 2 == 0 {
+                if seq.is_multiple_of(2) {
                     "Logs.Orders"
                 } else {
                     "Logs.Payments"

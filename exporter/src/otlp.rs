@@ -630,7 +630,9 @@ fn exception_record(record: &ExceptionRecord) -> LogsRecord {
 /// One request for `records`: a resource per process, a scope per category (exceptions under
 /// [`EXCEPTION_SCOPE`]), records in their order.
 pub fn logs_request(records: &[LogExport]) -> ExportLogsServiceRequest {
-    let mut resources: Vec<(Arc<[(String, String)]>, Vec<(String, Vec<LogsRecord>)>)> = Vec::new();
+    // (resource attributes, [(category, records)]) in first-seen order.
+    type Resource = (Arc<[(String, String)]>, Vec<(String, Vec<LogsRecord>)>);
+    let mut resources: Vec<Resource> = Vec::new();
     for export in records {
         let at = match resources
             .iter()

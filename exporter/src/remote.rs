@@ -273,8 +273,15 @@ pub struct Sent {
 
 #[derive(Debug, Clone)]
 enum Transport {
-    Grpc(ProfilesServiceClient<Channel>, LogsServiceClient<Channel>),
+    Grpc(Box<GrpcClients>),
     Http(reqwest::Client),
+}
+
+/// One client per OTLP service, over the same channel.
+#[derive(Debug, Clone)]
+struct GrpcClients {
+    profiles: ProfilesServiceClient<Channel>,
+    logs: LogsServiceClient<Channel>,
 }
 
 /// A configured exporter's connection; cheap to clone.
@@ -444,7 +451,10 @@ impl Client {
                     .send_compressed(CompressionEncoding::Gzip)
                     .accept_compressed(CompressionEncoding::Gzip);
             }
-            Transport::Grpc(client, logs)
+            Transport::Grpc(Box::new(GrpcClients {
+                profiles: client,
+                logs,
+            }))
         } else {
             let url = reqwest::Url::parse(&endpoint).map_err(|e| bad(&e.to_string()))?;
             if url.host_str().is_none() {
@@ -612,11 +622,13 @@ impl Client {
     /// Sends one prepared request once.
     pub async fn send(&self, prepared: &Prepared) -> Result<Sent, SendError> {
         match (&self.transport, &prepared.body) {
-            (Transport::Grpc(client, _), Body::Grpc(message)) => {
-                self.send_grpc(client.clone(), message.clone()).await
+            (Transport::Grpc(clients), Body::Grpc(message)) => {
+                self.send_grpc(clients.profiles.clone(), message.clone())
+                    .await
             }
-            (Transport::Grpc(_, logs), Body::GrpcLogs(message)) => {
-                self.send_grpc_logs(logs.clone(), message.clone()).await
+            (Transport::Grpc(clients), Body::GrpcLogs(message)) => {
+                self.send_grpc_logs(clients.logs.clone(), message.clone())
+                    .await
             }
             (Transport::Http(client), Body::Http { url, body }) => {
                 self.send_http(client, url, body.clone()).await

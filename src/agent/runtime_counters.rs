@@ -179,17 +179,20 @@ impl Recorder {
                 if !self.room_for_new_series(0) {
                     return;
                 }
-                let help = format!(
-                    "{} {} of the process ({}), every {} s",
-                    sample.provider,
-                    sample.name,
-                    if sample.unit.is_empty() {
-                        "no unit"
-                    } else {
-                        &sample.unit
-                    },
-                    sample.interval_seconds.unwrap_or(0.0)
-                );
+                let unit = if sample.unit.is_empty() {
+                    "no unit"
+                } else {
+                    &sample.unit
+                };
+                // The runtime reports the interval it measured (4.9998 s for a 5 s request);
+                // meters report none.
+                let help = match sample.interval_seconds {
+                    Some(interval) if interval > 0.0 => format!(
+                        "{} {} of the process ({unit}), every {:.1} s",
+                        sample.provider, sample.name, interval
+                    ),
+                    _ => format!("{} {} of the process ({unit})", sample.provider, sample.name),
+                };
                 match self.registry.try_gauge_vec(&name, &help, &labels) {
                     Ok(family) => {
                         self.families.insert(name.clone(), family.clone());
