@@ -5,11 +5,10 @@
 mod support;
 
 use std::collections::HashMap;
-use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
-use support::agent::{data_dir, encode, Agent};
+use support::agent::{data_dir, encode, go_pprof, pprof_traces, Agent, TracedSample};
 use support::Target;
 
 fn unix_ms() -> u128 {
@@ -55,22 +54,6 @@ fn containing(folded: &[(String, i64)], frame: &str) -> i64 {
 }
 
 /// `go tool pprof -REPORT` of a pprof body (`tags`: the label values; `traces`: every sample).
-fn go_pprof(report: &str, pprof: &[u8], name: &str) -> String {
-    let path = std::env::temp_dir().join(format!(
-        "clrscope-agent-{name}-{}.pb.gz",
-        std::process::id()
-    ));
-    std::fs::write(&path, pprof).unwrap();
-    let output = Command::new("go")
-        .args(["tool", "pprof", &format!("-{report}")])
-        .arg(&path)
-        .output()
-        .expect("go tool pprof (installed by `make setup`)");
-    let _ = std::fs::remove_file(&path);
-    assert!(output.status.success(), "{output:?}");
-    String::from_utf8(output.stdout).unwrap()
-}
-
 #[test]
 fn three_targets_profiled_continuously_and_kept_across_a_kill() {
     let mut cpuhot = Target::builder("CpuHot")
@@ -288,64 +271,6 @@ fn processes_that_start_late_exit_and_restart_are_followed() {
     drop(listen);
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&socket);
-}
-
-/// One sample of `go tool pprof -traces`: its labels, frames (leaf first) and value in ms.
-struct TracedSample {
-    labels: HashMap<String, String>,
-    frames: Vec<String>,
-    millis: f64,
-}
-
-fn pprof_traces(pprof: &[u8], name: &str) -> Vec<TracedSample> {
-    let text = go_pprof("traces", pprof, name);
-    let mut samples = Vec::new();
-    for block in text.split("-----------+").skip(1) {
-        let mut sample = TracedSample {
-            labels: HashMap::new(),
-            frames: Vec::new(),
-            millis: 0.0,
-        };
-        for line in block.lines().skip(1) {
-            let trimmed = line.trim();
-            if trimmed.is_empty() {
-                continue;
-            }
-            if sample.frames.is_empty() {
-                if let Some((key, value)) = trimmed.split_once(":  ") {
-                    sample
-                        .labels
-                        .insert(key.trim().to_string(), value.trim().to_string());
-                    continue;
-                }
-                // "  751.36ms   Leaf.Frame(...)" (indented by the value's width): the value,
-                // then the leaf frame.
-                let (value, frame) = trimmed.split_once(char::is_whitespace).unwrap();
-                sample.millis = parse_millis(value);
-                sample.frames.push(frame.trim().to_string());
-            } else {
-                sample.frames.push(trimmed.to_string());
-            }
-        }
-        // The listing ends with a separator line too.
-        if !sample.frames.is_empty() {
-            samples.push(sample);
-        }
-    }
-    samples
-}
-
-fn parse_millis(value: &str) -> f64 {
-    let split = value
-        .find(|c: char| c.is_ascii_alphabetic())
-        .unwrap_or(value.len());
-    let number: f64 = value[..split].parse().unwrap_or(0.0);
-    match &value[split..] {
-        "s" => number * 1000.0,
-        "us" | "µs" => number / 1000.0,
-        "ns" => number / 1e6,
-        _ => number,
-    }
 }
 
 #[test]

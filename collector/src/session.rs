@@ -82,6 +82,8 @@ pub enum SessionEnd {
 /// Where a session run stands, for progress displays.
 #[derive(Debug, Clone, Copy)]
 pub struct SessionProgress {
+    /// The runtime's id of the session (what StopTracing takes).
+    pub session_id: u64,
     pub bytes: u64,
     pub elapsed: Duration,
     /// StopTracing was sent; what arrives now is the tail and rundown.
@@ -165,6 +167,7 @@ pub async fn run<W: AsyncWrite + Unpin>(
         }
         write(out, &buf[..n], &mut bytes).await?;
         progress(SessionProgress {
+            session_id,
             bytes,
             elapsed: started.elapsed(),
             stopping: false,
@@ -190,6 +193,7 @@ pub async fn run<W: AsyncWrite + Unpin>(
             }
             write(out, &buf[..n], &mut bytes).await?;
             progress(SessionProgress {
+                session_id,
                 bytes,
                 elapsed: started.elapsed(),
                 stopping: true,
@@ -306,11 +310,20 @@ pub async fn rundown(
 /// Receives each event of a stream as it is parsed.
 pub trait EventObserver {
     fn on_event(&mut self, event: &Event<'_>);
+
+    /// The runtime dropped `count` events (its buffers were full) before the event last handed
+    /// to [`on_event`](EventObserver::on_event), or before a sequence point: what the stream's
+    /// sequence numbers reveal.
+    fn on_dropped(&mut self, _count: u64) {}
 }
 
 impl<O: EventObserver + ?Sized> EventObserver for &mut O {
     fn on_event(&mut self, event: &Event<'_>) {
         (**self).on_event(event);
+    }
+
+    fn on_dropped(&mut self, count: u64) {
+        (**self).on_dropped(count);
     }
 }
 
@@ -318,12 +331,16 @@ impl<O: EventObserver + ?Sized> EventObserver for &mut O {
 /// event to an observer. A stream that stops parsing still reaches `inner` byte for byte; the
 /// first parse error is kept for the caller to report. A stream that goes past the parser's
 /// limits ([`NettraceError::is_over_limit`]) is hostile or broken: the next write fails with that
-/// error, so [`run`] ends the session with [`SessionError::OverLimit`].
+/// error, so [`run`] ends the session with [`SessionError::OverLimit`]; so does any parse error
+/// with [`ParsingWriter::ending_on_error`].
 pub struct ParsingWriter<W, O> {
     inner: W,
     parser: Parser,
     observer: O,
     error: Option<NettraceError>,
+    end_on_error: bool,
+    /// Dropped events already reported to the observer.
+    dropped: u64,
 }
 
 impl<W, O: EventObserver> ParsingWriter<W, O> {
@@ -339,7 +356,16 @@ impl<W, O: EventObserver> ParsingWriter<W, O> {
             parser: Parser::with_options(options),
             observer,
             error: None,
+            end_on_error: false,
+            dropped: 0,
         }
+    }
+
+    /// Ends the session at the first parse error of any kind (the next write fails with it), for
+    /// a consumer that would rather start a new session than go on without the events.
+    pub fn ending_on_error(mut self) -> Self {
+        self.end_on_error = true;
+        self
     }
 
     pub fn parser(&self) -> &Parser {
@@ -372,6 +398,16 @@ impl<W, O: EventObserver> ParsingWriter<W, O> {
                     break;
                 }
             }
+            self.report_drops();
+        }
+        self.report_drops();
+    }
+
+    fn report_drops(&mut self) {
+        let dropped = self.parser.dropped_events();
+        if dropped > self.dropped {
+            self.observer.on_dropped(dropped - self.dropped);
+            self.dropped = dropped;
         }
     }
 }
@@ -382,7 +418,8 @@ impl<W: AsyncWrite + Unpin, O: EventObserver + Unpin> AsyncWrite for ParsingWrit
         cx: &mut TaskContext<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        if let Some(e) = self.error.take_if(|e| e.is_over_limit()) {
+        let end_on_error = self.end_on_error;
+        if let Some(e) = self.error.take_if(|e| end_on_error || e.is_over_limit()) {
             // Handed to the session, which ends with it (`write_error`).
             let e = std::io::Error::new(std::io::ErrorKind::InvalidData, e);
             return Poll::Ready(Err(e));

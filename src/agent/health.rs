@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use ui::metrics::{Counter, Gauge, Registry};
+use collector::activity::TrackerStats;
+use ui::metrics::{Counter, CounterVec, Gauge, Registry};
 
 /// How often the agent reads its own CPU time and memory.
 const SELF_WATCH_INTERVAL: Duration = Duration::from_secs(5);
@@ -15,6 +16,68 @@ pub struct Health {
     pub samples: Counter,
     pub store: StoreHealth,
     pub own: OwnUsage,
+    pub losses: LossMetrics,
+}
+
+/// What the agent lost of a process's event streams, and what linkage lost with it; by
+/// `process_id`.
+#[derive(Debug, Clone)]
+pub struct LossMetrics {
+    /// Events the runtime dropped (full buffers), by `session` (`light`, `sampler`).
+    pub dropped_events: CounterVec,
+    /// Long-lived sessions started again after ending while the process ran, by `session`.
+    pub session_restarts: CounterVec,
+    /// Times the linkage session was renewed because no span had started for a while.
+    pub linkage_refreshes: CounterVec,
+    /// The span tracker's counters, by `what`.
+    pub linkage: CounterVec,
+}
+
+impl LossMetrics {
+    /// Adds what the tracker counted since `before`.
+    pub fn add_tracker(&self, pid: &str, before: &TrackerStats, now: &TrackerStats) {
+        let deltas = [
+            ("spans_started", now.spans_started - before.spans_started),
+            ("spans_stopped", now.spans_stopped - before.spans_stopped),
+            (
+                "unmatched_stops",
+                now.unmatched_stops - before.unmatched_stops,
+            ),
+            (
+                "abandoned_spans",
+                now.abandoned_spans - before.abandoned_spans,
+            ),
+            ("expired_spans", now.expired_spans - before.expired_spans),
+            ("evicted_spans", now.evicted_spans - before.evicted_spans),
+            (
+                "evicted_switches",
+                now.evicted_switches - before.evicted_switches,
+            ),
+            (
+                "evicted_threads",
+                now.evicted_threads - before.evicted_threads,
+            ),
+            (
+                "rejected_events",
+                now.rejected_events - before.rejected_events,
+            ),
+        ];
+        for (what, delta) in deltas {
+            self.linkage.with(&[pid, what]).add(delta);
+        }
+    }
+
+    /// Stops exporting a detached process's series.
+    pub fn remove(&self, pid: &str) {
+        for family in [
+            &self.dropped_events,
+            &self.session_restarts,
+            &self.linkage_refreshes,
+            &self.linkage,
+        ] {
+            family.retain(|labels| labels.first().map(String::as_str) != Some(pid));
+        }
+    }
 }
 
 /// The agent process's own CPU and memory, for alerts on the agent itself.
@@ -50,6 +113,37 @@ impl Health {
                 "clrscope_samples_total",
                 "Thread stack samples the sampler took",
             ),
+            losses: LossMetrics {
+                dropped_events: registry.counter_vec(
+                    "clrscope_eventpipe_dropped_events_total",
+                    "Events the runtime dropped from the agent's sessions (its buffers were full), \
+                     by session: light (names, events), linkage (spans) or sampler",
+                    &["process_id", "session"],
+                ),
+                session_restarts: registry.counter_vec(
+                    "clrscope_session_restarts_total",
+                    "Long-lived sessions (light, linkage) started again after ending while the \
+                     process ran (stopped by another tool, or a stream that did not parse); their \
+                     events in between are lost",
+                    &["process_id", "session"],
+                ),
+                linkage_refreshes: registry.counter_vec(
+                    "clrscope_linkage_refreshes_total",
+                    "Times the trace linkage session was started again because no span had \
+                     started for a while (another session's end may have taken its providers' \
+                     arguments away)",
+                    &["process_id"],
+                ),
+                linkage: registry.counter_vec(
+                    "clrscope_linkage_total",
+                    "Trace linkage's span tracker, by what: spans_started, spans_stopped, \
+                     unmatched_stops (stops without their start), abandoned_spans (stops lost: a \
+                     span of another trace started inside), expired_spans (open too long), \
+                     evicted_spans, evicted_switches, evicted_threads (over the caps), \
+                     rejected_events (did not decode)",
+                    &["process_id", "what"],
+                ),
+            },
             own: OwnUsage {
                 resident_bytes: registry.gauge(
                     "clrscope_agent_resident_memory_bytes",

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::Context;
-use collector::activity::TrackerLimits;
+use collector::activity::{TrackerLimits, TrackerStats};
 use collector::attached::AttachedProcess;
 use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, ProviderConfig};
@@ -23,7 +23,7 @@ use collector::session::{self, EventObserver, ParsingWriter, SessionProgress};
 use collector::signals::{ProcessSignals, SignalCollector};
 use profile::labels;
 use symbolizer::profiles::process::{Batches, EventProfiles, ProcessProfiler};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use super::health::{GaugeGuard, Health};
@@ -66,8 +66,50 @@ pub enum Outcome {
     Profiled,
 }
 
-/// The profiler shared between the light session's observer and the sampling loop, and where
-/// the process's mapped images are read from.
+/// The long-lived sessions of a process, each parsed into the shared profiler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    /// Method and module events that name code, exceptions, contention, logs.
+    Light,
+    /// Trace linkage's span events and threads' activity ids: a session of their own, so that
+    /// they can be enabled again without touching the light session.
+    Linkage,
+}
+
+impl Stream {
+    fn name(self) -> &'static str {
+        match self {
+            Stream::Light => "light",
+            Stream::Linkage => "linkage",
+        }
+    }
+}
+
+/// How far one long-lived session's stream has come, and what the runtime dropped from it.
+#[derive(Debug)]
+struct StreamProgress {
+    /// The newest event's time (Unix ns).
+    latest_ns: AtomicI64,
+    /// When it last delivered an event (ms since the profiler's start).
+    seen_ms: AtomicU64,
+    dropped: AtomicU64,
+    /// When a drop was last logged (ms since the profiler's start; 0: never).
+    drop_logged_ms: AtomicU64,
+}
+
+impl StreamProgress {
+    fn new() -> Arc<StreamProgress> {
+        Arc::new(StreamProgress {
+            latest_ns: AtomicI64::new(i64::MIN),
+            seen_ms: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            drop_logged_ms: AtomicU64::new(0),
+        })
+    }
+}
+
+/// The profiler shared between the long-lived sessions' observers and the sampling loop, and
+/// where the process's mapped images are read from.
 #[derive(Clone)]
 struct SharedProfiler {
     profiler: Arc<Mutex<ProcessProfiler>>,
@@ -76,21 +118,26 @@ struct SharedProfiler {
     /// A module loaded since `/proc/PID/maps` was last read: the next ReadyToRun entry point
     /// may lie in an image the code map does not know yet.
     images_stale: Arc<AtomicBool>,
-    /// How far the light session's stream has come: its newest event's time (Unix ns), and when
-    /// it last delivered one (ms since `started`).
-    light_latest_ns: Arc<AtomicI64>,
-    light_seen_ms: Arc<AtomicU64>,
+    light: Arc<StreamProgress>,
+    /// With trace linkage: the linkage session's stream.
+    linkage: Option<Arc<StreamProgress>>,
+    /// When the linkage session last delivered a span start (ms since `started`).
+    span_start_ms: Arc<AtomicU64>,
+    pid: u64,
     started: Instant,
 }
 
 impl SharedProfiler {
-    fn new(profiler: ProcessProfiler, local: Option<LocalProcess>) -> Self {
+    fn new(profiler: ProcessProfiler, local: Option<LocalProcess>, pid: u64) -> Self {
+        let linkage = profiler.spans().is_some().then(StreamProgress::new);
         let shared = SharedProfiler {
             profiler: Arc::new(Mutex::new(profiler)),
             local: local.map(Arc::new),
             images_stale: Arc::new(AtomicBool::new(false)),
-            light_latest_ns: Arc::new(AtomicI64::new(i64::MIN)),
-            light_seen_ms: Arc::new(AtomicU64::new(0)),
+            light: StreamProgress::new(),
+            linkage,
+            span_start_ms: Arc::new(AtomicU64::new(0)),
+            pid,
             started: Instant::now(),
         };
         shared.refresh_images();
@@ -100,6 +147,21 @@ impl SharedProfiler {
     fn lock(&self) -> MutexGuard<'_, ProcessProfiler> {
         // The profiler's maps stay consistent between calls, so a panic cannot corrupt them.
         self.profiler.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn progress(&self, stream: Stream) -> Option<&StreamProgress> {
+        match stream {
+            Stream::Light => Some(&self.light),
+            Stream::Linkage => self.linkage.as_deref(),
+        }
+    }
+
+    /// The observer of one long-lived session's stream.
+    fn observer(&self, stream: Stream) -> StreamObserver {
+        StreamObserver {
+            profiler: self.clone(),
+            stream,
+        }
     }
 
     /// Reads the process's mapped files again: modules and native libraries load all along (a
@@ -112,23 +174,37 @@ impl SharedProfiler {
         }
     }
 
-    /// Waits until the light session has delivered events up to `until_ns` (Unix ns), or has
-    /// been quiet long enough that nothing is pending, at most [`MAX_CATCH_UP`]: names of code
-    /// bound or compiled during a window arrive there, late on a loaded machine.
-    async fn light_caught_up(&self, until_ns: i64) {
+    /// Waits until the long-lived sessions have delivered events up to `until_ns` (Unix ns), or
+    /// have been quiet long enough that nothing is pending, at most [`MAX_CATCH_UP`]: names of
+    /// code bound or compiled during a window, and the spans its threads ran, arrive there,
+    /// late on a loaded machine.
+    async fn caught_up(&self, until_ns: i64) {
         let deadline = Instant::now() + MAX_CATCH_UP;
+        let streams = [Some(&self.light), self.linkage.as_ref()];
         loop {
-            let quiet_ms = u64::try_from(self.started.elapsed().as_millis())
-                .unwrap_or(u64::MAX)
-                .saturating_sub(self.light_seen_ms.load(Ordering::Relaxed));
-            if self.light_latest_ns.load(Ordering::Relaxed) >= until_ns
-                || Duration::from_millis(quiet_ms) >= LIGHT_QUIET
-                || Instant::now() >= deadline
-            {
+            let now_ms = self.elapsed_ms();
+            let done = streams.iter().flatten().all(|stream| {
+                let quiet_ms = now_ms.saturating_sub(stream.seen_ms.load(Ordering::Relaxed));
+                stream.latest_ns.load(Ordering::Relaxed) >= until_ns
+                    || Duration::from_millis(quiet_ms) >= LIGHT_QUIET
+            });
+            if done || Instant::now() >= deadline {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// How long since the linkage session last delivered a span start (or since attaching).
+    fn since_span_start(&self) -> Duration {
+        Duration::from_millis(
+            self.elapsed_ms()
+                .saturating_sub(self.span_start_ms.load(Ordering::Relaxed)),
+        )
     }
 
     /// The process's thread names by tid, when its `/proc` may be read.
@@ -140,25 +216,78 @@ impl SharedProfiler {
     }
 }
 
-impl EventObserver for SharedProfiler {
+/// Feeds one long-lived session's events to the shared profiler, and keeps that stream's
+/// progress.
+struct StreamObserver {
+    profiler: SharedProfiler,
+    stream: Stream,
+}
+
+impl EventObserver for StreamObserver {
     fn on_event(&mut self, event: &Event<'_>) {
+        let shared = &self.profiler;
         match event.metadata.kind {
             EventKind::Module(ModuleEventKind::Load) => {
-                self.images_stale.store(true, Ordering::Relaxed);
+                shared.images_stale.store(true, Ordering::Relaxed);
             }
             // An entry point names its module through the image that holds it.
-            EventKind::R2rEntryPoint if self.images_stale.load(Ordering::Relaxed) => {
-                self.refresh_images();
+            EventKind::R2rEntryPoint if shared.images_stale.load(Ordering::Relaxed) => {
+                shared.refresh_images();
+            }
+            EventKind::DiagnosticSource(kind) if kind.is_start() => {
+                shared
+                    .span_start_ms
+                    .store(shared.elapsed_ms(), Ordering::Relaxed);
             }
             _ => {}
         }
-        self.light_latest_ns
-            .fetch_max(event.unix_nanos(), Ordering::Relaxed);
-        let seen_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.light_seen_ms.store(seen_ms, Ordering::Relaxed);
-        self.lock().observe(event);
+        if let Some(progress) = shared.progress(self.stream) {
+            progress
+                .latest_ns
+                .fetch_max(event.unix_nanos(), Ordering::Relaxed);
+            progress
+                .seen_ms
+                .store(shared.elapsed_ms(), Ordering::Relaxed);
+        }
+        shared.lock().observe(event);
+    }
+
+    fn on_dropped(&mut self, count: u64) {
+        let shared = &self.profiler;
+        let Some(progress) = shared.progress(self.stream) else {
+            return;
+        };
+        let total = progress.dropped.fetch_add(count, Ordering::Relaxed) + count;
+        // One line per burst: drops come in runs while the buffers stay full.
+        let now = shared.elapsed_ms().max(1);
+        let logged = progress.drop_logged_ms.load(Ordering::Relaxed);
+        if logged == 0 || now.saturating_sub(logged) >= DROP_LOG_INTERVAL.as_millis() as u64 {
+            progress.drop_logged_ms.store(now, Ordering::Relaxed);
+            tracing::warn!(
+                pid = shared.pid,
+                session = self.stream.name(),
+                dropped = total,
+                "the runtime dropped events of a session (its buffers were full): code compiled \
+                 meanwhile may stay unnamed, and spans unlinked until their threads' next events"
+            );
+        }
     }
 }
+
+/// At most one log line about dropped events per this long and process.
+const DROP_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// With trace linkage, when no span has started for this long by the end of a sampler window,
+/// the linkage providers are enabled again: another session may have replaced their arguments
+/// (the runtime keeps one DiagnosticSourceEventSource configuration per process, and a session
+/// that ends hands the provider the arguments it was started with).
+const LINKAGE_QUIET: Duration = Duration::from_secs(2);
+
+/// The shortest time between two starts of a long-lived session that ended while its process ran.
+const SESSION_RESTART_PAUSE: Duration = Duration::from_secs(1);
+
+/// How long a runtime whose light session ended may take to answer before it is taken as gone.
+const ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Collects one sampler window's stacks; its other events (allocation ticks) go to the profiler.
 struct WindowSamples {
@@ -176,11 +305,9 @@ impl EventObserver for WindowSamples {
     }
 }
 
-/// JIT/Loader events for the code map, plus the events of the switched-on event profiles and,
-/// with trace linkage, the span and context-switch events.
+/// JIT/Loader events for the code map, plus the events of the switched-on event profiles.
 fn light_session(
     events: EventProfiles,
-    linkage: Option<&[ProviderConfig]>,
     signals: &SignalSettings,
 ) -> CollectTracing {
     let mut keywords = providers::RUNTIME_JIT_LOADER_KEYWORDS;
@@ -196,9 +323,6 @@ fn light_session(
         keywords,
         level::VERBOSE,
     )];
-    if let Some(linkage) = linkage {
-        session.extend(linkage.iter().cloned());
-    }
     if let Some(logs) = &signals.logs {
         session.push(logs.provider());
     }
@@ -423,6 +547,7 @@ async fn attach(
         ProcessProfiler::new(series, agent.settings.events, linkage)
             .with_signals(SignalCollector::new(signals)),
         local,
+        target.pid,
     );
 
     // Fires when this function returns: the process's other tasks end with it.
@@ -445,41 +570,37 @@ async fn attach(
         ));
     }
     let (streaming, started_streaming) = tokio::sync::oneshot::channel::<()>();
-    let mut light = {
-        let client = client.clone();
-        let mut sink = ParsingWriter::with_options(
-            tokio::io::sink(),
-            profiler.clone(),
-            agent.settings.parser.clone(),
-        );
-        let config = light_session(
-            agent.settings.events,
-            agent.settings.linkage.as_deref(),
-            &agent.settings.signals,
-        );
-        let mut shutdown = agent.shutdown.clone();
-        let sessions = agent.health.sessions.clone();
-        let mut streaming = Some(streaming);
-        tokio::spawn(async move {
-            let _open = GaugeGuard::new(&sessions);
-            let stop = async {
-                let _ = shutdown.wait_for(|stop| *stop).await;
-            };
-            let first_bytes = |_: SessionProgress| {
-                if let Some(streaming) = streaming.take() {
-                    let _ = streaming.send(());
-                }
-            };
-            session::run(&client, config, &mut sink, stop, STOP_TIMEOUT, first_bytes).await
-        })
+    let long = |stream, config, renew| LongSession {
+        client: client.clone(),
+        pid: target.pid,
+        stream,
+        config,
+        parser: agent.settings.parser.clone(),
+        profiler: profiler.clone(),
+        shutdown: agent.shutdown.clone(),
+        health: agent.health.clone(),
+        renew,
     };
+    let config = light_session(agent.settings.events, &agent.settings.signals);
+    let mut light = tokio::spawn(run_long_session(
+        long(Stream::Light, config, None),
+        Some(streaming),
+    ));
+    let renew_linkage = agent.settings.linkage.as_ref().map(|_| Arc::new(Notify::new()));
+    let linkage = agent.settings.linkage.as_ref().map(|providers| {
+        let config = CollectTracing::v2(providers.clone()).with_rundown(false);
+        tokio::spawn(run_long_session(
+            long(Stream::Linkage, config, renew_linkage.clone()),
+            None,
+        ))
+    });
     // A session failing to start ends the wait too (its sender is dropped).
     let _ = tokio::time::timeout(LIGHT_SESSION_START_TIMEOUT, started_streaming).await;
     gate.open().await;
     // Started after the light session, so code loaded in between is named by one or the other.
     let pid32 = u32::try_from(target.pid).unwrap_or(0);
     // As anyhow, so `{:#}` shows the error's causes.
-    let rundown = session::rundown(client, pid32, profiler.clone()).await;
+    let rundown = session::rundown(client, pid32, profiler.observer(Stream::Light)).await;
     if let Err(error) = rundown.map_err(anyhow::Error::from) {
         tracing::warn!(pid = target.pid, error = %format!("{error:#}"), "rundown failed; frames of code loaded before attaching stay unnamed");
     }
@@ -495,6 +616,8 @@ async fn attach(
         alloc: agent.settings.events.alloc,
         health: agent.health.clone(),
         parser: &agent.settings.parser,
+        renew_linkage,
+        published: Published::default(),
     };
     let result = tokio::select! {
         result = sampling.run() => result,
@@ -511,10 +634,117 @@ async fn attach(
         // The agent is stopping: the light session stops on the same signal.
         let _ = light.await;
     }
+    if let Some(linkage) = linkage {
+        if *agent.shutdown.borrow() {
+            let _ = linkage.await;
+        } else {
+            linkage.abort();
+        }
+    }
     let names = profiler.thread_names();
     send(&agent.sink, profiler.lock().take_event_batches(&names), 0);
+    agent.health.losses.remove(&target.pid.to_string());
     tracing::info!(pid = target.pid, "detached");
     result.map(|()| Outcome::Profiled)
+}
+
+/// One of a process's long-lived sessions.
+struct LongSession {
+    client: DiagnosticsClient,
+    pid: u64,
+    stream: Stream,
+    config: CollectTracing,
+    parser: ParserOptions,
+    profiler: SharedProfiler,
+    shutdown: watch::Receiver<bool>,
+    health: Health,
+    /// Stops the session and starts a new one at once (linkage: its providers' arguments are
+    /// applied again when the new session enables them).
+    renew: Option<Arc<Notify>>,
+}
+
+/// Runs a long-lived session until the agent stops or the process exits; `streaming` fires
+/// once its first bytes arrive. A session that ends while the runtime still answers (another
+/// tool stopped it, its stream did not parse) is started again, so that names and spans keep
+/// coming; what happened in between is lost, and counted.
+async fn run_long_session(
+    mut long: LongSession,
+    mut streaming: Option<tokio::sync::oneshot::Sender<()>>,
+) -> Result<session::SessionSummary, session::SessionError> {
+    let _open = GaugeGuard::new(&long.health.sessions);
+    let pid_label = long.pid.to_string();
+    let name = long.stream.name();
+    let pid = long.pid;
+    loop {
+        let mut sink = ParsingWriter::with_options(
+            tokio::io::sink(),
+            long.profiler.observer(long.stream),
+            long.parser.clone(),
+        )
+        .ending_on_error();
+        let mut shutdown = long.shutdown.clone();
+        let renew = long.renew.clone();
+        let mut renewing = false;
+        let stop = async {
+            match renew {
+                Some(renew) => tokio::select! {
+                    _ = shutdown.wait_for(|stop| *stop) => {}
+                    () = renew.notified() => renewing = true,
+                },
+                None => _ = shutdown.wait_for(|stop| *stop).await,
+            }
+        };
+        let mut announced = false;
+        let first_bytes = |progress: SessionProgress| {
+            if !std::mem::replace(&mut announced, true) {
+                // The id another tool would stop it by (StopTracing).
+                tracing::info!(pid, session = name, session_id = progress.session_id, "session streaming");
+                if let Some(streaming) = streaming.take() {
+                    let _ = streaming.send(());
+                }
+            }
+        };
+        let result = session::run(
+            &long.client,
+            long.config.clone(),
+            &mut sink,
+            stop,
+            STOP_TIMEOUT,
+            first_bytes,
+        )
+        .await;
+        if *long.shutdown.borrow() || matches!(result, Err(session::SessionError::Start(_))) {
+            return result;
+        }
+        if renewing {
+            long.health.losses.linkage_refreshes.with(&[&pid_label]).inc();
+            continue;
+        }
+        let alive = tokio::time::timeout(ALIVE_TIMEOUT, long.client.process_info()).await;
+        if !matches!(alive, Ok(Ok(_))) {
+            return result;
+        }
+        let reason = match &result {
+            Ok(_) => "ended by the runtime (stopped by another tool?)".to_string(),
+            Err(error) => error.to_string(),
+        };
+        long.health
+            .losses
+            .session_restarts
+            .with(&[&pid_label, name])
+            .inc();
+        tracing::warn!(
+            pid,
+            session = name,
+            %reason,
+            "a long-lived session ended while the process runs; starting a new one (what it \
+             would have reported in between is lost)"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(SESSION_RESTART_PAUSE) => {}
+            _ = long.shutdown.wait_for(|stop| *stop) => return result,
+        }
+    }
 }
 
 /// `period_nanos`: what each sample of sampled batches stands for; 0 for event batches.
@@ -537,6 +767,18 @@ struct SamplingLoop<'a> {
     alloc: bool,
     health: Health,
     parser: &'a ParserOptions,
+    /// Renews the linkage session, when trace linkage is on.
+    renew_linkage: Option<Arc<Notify>>,
+    /// What was last added to the loss metrics.
+    published: Published,
+}
+
+/// The totals of a process's losses already added to `/metrics`.
+#[derive(Debug, Default)]
+struct Published {
+    tracker: TrackerStats,
+    light_dropped: u64,
+    linkage_dropped: u64,
 }
 
 impl SamplingLoop<'_> {
@@ -557,6 +799,8 @@ impl SamplingLoop<'_> {
                     if refresh_names && self.profiler.lock().wants_rundown(now_ns) {
                         refresh_names = self.refresh_names().await;
                     }
+                    // Before the window, so that a window is linked again once a loss is seen.
+                    self.check_losses().await;
                     match self.window(until).await {
                         Ok(mut samples) => {
                             self.sampler
@@ -604,7 +848,7 @@ impl SamplingLoop<'_> {
     async fn refresh_names(&self) -> bool {
         let before = self.profiler.lock().code_map().functions().len();
         let pid = u32::try_from(self.pid).unwrap_or(0);
-        let rundown = session::rundown(self.client, pid, self.profiler.clone()).await;
+        let rundown = session::rundown(self.client, pid, self.profiler.observer(Stream::Light)).await;
         if let Err(error) = rundown.map_err(anyhow::Error::from) {
             tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "refreshing method names failed");
             return true;
@@ -664,12 +908,65 @@ impl SamplingLoop<'_> {
         if let Some(error) = sink.error() {
             anyhow::bail!("the sampler's stream did not parse: {error}");
         }
+        let dropped = sink.parser().dropped_events();
+        if dropped > 0 {
+            let pid = self.pid.to_string();
+            let counter = self.health.losses.dropped_events.with(&[&pid, "sampler"]);
+            counter.add(dropped);
+        }
         let interval = sink.parser().trace().map(|t| t.expected_cpu_sampling_rate);
         let (_, WindowSamples { mut samples, .. }) = sink.into_parts();
         if let Some(interval) = interval {
             samples.set_expected_interval(interval);
         }
         Ok(samples)
+    }
+
+    /// Adds what the long-lived sessions and linkage lost since last time to `/metrics`; with
+    /// trace linkage, renews its session when no span has started for [`LINKAGE_QUIET`], so that
+    /// linkage comes back within one sampler period of losing its providers' arguments.
+    async fn check_losses(&mut self) {
+        let pid = self.pid.to_string();
+        let losses = &self.health.losses;
+        for (stream, published) in [
+            (Stream::Light, &mut self.published.light_dropped),
+            (Stream::Linkage, &mut self.published.linkage_dropped),
+        ] {
+            if let Some(progress) = self.profiler.progress(stream) {
+                let dropped = progress.dropped.load(Ordering::Relaxed);
+                let counter = losses.dropped_events.with(&[&pid, stream.name()]);
+                counter.add(dropped - *published);
+                *published = dropped;
+            }
+        }
+        let Some(renew) = &self.renew_linkage else {
+            return;
+        };
+        let stats = self.profiler.lock().spans().map(|t| t.stats());
+        let mut switched_without_spans = false;
+        if let Some(stats) = stats {
+            let before = &self.published.tracker;
+            switched_without_spans =
+                stats.switches > before.switches && stats.spans_started == before.spans_started;
+            losses.add_tracker(&pid, before, &stats);
+            self.published.tracker = stats;
+        }
+        if self.profiler.since_span_start() < LINKAGE_QUIET {
+            return;
+        }
+        if switched_without_spans {
+            // Flows of spans move from thread to thread, but no span starts: the span events
+            // are off (another session's end took the providers' arguments away).
+            tracing::warn!(
+                pid = self.pid,
+                "trace linkage lost its span events while spans' flows went on; starting its \
+                 session again"
+            );
+        } else {
+            tracing::debug!(pid = self.pid, "no span started lately; renewing the linkage session");
+        }
+        // A new session applies the providers' arguments again when it enables them.
+        renew.notify_one();
     }
 
     /// Names the window's stacks once the light session has caught up, and stores them.
@@ -683,16 +980,17 @@ impl SamplingLoop<'_> {
         let pid = self.pid;
         tokio::spawn(async move {
             tokio::time::sleep(SYMBOLIZE_DELAY).await;
-            if let Some((_, window_end)) = samples.time_range() {
-                profiler.light_caught_up(window_end).await;
-            }
+            let window_end = samples.time_range().map_or(i64::MIN, |(_, end)| end);
+            profiler.caught_up(window_end).await;
             profiler.refresh_images();
             let names = profiler.thread_names();
             let batches = profiler.lock().sample_batches(&samples, &names);
+            let light_latest = profiler.light.latest_ns.load(Ordering::Relaxed);
             tracing::debug!(
                 pid,
                 samples = samples.samples(),
                 named = format!("{:.1}%", batches.resolution.method_percent()),
+                light_behind_ms = window_end.saturating_sub(light_latest) / 1_000_000,
                 "sampler window stored"
             );
             send(&sink, batches, samples.weight_ns());

@@ -2,6 +2,7 @@
 //! killed on drop.
 
 use std::io::{BufRead, BufReader};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -323,4 +324,80 @@ pub fn data_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("clrscope-agent-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     dir
+}
+
+/// `go tool pprof -REPORT` of a pprof file, as text.
+pub fn go_pprof(report: &str, pprof: &[u8], name: &str) -> String {
+    let path = std::env::temp_dir().join(format!(
+        "clrscope-agent-{name}-{}.pb.gz",
+        std::process::id()
+    ));
+    std::fs::write(&path, pprof).unwrap();
+    let output = Command::new("go")
+        .args(["tool", "pprof", &format!("-{report}")])
+        .arg(&path)
+        .output()
+        .expect("go tool pprof (installed by `make setup`)");
+    let _ = std::fs::remove_file(&path);
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// One sample of `go tool pprof -traces`: its labels, frames (leaf first) and value in ms.
+pub struct TracedSample {
+    pub labels: HashMap<String, String>,
+    pub frames: Vec<String>,
+    pub millis: f64,
+}
+
+/// The samples of a pprof file, through `go tool pprof -traces`.
+pub fn pprof_traces(pprof: &[u8], name: &str) -> Vec<TracedSample> {
+    let text = go_pprof("traces", pprof, name);
+    let mut samples = Vec::new();
+    for block in text.split("-----------+").skip(1) {
+        let mut sample = TracedSample {
+            labels: HashMap::new(),
+            frames: Vec::new(),
+            millis: 0.0,
+        };
+        for line in block.lines().skip(1) {
+            let trimmed = line.trim();
+            if trimmed.is_empty() {
+                continue;
+            }
+            if sample.frames.is_empty() {
+                if let Some((key, value)) = trimmed.split_once(":  ") {
+                    sample
+                        .labels
+                        .insert(key.trim().to_string(), value.trim().to_string());
+                    continue;
+                }
+                // "  751.36ms   Leaf.Frame(...)" (indented by the value's width): the value,
+                // then the leaf frame.
+                let (value, frame) = trimmed.split_once(char::is_whitespace).unwrap();
+                sample.millis = parse_millis(value);
+                sample.frames.push(frame.trim().to_string());
+            } else {
+                sample.frames.push(trimmed.to_string());
+            }
+        }
+        // The listing ends with a separator line too.
+        if !sample.frames.is_empty() {
+            samples.push(sample);
+        }
+    }
+    samples
+}
+
+fn parse_millis(value: &str) -> f64 {
+    let split = value
+        .find(|c: char| c.is_ascii_alphabetic())
+        .unwrap_or(value.len());
+    let number: f64 = value[..split].parse().unwrap_or(0.0);
+    match &value[split..] {
+        "s" => number * 1000.0,
+        "us" | "µs" => number / 1000.0,
+        "ns" => number / 1e6,
+        _ => number,
+    }
 }

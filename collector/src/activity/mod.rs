@@ -323,6 +323,9 @@ pub struct TrackerStats {
     pub rejected_events: u64,
     /// Open spans dropped after `max_open_age`.
     pub expired_spans: u64,
+    /// Open spans taken as stopped because a span of another trace started from within them:
+    /// their stop was lost.
+    pub abandoned_spans: u64,
     /// Spans, switches and threads dropped to stay within the caps.
     pub evicted_spans: u64,
     pub evicted_switches: u64,
@@ -432,6 +435,7 @@ impl SpanTracker {
                     return;
                 }
                 self.stats.spans_started += 1;
+                self.abandon_foreign_parent(restore, &span, timestamp);
                 let stopped = self
                     .early_stops
                     .remove(&EarlyStop::Activity(activity))
@@ -542,6 +546,21 @@ impl SpanTracker {
     /// Timeline entries currently held over all threads.
     pub fn switch_count(&self) -> usize {
         self.switch_count
+    }
+
+    /// A span that starts from within an open span of another trace means that the open span's
+    /// flow outlived it: its stop was lost (dropped by the runtime, or written while another
+    /// session had replaced the linkage providers' arguments), and the flow would otherwise be
+    /// joined to it for good. It is taken as stopped now. Nested spans share their trace; a new
+    /// trace started inside a span (a message handler with a remote parent) ends the outer
+    /// span's linkage early, which loses samples but never names a wrong span.
+    fn abandon_foreign_parent(&mut self, restore: Guid, span: &Span, timestamp: i64) {
+        if let Some(parent) = self.spans.get_mut(&restore) {
+            if parent.stopped.is_none() && parent.span.trace_id != span.trace_id {
+                parent.stopped = Some(timestamp);
+                self.stats.abandoned_spans += 1;
+            }
+        }
     }
 
     fn advance(&mut self, timestamp: i64) {

@@ -8,9 +8,10 @@ fn guid(n: u32) -> Guid {
     Guid::from_fields(n, 0, 0, [0, 0, 0, 0, 0, 0, 0x9d, 0x59])
 }
 
+/// Spans of one trace, as nested spans are.
 fn span(n: u8, name: &str) -> Span {
     Span {
-        trace_id: TraceId([n; 16]),
+        trace_id: TraceId([0xaa; 16]),
         span_id: SpanId([n; 8]),
         name: name.into(),
     }
@@ -126,6 +127,35 @@ fn an_async_hop_follows_the_continuation_to_its_thread() {
     assert_eq!(at(&t, 2, 35), 7, "the continuation runs in the span");
     assert_eq!(at(&t, 2, 45), 0);
     assert_eq!(at(&t, 3, 35), 0, "an unknown thread");
+}
+
+#[test]
+fn a_span_whose_stop_was_lost_ends_when_another_trace_starts_inside_it() {
+    // A loop's span 1 stops unseen: its flow keeps its activity id, and the loop's next span,
+    // a trace of its own, starts from within it.
+    let mut next = start(1, 31, 2, 1, 2);
+    if let ActivityEvent::SpanStart { span, .. } = &mut next {
+        span.trace_id = TraceId([0xbb; 16]);
+    }
+    let t = feed([
+        switch(1, 10, 1),
+        start(1, 11, 1, 0, 1),
+        switch(2, 20, 1),
+        switch(2, 30, 1),
+        switch(1, 30, 1),
+        next,
+        switch(1, 40, 1),
+        stop(1, 41, 2),
+    ]);
+    assert_eq!(at(&t, 2, 25), 1, "before the next span, the old one is all we know");
+    assert_eq!(at(&t, 1, 35), 2);
+    assert_eq!(at(&t, 1, 45), 0, "back in the flow of the span whose stop was lost");
+    assert_eq!(at(&t, 2, 35), 0);
+    assert_eq!(t.stats().abandoned_spans, 1);
+    // A nested span of the same trace leaves its parent open.
+    let nested = feed([start(1, 11, 1, 0, 1), start(1, 21, 2, 1, 2), stop(1, 31, 2)]);
+    assert_eq!(at(&nested, 1, 35), 1);
+    assert_eq!(nested.stats().abandoned_spans, 0);
 }
 
 #[test]
