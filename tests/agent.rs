@@ -402,6 +402,8 @@ fn listen_mode_names_every_frame() {
             socket_arg,
             "--sample-period",
             "2s",
+            "--log",
+            "clrscope=info,clrscope::agent::process=debug",
         ],
     );
     // DOTNET_DiagnosticPorts suspends the runtime at startup until the agent resumes it: the
@@ -412,16 +414,33 @@ fn listen_mode_names_every_frame() {
         .env("DOTNET_DiagnosticPorts", socket_arg)
         .start();
     let query = encode(&format!("{{process_id=\"{}\"}}", shop.pid()));
-    // From the second window on: the first, taken while the runtime starts, can lose names of
-    // startup stubs whose events come late on a loaded machine (BENCHMARKS.md).
+    // The first window on its own (taken while the runtime starts), then every window.
     agent.wait_for_data("wall", shop.pid(), 1, Duration::from_secs(90));
-    let from_ms = unix_ms();
-    wait_for_window_after(&agent, shop.pid(), from_ms);
+    let first_until = unix_ms();
+    let first = format!("&until={first_until}");
+    let (share, examples) = unnamed_share(&pprof_traces(
+        &agent
+            .get(&format!(
+                "/api/v1/profile?type=wall&format=pprof&query={query}{first}"
+            ))
+            .bytes,
+        "listen-named-first",
+    ));
+    assert!(
+        share <= 0.005,
+        "first window: {:.2} % of wall frames unnamed, e.g. {examples:?}; agent log:\n{}",
+        share * 100.0,
+        agent.log()
+    );
+    eprintln!(
+        "first window: {:.2} % of wall frames unnamed",
+        share * 100.0
+    );
+    wait_for_window_after(&agent, shop.pid(), first_until);
     for (profile_type, min_total) in [("wall", 1), ("cpu", 50_000_000)] {
-        let range = format!("&from={from_ms}");
         let deadline = std::time::Instant::now() + Duration::from_secs(90);
         while agent
-            .folded(profile_type, shop.pid(), &range)
+            .folded(profile_type, shop.pid(), "")
             .iter()
             .map(|(_, v)| v)
             .sum::<i64>()
@@ -434,7 +453,7 @@ fn listen_mode_names_every_frame() {
             std::thread::sleep(Duration::from_millis(500));
         }
         let pprof = agent.get(&format!(
-            "/api/v1/profile?type={profile_type}&format=pprof&query={query}{range}"
+            "/api/v1/profile?type={profile_type}&format=pprof&query={query}"
         ));
         let samples = pprof_traces(&pprof.bytes, &format!("listen-named-{profile_type}"));
         assert!(!samples.is_empty(), "{profile_type}: no samples");

@@ -530,7 +530,13 @@ fn percent_f(part: f64, whole: f64) -> f64 {
 }
 
 /// The agent's cpu profile of `[from_ms, until_ms)` judged against `spans`.
-fn judge(agent: &Agent, pid: u32, from_ms: u128, until_ms: u128, spans: &HashMap<String, LoopSpan>) -> Judged {
+fn judge(
+    agent: &Agent,
+    pid: u32,
+    from_ms: u128,
+    until_ms: u128,
+    spans: &HashMap<String, LoopSpan>,
+) -> Judged {
     let query = encode(&format!("{{process_id=\"{pid}\"}}"));
     let pprof = agent.get(&format!(
         "/api/v1/profile?type=cpu&format=pprof&query={query}&from={from_ms}&until={until_ms}"
@@ -618,8 +624,15 @@ fn session_id(agent: &Agent, name: &str) -> Option<u64> {
         .log()
         .lines()
         .map(without_colours)
-        .filter(|l| l.contains("session streaming") && l.contains(&session))
-        .filter_map(|l| l.split("session_id=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .filter(|l| l.contains("session enabled") && l.contains(&session))
+        .filter_map(|l| {
+            l.split("session_id=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
         .last()
 }
 
@@ -723,7 +736,11 @@ fn linkage_through_the_agent_survives_lost_sessions() {
     std::thread::sleep(Duration::from_secs(4));
     collect_spans(&mut target, &mut spans);
     assert_eq!(target.dropped_lines(), 0);
-    let losses = [clobber_started.unwrap(), clobbered.unwrap(), killed.unwrap()];
+    let losses = [
+        clobber_started.unwrap(),
+        clobbered.unwrap(),
+        killed.unwrap(),
+    ];
 
     // Stretches of one sampler period; those with a window that saw a loss, and those that start
     // within one period (plus the 2 s without span starts that tell the agent to renew its
@@ -735,7 +752,9 @@ fn linkage_through_the_agent_survives_lost_sessions() {
     while from + LOOPS_PERIOD_MS <= end_ms {
         let until = from + LOOPS_PERIOD_MS;
         let judged = judge(&agent, pid, from, until, &spans);
-        let recovering = losses.iter().any(|&t| until + 1000 > t && from < t + grace_ms);
+        let recovering = losses
+            .iter()
+            .any(|&t| until + 1000 > t && from < t + grace_ms);
         eprintln!(
             "{:>4} s: {:>7.1} ms in spans, precision {:5.1} %, recall {:5.1} %{}",
             (from - start_ms) / 1000,

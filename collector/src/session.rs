@@ -137,7 +137,8 @@ pub async fn start(
 
 /// Runs a session: copies its stream byte for byte into `out` until `stop` resolves, then stops
 /// it on a new connection and copies the rest (the rundown) until the runtime ends the stream or
-/// `stop_timeout` passes.
+/// `stop_timeout` passes. `progress` is called once the runtime has enabled the session (0
+/// bytes), then after every chunk.
 pub async fn run<W: AsyncWrite + Unpin>(
     client: &DiagnosticsClient,
     config: CollectTracing,
@@ -153,6 +154,14 @@ pub async fn run<W: AsyncWrite + Unpin>(
     let mut buf = vec![0u8; CHUNK];
     let mut bytes = 0u64;
     tokio::pin!(stop);
+    // Enabled: the runtime records the session's events from now on (a runtime suspended at
+    // startup writes its stream only once resumed).
+    progress(SessionProgress {
+        session_id,
+        bytes,
+        elapsed: started.elapsed(),
+        stopping: false,
+    });
 
     // Only the read races the stop signal: a read is cancel-safe, a half-done write is not.
     loop {

@@ -74,6 +74,9 @@ enum Stream {
     /// Trace linkage's span events and threads' activity ids: a session of their own, so that
     /// they can be enabled again without touching the light session.
     Linkage,
+    /// A rundown's list of the code loaded so far: it names code like the light session, but its
+    /// events, written at the rundown, say nothing of how far the light session has come.
+    Rundown,
 }
 
 impl Stream {
@@ -81,6 +84,7 @@ impl Stream {
         match self {
             Stream::Light => "light",
             Stream::Linkage => "linkage",
+            Stream::Rundown => "rundown",
         }
     }
 }
@@ -153,6 +157,7 @@ impl SharedProfiler {
         match stream {
             Stream::Light => Some(&self.light),
             Stream::Linkage => self.linkage.as_deref(),
+            Stream::Rundown => None,
         }
     }
 
@@ -306,10 +311,7 @@ impl EventObserver for WindowSamples {
 }
 
 /// JIT/Loader events for the code map, plus the events of the switched-on event profiles.
-fn light_session(
-    events: EventProfiles,
-    signals: &SignalSettings,
-) -> CollectTracing {
+fn light_session(events: EventProfiles, signals: &SignalSettings) -> CollectTracing {
     let mut keywords = providers::RUNTIME_JIT_LOADER_KEYWORDS;
     if events.exceptions || signals.exceptions() {
         keywords |= providers::RUNTIME_EXCEPTION_KEYWORD;
@@ -394,13 +396,15 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// How long a listen-mode runtime waits for its light session to start streaming before it is
+/// How long a listen-mode runtime waits for its light session to be enabled before it is
 /// resumed anyway.
 const LIGHT_SESSION_START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A listen-mode runtime may wait at startup for a tool (`DOTNET_DiagnosticPorts` suspends by
-/// default): it is resumed once the light session streams, so every method it binds or compiles
-/// is announced there, and whatever else happens, before the runtime's task ends.
+/// default): it is resumed once the light session is enabled (a suspended runtime writes no
+/// stream: waiting for its first bytes only delayed the app by the timeout), so every method it
+/// binds or compiles is announced there, and whatever else happens, before the runtime's task
+/// ends.
 struct StartupGate<'a> {
     client: &'a DiagnosticsClient,
     pid: u64,
@@ -569,7 +573,7 @@ async fn attach(
             stop,
         ));
     }
-    let (streaming, started_streaming) = tokio::sync::oneshot::channel::<()>();
+    let (enabled, light_enabled) = tokio::sync::oneshot::channel::<()>();
     let long = |stream, config, renew| LongSession {
         client: client.clone(),
         pid: target.pid,
@@ -584,9 +588,13 @@ async fn attach(
     let config = light_session(agent.settings.events, &agent.settings.signals);
     let mut light = tokio::spawn(run_long_session(
         long(Stream::Light, config, None),
-        Some(streaming),
+        Some(enabled),
     ));
-    let renew_linkage = agent.settings.linkage.as_ref().map(|_| Arc::new(Notify::new()));
+    let renew_linkage = agent
+        .settings
+        .linkage
+        .as_ref()
+        .map(|_| Arc::new(Notify::new()));
     let linkage = agent.settings.linkage.as_ref().map(|providers| {
         let config = CollectTracing::v2(providers.clone()).with_rundown(false);
         tokio::spawn(run_long_session(
@@ -595,12 +603,12 @@ async fn attach(
         ))
     });
     // A session failing to start ends the wait too (its sender is dropped).
-    let _ = tokio::time::timeout(LIGHT_SESSION_START_TIMEOUT, started_streaming).await;
+    let _ = tokio::time::timeout(LIGHT_SESSION_START_TIMEOUT, light_enabled).await;
     gate.open().await;
     // Started after the light session, so code loaded in between is named by one or the other.
     let pid32 = u32::try_from(target.pid).unwrap_or(0);
     // As anyhow, so `{:#}` shows the error's causes.
-    let rundown = session::rundown(client, pid32, profiler.observer(Stream::Light)).await;
+    let rundown = session::rundown(client, pid32, profiler.observer(Stream::Rundown)).await;
     if let Err(error) = rundown.map_err(anyhow::Error::from) {
         tracing::warn!(pid = target.pid, error = %format!("{error:#}"), "rundown failed; frames of code loaded before attaching stay unnamed");
     }
@@ -663,13 +671,13 @@ struct LongSession {
     renew: Option<Arc<Notify>>,
 }
 
-/// Runs a long-lived session until the agent stops or the process exits; `streaming` fires
-/// once its first bytes arrive. A session that ends while the runtime still answers (another
+/// Runs a long-lived session until the agent stops or the process exits; `enabled` fires once
+/// the runtime has enabled it. A session that ends while the runtime still answers (another
 /// tool stopped it, its stream did not parse) is started again, so that names and spans keep
 /// coming; what happened in between is lost, and counted.
 async fn run_long_session(
     mut long: LongSession,
-    mut streaming: Option<tokio::sync::oneshot::Sender<()>>,
+    mut enabled: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<session::SessionSummary, session::SessionError> {
     let _open = GaugeGuard::new(&long.health.sessions);
     let pid_label = long.pid.to_string();
@@ -695,12 +703,17 @@ async fn run_long_session(
             }
         };
         let mut announced = false;
-        let first_bytes = |progress: SessionProgress| {
+        let on_enabled = |progress: SessionProgress| {
             if !std::mem::replace(&mut announced, true) {
                 // The id another tool would stop it by (StopTracing).
-                tracing::info!(pid, session = name, session_id = progress.session_id, "session streaming");
-                if let Some(streaming) = streaming.take() {
-                    let _ = streaming.send(());
+                tracing::info!(
+                    pid,
+                    session = name,
+                    session_id = progress.session_id,
+                    "session enabled"
+                );
+                if let Some(enabled) = enabled.take() {
+                    let _ = enabled.send(());
                 }
             }
         };
@@ -710,14 +723,18 @@ async fn run_long_session(
             &mut sink,
             stop,
             STOP_TIMEOUT,
-            first_bytes,
+            on_enabled,
         )
         .await;
         if *long.shutdown.borrow() || matches!(result, Err(session::SessionError::Start(_))) {
             return result;
         }
         if renewing {
-            long.health.losses.linkage_refreshes.with(&[&pid_label]).inc();
+            long.health
+                .losses
+                .linkage_refreshes
+                .with(&[&pid_label])
+                .inc();
             continue;
         }
         let alive = tokio::time::timeout(ALIVE_TIMEOUT, long.client.process_info()).await;
@@ -848,7 +865,8 @@ impl SamplingLoop<'_> {
     async fn refresh_names(&self) -> bool {
         let before = self.profiler.lock().code_map().functions().len();
         let pid = u32::try_from(self.pid).unwrap_or(0);
-        let rundown = session::rundown(self.client, pid, self.profiler.observer(Stream::Light)).await;
+        let rundown =
+            session::rundown(self.client, pid, self.profiler.observer(Stream::Rundown)).await;
         if let Err(error) = rundown.map_err(anyhow::Error::from) {
             tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "refreshing method names failed");
             return true;
@@ -963,7 +981,10 @@ impl SamplingLoop<'_> {
                  session again"
             );
         } else {
-            tracing::debug!(pid = self.pid, "no span started lately; renewing the linkage session");
+            tracing::debug!(
+                pid = self.pid,
+                "no span started lately; renewing the linkage session"
+            );
         }
         // A new session applies the providers' arguments again when it enables them.
         renew.notify_one();

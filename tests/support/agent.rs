@@ -1,8 +1,8 @@
 //! A `clrscope agent` for integration tests: started on a free loopback port, asked over HTTP,
 //! killed on drop.
 
-use std::io::{BufRead, BufReader};
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};

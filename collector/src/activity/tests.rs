@@ -147,9 +147,17 @@ fn a_span_whose_stop_was_lost_ends_when_another_trace_starts_inside_it() {
         switch(1, 40, 1),
         stop(1, 41, 2),
     ]);
-    assert_eq!(at(&t, 2, 25), 1, "before the next span, the old one is all we know");
+    assert_eq!(
+        at(&t, 2, 25),
+        1,
+        "before the next span, the old one is all we know"
+    );
     assert_eq!(at(&t, 1, 35), 2);
-    assert_eq!(at(&t, 1, 45), 0, "back in the flow of the span whose stop was lost");
+    assert_eq!(
+        at(&t, 1, 45),
+        0,
+        "back in the flow of the span whose stop was lost"
+    );
     assert_eq!(at(&t, 2, 35), 0);
     assert_eq!(t.stats().abandoned_spans, 1);
     // A nested span of the same trace leaves its parent open.
