@@ -310,10 +310,12 @@ impl EventObserver for WindowSamples {
     }
 }
 
-/// JIT/Loader events for the code map, plus the events of the switched-on event profiles.
-fn light_session(events: EventProfiles, signals: &SignalSettings) -> CollectTracing {
+/// JIT/Loader events for the code map, plus the events of the switched-on event profiles; with
+/// trace linkage, exceptions and log messages go to the linkage session instead (see
+/// [`linkage_session`]).
+fn light_session(events: EventProfiles, signals: &SignalSettings, linkage: bool) -> CollectTracing {
     let mut keywords = providers::RUNTIME_JIT_LOADER_KEYWORDS;
-    if events.exceptions || signals.exceptions() {
+    if !linkage && (events.exceptions || signals.exceptions()) {
         keywords |= providers::RUNTIME_EXCEPTION_KEYWORD;
     }
     if events.locks {
@@ -325,6 +327,28 @@ fn light_session(events: EventProfiles, signals: &SignalSettings) -> CollectTrac
         keywords,
         level::VERBOSE,
     )];
+    if let (Some(logs), false) = (&signals.logs, linkage) {
+        session.push(logs.provider());
+    }
+    CollectTracing::v2(session).with_rundown(false)
+}
+
+/// The linkage providers, plus the events that are joined to the span current when they happen
+/// (exceptions, log messages): in one stream, each thread's events come in order, so a span has
+/// started before what happens in it is read.
+fn linkage_session(
+    linkage: &[ProviderConfig],
+    events: EventProfiles,
+    signals: &SignalSettings,
+) -> CollectTracing {
+    let mut session = linkage.to_vec();
+    if events.exceptions || signals.exceptions() {
+        session.push(ProviderConfig::new(
+            providers::RUNTIME,
+            providers::RUNTIME_EXCEPTION_KEYWORD,
+            level::VERBOSE,
+        ));
+    }
     if let Some(logs) = &signals.logs {
         session.push(logs.provider());
     }
@@ -585,7 +609,8 @@ async fn attach(
         health: agent.health.clone(),
         renew,
     };
-    let config = light_session(agent.settings.events, &agent.settings.signals);
+    let linkage_on = agent.settings.linkage.is_some();
+    let config = light_session(agent.settings.events, &agent.settings.signals, linkage_on);
     let mut light = tokio::spawn(run_long_session(
         long(Stream::Light, config, None),
         Some(enabled),
@@ -596,7 +621,7 @@ async fn attach(
         .as_ref()
         .map(|_| Arc::new(Notify::new()));
     let linkage = agent.settings.linkage.as_ref().map(|providers| {
-        let config = CollectTracing::v2(providers.clone()).with_rundown(false);
+        let config = linkage_session(providers, agent.settings.events, &agent.settings.signals);
         tokio::spawn(run_long_session(
             long(Stream::Linkage, config, renew_linkage.clone()),
             None,
@@ -703,8 +728,16 @@ async fn run_long_session(
             }
         };
         let mut announced = false;
+        let profiler = &long.profiler;
+        let stream = long.stream;
         let on_enabled = |progress: SessionProgress| {
             if !std::mem::replace(&mut announced, true) {
+                if stream == Stream::Linkage {
+                    // A new linkage session is given the quiet time to see a span start.
+                    profiler
+                        .span_start_ms
+                        .store(profiler.elapsed_ms(), Ordering::Relaxed);
+                }
                 // The id another tool would stop it by (StopTracing).
                 tracing::info!(
                     pid,
