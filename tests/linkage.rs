@@ -617,15 +617,16 @@ fn unix_ms() -> u128 {
 }
 
 /// The id of the agent's long-lived session `name` (`light`, `linkage`), from its log line when
-/// it started streaming (the last one).
+/// the runtime enabled it (the last one).
 fn session_id(agent: &Agent, name: &str) -> Option<u64> {
     let session = format!("session=\"{name}\"");
     agent
         .log()
         .lines()
+        .rev()
         .map(without_colours)
         .filter(|l| l.contains("session enabled") && l.contains(&session))
-        .filter_map(|l| {
+        .find_map(|l| {
             l.split("session_id=")
                 .nth(1)?
                 .split_whitespace()
@@ -633,7 +634,6 @@ fn session_id(agent: &Agent, name: &str) -> Option<u64> {
                 .parse()
                 .ok()
         })
-        .last()
 }
 
 /// A log line without its ANSI colour sequences (`ESC [ … m`).
