@@ -355,6 +355,35 @@ fn builder_stream_compressed_equals_uncompressed() {
     }
 }
 
+/// What a session's consumer hears of the stream's sequence-number gaps.
+#[tokio::test]
+async fn a_parsing_writer_reports_the_drops_it_reads() {
+    use tokio::io::AsyncWriteExt;
+
+    #[derive(Default)]
+    struct Drops {
+        events: usize,
+        dropped: u64,
+    }
+    impl crate::session::EventObserver for Drops {
+        fn on_event(&mut self, _: &Event<'_>) {
+            self.events += 1;
+        }
+        fn on_dropped(&mut self, count: u64) {
+            self.dropped += count;
+        }
+    }
+    let data = builder_stream(true);
+    let mut writer = crate::session::ParsingWriter::new(tokio::io::sink(), Drops::default());
+    // In small chunks, as a socket delivers it.
+    for chunk in data.chunks(7) {
+        writer.write_all(chunk).await.unwrap();
+    }
+    assert!(writer.error().is_none(), "{:?}", writer.error());
+    let (_, drops) = writer.into_parts();
+    assert_eq!((drops.events, drops.dropped), (6, 5));
+}
+
 #[test]
 fn dynamic_decoding_of_self_described_events() {
     let data = builder_stream(true);
