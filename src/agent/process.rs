@@ -20,7 +20,7 @@ use collector::rules::state::RuleStates;
 use collector::sampler::{SamplerControl, SamplerStep, MAX_WINDOW};
 use collector::samples::SampleAggregator;
 use collector::session::{self, EventObserver, ParsingWriter, SessionProgress};
-use collector::signals::{ProcessSignals, SignalCollector};
+use collector::signals::{ProcessSignals, SignalCollector, SpanLookup};
 use profile::labels;
 use symbolizer::profiles::process::{Batches, EventProfiles, ProcessProfiler};
 use tokio::sync::watch;
@@ -421,9 +421,23 @@ async fn attach(
     }
     let profiler = SharedProfiler::new(
         ProcessProfiler::new(series, agent.settings.events, linkage)
-            .with_signals(SignalCollector::new(signals)),
+            .with_signals(SignalCollector::new(signals.clone())),
         local,
     );
+    // A `/logs` session of its own joins its messages to the spans the light session tracks.
+    // Weak: the profiler holds the signals, which hold this lookup.
+    {
+        let profiler = Arc::downgrade(&profiler.profiler);
+        signals.set_span_lookup(SpanLookup(Arc::new(move |activity, thread, at| {
+            let profiler = profiler.upgrade()?;
+            let profiler = profiler.lock().unwrap_or_else(|p| p.into_inner());
+            let spans = profiler.spans()?;
+            spans
+                .span_of_activity(&activity, at)
+                .or_else(|| spans.span_at(thread, at))
+                .cloned()
+        })));
+    }
 
     // Fires when this function returns: the process's other tasks end with it.
     let (_detaching, detached) = tokio::sync::oneshot::channel::<()>();

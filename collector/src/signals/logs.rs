@@ -132,11 +132,19 @@ impl LogsSettings {
         if self.use_app_filters {
             specs.push("UseAppFilters".to_string());
         }
+        // The EventSource's default level is Debug at best (`LoggingEventSource.GetDefaultLevel`
+        // maps Verbose to Debug): Trace has to be written out, for the categories the specs name
+        // without a level and, without the app's filters, for every other one.
+        let trace = self.log_level == LogLevel::Trace;
         for (category, level) in &self.filter_specs {
             specs.push(match level {
                 Some(level) => format!("{category}:{}", level.name()),
+                None if trace => format!("{category}:Trace"),
                 None => category.clone(),
             });
+        }
+        if trace && !self.use_app_filters {
+            specs.push("*:Trace".to_string());
         }
         let event_level = match self.log_level {
             LogLevel::Trace => level::LOG_ALWAYS,
@@ -402,6 +410,22 @@ mod tests {
         assert!(body.accepts("Other", LogLevel::Error));
         assert_eq!(body.lowest_level(), LogLevel::Debug);
         assert!(serde_json::from_str::<LogsSettings>(r#"{"logLevel":"Loud"}"#).is_err());
+        // Trace is written out: the provider's default level stops at Debug.
+        assert_eq!(
+            LogsSettings::for_level(Some(LogLevel::Trace))
+                .provider()
+                .arguments
+                .as_deref(),
+            Some("FilterSpecs=*:Trace")
+        );
+        let body: LogsSettings = serde_json::from_str(
+            r#"{"logLevel":"Trace","filterSpecs":{"Logs.Orders":"Error","Logs.Pay*":null},"useAppFilters":false}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            body.provider().arguments.as_deref(),
+            Some("FilterSpecs=\"Logs.Orders:Error;Logs.Pay*:Trace;*:Trace\"")
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ pub mod exceptions;
 pub mod logs;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::broadcast;
@@ -16,7 +16,9 @@ use tokio::sync::broadcast;
 use crate::activity::Span;
 use crate::nettrace::events::{ExceptionThrown, LoggingEvent};
 use crate::nettrace::Event;
-pub use exceptions::{ExceptionFormat, ExceptionFrame, ExceptionRecord};
+pub use exceptions::{
+    ExceptionFilter, ExceptionFormat, ExceptionFrame, ExceptionRecord, ExceptionsFilters,
+};
 pub use logs::{LogFormat, LogRecord, LogsSettings, ScopeTracker};
 
 /// How much of each signal a process keeps.
@@ -64,6 +66,20 @@ struct History {
 /// Threads remembered for inner-exception linkage.
 const MAX_THREADS: usize = 4096;
 
+/// The span an EventSource activity id was in at an event's time (its raw timestamp), else the
+/// span its thread ran then: the process's span tracker, which lives with its profiler. A log
+/// session of a request's own ([`write_session_logs`]) joins its messages to spans through it.
+#[derive(Clone)]
+pub struct SpanLookup(
+    pub Arc<dyn Fn(crate::nettrace::Guid, u64, i64) -> Option<Span> + Send + Sync>,
+);
+
+impl std::fmt::Debug for SpanLookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SpanLookup")
+    }
+}
+
 /// One process's logs and exceptions. Cloning shares.
 #[derive(Debug, Clone)]
 pub struct ProcessSignals {
@@ -72,6 +88,8 @@ pub struct ProcessSignals {
     limits: SignalLimits,
     /// What the process's session collects (`None`: no logs, only exceptions).
     logs: Option<Arc<LogsSettings>>,
+    /// Set once the process's profiler (and its span tracker, with linkage on) exists.
+    spans: Arc<OnceLock<SpanLookup>>,
 }
 
 /// Exceptions kept at the default limits, no logs.
@@ -88,7 +106,17 @@ impl ProcessSignals {
             live: broadcast::channel(limits.live_capacity.max(1)).0,
             limits,
             logs: logs.map(Arc::new),
+            spans: Arc::default(),
         }
+    }
+
+    /// Gives the process's span lookup to sessions started later; the first one given stays.
+    pub fn set_span_lookup(&self, lookup: SpanLookup) {
+        let _ = self.spans.set(lookup);
+    }
+
+    pub fn span_lookup(&self) -> Option<&SpanLookup> {
+        self.spans.get()
     }
 
     fn lock(&self) -> MutexGuard<'_, History> {
@@ -179,7 +207,7 @@ impl ProcessSignals {
     }
 }
 
-/// Why a process's logs cannot be served as asked.
+/// Why a process's kept logs cannot serve a request (a request's own session then serves it).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LogsUnavailable {
@@ -193,20 +221,41 @@ pub enum LogsUnavailable {
         asked: crate::nettrace::events::LogLevel,
         collected: crate::nettrace::events::LogLevel,
     },
+    #[error(
+        "UseAppFilters is {asked}, but the agent collects with UseAppFilters {collected}: the \
+         app's own filters cannot be applied or undone afterwards"
+    )]
+    AppFilters { asked: bool, collected: bool },
+}
+
+/// Whether a session collecting `collected` (`None`: no logs) receives every record `asked`
+/// selects: at `asked`'s lowest level or below, with the app's filters on or off as `asked` says
+/// (they act inside the app, so records cannot be filtered by them, or unfiltered, afterwards).
+pub fn check_covered(
+    collected: Option<&LogsSettings>,
+    asked: &LogsSettings,
+) -> Result<(), LogsUnavailable> {
+    let collected = collected.ok_or(LogsUnavailable::NotCollected)?;
+    if asked.lowest_level() < collected.lowest_level() {
+        return Err(LogsUnavailable::BelowCollected {
+            asked: asked.lowest_level(),
+            collected: collected.lowest_level(),
+        });
+    }
+    if asked.use_app_filters != collected.use_app_filters {
+        return Err(LogsUnavailable::AppFilters {
+            asked: asked.use_app_filters,
+            collected: collected.use_app_filters,
+        });
+    }
+    Ok(())
 }
 
 impl ProcessSignals {
-    /// Whether the records `settings` select are all collected.
+    /// Whether the kept and live records hold every record `settings` select
+    /// ([`check_covered`] by the process's always-on session).
     pub fn check_logs(&self, settings: &LogsSettings) -> Result<(), LogsUnavailable> {
-        let collected = self.collected_logs().ok_or(LogsUnavailable::NotCollected)?;
-        let asked = settings.lowest_level();
-        if asked < collected.lowest_level() {
-            return Err(LogsUnavailable::BelowCollected {
-                asked,
-                collected: collected.lowest_level(),
-            });
-        }
-        Ok(())
+        check_covered(self.collected_logs(), settings)
     }
 }
 
@@ -220,6 +269,8 @@ pub struct LogsRequest {
     pub duration: Option<Duration>,
     /// How far back the kept records are included (`CollectLogs`' pre-trigger; zero for `/logs`).
     pub before: Duration,
+    /// The limits of the parser of a session of the request's own.
+    pub parser: crate::nettrace::ParserOptions,
 }
 
 /// Writes `request`'s records to `out` until its duration is over or `stop` fires; returns the
@@ -288,12 +339,175 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
         // Each record reaches the reader as it happens, as dotnet-monitor streams them.
         out.flush().await?;
     }
+    // Records already on the feed when the end came were logged within the window.
+    loop {
+        let record = match live.try_recv() {
+            Ok(Signal::Log(record)) => record,
+            Ok(Signal::Exception(_)) => continue,
+            Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                lost += n;
+                continue;
+            }
+            Err(_) => break,
+        };
+        if seen.contains(&(Arc::as_ptr(&record) as usize))
+            || !request
+                .settings
+                .accepts(&record.message.category, record.message.level)
+        {
+            continue;
+        }
+        text.clear();
+        request.format.write(&record, &mut text);
+        out.write_all(text.as_bytes()).await?;
+        written += text.len() as u64;
+    }
     if lost > 0 {
         tracing::warn!(
             lost,
             "a logs reader fell behind the live feed; its oldest records were dropped"
         );
     }
+    out.flush().await?;
+    Ok(written)
+}
+
+/// How long a request's own session may take to end after it is stopped.
+const OWN_SESSION_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Writes the logs `request` selects from a session of its own with the process, as
+/// dotnet-monitor serves every `/logs`: for `request.duration` (or until `stop`), in its format,
+/// each message joined to its span through the process's [`SpanLookup`]. Used when the agent's
+/// always-on session does not collect what the request asks ([`ProcessSignals::check_logs`]).
+///
+/// The logging EventSource's `FilterSpecs` are process-wide: while this session runs, the
+/// always-on session receives what this one asks too (and keeps only its own records), and after
+/// it the runtime leaves the EventSource with no `FilterSpecs` (every category at the level the
+/// remaining sessions ask), so an always-on session with `UseAppFilters` collects without the
+/// app's filters from then on.
+pub async fn write_session_logs<W: tokio::io::AsyncWrite + Unpin>(
+    client: &crate::client::DiagnosticsClient,
+    request: &LogsRequest,
+    out: &mut W,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<u64, crate::artifacts::ArtifactError> {
+    use crate::artifacts::ArtifactError;
+    use crate::session::{self, EventObserver, ParsingWriter};
+
+    /// Decodes the session's logging events into `collector`'s records.
+    struct OwnSession {
+        collector: SignalCollector,
+        spans: Option<SpanLookup>,
+    }
+    impl EventObserver for OwnSession {
+        fn on_event(&mut self, event: &Event<'_>) {
+            let Ok(Some(crate::nettrace::events::KnownEvent::Logging(logging))) = event.known()
+            else {
+                return;
+            };
+            let (thread, at) = (event.header.thread_id, event.header.timestamp);
+            let spans = self.spans.clone();
+            self.collector.log(event, logging, |activity| {
+                spans
+                    .as_ref()
+                    .and_then(|lookup| (lookup.0)(activity, thread, at))
+            });
+        }
+    }
+
+    // Records pass through a feed of their own: none is kept, none reaches other readers.
+    let own = ProcessSignals::new(
+        SignalLimits {
+            max_logs: 0,
+            ..request.signals.limits()
+        },
+        Some(request.settings.clone()),
+    );
+    let reader = LogsRequest {
+        signals: own.clone(),
+        before: Duration::ZERO,
+        duration: None,
+        ..request.clone()
+    };
+    let (ended, session_ended) = tokio::sync::oneshot::channel::<()>();
+    // Polled first: it subscribes to the feed before the session can produce a record.
+    let writing = write_logs(&reader, out, async {
+        let _ = session_ended.await;
+    });
+    let observer = OwnSession {
+        collector: SignalCollector::new(own),
+        spans: request.signals.span_lookup().cloned(),
+    };
+    let config =
+        crate::ipc::CollectTracing::v2(vec![request.settings.provider()]).with_rundown(false);
+    let duration = request.duration;
+    let session = async move {
+        let mut sink =
+            ParsingWriter::with_options(tokio::io::sink(), observer, request.parser.clone());
+        let until = async {
+            let deadline = async {
+                match duration {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = deadline => {}
+                () = stop => {}
+            }
+        };
+        let result = session::run(
+            client,
+            config,
+            &mut sink,
+            until,
+            OWN_SESSION_STOP_TIMEOUT,
+            |_| {},
+        )
+        .await;
+        if let Some(error) = sink.error() {
+            tracing::warn!(%error, "a logs session's stream stopped parsing");
+        }
+        // Every record of the session is on the feed now.
+        drop(ended);
+        result
+    };
+    let (written, ran) = tokio::join!(writing, session);
+    ran.map_err(ArtifactError::Trace)?;
+    written.map_err(|source| ArtifactError::Write { bytes: 0, source })
+}
+
+/// The kept exceptions to write out, as dotnet-monitor's `/exceptions` and `CollectExceptions`
+/// write its history: a snapshot at the time of asking, filtered.
+#[derive(Debug, Clone)]
+pub struct ExceptionsRequest {
+    pub signals: ProcessSignals,
+    pub filters: ExceptionsFilters,
+    pub format: ExceptionFormat,
+}
+
+/// Writes `request`'s exceptions to `out`, oldest first; returns the bytes written.
+pub async fn write_exceptions<W: tokio::io::AsyncWrite + Unpin>(
+    request: &ExceptionsRequest,
+    out: &mut W,
+) -> Result<u64, std::io::Error> {
+    use tokio::io::AsyncWriteExt;
+    let mut text = String::new();
+    let mut written = 0u64;
+    for record in request.signals.exceptions() {
+        if !request.filters.selects(&record) {
+            continue;
+        }
+        request.format.write(&record, &mut text);
+        // A history of 1,000 exceptions with deep stacks is megabytes: written in pieces.
+        if text.len() >= 64 * 1024 {
+            out.write_all(text.as_bytes()).await?;
+            written += text.len() as u64;
+            text.clear();
+        }
+    }
+    out.write_all(text.as_bytes()).await?;
+    written += text.len() as u64;
     out.flush().await?;
     Ok(written)
 }
