@@ -278,12 +278,13 @@ fn logs_and_exceptions_out_of_process() {
     );
     // Below the level the agent collects (Trace; it collects Debug), with FilterSpecs: a session
     // of the request's own serves it, as dotnet-monitor serves every /logs. Logs.Orders at every
-    // level, Logs.Payments only at Critical, each message once, none missing in the window.
+    // level, Logs.Payments at the default level (Critical) its spec leaves open, each message
+    // once, none missing in the window.
     let own = post(
         &agent,
         &format!("/logs?pid={pid}&durationSeconds=3"),
         "application/x-ndjson",
-        r#"{"logLevel": "Critical", "filterSpecs": {"Logs.Orders": "Trace"}, "useAppFilters": false}"#,
+        r#"{"logLevel": "Critical", "filterSpecs": {"Logs.Orders": "Trace", "Logs.Pay*": null}, "useAppFilters": false}"#,
     );
     let own = agent.expect_status(own, 200, "POST /logs below the collected level");
     let mut got = HashSet::new();

@@ -66,13 +66,21 @@ struct History {
 /// Threads remembered for inner-exception linkage.
 const MAX_THREADS: usize = 4096;
 
-/// The span an EventSource activity id was in at an event's time (its raw timestamp), else the
-/// span its thread ran then: the process's span tracker, which lives with its profiler. A log
-/// session of a request's own ([`write_session_logs`]) joins its messages to spans through it.
+/// Where a session of a request's own ([`write_session_logs`]) finds the spans its messages were
+/// logged in: the process's span tracker, which lives with its profiler and learns spans from
+/// the always-on session, whose stream may run behind the request's.
+pub trait SpanSource: Send + Sync {
+    /// Whether the tracking session has delivered its events up to `unix_nanos` (or has been
+    /// quiet long enough that nothing is pending): spans begun by then are known.
+    fn caught_up(&self, unix_nanos: i64) -> bool;
+    /// The span EventSource activity `activity` was in at raw event timestamp `timestamp`, else
+    /// the span `thread` ran then.
+    fn span(&self, activity: crate::nettrace::Guid, thread: u64, timestamp: i64) -> Option<Span>;
+}
+
+/// A shared [`SpanSource`].
 #[derive(Clone)]
-pub struct SpanLookup(
-    pub Arc<dyn Fn(crate::nettrace::Guid, u64, i64) -> Option<Span> + Send + Sync>,
-);
+pub struct SpanLookup(pub Arc<dyn SpanSource>);
 
 impl std::fmt::Debug for SpanLookup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -374,11 +382,81 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
 
 /// How long a request's own session may take to end after it is stopped.
 const OWN_SESSION_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a message of a request's own session waits for the span tracking to catch up.
+const MAX_SPAN_WAIT: Duration = Duration::from_secs(3);
+/// Messages waiting for their span at most; past it the oldest is written without waiting.
+const MAX_WAITING: usize = 16_384;
+
+/// A request's own session's messages, decoded and waiting for their spans.
+struct OwnSession {
+    collector: SignalCollector,
+    spans: Option<SpanLookup>,
+    /// Oldest first: the record, the activity outside its scopes, its thread and raw timestamp,
+    /// and when it arrived.
+    waiting: VecDeque<(
+        LogRecord,
+        crate::nettrace::Guid,
+        u64,
+        i64,
+        std::time::Instant,
+    )>,
+}
+
+impl OwnSession {
+    /// Writes out the waiting records whose spans are known by now (or that waited long
+    /// enough), in order; with `all`, every one.
+    fn release(&mut self, all: bool) {
+        while let Some((record, ..)) = self.waiting.front() {
+            let ready = all
+                || self.waiting.len() > MAX_WAITING
+                || self
+                    .waiting
+                    .front()
+                    .is_some_and(|w| w.4.elapsed() >= MAX_SPAN_WAIT)
+                || self
+                    .spans
+                    .as_ref()
+                    .is_none_or(|s| s.0.caught_up(record.unix_nanos));
+            if !ready {
+                break;
+            }
+            let Some((mut record, outside, thread, at, _)) = self.waiting.pop_front() else {
+                break;
+            };
+            if record.span.is_none() {
+                record.span = self
+                    .spans
+                    .as_ref()
+                    .and_then(|s| s.0.span(outside, thread, at));
+            }
+            self.collector.signals.push_log(record);
+        }
+    }
+}
+
+/// Feeds a request's own session's logging events to the [`OwnSession`] it shares.
+struct OwnSessionEvents(Arc<Mutex<OwnSession>>);
+
+impl crate::session::EventObserver for OwnSessionEvents {
+    fn on_event(&mut self, event: &Event<'_>) {
+        let Ok(Some(crate::nettrace::events::KnownEvent::Logging(logging))) = event.known() else {
+            return;
+        };
+        let mut own = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((record, outside)) = own.collector.log_unjoined(event, logging) {
+            let (thread, at) = (event.header.thread_id, event.header.timestamp);
+            let now = std::time::Instant::now();
+            own.waiting.push_back((record, outside, thread, at, now));
+        }
+        own.release(false);
+    }
+}
 
 /// Writes the logs `request` selects from a session of its own with the process, as
 /// dotnet-monitor serves every `/logs`: for `request.duration` (or until `stop`), in its format,
-/// each message joined to its span through the process's [`SpanLookup`]. Used when the agent's
-/// always-on session does not collect what the request asks ([`ProcessSignals::check_logs`]).
+/// each message joined to its span through the process's [`SpanLookup`] once the span tracking
+/// has caught up with it (at most [`MAX_SPAN_WAIT`] later). Used when the agent's always-on
+/// session does not collect what the request asks ([`ProcessSignals::check_logs`]).
 ///
 /// The logging EventSource's `FilterSpecs` are process-wide: while this session runs, the
 /// always-on session receives what this one asks too (and keeps only its own records), and after
@@ -392,28 +470,7 @@ pub async fn write_session_logs<W: tokio::io::AsyncWrite + Unpin>(
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<u64, crate::artifacts::ArtifactError> {
     use crate::artifacts::ArtifactError;
-    use crate::session::{self, EventObserver, ParsingWriter};
-
-    /// Decodes the session's logging events into `collector`'s records.
-    struct OwnSession {
-        collector: SignalCollector,
-        spans: Option<SpanLookup>,
-    }
-    impl EventObserver for OwnSession {
-        fn on_event(&mut self, event: &Event<'_>) {
-            let Ok(Some(crate::nettrace::events::KnownEvent::Logging(logging))) = event.known()
-            else {
-                return;
-            };
-            let (thread, at) = (event.header.thread_id, event.header.timestamp);
-            let spans = self.spans.clone();
-            self.collector.log(event, logging, |activity| {
-                spans
-                    .as_ref()
-                    .and_then(|lookup| (lookup.0)(activity, thread, at))
-            });
-        }
-    }
+    use crate::session::{self, ParsingWriter};
 
     // Records pass through a feed of their own: none is kept, none reaches other readers.
     let own = ProcessSignals::new(
@@ -429,21 +486,23 @@ pub async fn write_session_logs<W: tokio::io::AsyncWrite + Unpin>(
         duration: None,
         ..request.clone()
     };
+    let state = Arc::new(Mutex::new(OwnSession {
+        collector: SignalCollector::new(own),
+        spans: request.signals.span_lookup().cloned(),
+        waiting: VecDeque::new(),
+    }));
     let (ended, session_ended) = tokio::sync::oneshot::channel::<()>();
     // Polled first: it subscribes to the feed before the session can produce a record.
     let writing = write_logs(&reader, out, async {
         let _ = session_ended.await;
     });
-    let observer = OwnSession {
-        collector: SignalCollector::new(own),
-        spans: request.signals.span_lookup().cloned(),
-    };
     let config =
         crate::ipc::CollectTracing::v2(vec![request.settings.provider()]).with_rundown(false);
     let duration = request.duration;
+    let events = OwnSessionEvents(state.clone());
     let session = async move {
         let mut sink =
-            ParsingWriter::with_options(tokio::io::sink(), observer, request.parser.clone());
+            ParsingWriter::with_options(tokio::io::sink(), events, request.parser.clone());
         let until = async {
             let deadline = async {
                 match duration {
@@ -456,7 +515,7 @@ pub async fn write_session_logs<W: tokio::io::AsyncWrite + Unpin>(
                 () = stop => {}
             }
         };
-        let result = session::run(
+        let ran = session::run(
             client,
             config,
             &mut sink,
@@ -468,9 +527,43 @@ pub async fn write_session_logs<W: tokio::io::AsyncWrite + Unpin>(
         if let Some(error) = sink.error() {
             tracing::warn!(%error, "a logs session's stream stopped parsing");
         }
+        ran
+    };
+    // Releases waiting records as the span tracking catches up, also while the session is
+    // quiet; once the session has ended, until none waits.
+    let session = async {
+        let ran = {
+            tokio::pin!(session);
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                tokio::select! {
+                    ran = &mut session => break ran,
+                    _ = tick.tick() => {
+                        state.lock().unwrap_or_else(|p| p.into_inner()).release(false);
+                    }
+                }
+            }
+        };
+        loop {
+            let waiting = {
+                let mut own = state.lock().unwrap_or_else(|p| p.into_inner());
+                own.release(false);
+                own.waiting.front().map(|w| w.4)
+            };
+            match waiting {
+                None => break,
+                Some(since) if since.elapsed() >= MAX_SPAN_WAIT => {
+                    state
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .release(true);
+                }
+                Some(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
         // Every record of the session is on the feed now.
         drop(ended);
-        result
+        ran
     };
     let (written, ran) = tokio::join!(writing, session);
     ran.map_err(ArtifactError::Trace)?;
@@ -540,34 +633,53 @@ impl SignalCollector {
         logging: LoggingEvent,
         span_of: impl Fn(crate::nettrace::Guid) -> Option<Span>,
     ) {
+        if let Some((mut record, outside)) = self.log_unjoined(event, logging) {
+            if record.span.is_none() {
+                record.span = span_of(outside);
+            }
+            self.signals.push_log(record);
+        }
+    }
+
+    /// A logging event, for a caller that joins messages to spans later (the span tracking
+    /// runs in another session): the message's record, its span only if the event carries one,
+    /// and the activity outside its scopes. Scope events and messages the settings do not take
+    /// give `None`.
+    pub fn log_unjoined(
+        &mut self,
+        event: &Event<'_>,
+        logging: LoggingEvent,
+    ) -> Option<(LogRecord, crate::nettrace::Guid)> {
         let header = event.header;
         match logging {
             LoggingEvent::ScopeStart { values, .. } => {
                 self.scopes
                     .start(header.activity_id, header.related_activity_id, values);
+                None
             }
-            LoggingEvent::ScopeStop { .. } => self.scopes.stop(header.activity_id),
+            LoggingEvent::ScopeStop { .. } => {
+                self.scopes.stop(header.activity_id);
+                None
+            }
             LoggingEvent::Message(message) => {
                 if let Some(settings) = &self.signals.logs {
                     if !settings.accepts(&message.category, message.level) {
-                        return;
+                        return None;
                     }
                 }
                 let (scopes, outside) = self.scopes.resolve(header.activity_id);
-                let span = match message.trace {
-                    Some((trace_id, span_id)) => Some(Span {
-                        trace_id,
-                        span_id,
-                        name: Arc::from(""),
-                    }),
-                    None => span_of(outside),
-                };
-                self.signals.push_log(LogRecord {
+                let span = message.trace.map(|(trace_id, span_id)| Span {
+                    trace_id,
+                    span_id,
+                    name: Arc::from(""),
+                });
+                let record = LogRecord {
                     unix_nanos: event.unix_nanos(),
                     message,
                     scopes,
                     span,
-                });
+                };
+                Some((record, outside))
             }
         }
     }
