@@ -163,9 +163,10 @@ pub struct Args {
     #[arg(long = "trace-source", value_name = "NAME")]
     trace_sources: Vec<String>,
     /// Collect the targets' Microsoft.Extensions.Logging messages at this level and above
-    /// (Trace, Debug, Information, Warning, Error, Critical), the app's own filters kept, for
-    /// /logs, CollectLogs (with the seconds before a trigger) and OTLP; off by default: the
-    /// app then formats each message for the agent (BENCHMARKS.md, "Logs and exceptions").
+    /// (Trace, Debug, Information, Warning, Error, Critical), the app's own filters kept, all
+    /// the time: for CollectLogs' seconds before a trigger, OTLP logs, the web UI, and /logs
+    /// requests it covers (others get a session of their own); off by default: the app then
+    /// formats each message for the agent (BENCHMARKS.md, "Logs and exceptions").
     /// [config: Profiling:Logs]
     #[arg(long, value_name = "LEVEL", value_parser = parse_log_level)]
     logs: Option<collector::nettrace::events::LogLevel>,
