@@ -948,6 +948,55 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rules_that_need_kept_signals_are_checked_at_start() {
+        let compile = |actions: serde_json::Value| {
+            collector::rules::options::compile(
+                &serde_json::from_value(serde_json::json!({"R": {
+                    "Trigger": {"Type": "Startup"}, "Actions": actions}}))
+                .unwrap(),
+                &Default::default(),
+            )
+            .unwrap()
+        };
+        let signals = |logs: Option<LogLevel>, max_exceptions| SignalSettings {
+            logs: logs.map(|log_level| LogsSettings {
+                log_level,
+                ..LogsSettings::default()
+            }),
+            limits: SignalLimits {
+                max_exceptions,
+                ..SignalLimits::default()
+            },
+        };
+        use collector::nettrace::events::LogLevel;
+        let pre = compile(serde_json::json!([{"Type": "CollectLogs", "Settings": {
+            "Egress": "e", "DefaultLevel": "Information", "PreTriggerSeconds": 60}}]));
+        // Kept: the retention grows to cover the seconds before the trigger.
+        let kept = signals(Some(LogLevel::Debug), 10).for_rules(&pre).unwrap();
+        assert_eq!(kept.limits.log_retention, Duration::from_secs(65));
+        let error = signals(None, 10).for_rules(&pre).unwrap_err().to_string();
+        assert!(error.contains("--logs"), "{error}");
+        let error = signals(Some(LogLevel::Warning), 10)
+            .for_rules(&pre)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("Warning"), "{error}");
+        // Without PreTriggerSeconds a session of the action's own serves it.
+        let own =
+            compile(serde_json::json!([{"Type": "CollectLogs", "Settings": {"Egress": "e"}}]));
+        assert!(signals(None, 10).for_rules(&own).is_ok());
+        let exceptions = compile(
+            serde_json::json!([{"Type": "CollectExceptions", "Settings": {"Egress": "e"}}]),
+        );
+        assert!(signals(None, 10).for_rules(&exceptions).is_ok());
+        let error = signals(None, 0)
+            .for_rules(&exceptions)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--exception-history"), "{error}");
+    }
+
+    #[test]
     fn listen_urls_read_like_kestrels() {
         let url = |text: &str| parse_url("--urls", text).map(|u| (u.tls, u.addr.to_string()));
         assert_eq!(
