@@ -127,6 +127,34 @@ fn method_name_only(method: &str) -> &str {
     method.split('(').next().unwrap_or(method)
 }
 
+/// The parameter types of `Method(int, Dictionary<string, int>)`: commas inside `<>` or `[]`
+/// do not separate.
+fn parameter_types(method: &str) -> Vec<&str> {
+    let Some(open) = method.find('(') else {
+        return Vec::new();
+    };
+    let inner = &method[open + 1..];
+    let inner = inner.strip_suffix(')').unwrap_or(inner);
+    let mut types = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '<' | '[' | '(' => depth += 1,
+            '>' | ']' | ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                types.push(inner[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    let last = inner[start..].trim();
+    if !last.is_empty() {
+        types.push(last);
+    }
+    types
+}
+
 /// How `/exceptions` writes records, by `Accept`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExceptionFormat {
@@ -194,7 +222,9 @@ fn split_method(display: &str) -> (&str, &str) {
 }
 
 /// dotnet-monitor's `ExceptionInstance` fields (`id`, `timestamp`, `typeName`, `moduleName`,
-/// `message`, `activity`, `innerExceptions`, `stack`), plus `hresult`, `flags`, `traceId` and `spanId`.
+/// `message`, `activity`, `innerExceptions`, `stack` with frames of `methodName`,
+/// `parameterTypes`, `typeName` and `moduleName`), plus each frame's `fullName`, `hresult`,
+/// `flags`, `traceId` and `spanId`.
 pub fn exception_json(record: &ExceptionRecord) -> serde_json::Value {
     let frames: Vec<serde_json::Value> = record
         .frames
@@ -202,7 +232,8 @@ pub fn exception_json(record: &ExceptionRecord) -> serde_json::Value {
         .map(|f| {
             let (type_name, method) = split_method(&f.method_name);
             serde_json::json!({
-                "methodName": method,
+                "methodName": method_name_only(method),
+                "parameterTypes": parameter_types(method),
                 "typeName": type_name,
                 "moduleName": f.module_name,
                 "fullName": f.method_name,
@@ -314,7 +345,16 @@ mod tests {
             span: None,
         };
         let v = exception_json(&record);
-        assert_eq!(v["stack"]["frames"][0]["methodName"], "Connect(long)");
+        assert_eq!(v["stack"]["frames"][0]["methodName"], "Connect");
+        assert_eq!(
+            v["stack"]["frames"][0]["parameterTypes"],
+            serde_json::json!(["long"])
+        );
+        assert_eq!(
+            parameter_types("Put(Dictionary<string, int>, int[,], )"),
+            ["Dictionary<string, int>", "int[,]"]
+        );
+        assert!(parameter_types("Run()").is_empty());
         assert_eq!(v["stack"]["frames"][0]["typeName"], "Logs.Payments.Gateway");
         assert_eq!(v["innerExceptions"][0]["id"], 6);
         assert_eq!(v["timestamp"], "2023-11-14T22:13:20.1234567Z");
