@@ -393,7 +393,7 @@ fn dropped_in_log(log: &str) -> (u64, u64) {
             .unwrap_or(0)
     };
     log.lines()
-        .filter(|l| l.contains("the oldest queued profiles were dropped"))
+        .filter(|l| l.contains("the oldest queued requests were dropped"))
         .fold((0, 0), |(r, s), l| {
             (r + field(l, "requests"), s + field(l, "samples"))
         })

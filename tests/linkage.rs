@@ -156,7 +156,7 @@ async fn samples_join_the_span_running_on_their_thread() {
         ProviderConfig::new(providers::SAMPLE_PROFILER, 0, level::INFORMATIONAL),
         ProviderConfig::new(providers::RUNTIME, JIT_LOADER, level::VERBOSE),
     ];
-    providers.extend(providers::linkage(&[]).unwrap());
+    providers.extend(providers::linkage(&[], false).unwrap());
     observe_session(
         pid,
         CollectTracing::v2(providers).with_rundown(true),
@@ -283,7 +283,7 @@ async fn linkage_can_listen_to_named_sources_only() {
     let mut names = SpanNames::default();
     observe_session(
         target.pid(),
-        CollectTracing::v2(providers::linkage(&["AsyncWeb"]).unwrap()).with_rundown(false),
+        CollectTracing::v2(providers::linkage(&["AsyncWeb"], false).unwrap()).with_rundown(false),
         tokio::time::sleep(Duration::from_secs(2)),
         &mut names,
     )
@@ -305,7 +305,7 @@ enum Mode {
     Off,
     /// The runtime provider at the light session's keywords.
     Light,
-    /// The same plus `providers::linkage(&[])`.
+    /// The same plus `providers::linkage(&[], false)`.
     Linkage,
 }
 
@@ -317,7 +317,7 @@ impl Mode {
             Mode::Light => Some(vec![light]),
             Mode::Linkage => Some(
                 std::iter::once(light)
-                    .chain(providers::linkage(&[]).unwrap())
+                    .chain(providers::linkage(&[], false).unwrap())
                     .collect(),
             ),
         }

@@ -2,10 +2,12 @@
 //! session (`Microsoft-Extensions-Logging` messages, the runtime's `ExceptionThrown_V1`), kept in a
 //! bounded history per process and fanned out live, for the three consumers: the API (`/logs`,
 //! `/exceptions`), the collection rules (`CollectLogs` with the seconds before a trigger, exception
-//! counts) and OTLP export.
+//! counts) and OTLP export. Finished spans (with trace linkage, when an exporter sends traces) are
+//! fanned out live too, on a feed of their own, for OTLP export only; they are not kept.
 
 pub mod exceptions;
 pub mod logs;
+pub mod spans;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,6 +20,7 @@ use crate::nettrace::events::{ExceptionThrown, LoggingEvent};
 use crate::nettrace::Event;
 pub use exceptions::{ExceptionFormat, ExceptionFrame, ExceptionRecord};
 pub use logs::{LogFormat, LogRecord, LogsSettings, ScopeTracker};
+pub use spans::{SpanError, SpanKind, SpanRecord, SpanStatus};
 
 /// How much of each signal a process keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,9 +72,14 @@ const MAX_THREADS: usize = 4096;
 pub struct ProcessSignals {
     history: Arc<Mutex<History>>,
     live: broadcast::Sender<Signal>,
+    /// Finished spans, on a feed of their own: a burst of spans must not push log records out
+    /// of a slow reader's reach, and each loss is counted for its signal.
+    live_spans: broadcast::Sender<Arc<SpanRecord>>,
     limits: SignalLimits,
     /// What the process's session collects (`None`: no logs, only exceptions).
     logs: Option<Arc<LogsSettings>>,
+    /// Whether finished spans are read from the session's span stops.
+    spans: bool,
 }
 
 /// Exceptions kept at the default limits, no logs.
@@ -86,9 +94,33 @@ impl ProcessSignals {
         ProcessSignals {
             history: Arc::default(),
             live: broadcast::channel(limits.live_capacity.max(1)).0,
+            live_spans: broadcast::channel(limits.live_capacity.max(1)).0,
             limits,
             logs: logs.map(Arc::new),
+            spans: false,
         }
+    }
+
+    /// Also read finished spans (the session's linkage providers must ask for them:
+    /// [`crate::providers::linkage`] with `spans`).
+    pub fn with_spans(mut self) -> Self {
+        self.spans = true;
+        self
+    }
+
+    pub fn collects_spans(&self) -> bool {
+        self.spans
+    }
+
+    /// Hands a finished span to the live readers (none keeps it).
+    pub fn push_span(&self, record: SpanRecord) {
+        let _ = self.live_spans.send(Arc::new(record));
+    }
+
+    /// Finished spans from now on; a reader that falls [`SignalLimits::live_capacity`] behind
+    /// is told how many it lost.
+    pub fn subscribe_spans(&self) -> broadcast::Receiver<Arc<SpanRecord>> {
+        self.live_spans.subscribe()
     }
 
     fn lock(&self) -> MutexGuard<'_, History> {
@@ -305,6 +337,7 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
 pub struct SignalCollector {
     signals: ProcessSignals,
     scopes: ScopeTracker,
+    unreadable_spans: u64,
 }
 
 impl SignalCollector {
@@ -312,6 +345,7 @@ impl SignalCollector {
         SignalCollector {
             signals,
             scopes: ScopeTracker::default(),
+            unreadable_spans: 0,
         }
     }
 
@@ -354,6 +388,24 @@ impl SignalCollector {
                     scopes,
                     span,
                 });
+            }
+        }
+    }
+
+    /// A DiagnosticSourceEventSource span stop: a finished span when spans are collected and it
+    /// was recorded. Stops without the span's fields are counted and logged once in a while.
+    pub fn span_stop(&mut self, stop: &crate::nettrace::events::DiagnosticSourceEvent) {
+        if !self.signals.spans {
+            return;
+        }
+        match SpanRecord::from_stop(stop) {
+            Ok(Some(record)) => self.signals.push_span(record),
+            Ok(None) => {}
+            Err(error) => {
+                self.unreadable_spans += 1;
+                if self.unreadable_spans.is_power_of_two() {
+                    tracing::warn!(%error, count = self.unreadable_spans, "span stops that cannot be exported");
+                }
             }
         }
     }
