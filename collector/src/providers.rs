@@ -58,13 +58,14 @@ const DIAGNOSTIC_SOURCE_EVENTS: u64 = 0x2;
 /// `Propagate` is the least a listener can vote for (.NET 8 offers no "observe only"): a span the
 /// service's own tracing records stays recorded, one nobody else wants is created unrecorded.
 const LINKAGE_SOURCE_SPEC: &str = "/-Propagate:-TraceId;SpanId";
-/// What span export asks of each ActivitySource: the start as for linkage, and at the stop every
+/// What span export asks of each ActivitySource: the start as for linkage plus whether the span is
+/// recorded (samples join only spans a backend will get), and at the stop every
 /// field of the finished span that .NET 8's transforms can reach (the spec dotnet-monitor's
 /// distributed-traces pipeline uses). Each transform is a property fetch and a `ToString()` in
 /// the app, so fields nobody exports are not asked for. `Events` and `Links` are absent: their
 /// items have no `ToString()` of their own, so `*Enumerate` would give type names
 /// (dotnet/runtime#102924).
-const SPAN_START_SPEC: &str = "/Start-Propagate:-TraceId;SpanId";
+const SPAN_START_SPEC: &str = "/Start-Propagate:-TraceId;SpanId;ActivityTraceFlags";
 const SPAN_STOP_SPEC: &str = concat!(
     "/Stop-Propagate:-TraceId;SpanId;ParentSpanId;ActivityTraceFlags;TraceStateString;Kind",
     ";DisplayName;StartTimeTicks=StartTimeUtc.Ticks;DurationTicks=Duration.Ticks;Status",
@@ -635,7 +636,7 @@ mod tests {
         let spans = linkage(&["shop"], true).unwrap();
         let args = spans[0].arguments.as_deref().unwrap();
         assert!(args.starts_with(
-            "FilterAndPayloadSpecs=\"[AS]shop/Start-Propagate:-TraceId;SpanId\r\n[AS]shop/Stop-Propagate:"
+            "FilterAndPayloadSpecs=\"[AS]shop/Start-Propagate:-TraceId;SpanId;ActivityTraceFlags\r\n[AS]shop/Stop-Propagate:"
         ));
         assert!(args.contains(";DurationTicks=Duration.Ticks;"));
         assert!(args.ends_with("ActivitySourceVersion=Source.Version\""));

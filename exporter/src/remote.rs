@@ -198,8 +198,11 @@ pub enum ExportSignal {
 }
 
 impl ExportSignal {
-    pub const ALL: [ExportSignal; 3] =
-        [ExportSignal::Profiles, ExportSignal::Logs, ExportSignal::Traces];
+    pub const ALL: [ExportSignal; 3] = [
+        ExportSignal::Profiles,
+        ExportSignal::Logs,
+        ExportSignal::Traces,
+    ];
 
     /// Lower case, as metric labels and OpenTelemetry's variables name it.
     pub fn name(self) -> &'static str {

@@ -164,7 +164,8 @@ impl ExportTaps {
         for tap in &self.0 {
             let Some(logs) = &tap.logs else { continue };
             if let Err(mpsc::error::TrySendError::Full(_)) = logs.try_send(record.clone()) {
-                tap.metrics.drop_items(ExportSignal::Logs, "channel_full", 1);
+                tap.metrics
+                    .drop_items(ExportSignal::Logs, "channel_full", 1);
             }
         }
     }
@@ -261,7 +262,10 @@ impl ExportMetrics {
         let mut dropped_items = BTreeMap::new();
         for signal in ExportSignal::ALL {
             let (items, sent, dropped) = item_metrics(signal);
-            sent_items.insert(signal, counter(sent, &format!("{items} the backend accepted")));
+            sent_items.insert(
+                signal,
+                counter(sent, &format!("{items} the backend accepted")),
+            );
             let help = format!(
                 "{items} given up before reaching the backend, by reason \
                  (channel_full, interval_full, rate_limited, queue_full, rejected, shutdown)"

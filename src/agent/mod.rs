@@ -310,8 +310,9 @@ impl Args {
             self.trace_sources
         };
         let mut exporters = config.exporters.clone();
-        let from_env = exporter::remote::otel_env::exporters_from_env(|name| std::env::var(name).ok())
-            .context("the OpenTelemetry exporter environment (OTEL_EXPORTER_OTLP_*)")?;
+        let from_env =
+            exporter::remote::otel_env::exporters_from_env(|name| std::env::var(name).ok())
+                .context("the OpenTelemetry exporter environment (OTEL_EXPORTER_OTLP_*)")?;
         for (name, exporter) in from_env {
             if exporters.contains_key(&name) {
                 bail!("Exporters:{name} is configured and OTEL_EXPORTER_OTLP_* makes an exporter of that name too: rename the configured one");

@@ -71,12 +71,14 @@
 //      "span_kind":"Internal","hosting_kind":"Server",
 //      "span_tags":{"asyncweb.kind":"alpha","asyncweb.request":"1","asyncweb.slow":"False"},
 //      "span_status":"Ok","span_status_description":null,
-//      "span_ms":4.61,"inner_span_ms":null,"hosting_ms":4.9}
+//      "span_ms":4.61,"inner_span_ms":null,"hosting_ms":4.9,
+//      "span_duration_ms":4.5871,"inner_span_duration_ms":null,"hosting_duration_ms":4.8113}
 //     span_tags: SPAN TAGS, each value as the app's own ToString() of it (asyncweb.request is a long,
 //     asyncweb.slow a bool: true when the request's busy time is over 10 ms). span_ms / inner_span_ms /
 //     hosting_ms: each span's duration measured by the target with Stopwatch from just before its start to
 //     just after its stop (hosting: around Hosting.BeginRequest ... Hosting.EndRequest), so it exceeds the
-//     span's own Activity.Duration by the cost of starting and stopping it.
+//     span's own Activity.Duration by the cost of starting and stopping it (and any preemption meanwhile).
+//     *_duration_ms: the span's own Activity.Duration once stopped, to 0.1 us.
 //     tid_*: OS thread ids before/after the await; thread_*: managed thread ids; switched_thread is
 //     true unless the 200 ms guard expired. For 404s kind is null and span_id, inner_span_id, tid_* and
 //     thread_* are null.
@@ -354,6 +356,7 @@ namespace AsyncWeb
                             .Add("asyncweb.slow", (ms > 10).ToString());
                     }
                     double? innerMs = null;
+                    double? innerDurationMs = null;
                     try
                     {
                         // /charlie keeps half of its time for the inner span, after the await
@@ -369,13 +372,17 @@ namespace AsyncWeb
                         if (kind == "charlie")
                         {
                             long innerStart = Stopwatch.GetTimestamp();
+                            double? innerDuration = null;
                             using (Activity inner = Source.StartActivity(InnerSpanName, ActivityKind.Internal))
                             {
                                 if (inner != null) inner.SetTag("asyncweb.part", "inner");
                                 Handlers.CharlieInnerHot(ms / 2);
                                 innerSpanId = inner != null ? inner.SpanId.ToHexString() : null;
+                                if (inner != null) inner.Stop();
+                                innerDuration = inner != null ? (double?)inner.Duration.TotalMilliseconds : null;
                             }
                             innerMs = Elapsed(innerStart);
+                            innerDurationMs = innerDuration;
                             Hot(kind, ms - before - ms / 2);
                         }
                         else
@@ -407,7 +414,9 @@ namespace AsyncWeb
                         .Add("span_status", span != null ? span.Status.ToString() : null)
                         .Add("span_status_description", span != null ? span.StatusDescription : null)
                         .Add("span_ms", Math.Round(spanMs, 3))
-                        .Add("inner_span_ms", innerMs.HasValue ? (object)Math.Round(innerMs.Value, 3) : null);
+                        .Add("inner_span_ms", innerMs.HasValue ? (object)Math.Round(innerMs.Value, 3) : null)
+                        .Add("span_duration_ms", span != null ? (object)Math.Round(span.Duration.TotalMilliseconds, 4) : null)
+                        .Add("inner_span_duration_ms", innerDurationMs.HasValue ? (object)Math.Round(innerDurationMs.Value, 4) : null);
                 }
                 else
                 {
@@ -428,7 +437,8 @@ namespace AsyncWeb
 
             context.Response.StatusCode = status;
             Hosting.EndRequest(hosting, context);
-            line.Add("hosting_ms", Math.Round(Elapsed(hostingStart), 3));
+            line.Add("hosting_ms", Math.Round(Elapsed(hostingStart), 3))
+                .Add("hosting_duration_ms", Math.Round(hosting.Activity.Duration.TotalMilliseconds, 4));
             double durationMs = (Stopwatch.GetTimestamp() - start) * 1000.0 / Stopwatch.Frequency;
             var kindTag = new KeyValuePair<string, object>("kind", kind ?? "none");
             var statusTag = new KeyValuePair<string, object>("status", status);

@@ -11,8 +11,8 @@
 use std::sync::Arc;
 
 use crate::activity::{Span, SpanId, TraceId};
-use crate::nettrace::events::DiagnosticSourceEvent;
 use crate::nettrace::dotnet_ticks_to_unix_nanos;
+use crate::nettrace::events::DiagnosticSourceEvent;
 
 /// Tags kept per span (OpenTelemetry's default attribute count limit); the rest are counted.
 pub const MAX_SPAN_TAGS: usize = 128;
@@ -264,7 +264,10 @@ mod tests {
                 ("note".into(), "a, b".into()),
             ]
         );
-        assert_eq!((&*span.source_name, span.source_version.as_str()), ("shop", "1.2.3"));
+        assert_eq!(
+            (&*span.source_name, span.source_version.as_str()),
+            ("shop", "1.2.3")
+        );
     }
 
     #[test]
@@ -282,7 +285,10 @@ mod tests {
         bad[7].1 = "-5";
         assert!(matches!(
             SpanRecord::from_stop(&stop(&bad)),
-            Err(SpanError::Invalid { field: "DurationTicks", .. })
+            Err(SpanError::Invalid {
+                field: "DurationTicks",
+                ..
+            })
         ));
     }
 

@@ -44,7 +44,10 @@ fn otlp_span(record: &SpanRecord) -> OtlpSpan {
         SpanStatus::Unset => (status::StatusCode::Unset, ""),
         SpanStatus::Ok => (status::StatusCode::Ok, ""),
         // The proto keeps the description for errors only.
-        SpanStatus::Error => (status::StatusCode::Error, record.status_description.as_str()),
+        SpanStatus::Error => (
+            status::StatusCode::Error,
+            record.status_description.as_str(),
+        ),
     };
     let name = if record.display_name.is_empty() {
         record.span.name.to_string()
@@ -171,7 +174,8 @@ mod tests {
             export(&shop, record("b7ad6b7169203333", "b", SpanStatus::Unset)),
             export(&shop, record("b7ad6b7169203334", "a", SpanStatus::Unset)),
         ]);
-        let request = ExportTraceServiceRequest::decode(request.encode_to_vec().as_slice()).unwrap();
+        let request =
+            ExportTraceServiceRequest::decode(request.encode_to_vec().as_slice()).unwrap();
         assert_eq!(request.resource_spans.len(), 2);
         let shop = &request.resource_spans[0];
         let key = &shop.resource.as_ref().unwrap().attributes[0];
@@ -185,8 +189,14 @@ mod tests {
         let span = &shop.scope_spans[0].spans[0];
         assert_eq!(span.name, "op");
         assert_eq!(span.kind, span::SpanKind::Client as i32);
-        assert_eq!((span.start_time_unix_nano, span.end_time_unix_nano), (1_000, 1_500));
-        assert_eq!(span.parent_span_id, [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]);
+        assert_eq!(
+            (span.start_time_unix_nano, span.end_time_unix_nano),
+            (1_000, 1_500)
+        );
+        assert_eq!(
+            span.parent_span_id,
+            [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]
+        );
         let status = span.status.as_ref().unwrap();
         assert_eq!((status.code, status.message.as_str()), (2, "boom"));
         assert_eq!(span.dropped_attributes_count, 2);

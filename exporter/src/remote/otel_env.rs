@@ -104,7 +104,11 @@ pub fn parse_pairs(variable: &str, text: &str) -> Result<BTreeMap<String, String
 pub fn exporters_from_env(
     get: impl Fn(&str) -> Option<String>,
 ) -> Result<Vec<(String, ExporterConfig)>, RemoteError> {
-    let var = |name: &str| get(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+    let var = |name: &str| {
+        get(name)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
     if var("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")) {
         return Ok(Vec::new());
     }
@@ -130,8 +134,11 @@ pub fn exporters_from_env(
             targets.push((signal, target));
         }
     }
-    let mut groups: Vec<(Vec<ExportSignal>, SignalTarget, BTreeMap<ExportSignal, String>)> =
-        Vec::new();
+    let mut groups: Vec<(
+        Vec<ExportSignal>,
+        SignalTarget,
+        BTreeMap<ExportSignal, String>,
+    )> = Vec::new();
     for (signal, target) in targets {
         let group = groups.iter_mut().find(|(_, t, _)| t.shares_with(&target));
         let url = target.url.clone();
@@ -232,9 +239,10 @@ fn signal_target(
         None => BTreeMap::new(),
     };
     let timeout = match setting("TIMEOUT") {
-        Some((name, text)) => Duration::from_millis(text.parse::<u64>().map_err(|_| {
-            bad(&name, format!("{text:?} is not a number of milliseconds"))
-        })?),
+        Some((name, text)) => Duration::from_millis(
+            text.parse::<u64>()
+                .map_err(|_| bad(&name, format!("{text:?} is not a number of milliseconds")))?,
+        ),
         None => super::DEFAULT_TIMEOUT,
     };
     let compression = match setting("COMPRESSION") {
@@ -329,7 +337,10 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4317"),
             ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc"),
             ("OTEL_EXPORTER_OTLP_TRACES_INSECURE", "true"),
-            ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "http://l:4318/custom/logs"),
+            (
+                "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+                "http://l:4318/custom/logs",
+            ),
             ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
         ]);
         let names: Vec<&str> = exporters.iter().map(|(n, _)| n.as_str()).collect();
@@ -368,8 +379,9 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "5s")
         ])
         .contains("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"));
-        assert!(error(&[("OTEL_RESOURCE_ATTRIBUTES", "novalue")])
-            .contains("OTEL_RESOURCE_ATTRIBUTES"));
+        assert!(
+            error(&[("OTEL_RESOURCE_ATTRIBUTES", "novalue")]).contains("OTEL_RESOURCE_ATTRIBUTES")
+        );
         assert!(error(&[("OTEL_TRACES_EXPORTER", "zipkin")]).contains("OTEL_TRACES_EXPORTER"));
     }
 }
