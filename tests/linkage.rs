@@ -307,6 +307,9 @@ enum Mode {
     Light,
     /// The same plus `providers::linkage(&[], false)`.
     Linkage,
+    /// The same plus `providers::linkage(&[], true)`: every stop carries the whole span, as
+    /// for span export.
+    Spans,
 }
 
 impl Mode {
@@ -315,9 +318,9 @@ impl Mode {
         match self {
             Mode::Off => None,
             Mode::Light => Some(vec![light]),
-            Mode::Linkage => Some(
+            Mode::Linkage | Mode::Spans => Some(
                 std::iter::once(light)
-                    .chain(providers::linkage(&[], false).unwrap())
+                    .chain(providers::linkage(&[], self == Mode::Spans).unwrap())
                     .collect(),
             ),
         }
@@ -431,7 +434,10 @@ async fn linkage_overhead() {
     ];
     // With the default stack walks, and without (the modes that have a session).
     let variants = [
-        (true, &[Mode::Off, Mode::Light, Mode::Linkage][..]),
+        (
+            true,
+            &[Mode::Off, Mode::Light, Mode::Linkage, Mode::Spans][..],
+        ),
         (false, &[Mode::Light, Mode::Linkage][..]),
     ];
     for (load, args) in loads {

@@ -108,10 +108,6 @@ impl ProcessSignals {
         self
     }
 
-    pub fn collects_spans(&self) -> bool {
-        self.spans
-    }
-
     /// Hands a finished span to the live readers (none keeps it).
     pub fn push_span(&self, record: SpanRecord) {
         let _ = self.live_spans.send(Arc::new(record));

@@ -86,7 +86,8 @@ fn otlp_span(record: &SpanRecord) -> OtlpSpan {
 pub fn traces_request(spans: &[SpanExport]) -> ExportTraceServiceRequest {
     // (resource, [((source, version), spans)]) in first-seen order: few of each per request.
     type Scopes = Vec<((Arc<str>, String), Vec<OtlpSpan>)>;
-    let mut resources: Vec<(Arc<[(String, String)]>, Scopes)> = Vec::new();
+    type Resources = Vec<(Arc<[(String, String)]>, Scopes)>;
+    let mut resources: Resources = Vec::new();
     for export in spans {
         let at = match resources.iter().position(|(s, _)| s == &export.series) {
             Some(at) => at,
