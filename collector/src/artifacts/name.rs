@@ -20,6 +20,9 @@ pub enum ArtifactKind {
     /// `<ts>_<pid>.txt` as plain text, `<ts>_<pid>.json` as NDJSON or JSON sequence
     /// (dotnet-monitor's log file names).
     Logs { plain_text: bool },
+    /// `<ts>_<pid>.exceptions.txt` as plain text, `<ts>_<pid>.exceptions.json` as NDJSON or JSON
+    /// sequence (dotnet-monitor's exceptions file names).
+    Exceptions { plain_text: bool },
 }
 
 impl ArtifactKind {
@@ -30,6 +33,7 @@ impl ArtifactKind {
             ArtifactKind::Trace => "trace",
             ArtifactKind::Stacks { .. } => "stacks",
             ArtifactKind::Logs { .. } => "logs",
+            ArtifactKind::Exceptions { .. } => "exceptions",
         }
     }
 
@@ -44,6 +48,10 @@ impl ArtifactKind {
             ArtifactKind::Stacks { plain_text: false } => format!("{ts}_{pid}.stacks.json"),
             ArtifactKind::Logs { plain_text: true } => format!("{ts}_{pid}.txt"),
             ArtifactKind::Logs { plain_text: false } => format!("{ts}_{pid}.json"),
+            ArtifactKind::Exceptions { plain_text: true } => format!("{ts}_{pid}.exceptions.txt"),
+            ArtifactKind::Exceptions { plain_text: false } => {
+                format!("{ts}_{pid}.exceptions.json")
+            }
         }
     }
 
@@ -72,7 +80,14 @@ impl ArtifactKind {
             && digits > 0
             && matches!(
                 &rest[digits..],
-                ".gcdump" | ".nettrace" | ".stacks.txt" | ".stacks.json" | ".txt" | ".json"
+                ".gcdump"
+                    | ".nettrace"
+                    | ".stacks.txt"
+                    | ".stacks.json"
+                    | ".txt"
+                    | ".json"
+                    | ".exceptions.txt"
+                    | ".exceptions.json"
             )
     }
 }
@@ -128,6 +143,8 @@ mod tests {
             ArtifactKind::Stacks { plain_text: false },
             ArtifactKind::Logs { plain_text: true },
             ArtifactKind::Logs { plain_text: false },
+            ArtifactKind::Exceptions { plain_text: true },
+            ArtifactKind::Exceptions { plain_text: false },
         ] {
             assert!(ArtifactKind::is_artifact_file_name(
                 &kind.file_name(1234, at)
