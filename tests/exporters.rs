@@ -205,17 +205,19 @@ fn otlp_and_pyroscope_exports_reach_real_receivers() {
 
     // Resource attributes name the process as the agent does.
     let attached = agent.attached(cpu_pid).unwrap();
-    let resource = grpc["resources"]
-        .as_array()
-        .unwrap()
+    // The first request of a process may hold only its event profiles (locks, exceptions): its
+    // first sampler window is named a second later.
+    let resource = requests
         .iter()
-        .find(|r| r["attributes"]["process.pid"] == json!(cpu_pid))
-        .or_else(|| {
-            requests
-                .iter()
-                .filter(|r| r["transport"] == "grpc")
-                .flat_map(|r| r["resources"].as_array().unwrap())
-                .find(|r| r["attributes"]["process.pid"] == json!(cpu_pid))
+        .filter(|r| r["kind"] == "otlp" && r["transport"] == "grpc")
+        .flat_map(|r| r["resources"].as_array().unwrap())
+        .find(|r| {
+            r["attributes"]["process.pid"] == json!(cpu_pid)
+                && r["profiles"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p["sample_type"] == "cpu/nanoseconds")
         })
         .unwrap();
     assert_eq!(
@@ -393,7 +395,7 @@ fn dropped_in_log(log: &str) -> (u64, u64) {
             .unwrap_or(0)
     };
     log.lines()
-        .filter(|l| l.contains("the oldest queued profiles were dropped"))
+        .filter(|l| l.contains("the oldest queued requests were dropped"))
         .fold((0, 0), |(r, s), l| {
             (r + field(l, "requests"), s + field(l, "samples"))
         })

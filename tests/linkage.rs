@@ -157,7 +157,7 @@ async fn samples_join_the_span_running_on_their_thread() {
         ProviderConfig::new(providers::SAMPLE_PROFILER, 0, level::INFORMATIONAL),
         ProviderConfig::new(providers::RUNTIME, JIT_LOADER, level::VERBOSE),
     ];
-    providers.extend(providers::linkage(&[]).unwrap());
+    providers.extend(providers::linkage(&[], false).unwrap());
     observe_session(
         pid,
         CollectTracing::v2(providers).with_rundown(true),
@@ -284,7 +284,7 @@ async fn linkage_can_listen_to_named_sources_only() {
     let mut names = SpanNames::default();
     observe_session(
         target.pid(),
-        CollectTracing::v2(providers::linkage(&["AsyncWeb"]).unwrap()).with_rundown(false),
+        CollectTracing::v2(providers::linkage(&["AsyncWeb"], false).unwrap()).with_rundown(false),
         tokio::time::sleep(Duration::from_secs(2)),
         &mut names,
     )
@@ -306,8 +306,11 @@ enum Mode {
     Off,
     /// The runtime provider at the light session's keywords.
     Light,
-    /// The same plus `providers::linkage(&[])`.
+    /// The same plus `providers::linkage(&[], false)`.
     Linkage,
+    /// The same plus `providers::linkage(&[], true)`: every stop carries the whole span, as
+    /// for span export.
+    Spans,
 }
 
 impl Mode {
@@ -316,9 +319,9 @@ impl Mode {
         match self {
             Mode::Off => None,
             Mode::Light => Some(vec![light]),
-            Mode::Linkage => Some(
+            Mode::Linkage | Mode::Spans => Some(
                 std::iter::once(light)
-                    .chain(providers::linkage(&[]).unwrap())
+                    .chain(providers::linkage(&[], self == Mode::Spans).unwrap())
                     .collect(),
             ),
         }
@@ -432,7 +435,10 @@ async fn linkage_overhead() {
     ];
     // With the default stack walks, and without (the modes that have a session).
     let variants = [
-        (true, &[Mode::Off, Mode::Light, Mode::Linkage][..]),
+        (
+            true,
+            &[Mode::Off, Mode::Light, Mode::Linkage, Mode::Spans][..],
+        ),
         (false, &[Mode::Light, Mode::Linkage][..]),
     ];
     for (load, args) in loads {

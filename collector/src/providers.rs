@@ -58,6 +58,19 @@ const DIAGNOSTIC_SOURCE_EVENTS: u64 = 0x2;
 /// `Propagate` is the least a listener can vote for (.NET 8 offers no "observe only"): a span the
 /// service's own tracing records stays recorded, one nobody else wants is created unrecorded.
 const LINKAGE_SOURCE_SPEC: &str = "/-Propagate:-TraceId;SpanId";
+/// What span export asks of each ActivitySource: the start as for linkage plus whether the span is
+/// recorded (samples join only spans a backend will get), and at the stop every
+/// field of the finished span that .NET 8's transforms can reach (the spec dotnet-monitor's
+/// distributed-traces pipeline uses). Each transform is a property fetch and a `ToString()` in
+/// the app, so fields nobody exports are not asked for. `Events` and `Links` are absent: their
+/// items have no `ToString()` of their own, so `*Enumerate` would give type names
+/// (dotnet/runtime#102924).
+const SPAN_START_SPEC: &str = "/Start-Propagate:-TraceId;SpanId;ActivityTraceFlags";
+const SPAN_STOP_SPEC: &str = concat!(
+    "/Stop-Propagate:-TraceId;SpanId;ParentSpanId;ActivityTraceFlags;TraceStateString;Kind",
+    ";DisplayName;StartTimeTicks=StartTimeUtc.Ticks;DurationTicks=Duration.Ticks;Status",
+    ";StatusDescription;Tags=TagObjects.*Enumerate;ActivitySourceVersion=Source.Version",
+);
 /// EventCounter providers of the `Metrics` profile.
 const METRIC_PROVIDERS: [&str; 3] = [
     "System.Runtime",
@@ -99,7 +112,13 @@ const HTTP_FILTER_AND_PAYLOAD_SPECS: &str = concat!(
 /// traces itself avoids that. The DiagnosticSourceEventSource arguments are process-wide:
 /// another session enabling that provider with other `FilterAndPayloadSpecs` replaces these for
 /// every session until it ends.
-pub fn linkage(activity_sources: &[&str]) -> Result<Vec<ProviderConfig>, ProviderSpecError> {
+///
+/// With `spans`, each stop also carries the finished span (kind, times, status, tags, source
+/// version) for span export ([`crate::signals::SpanRecord`]).
+pub fn linkage(
+    activity_sources: &[&str],
+    spans: bool,
+) -> Result<Vec<ProviderConfig>, ProviderSpecError> {
     // These characters delimit a spec line, its source and its transforms, or the quoted
     // argument: a name holding one would select something else.
     if let Some(bad) = activity_sources
@@ -108,15 +127,22 @@ pub fn linkage(activity_sources: &[&str]) -> Result<Vec<ProviderConfig>, Provide
     {
         return Err(ProviderSpecError::BadActivitySource(bad.to_string()));
     }
-    let specs = if activity_sources.is_empty() {
-        format!("[AS]*{LINKAGE_SOURCE_SPEC}")
+    let sources = if activity_sources.is_empty() {
+        &["*"][..]
     } else {
         activity_sources
-            .iter()
-            .map(|source| format!("[AS]{source}{LINKAGE_SOURCE_SPEC}"))
-            .collect::<Vec<_>>()
-            .join("\r\n")
     };
+    let specs = sources
+        .iter()
+        .map(|source| {
+            if spans {
+                format!("[AS]{source}{SPAN_START_SPEC}\r\n[AS]{source}{SPAN_STOP_SPEC}")
+            } else {
+                format!("[AS]{source}{LINKAGE_SOURCE_SPEC}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\r\n");
     Ok(vec![
         ProviderConfig::new(
             DIAGNOSTIC_SOURCE,
@@ -577,7 +603,7 @@ mod tests {
 
     #[test]
     fn linkage_asks_for_span_events_and_activity_id_changes() {
-        let providers = linkage(&[]).unwrap();
+        let providers = linkage(&[], false).unwrap();
         assert_eq!(providers.len(), 2);
         let ds = &providers[0];
         assert_eq!((ds.name.as_str(), ds.keywords), (DIAGNOSTIC_SOURCE, 0x2));
@@ -591,13 +617,13 @@ mod tests {
         // The agent adds them to a session that has other providers.
         let mut session = SessionProviders::default();
         session.add_profile(TraceProfile::Cpu, 5).unwrap();
-        for p in linkage(&[]).unwrap() {
+        for p in linkage(&[], false).unwrap() {
             session.add(p).unwrap();
         }
         assert_eq!(session.providers.len(), 4);
 
         // Named sources: one spec line each.
-        let named = linkage(&["shop-orders", "Microsoft.AspNetCore"]).unwrap();
+        let named = linkage(&["shop-orders", "Microsoft.AspNetCore"], false).unwrap();
         assert_eq!(
             named[0].arguments.as_deref(),
             Some(concat!(
@@ -606,9 +632,17 @@ mod tests {
                 r#"[AS]Microsoft.AspNetCore/-Propagate:-TraceId;SpanId""#
             ))
         );
+        // Span export: a start spec as for linkage, a stop spec with the whole span.
+        let spans = linkage(&["shop"], true).unwrap();
+        let args = spans[0].arguments.as_deref().unwrap();
+        assert!(args.starts_with(
+            "FilterAndPayloadSpecs=\"[AS]shop/Start-Propagate:-TraceId;SpanId;ActivityTraceFlags\r\n[AS]shop/Stop-Propagate:"
+        ));
+        assert!(args.contains(";DurationTicks=Duration.Ticks;"));
+        assert!(args.ends_with("ActivitySourceVersion=Source.Version\""));
         for bad in ["", "a/b", "a:b", "a+op", "*", "a\"b", "a\nb"] {
             assert_eq!(
-                linkage(&[bad]),
+                linkage(&[bad], false),
                 Err(ProviderSpecError::BadActivitySource(bad.to_string()))
             );
         }

@@ -21,6 +21,8 @@
 //! Functions become one `Location` each (frames are symbolized already, no address is worth
 //! keeping) with one `Line`, and the module of a function its `Mapping`, as in [`crate::pprof`].
 
+pub mod traces;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -108,6 +110,17 @@ fn resource(series: &[(String, String)]) -> Resource {
     Resource {
         attributes,
         ..Resource::default()
+    }
+}
+
+/// Adds attributes the exporter's configuration gives every resource (`ResourceAttributes`,
+/// `OTEL_RESOURCE_ATTRIBUTES`), except where the process's own labels name the key already:
+/// `service.name` stays the process's.
+pub fn extend_resource(resource: &mut Resource, extra: &[(String, String)]) {
+    for (key, value) in extra {
+        if !resource.attributes.iter().any(|kv| &kv.key == key) {
+            resource.attributes.push(attribute(key, any_string(value)));
+        }
     }
 }
 

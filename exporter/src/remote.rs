@@ -33,14 +33,20 @@ use opentelemetry_proto::tonic::collector::profiles::v1development::profiles_ser
 use opentelemetry_proto::tonic::collector::profiles::v1development::{
     ExportProfilesServiceRequest, ExportProfilesServiceResponse,
 };
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 use serde::Deserialize;
 use tonic::codec::CompressionEncoding;
 use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
-use crate::otlp::{logs_request, ExportBatch, LogExport, RequestBuilder};
+use crate::otlp::traces::{traces_request, SpanExport};
+use crate::otlp::{extend_resource, logs_request, ExportBatch, LogExport, RequestBuilder};
 use crate::pyroscope::{self, SeriesProfile};
+
+pub mod otel_env;
 
 /// How long a request may take without `Timeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -169,16 +175,52 @@ pub struct ExporterConfig {
     #[serde(default)]
     pub tls: Option<TlsConfig>,
     /// What it sends: `Profiles` (default) and, for OTLP, `Logs` (log records and exceptions,
-    /// which the agent collects with `--logs` and `--exception-history`).
+    /// which the agent collects with `--logs` and `--exception-history`) and `Traces` (the
+    /// finished spans trace linkage follows).
     #[serde(default = "default_signals")]
     pub signals: Vec<ExportSignal>,
+    /// OTLP/HTTP: a signal's full URL, used as it is, instead of its default route at the
+    /// endpoint (`/v1development/profiles`, `/v1/logs`, `/v1/traces`).
+    #[serde(default)]
+    pub signal_endpoints: BTreeMap<ExportSignal, String>,
+    /// OTLP: attributes added to every resource (process) sent, unless the process's own
+    /// (`service.name`, `process.pid`, `host.name`) name the key.
+    #[serde(default)]
+    pub resource_attributes: BTreeMap<String, String>,
 }
 
 /// A kind of data an exporter sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
 pub enum ExportSignal {
     Profiles,
     Logs,
+    Traces,
+}
+
+impl ExportSignal {
+    pub const ALL: [ExportSignal; 3] = [
+        ExportSignal::Profiles,
+        ExportSignal::Logs,
+        ExportSignal::Traces,
+    ];
+
+    /// Lower case, as metric labels and OpenTelemetry's variables name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExportSignal::Profiles => "profiles",
+            ExportSignal::Logs => "logs",
+            ExportSignal::Traces => "traces",
+        }
+    }
+
+    /// The OTLP/HTTP route of the signal at an endpoint.
+    fn http_path(self) -> &'static str {
+        match self {
+            ExportSignal::Profiles => "/v1development/profiles",
+            ExportSignal::Logs => "/v1/logs",
+            ExportSignal::Traces => "/v1/traces",
+        }
+    }
 }
 
 fn default_signals() -> Vec<ExportSignal> {
@@ -212,6 +254,9 @@ pub enum RemoteError {
 
     #[error("building the HTTP client: {0}")]
     Client(String),
+
+    #[error("environment variable {variable}: {reason}")]
+    Environment { variable: String, reason: String },
 }
 
 /// Why a request failed.
@@ -249,7 +294,10 @@ pub struct Prepared {
     body: Body,
     /// Bytes it holds in memory (its encoded size).
     pub bytes: usize,
-    /// Sample values it carries (one per sample per batch), for accounting.
+    /// What it carries.
+    pub signal: ExportSignal,
+    /// How many items, for accounting: profile sample values (one per sample per batch), log
+    /// records and exceptions, or spans.
     pub values: u64,
 }
 
@@ -257,6 +305,7 @@ pub struct Prepared {
 enum Body {
     Grpc(ExportProfilesServiceRequest),
     GrpcLogs(ExportLogsServiceRequest),
+    GrpcTraces(ExportTraceServiceRequest),
     Http {
         /// The full URL.
         url: String,
@@ -282,6 +331,7 @@ enum Transport {
 struct GrpcClients {
     profiles: ProfilesServiceClient<Channel>,
     logs: LogsServiceClient<Channel>,
+    traces: TraceServiceClient<Channel>,
 }
 
 /// A configured exporter's connection; cheap to clone.
@@ -294,6 +344,8 @@ pub struct Client {
     headers: Vec<(String, String)>,
     gzip: bool,
     timeout: Duration,
+    signal_endpoints: BTreeMap<ExportSignal, String>,
+    resource_attributes: Vec<(String, String)>,
 }
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
@@ -425,10 +477,24 @@ impl Client {
                 .map_err(|_| invalid("the value must be visible ASCII"))?;
             headers.push((lower, value.clone()));
         }
-        if config.sends(ExportSignal::Logs)
-            && !matches!(config.kind, Kind::OtlpGrpc | Kind::OtlpHttp)
-        {
-            return Err(bad("only otlp-grpc and otlp-http exporters send Logs"));
+        let otlp = matches!(config.kind, Kind::OtlpGrpc | Kind::OtlpHttp);
+        if (config.sends(ExportSignal::Logs) || config.sends(ExportSignal::Traces)) && !otlp {
+            return Err(bad(
+                "only otlp-grpc and otlp-http exporters send Logs and Traces",
+            ));
+        }
+        if !config.signal_endpoints.is_empty() && config.kind != Kind::OtlpHttp {
+            return Err(bad(
+                "SignalEndpoints are OTLP/HTTP URLs: only otlp-http exporters take them",
+            ));
+        }
+        for url in config.signal_endpoints.values() {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(RemoteError::Endpoint {
+                    endpoint: url.clone(),
+                    reason: "a SignalEndpoints URL must be http:// or https://".into(),
+                });
+            }
         }
         let transport = if config.kind == Kind::OtlpGrpc {
             let mut channel = Endpoint::from_shared(endpoint.clone())
@@ -442,7 +508,8 @@ impl Client {
             }
             let channel = channel.connect_lazy();
             let mut client = ProfilesServiceClient::new(channel.clone());
-            let mut logs = LogsServiceClient::new(channel);
+            let mut logs = LogsServiceClient::new(channel.clone());
+            let mut traces = TraceServiceClient::new(channel);
             if config.compression == Compression::Gzip {
                 client = client
                     .send_compressed(CompressionEncoding::Gzip)
@@ -450,10 +517,14 @@ impl Client {
                 logs = logs
                     .send_compressed(CompressionEncoding::Gzip)
                     .accept_compressed(CompressionEncoding::Gzip);
+                traces = traces
+                    .send_compressed(CompressionEncoding::Gzip)
+                    .accept_compressed(CompressionEncoding::Gzip);
             }
             Transport::Grpc(Box::new(GrpcClients {
                 profiles: client,
                 logs,
+                traces,
             }))
         } else {
             let url = reqwest::Url::parse(&endpoint).map_err(|e| bad(&e.to_string()))?;
@@ -483,6 +554,12 @@ impl Client {
             headers,
             gzip: config.compression == Compression::Gzip,
             timeout,
+            signal_endpoints: config.signal_endpoints.clone(),
+            resource_attributes: config
+                .resource_attributes
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         })
     }
 
@@ -503,19 +580,23 @@ impl Client {
                 for batch in batches {
                     builder.add(batch);
                 }
-                let request = builder.build();
+                let mut request = builder.build();
+                for r in &mut request.resource_profiles {
+                    self.extend(&mut r.resource);
+                }
                 let encoded = request.encoded_len();
                 let body = if self.kind == Kind::OtlpGrpc {
                     Body::Grpc(request)
                 } else {
                     Body::Http {
-                        url: format!("{}{}", self.base, self.otlp_http_path()),
+                        url: self.otlp_url(ExportSignal::Profiles),
                         body: self.maybe_gzip(request.encode_to_vec()),
                     }
                 };
                 vec![Prepared {
                     body,
                     bytes: encoded,
+                    signal: ExportSignal::Profiles,
                     values,
                 }]
             }
@@ -543,6 +624,7 @@ impl Client {
                         url: format!("{}/push.v1.PusherService/Push", self.base),
                         body,
                     },
+                    signal: ExportSignal::Profiles,
                     values,
                 }]
             }
@@ -552,6 +634,7 @@ impl Client {
                     let pprof = gzip(&crate::pprof::encode_pprof(&p.profile).ok()?);
                     Some(Prepared {
                         bytes: pprof.len(),
+                        signal: ExportSignal::Profiles,
                         values: p.profile.samples.len() as u64,
                         body: Body::Http {
                             url: format!("{}{}", self.base, ingest_path(p)),
@@ -584,38 +667,82 @@ impl Client {
         }
     }
 
+    /// Adds the configured resource attributes.
+    fn extend(&self, resource: &mut Option<Resource>) {
+        if let Some(resource) = resource {
+            extend_resource(resource, &self.resource_attributes);
+        }
+    }
+
     /// The request that carries these log records and exceptions (OTLP exporters only).
     pub fn prepare_logs(&self, records: &[LogExport]) -> Option<Prepared> {
         if records.is_empty() {
             return None;
         }
-        let request = logs_request(records);
+        let mut request = logs_request(records);
+        for r in &mut request.resource_logs {
+            self.extend(&mut r.resource);
+        }
         let bytes = request.encoded_len();
         let body = match self.kind {
             Kind::OtlpGrpc => Body::GrpcLogs(request),
             Kind::OtlpHttp => Body::Http {
-                url: self.otlp_logs_url(),
+                url: self.otlp_url(ExportSignal::Logs),
                 body: self.maybe_gzip(request.encode_to_vec()),
             },
             Kind::Pyroscope | Kind::PyroscopeIngest => return None,
         };
-        // Counted as requests; `values` counts profile samples.
         Some(Prepared {
             body,
             bytes,
-            values: 0,
+            signal: ExportSignal::Logs,
+            values: records.len() as u64,
         })
     }
 
-    /// `/v1/logs` at the endpoint's host (an endpoint with a path names the profiles' route).
-    fn otlp_logs_url(&self) -> String {
+    /// The request that carries these spans (OTLP exporters only).
+    pub fn prepare_traces(&self, spans: &[SpanExport]) -> Option<Prepared> {
+        if spans.is_empty() {
+            return None;
+        }
+        let mut request = traces_request(spans);
+        for r in &mut request.resource_spans {
+            self.extend(&mut r.resource);
+        }
+        let bytes = request.encoded_len();
+        let body = match self.kind {
+            Kind::OtlpGrpc => Body::GrpcTraces(request),
+            Kind::OtlpHttp => Body::Http {
+                url: self.otlp_url(ExportSignal::Traces),
+                body: self.maybe_gzip(request.encode_to_vec()),
+            },
+            Kind::Pyroscope | Kind::PyroscopeIngest => return None,
+        };
+        Some(Prepared {
+            body,
+            bytes,
+            signal: ExportSignal::Traces,
+            values: spans.len() as u64,
+        })
+    }
+
+    /// Where OTLP/HTTP sends `signal`: its `SignalEndpoints` URL as it is; else profiles at
+    /// the endpoint plus `/v1development/profiles` (an endpoint with a path is the profiles'
+    /// route itself), logs and traces at `/v1/logs` and `/v1/traces` of the endpoint's host.
+    fn otlp_url(&self, signal: ExportSignal) -> String {
+        if let Some(url) = self.signal_endpoints.get(&signal) {
+            return url.clone();
+        }
+        if signal == ExportSignal::Profiles {
+            return format!("{}{}", self.base, self.otlp_http_path());
+        }
         match reqwest::Url::parse(&self.base) {
             Ok(mut url) => {
-                url.set_path("/v1/logs");
+                url.set_path(signal.http_path());
                 url.set_query(None);
                 url.to_string()
             }
-            Err(_) => format!("{}/v1/logs", self.base),
+            Err(_) => format!("{}{}", self.base, signal.http_path()),
         }
     }
 
@@ -627,8 +754,12 @@ impl Client {
                     .await
             }
             (Transport::Grpc(clients), Body::GrpcLogs(message)) => {
-                self.send_grpc_logs(clients.logs.clone(), message.clone())
-                    .await
+                let mut client = clients.logs.clone();
+                accepted(client.export(self.grpc_request(message.clone())).await)
+            }
+            (Transport::Grpc(clients), Body::GrpcTraces(message)) => {
+                let mut client = clients.traces.clone();
+                accepted(client.export(self.grpc_request(message.clone())).await)
             }
             (Transport::Http(client), Body::Http { url, body }) => {
                 self.send_http(client, url, body.clone()).await
@@ -662,17 +793,6 @@ impl Client {
     ) -> Result<Sent, SendError> {
         match client.export(self.grpc_request(message)).await {
             Ok(response) => Ok(partial_success(response.into_inner())),
-            Err(status) => Err(grpc_error(&status)),
-        }
-    }
-
-    async fn send_grpc_logs(
-        &self,
-        mut client: LogsServiceClient<Channel>,
-        message: ExportLogsServiceRequest,
-    ) -> Result<Sent, SendError> {
-        match client.export(self.grpc_request(message)).await {
-            Ok(_) => Ok(Sent::default()),
             Err(status) => Err(grpc_error(&status)),
         }
     }
@@ -730,6 +850,13 @@ impl Client {
             message: format!("POST {url}: HTTP {status}: {}", text.trim()),
         })
     }
+}
+
+/// The outcome of a logs or traces call (their partial successes are not read).
+fn accepted<T>(result: Result<tonic::Response<T>, tonic::Status>) -> Result<Sent, SendError> {
+    result
+        .map(|_| Sent::default())
+        .map_err(|status| grpc_error(&status))
 }
 
 /// A failed gRPC call, retryable when the status says the backend may take it later.

@@ -144,6 +144,8 @@ pub struct ProfilingConfig {
     pub trace_linkage: Option<bool>,
     #[serde(default)]
     pub trace_sources: Vec<String>,
+    #[serde(default, deserialize_with = "lenient::opt_number")]
+    pub trace_rate_limit: Option<u32>,
     #[serde(default, deserialize_with = "lenient::numbers")]
     pub process_ids: Vec<u64>,
     #[serde(default)]

@@ -11,7 +11,8 @@
 //! `clrscope_export_*{exporter}`) and logged:
 //!
 //! 1. a channel of [`CHANNEL_BATCHES`] batches from the per-process tasks: when full (the
-//!    exporter's task stalled), batches are dropped (`reason="channel_full"`);
+//!    exporter's task stalled), batches are dropped (`reason="channel_full"`); spans past a
+//!    process's `--trace-rate-limit` are dropped before it (`reason="rate_limited"`);
 //! 2. the batches of the current interval, at most [`MAX_PENDING_SAMPLES`] samples: past it
 //!    batches are dropped (`reason="interval_full"`);
 //! 3. a queue of prepared requests, at most `QueueSize` requests and `MaxQueueBytes` bytes,
@@ -23,15 +24,22 @@
 //!
 //! At shutdown the last interval is prepared and each queued request gets one attempt within
 //! [`SHUTDOWN_GRACE`]; what is left is dropped (`reason="shutdown"`).
+//!
+//! Log records and spans take the same path, with channels and interval caps of their own
+//! ([`CHANNEL_LOG_RECORDS`], [`MAX_PENDING_LOG_RECORDS`], [`CHANNEL_SPANS`],
+//! [`MAX_PENDING_SPANS`]) and one queue per exporter for all its signals; what is given up is
+//! counted per signal (`clrscope_export_dropped_{samples,log_records,spans}_total`).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::Context;
+use collector::signals::SpanRecord;
+use exporter::otlp::traces::SpanExport;
 use exporter::otlp::{ExportBatch, LogExport};
 use exporter::remote::{Client, ExportSignal, ExporterConfig, Prepared};
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{broadcast, mpsc, Notify};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use ui::metrics::{Counter, Gauge, Registry};
@@ -47,6 +55,10 @@ pub const MAX_PENDING_SAMPLES: usize = 200_000;
 pub const CHANNEL_LOG_RECORDS: usize = 8192;
 /// Log records and exceptions held for one interval.
 pub const MAX_PENDING_LOG_RECORDS: usize = 50_000;
+/// Spans waiting for an exporter's task.
+pub const CHANNEL_SPANS: usize = 8192;
+/// Spans held for one interval (a few hundred bytes each).
+pub const MAX_PENDING_SPANS: usize = 50_000;
 /// Defaults of the settings.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
 pub const DEFAULT_QUEUE_SIZE: usize = 8;
@@ -69,6 +81,8 @@ struct Tap {
     profiles: bool,
     /// Log records and exceptions, when it sends logs.
     logs: Option<mpsc::Sender<LogExport>>,
+    /// Finished spans, when it sends traces.
+    traces: Option<mpsc::Sender<SpanExport>>,
     metrics: Arc<ExportMetrics>,
 }
 
@@ -78,26 +92,69 @@ impl ExportTaps {
         self.0.iter().any(|tap| tap.logs.is_some())
     }
 
-    /// Forwards a process's log records and exceptions to the exporters that send logs until the
+    /// Whether any exporter sends traces.
+    pub fn want_traces(&self) -> bool {
+        self.0.iter().any(|tap| tap.traces.is_some())
+    }
+
+    /// Forwards a process's log records, exceptions and finished spans (at most
+    /// `spans_per_second`, in bursts of as many) to the exporters that send them until the
     /// process's signals are gone; a forwarder that falls behind loses the oldest, counted.
-    pub async fn forward_logs(
+    pub async fn forward_signals(
         self,
         series: Arc<[(String, String)]>,
-        mut live: tokio::sync::broadcast::Receiver<collector::signals::Signal>,
+        mut logs: Option<broadcast::Receiver<collector::signals::Signal>>,
+        mut spans: Option<broadcast::Receiver<Arc<SpanRecord>>>,
+        spans_per_second: u32,
     ) {
         use tokio::sync::broadcast::error::RecvError;
-        loop {
-            match live.recv().await {
-                Ok(signal) => self.offer_log(&LogExport {
-                    series: series.clone(),
-                    signal,
-                }),
-                Err(RecvError::Lagged(lost)) => {
-                    for tap in self.0.iter().filter(|t| t.logs.is_some()) {
-                        tap.metrics.drop_log_records("channel_full", lost);
+        let mut limiter = RateLimiter::new(spans_per_second);
+        while logs.is_some() || spans.is_some() {
+            tokio::select! {
+                signal = async { Some(logs.as_mut()?.recv().await) }, if logs.is_some() => match signal {
+                    Some(Ok(signal)) => self.offer_log(&LogExport {
+                        series: series.clone(),
+                        signal,
+                    }),
+                    Some(Err(RecvError::Lagged(lost))) => {
+                        for tap in self.0.iter().filter(|t| t.logs.is_some()) {
+                            tap.metrics.drop_items(ExportSignal::Logs, "channel_full", lost);
+                        }
                     }
-                }
-                Err(RecvError::Closed) => return,
+                    Some(Err(RecvError::Closed)) | None => logs = None,
+                },
+                span = async { Some(spans.as_mut()?.recv().await) }, if spans.is_some() => match span {
+                    Some(Ok(span)) => {
+                        if limiter.admit(Instant::now()) {
+                            self.offer_span(&series, span);
+                        } else {
+                            self.drop_spans("rate_limited", 1);
+                        }
+                    }
+                    Some(Err(RecvError::Lagged(lost))) => self.drop_spans("channel_full", lost),
+                    Some(Err(RecvError::Closed)) | None => spans = None,
+                },
+            }
+        }
+    }
+
+    fn drop_spans(&self, reason: &'static str, spans: u64) {
+        for tap in self.0.iter().filter(|t| t.traces.is_some()) {
+            tap.metrics.drop_items(ExportSignal::Traces, reason, spans);
+        }
+    }
+
+    /// Offers a finished span to every exporter that sends traces, without waiting.
+    fn offer_span(&self, series: &Arc<[(String, String)]>, span: Arc<SpanRecord>) {
+        for tap in &self.0 {
+            let Some(traces) = &tap.traces else { continue };
+            let export = SpanExport {
+                series: series.clone(),
+                span: span.clone(),
+            };
+            if let Err(mpsc::error::TrySendError::Full(_)) = traces.try_send(export) {
+                tap.metrics
+                    .drop_items(ExportSignal::Traces, "channel_full", 1);
             }
         }
     }
@@ -107,7 +164,8 @@ impl ExportTaps {
         for tap in &self.0 {
             let Some(logs) = &tap.logs else { continue };
             if let Err(mpsc::error::TrySendError::Full(_)) = logs.try_send(record.clone()) {
-                tap.metrics.drop_log_records("channel_full", 1);
+                tap.metrics
+                    .drop_items(ExportSignal::Logs, "channel_full", 1);
             }
         }
     }
@@ -121,7 +179,8 @@ impl ExportTaps {
             if let Err(mpsc::error::TrySendError::Full(batch)) = tap.channel.try_send(batch.clone())
             {
                 let samples = batch.batch.samples.len() as u64;
-                tap.metrics.drop_samples("channel_full", samples);
+                tap.metrics
+                    .drop_items(ExportSignal::Profiles, "channel_full", samples);
                 let dropped = tap.metrics.dropped_batches_channel.get();
                 if dropped.is_power_of_two() {
                     tracing::warn!(exporter = %tap.name, dropped, "the exporter cannot keep up; profile batches are being dropped before export");
@@ -142,22 +201,45 @@ struct ExportMetrics {
     queue_bytes: Gauge,
     sent_requests: Counter,
     sent_bytes: Counter,
-    sent_samples: Counter,
+    /// Items the backend accepted, per signal (samples, log records, spans).
+    sent_items: BTreeMap<ExportSignal, Counter>,
     failed_attempts: Counter,
     dropped_batches_channel: Counter,
     dropped_requests: BTreeMap<&'static str, Counter>,
-    dropped_samples: BTreeMap<&'static str, Counter>,
-    dropped_log_records: BTreeMap<&'static str, Counter>,
+    /// Items given up, per signal and reason.
+    dropped_items: BTreeMap<(ExportSignal, &'static str), Counter>,
 }
 
 /// Why data was given up, the `reason` label of the drop counters.
-const DROP_REASONS: [&str; 5] = [
+const DROP_REASONS: [&str; 6] = [
     "channel_full",
     "interval_full",
+    "rate_limited",
     "queue_full",
     "rejected",
     "shutdown",
 ];
+
+/// What a signal's items are, and the names of its sent and dropped counters.
+fn item_metrics(signal: ExportSignal) -> (&'static str, &'static str, &'static str) {
+    match signal {
+        ExportSignal::Profiles => (
+            "Profile samples (one per stack and batch)",
+            "clrscope_export_sent_samples_total",
+            "clrscope_export_dropped_samples_total",
+        ),
+        ExportSignal::Logs => (
+            "Log records and exceptions",
+            "clrscope_export_sent_log_records_total",
+            "clrscope_export_dropped_log_records_total",
+        ),
+        ExportSignal::Traces => (
+            "Spans",
+            "clrscope_export_sent_spans_total",
+            "clrscope_export_dropped_spans_total",
+        ),
+    }
+}
 
 impl ExportMetrics {
     fn register(registry: &Registry, exporter: &str) -> ExportMetrics {
@@ -176,21 +258,24 @@ impl ExportMetrics {
             "Export requests given up, by reason (queue_full, rejected, shutdown)",
             &["exporter", "reason"],
         );
-        let dropped_samples = registry.counter_vec(
-            "clrscope_export_dropped_samples_total",
-            "Profile samples (one per stack and batch) given up before reaching the backend, by reason",
-            &["exporter", "reason"],
-        );
-        let dropped_log_records = registry.counter_vec(
-            "clrscope_export_dropped_log_records_total",
-            "Log records and exceptions given up before they were put in a request, by reason (channel_full, interval_full)",
-            &["exporter", "reason"],
-        );
+        let mut sent_items = BTreeMap::new();
+        let mut dropped_items = BTreeMap::new();
+        for signal in ExportSignal::ALL {
+            let (items, sent, dropped) = item_metrics(signal);
+            sent_items.insert(
+                signal,
+                counter(sent, &format!("{items} the backend accepted")),
+            );
+            let help = format!(
+                "{items} given up before reaching the backend, by reason \
+                 (channel_full, interval_full, rate_limited, queue_full, rejected, shutdown)"
+            );
+            let family = registry.counter_vec(dropped, &help, &["exporter", "reason"]);
+            for reason in DROP_REASONS {
+                dropped_items.insert((signal, reason), family.with(&[exporter, reason]));
+            }
+        }
         ExportMetrics {
-            dropped_log_records: DROP_REASONS
-                .iter()
-                .map(|&r| (r, dropped_log_records.with(&[exporter, r])))
-                .collect(),
             queue_requests: gauge(
                 "clrscope_export_queue_requests",
                 "Export requests waiting to be sent (the one being sent included)",
@@ -207,10 +292,7 @@ impl ExportMetrics {
                 "clrscope_export_sent_bytes_total",
                 "Bytes of export requests the backend accepted (encoded, before compression)",
             ),
-            sent_samples: counter(
-                "clrscope_export_sent_samples_total",
-                "Profile samples (one per stack and batch) the backend accepted",
-            ),
+            sent_items,
             failed_attempts: counter(
                 "clrscope_export_failed_attempts_total",
                 "Attempts to send an export request that failed (each retry counts)",
@@ -223,25 +305,16 @@ impl ExportMetrics {
                 .iter()
                 .map(|&r| (r, dropped_requests.with(&[exporter, r])))
                 .collect(),
-            dropped_samples: DROP_REASONS
-                .iter()
-                .map(|&r| (r, dropped_samples.with(&[exporter, r])))
-                .collect(),
+            dropped_items,
         }
     }
 
-    fn drop_samples(&self, reason: &'static str, samples: u64) {
-        if reason == "channel_full" {
+    fn drop_items(&self, signal: ExportSignal, reason: &'static str, items: u64) {
+        if signal == ExportSignal::Profiles && reason == "channel_full" {
             self.dropped_batches_channel.inc();
         }
-        if let Some(c) = self.dropped_samples.get(reason) {
-            c.add(samples);
-        }
-    }
-
-    fn drop_log_records(&self, reason: &'static str, records: u64) {
-        if let Some(c) = self.dropped_log_records.get(reason) {
-            c.add(records);
+        if let Some(c) = self.dropped_items.get(&(signal, reason)) {
+            c.add(items);
         }
     }
 
@@ -249,7 +322,48 @@ impl ExportMetrics {
         if let Some(c) = self.dropped_requests.get(reason) {
             c.inc();
         }
-        self.drop_samples(reason, request.values);
+        self.drop_items(request.signal, reason, request.values);
+    }
+
+    fn sent(&self, request: &Prepared) {
+        self.sent_requests.inc();
+        self.sent_bytes.add(request.bytes as u64);
+        if let Some(c) = self.sent_items.get(&request.signal) {
+            c.add(request.values);
+        }
+    }
+}
+
+/// Lets through at most `per_second` events a second, in bursts of up to that many (a token
+/// bucket); 0 lets nothing through.
+#[derive(Debug)]
+struct RateLimiter {
+    per_second: f64,
+    tokens: f64,
+    last: Option<Instant>,
+}
+
+impl RateLimiter {
+    fn new(per_second: u32) -> RateLimiter {
+        RateLimiter {
+            per_second: f64::from(per_second),
+            tokens: f64::from(per_second),
+            last: None,
+        }
+    }
+
+    fn admit(&mut self, now: Instant) -> bool {
+        if let Some(last) = self.last {
+            let refill = now.saturating_duration_since(last).as_secs_f64() * self.per_second;
+            self.tokens = (self.tokens + refill).min(self.per_second);
+        }
+        self.last = Some(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
     }
 }
 
@@ -315,7 +429,8 @@ impl Shared {
         let mut queue = self.queue();
         queue.bytes += request.bytes as u64;
         queue.requests.push_back(request);
-        let mut dropped = (0u64, 0u64);
+        // Requests, then items per signal.
+        let mut dropped = (0u64, BTreeMap::<ExportSignal, u64>::new());
         while queue.requests.len() > self.limits.queue_size
             || (queue.bytes > self.limits.max_queue_bytes && queue.requests.len() > 1)
         {
@@ -329,18 +444,21 @@ impl Shared {
             queue.bytes -= old.bytes as u64;
             self.metrics.drop_request("queue_full", &old);
             dropped.0 += 1;
-            dropped.1 += old.values;
+            *dropped.1.entry(old.signal).or_default() += old.values;
         }
         self.update_gauges(&queue);
         drop(queue);
         if dropped.0 > 0 {
+            let items = |signal| dropped.1.get(&signal).copied().unwrap_or(0);
             tracing::warn!(
                 exporter = %self.name,
                 requests = dropped.0,
-                samples = dropped.1,
+                samples = items(ExportSignal::Profiles),
+                log_records = items(ExportSignal::Logs),
+                spans = items(ExportSignal::Traces),
                 queue_size = self.limits.queue_size,
                 max_queue_bytes = self.limits.max_queue_bytes,
-                "the backend is not taking profiles fast enough; the oldest queued profiles were dropped"
+                "the backend is not taking requests fast enough; the oldest queued requests were dropped"
             );
         }
         self.ready.notify_one();
@@ -367,6 +485,12 @@ pub fn spawn(
         } else {
             (None, None)
         };
+        let (traces, spans) = if exporter.sends(ExportSignal::Traces) {
+            let (sender, receiver) = mpsc::channel(CHANNEL_SPANS);
+            (Some(sender), Some(receiver))
+        } else {
+            (None, None)
+        };
         let shared = Arc::new(Shared {
             name: name.clone(),
             limits,
@@ -379,7 +503,7 @@ pub fn spawn(
             shared.clone(),
             client.clone(),
             batches,
-            log_records,
+            Receivers { log_records, spans },
             done_tx,
         ));
         tasks.spawn(send(shared, client, done_rx));
@@ -388,6 +512,7 @@ pub fn spawn(
             channel,
             profiles: exporter.sends(ExportSignal::Profiles),
             logs,
+            traces,
             metrics,
         });
     }
@@ -397,27 +522,42 @@ pub fn spawn(
 /// Says where profiles go; after the agent's first line, which names its API address.
 pub fn log_started(config: &ExportersConfig) {
     for (name, exporter) in config {
+        let signals: Vec<&str> = exporter.signals.iter().map(|s| s.name()).collect();
         tracing::info!(
             exporter = %name,
             kind = exporter.kind.name(),
             endpoint = %exporter.endpoint,
-            "exporting profiles"
+            signals = %signals.join(","),
+            "exporting"
         );
     }
 }
 
-/// Gathers batches (and log records) and prepares one interval's requests at a time.
+/// The channels of an exporter's other signals, when it sends them.
+struct Receivers {
+    log_records: Option<mpsc::Receiver<LogExport>>,
+    spans: Option<mpsc::Receiver<SpanExport>>,
+}
+
+/// Gathers batches (and log records, and spans) and prepares one interval's requests at a time.
 async fn collect(
     shared: Arc<Shared>,
     client: Client,
     mut batches: mpsc::Receiver<ExportBatch>,
-    mut log_records: Option<mpsc::Receiver<LogExport>>,
+    Receivers {
+        mut log_records,
+        mut spans,
+    }: Receivers,
     done: tokio::sync::watch::Sender<bool>,
 ) {
     let mut pending_logs: Vec<LogExport> = Vec::new();
-    let prepare_logs = |pending: &mut Vec<LogExport>| {
-        let records = std::mem::take(pending);
-        if let Some(request) = client.prepare_logs(&records) {
+    let mut pending_spans: Vec<SpanExport> = Vec::new();
+    let prepare_signals = |logs: &mut Vec<LogExport>, spans: &mut Vec<SpanExport>| {
+        let requests = [
+            client.prepare_logs(&std::mem::take(logs)),
+            client.prepare_traces(&std::mem::take(spans)),
+        ];
+        for request in requests.into_iter().flatten() {
             shared.push(request);
         }
     };
@@ -455,7 +595,7 @@ async fn collect(
                 Some(batch) => {
                     let samples = batch.batch.samples.len();
                     if pending_samples + samples > MAX_PENDING_SAMPLES {
-                        shared.metrics.drop_samples("interval_full", samples as u64);
+                        shared.metrics.drop_items(ExportSignal::Profiles, "interval_full", samples as u64);
                         refused += 1;
                         if refused.is_power_of_two() {
                             tracing::warn!(exporter = %shared.name, batches = refused, max_samples = MAX_PENDING_SAMPLES, "an export interval holds too many samples; batches are being dropped (shorten the Interval)");
@@ -469,17 +609,22 @@ async fn collect(
             },
             record = async { log_records.as_mut()?.recv().await }, if log_records.is_some() => match record {
                 Some(record) if pending_logs.len() < MAX_PENDING_LOG_RECORDS => pending_logs.push(record),
-                Some(_) => shared.metrics.drop_log_records("interval_full", 1),
+                Some(_) => shared.metrics.drop_items(ExportSignal::Logs, "interval_full", 1),
                 None => log_records = None,
+            },
+            span = async { spans.as_mut()?.recv().await }, if spans.is_some() => match span {
+                Some(span) if pending_spans.len() < MAX_PENDING_SPANS => pending_spans.push(span),
+                Some(_) => shared.metrics.drop_items(ExportSignal::Traces, "interval_full", 1),
+                None => spans = None,
             },
             _ = ticks.tick() => {
                 prepare(&mut pending, &mut pending_samples);
-                prepare_logs(&mut pending_logs);
+                prepare_signals(&mut pending_logs, &mut pending_spans);
             }
         }
     }
     prepare(&mut pending, &mut pending_samples);
-    prepare_logs(&mut pending_logs);
+    prepare_signals(&mut pending_logs, &mut pending_spans);
     let _ = done.send(true);
 }
 
@@ -559,9 +704,7 @@ async fn send(shared: Arc<Shared>, client: Client, mut done: tokio::sync::watch:
         }
         match result {
             Ok(_) => {
-                shared.metrics.sent_requests.inc();
-                shared.metrics.sent_bytes.add(request.bytes as u64);
-                shared.metrics.sent_samples.add(request.values);
+                shared.metrics.sent(&request);
                 if failures > 0 {
                     tracing::info!(exporter = %shared.name, failed_attempts = failures, "the backend takes profiles again");
                 }
@@ -575,7 +718,7 @@ async fn send(shared: Arc<Shared>, client: Client, mut done: tokio::sync::watch:
                     "rejected"
                 };
                 shared.metrics.drop_request(reason, &request);
-                tracing::warn!(exporter = %shared.name, samples = request.values, %error, reason, "a profile export request was dropped");
+                tracing::warn!(exporter = %shared.name, signal = request.signal.name(), items = request.values, %error, reason, "an export request was dropped");
             }
             Err(error) => {
                 shared.metrics.failed_attempts.inc();

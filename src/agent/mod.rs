@@ -31,6 +31,7 @@ use collector::rules::options::{ActionKind, CollectionRule};
 use collector::sampler::DutyCycle;
 use collector::signals::{check_covered, LogsSettings, SignalLimits};
 use exporter::egress::{Egress, EgressConfig};
+use exporter::remote::ExportSignal;
 use settings::{parse_bytes, parse_duration};
 use store::tsdb::{Store, StoreOptions};
 use symbolizer::profiles::process::EventProfiles;
@@ -41,6 +42,9 @@ use crate::args::NettraceArgs;
 use config::{AgentConfig, ConfigSources, MetricsConfig};
 use health::Health;
 use writer::BatchSink;
+
+/// Spans per second exported per process unless `--trace-rate-limit` says otherwise.
+const DEFAULT_TRACE_RATE_LIMIT: u32 = 1000;
 
 /// Command-line settings. Each flag overrides the configuration's key of the same meaning
 /// (`config` module: settings.json, key-per-file directory, environment); flags that are not
@@ -162,6 +166,11 @@ pub struct Args {
     /// [config: Profiling:TraceSources]
     #[arg(long = "trace-source", value_name = "NAME")]
     trace_sources: Vec<String>,
+    /// With trace linkage and an exporter sending Traces: the most spans per second exported
+    /// per process; the rest are dropped, counted. [default: 1000]
+    /// [config: Profiling:TraceRateLimit]
+    #[arg(long, value_name = "N")]
+    trace_rate_limit: Option<u32>,
     /// Collect the targets' Microsoft.Extensions.Logging messages at this level and above
     /// (Trace, Debug, Information, Warning, Error, Critical), the app's own filters kept, all
     /// the time: for CollectLogs' seconds before a trigger, OTLP logs, the web UI, and /logs
@@ -303,14 +312,37 @@ impl Args {
         } else {
             self.trace_sources
         };
-        let linkage = if self.trace_linkage || profiling.trace_linkage == Some(true) {
+        let mut exporters = config.exporters.clone();
+        let from_env =
+            exporter::remote::otel_env::exporters_from_env(|name| std::env::var(name).ok())
+                .context("the OpenTelemetry exporter environment (OTEL_EXPORTER_OTLP_*)")?;
+        for (name, exporter) in from_env {
+            if exporters.contains_key(&name) {
+                bail!("Exporters:{name} is configured and OTEL_EXPORTER_OTLP_* makes an exporter of that name too: rename the configured one");
+            }
+            exporters.insert(name, exporter);
+        }
+        let traces_to = exporters
+            .iter()
+            .find(|(_, e)| e.sends(ExportSignal::Traces))
+            .map(|(name, _)| name.clone());
+        let linkage_on = self.trace_linkage || profiling.trace_linkage == Some(true);
+        let spans = linkage_on && traces_to.is_some();
+        let linkage = if linkage_on {
             let sources: Vec<&str> = trace_sources.iter().map(String::as_str).collect();
-            Some(collector::providers::linkage(&sources).context("--trace-source")?)
+            Some(collector::providers::linkage(&sources, spans).context("--trace-source")?)
         } else if !trace_sources.is_empty() {
             bail!("--trace-source (Profiling:TraceSources) needs --trace-linkage (Profiling:TraceLinkage)");
         } else {
+            if let Some(name) = &traces_to {
+                tracing::warn!(exporter = %name, "the exporter sends traces, but trace linkage is off: no spans will be sent (start the agent with --trace-linkage)");
+            }
             None
         };
+        let trace_rate_limit = self
+            .trace_rate_limit
+            .or(profiling.trace_rate_limit)
+            .unwrap_or(DEFAULT_TRACE_RATE_LIMIT);
         let store = &config.store;
         let metrics = &config.metrics;
         let metrics_on = metrics.enabled != Some(false);
@@ -406,6 +438,7 @@ impl Args {
                         .unwrap_or(DEFAULT_EXCEPTION_HISTORY),
                     ..SignalLimits::default()
                 },
+                spans: spans.then_some(trace_rate_limit),
             },
             store: StoreOptions {
                 flush_interval: self
@@ -428,7 +461,7 @@ impl Args {
             runtime_counters,
             auth,
             kestrel: config.kestrel.clone(),
-            exporters: config.exporters,
+            exporters,
             egress: config.egress.clone(),
             rules: collector::rules::options::compile(
                 &config.collection_rules,
@@ -527,6 +560,8 @@ pub struct SignalSettings {
     pub logs: Option<LogsSettings>,
     /// `max_exceptions` 0: no exceptions.
     pub limits: SignalLimits,
+    /// Finished spans are read and exported, at most this many per second per process.
+    pub spans: Option<u32>,
 }
 
 impl SignalSettings {
@@ -967,6 +1002,7 @@ mod tests {
                 max_exceptions,
                 ..SignalLimits::default()
             },
+            spans: None,
         };
         use collector::nettrace::events::LogLevel;
         let pre = compile(serde_json::json!([{"Type": "CollectLogs", "Settings": {

@@ -22,6 +22,7 @@ use collector::sampler::{SamplerControl, SamplerStep, MAX_WINDOW};
 use collector::samples::SampleAggregator;
 use collector::session::{self, EventObserver, ParsingWriter, SessionProgress};
 use collector::signals::{ProcessSignals, SignalCollector, SpanLookup, SpanSource};
+use exporter::remote::otel_env::parse_pairs;
 use profile::labels;
 use symbolizer::profiles::process::{Batches, EventProfiles, ProcessProfiler};
 use tokio::sync::{watch, Notify};
@@ -434,35 +435,11 @@ pub fn service_name(environment: &[(String, String)]) -> Option<String> {
     if let Some(name) = get("OTEL_SERVICE_NAME") {
         return Some(name.to_string());
     }
-    get("OTEL_RESOURCE_ATTRIBUTES")?
-        .split(',')
-        .filter_map(|pair| pair.split_once('='))
-        .find(|(key, _)| key.trim() == "service.name")
-        .map(|(_, value)| percent_decode(value.trim()))
+    // A malformed variable names no service (the app's own SDK would refuse it too).
+    parse_pairs("OTEL_RESOURCE_ATTRIBUTES", get("OTEL_RESOURCE_ATTRIBUTES")?)
+        .ok()?
+        .remove("service.name")
         .filter(|v| !v.is_empty())
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match (bytes[i], hex) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// How long a listen-mode runtime waits for its light session to be enabled before it is
@@ -547,10 +524,13 @@ async fn attach(
     let service = service_name(&environment).unwrap_or_else(|| name.clone());
     let sampler = SamplerControl::new(agent.settings.duty);
     let rule_states = RuleStates::default();
-    let signals = ProcessSignals::new(
+    let mut signals = ProcessSignals::new(
         agent.settings.signals.limits,
         agent.settings.signals.logs.clone(),
     );
+    if agent.settings.signals.spans.is_some() {
+        signals = signals.with_spans();
+    }
     let Some(_registration) = agent.processes.register(AttachedProcess {
         pid: target.pid,
         name: name.clone(),
@@ -608,13 +588,16 @@ async fn attach(
         retention: MAX_WINDOW + SYMBOLIZE_DELAY + Duration::from_secs(5),
         ..TrackerLimits::default()
     });
-    if agent.exports.want_logs() {
-        tokio::spawn(
-            agent
-                .exports
-                .clone()
-                .forward_logs(series.clone().into(), signals.subscribe()),
-        );
+    if agent.exports.want_logs() || agent.exports.want_traces() {
+        let exports = agent.exports.clone();
+        let logs = exports.want_logs().then(|| signals.subscribe());
+        let spans = exports.want_traces().then(|| signals.subscribe_spans());
+        tokio::spawn(exports.forward_signals(
+            series.clone().into(),
+            logs,
+            spans,
+            agent.settings.signals.spans.unwrap_or(0),
+        ));
     }
     let profiler = SharedProfiler::new(
         ProcessProfiler::new(series, agent.settings.events, linkage)
@@ -1134,6 +1117,5 @@ mod tests {
             ])),
             None
         );
-        assert_eq!(percent_decode("a%2Cb%zz%"), "a,b%zz%");
     }
 }

@@ -1,17 +1,19 @@
-"""A profiles and logs receiver for clrscope's export tests, built on the official protos.
+"""A profiles, logs and traces receiver for clrscope's export tests, built on the official protos.
 
 Serves, on 127.0.0.1:
   * gRPC  opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export and
-          opentelemetry.proto.collector.logs.v1.LogsService/Export
+          opentelemetry.proto.collector.logs.v1.LogsService/Export and
+          opentelemetry.proto.collector.trace.v1.TraceService/Export
     (PyPI opentelemetry-proto's generated servicers on grpcio);
   * HTTP  POST /v1development/profiles          OTLP/HTTP, application/x-protobuf, gzip or not
           POST /v1/logs                         OTLP/HTTP logs, likewise
+          POST /v1/traces (or --traces-path)    OTLP/HTTP traces, likewise
           POST /push.v1.PusherService/Push       Pyroscope push (Connect, application/proto)
           POST /ingest?name=...&format=pprof     Pyroscope's legacy ingest
 
 Prints one JSON object per line on stdout:
   {"ready": true, "grpc_port": P, "http_port": Q}
-  then one line per request received, see `otlp_summary`, `logs_summary`, `push_summary` and
+  then one line per request received, see `otlp_summary`, `logs_summary`, `traces_summary`, `push_summary` and
   `ingest_summary`.
 pprof profiles (push samples, ingest bodies) are saved under --out-dir for `go tool pprof`.
 
@@ -39,6 +41,7 @@ from opentelemetry.proto.collector.profiles.v1development import (
     profiles_service_pb2,
     profiles_service_pb2_grpc,
 )
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRINT_LOCK = threading.Lock()
@@ -174,6 +177,48 @@ def logs_summary(request, transport, extra):
     return out
 
 
+def traces_summary(request, transport, extra):
+    """The traces request as plain data: per resource its attributes, per scope (name, version)
+    its spans with ids (hex), name, kind, times, status, flags and attributes."""
+    resources = []
+    for rs in request.resource_spans:
+        scopes = []
+        for ss in rs.scope_spans:
+            spans = [
+                {
+                    "trace_id": sp.trace_id.hex(),
+                    "span_id": sp.span_id.hex(),
+                    "parent_span_id": sp.parent_span_id.hex(),
+                    "trace_state": sp.trace_state,
+                    "flags": sp.flags,
+                    "name": sp.name,
+                    "kind": sp.kind,
+                    "start_time_unix_nano": sp.start_time_unix_nano,
+                    "end_time_unix_nano": sp.end_time_unix_nano,
+                    "attributes": {kv.key: any_value(kv.value) for kv in sp.attributes},
+                    "dropped_attributes_count": sp.dropped_attributes_count,
+                    "events": len(sp.events),
+                    "links": len(sp.links),
+                    "status_code": sp.status.code,
+                    "status_message": sp.status.message,
+                }
+                for sp in ss.spans
+            ]
+            scopes.append({"name": ss.scope.name, "version": ss.scope.version, "spans": spans})
+        attrs = {kv.key: any_value(kv.value) for kv in rs.resource.attributes}
+        resources.append({"attributes": attrs, "scopes": scopes})
+    out = {"kind": "otlp-traces", "transport": transport, "resources": resources}
+    out.update(extra)
+    return out
+
+
+class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    def Export(self, request, context):
+        metadata = {k: v for k, v in context.invocation_metadata()}
+        emit(traces_summary(request, "grpc", {"headers": metadata, "bytes": request.ByteSize()}))
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
 class LogsService(logs_service_pb2_grpc.LogsServiceServicer):
     def Export(self, request, context):
         metadata = {k: v for k, v in context.invocation_metadata()}
@@ -247,6 +292,12 @@ def make_handler(args, push_pb2):
                 emit(logs_summary(request, "http", extra))
                 answer = logs_service_pb2.ExportLogsServiceResponse()
                 self.reply(200, answer.SerializeToString(), "application/x-protobuf")
+            elif url.path == args.traces_path:
+                request = trace_service_pb2.ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                emit(traces_summary(request, "http", extra))
+                answer = trace_service_pb2.ExportTraceServiceResponse()
+                self.reply(200, answer.SerializeToString(), "application/x-protobuf")
             elif url.path == "/push.v1.PusherService/Push":
                 request = push_pb2.PushRequest()
                 request.ParseFromString(body)
@@ -291,6 +342,9 @@ def main():
     parser.add_argument(
         "--fail-status", type=int, default=0, help="answer every HTTP request with this status"
     )
+    parser.add_argument(
+        "--traces-path", default="/v1/traces", help="the OTLP/HTTP traces route to serve"
+    )
     parser.add_argument("--tls-cert", help="serve TLS with this PEM certificate (chain)")
     parser.add_argument("--tls-key", help="the certificate's PEM private key")
     args = parser.parse_args()
@@ -300,6 +354,7 @@ def main():
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     profiles_service_pb2_grpc.add_ProfilesServiceServicer_to_server(ProfilesService(), server)
     logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsService(), server)
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(), server)
     address = "127.0.0.1:%d" % args.grpc_port
     if args.tls_cert:
         with open(args.tls_cert, "rb") as f:

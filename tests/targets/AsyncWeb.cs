@@ -25,6 +25,9 @@
 //     other   404, no inner span (the hosting events are still emitted).
 //   `?status=NNN` (100..599) on /alpha, /bravo or /charlie sets the response status code (e.g. 500 to test
 //   AspNetResponseStatus triggers). The response body is the request's JSON line (below).
+//   Each AsyncWeb.* span carries tags (SPAN TAGS below) and a status: Error with description "status NNN"
+//   when the response status is >= 500, else Ok. AsyncWeb.Charlie.Inner has the tag asyncweb.part=inner
+//   and status Unset.
 //   Activity.DefaultIdFormat = W3C (forced); an ActivityListener samples sources "AsyncWeb" and
 //   "Microsoft.AspNetCore" (AllDataAndRecorded), so spans are really created.
 //   Meter "AsyncWeb": Histogram<double> "asyncweb.request.duration" (unit ms) and Counter<long>
@@ -64,7 +67,18 @@
 //      "hosting_span_id":"<16 hex, the HttpRequestIn span = parent of span_id>",
 //      "parent_span_id":"<16 hex of the incoming traceparent, or null>",
 //      "tid_before":1250,"tid_after":1252,"thread_before":7,"thread_after":9,"switched_thread":true,
-//      "duration_ms":4.8}
+//      "duration_ms":4.8,
+//      "span_kind":"Internal","hosting_kind":"Server",
+//      "span_tags":{"asyncweb.kind":"alpha","asyncweb.request":"1","asyncweb.slow":"False"},
+//      "span_status":"Ok","span_status_description":null,
+//      "span_ms":4.61,"inner_span_ms":null,"hosting_ms":4.9,
+//      "span_duration_ms":4.5871,"inner_span_duration_ms":null,"hosting_duration_ms":4.8113}
+//     span_tags: SPAN TAGS, each value as the app's own ToString() of it (asyncweb.request is a long,
+//     asyncweb.slow a bool: true when the request's busy time is over 10 ms). span_ms / inner_span_ms /
+//     hosting_ms: each span's duration measured by the target with Stopwatch from just before its start to
+//     just after its stop (hosting: around Hosting.BeginRequest ... Hosting.EndRequest), so it exceeds the
+//     span's own Activity.Duration by the cost of starting and stopping it (and any preemption meanwhile).
+//     *_duration_ms: the span's own Activity.Duration once stopped, to 0.1 us.
 //     tid_*: OS thread ids before/after the await; thread_*: managed thread ids; switched_thread is
 //     true unless the 200 ms guard expired. For 404s kind is null and span_id, inner_span_id, tid_* and
 //     thread_* are null.
@@ -282,6 +296,11 @@ namespace AsyncWeb
             resumed.Wait(ResumeGuardMs);
         }
 
+        static double Elapsed(long since)
+        {
+            return (Stopwatch.GetTimestamp() - since) * 1000.0 / Stopwatch.Frequency;
+        }
+
         static string SpanName(string kind)
         {
             return kind == "alpha" ? "AsyncWeb.Alpha" : kind == "bravo" ? "AsyncWeb.Bravo" : "AsyncWeb.Charlie";
@@ -309,6 +328,7 @@ namespace AsyncWeb
 
             var context = HostingHttpContext.For(raw, "0HASYNCWEB" + seq.ToString("X8", CultureInfo.InvariantCulture));
             string traceparent = raw.Request.Headers["traceparent"];
+            long hostingStart = Stopwatch.GetTimestamp();
             Hosting.State hosting = Hosting.BeginRequest(context, traceparent);
 
             var line = new Json()
@@ -322,9 +342,23 @@ namespace AsyncWeb
             {
                 if (kind != null)
                 {
-                    using (Activity span = Source.StartActivity(SpanName(kind), ActivityKind.Internal))
+                    double ms = kind == "alpha" ? alphaMs : kind == "bravo" ? bravoMs : charlieMs;
+                    long spanStart = Stopwatch.GetTimestamp();
+                    Activity span = Source.StartActivity(SpanName(kind), ActivityKind.Internal);
+                    var tags = new Json();
+                    if (span != null)
                     {
-                        double ms = kind == "alpha" ? alphaMs : kind == "bravo" ? bravoMs : charlieMs;
+                        span.SetTag("asyncweb.kind", kind);
+                        span.SetTag("asyncweb.request", seq);
+                        span.SetTag("asyncweb.slow", ms > 10);
+                        tags.Add("asyncweb.kind", kind)
+                            .Add("asyncweb.request", seq.ToString())
+                            .Add("asyncweb.slow", (ms > 10).ToString());
+                    }
+                    double? innerMs = null;
+                    double? innerDurationMs = null;
+                    try
+                    {
                         // /charlie keeps half of its time for the inner span, after the await
                         double before = kind == "charlie" ? ms / 4 : ms / 2;
                         int tidBefore = Native.CurrentTid();
@@ -337,11 +371,18 @@ namespace AsyncWeb
                         string innerSpanId = null;
                         if (kind == "charlie")
                         {
+                            long innerStart = Stopwatch.GetTimestamp();
+                            double? innerDuration = null;
                             using (Activity inner = Source.StartActivity(InnerSpanName, ActivityKind.Internal))
                             {
+                                if (inner != null) inner.SetTag("asyncweb.part", "inner");
                                 Handlers.CharlieInnerHot(ms / 2);
                                 innerSpanId = inner != null ? inner.SpanId.ToHexString() : null;
+                                if (inner != null) inner.Stop();
+                                innerDuration = inner != null ? (double?)inner.Duration.TotalMilliseconds : null;
                             }
+                            innerMs = Elapsed(innerStart);
+                            innerDurationMs = innerDuration;
                             Hot(kind, ms - before - ms / 2);
                         }
                         else
@@ -355,7 +396,27 @@ namespace AsyncWeb
                             .Add("tid_before", tidBefore).Add("tid_after", tidAfter)
                             .Add("thread_before", threadBefore).Add("thread_after", threadAfter)
                             .Add("switched_thread", tidBefore != tidAfter);
+                        if (span != null)
+                        {
+                            bool failed = status >= 500;
+                            span.SetStatus(failed ? ActivityStatusCode.Error : ActivityStatusCode.Ok,
+                                failed ? "status " + status.ToString(CultureInfo.InvariantCulture) : null);
+                        }
                     }
+                    finally
+                    {
+                        if (span != null) span.Dispose();
+                    }
+                    double spanMs = Elapsed(spanStart);
+                    line.Add("span_kind", span != null ? span.Kind.ToString() : null)
+                        .Add("hosting_kind", hosting.Activity.Kind.ToString())
+                        .Add("span_tags", tags)
+                        .Add("span_status", span != null ? span.Status.ToString() : null)
+                        .Add("span_status_description", span != null ? span.StatusDescription : null)
+                        .Add("span_ms", Math.Round(spanMs, 3))
+                        .Add("inner_span_ms", innerMs.HasValue ? (object)Math.Round(innerMs.Value, 3) : null)
+                        .Add("span_duration_ms", span != null ? (object)Math.Round(span.Duration.TotalMilliseconds, 4) : null)
+                        .Add("inner_span_duration_ms", innerDurationMs.HasValue ? (object)Math.Round(innerDurationMs.Value, 4) : null);
                 }
                 else
                 {
@@ -376,6 +437,8 @@ namespace AsyncWeb
 
             context.Response.StatusCode = status;
             Hosting.EndRequest(hosting, context);
+            line.Add("hosting_ms", Math.Round(Elapsed(hostingStart), 3))
+                .Add("hosting_duration_ms", Math.Round(hosting.Activity.Duration.TotalMilliseconds, 4));
             double durationMs = (Stopwatch.GetTimestamp() - start) * 1000.0 / Stopwatch.Frequency;
             var kindTag = new KeyValuePair<string, object>("kind", kind ?? "none");
             var statusTag = new KeyValuePair<string, object>("status", status);

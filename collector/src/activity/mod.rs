@@ -157,13 +157,16 @@ pub struct Span {
 pub enum ActivityEvent {
     /// A span started on `thread`: its EventSource activity id is `activity` (the start event's
     /// activity id); `restore` is the id the thread had before (its related activity id), which
-    /// the thread returns to when the span stops.
+    /// the thread returns to when the span stops. `recorded` is false for a span the start says
+    /// was only propagated (span export asks for its trace flags): it is followed, so that its
+    /// thread's timeline stays right, but no sample or log is joined to it, as no backend gets it.
     SpanStart {
         thread: u64,
         timestamp: i64,
         activity: Guid,
         restore: Guid,
         span: Span,
+        recorded: bool,
     },
     /// A span stopped: by EventSource activity id, or by span id when the runtime could not find
     /// the activity in the stopping flow (its stop event then has a nil activity id).
@@ -250,6 +253,10 @@ impl ActivityEvent {
                     timestamp,
                     activity: h.activity_id,
                     restore: h.related_activity_id,
+                    // Linkage alone does not ask for the flags: every span counts then.
+                    recorded: ds
+                        .argument("ActivityTraceFlags")
+                        .is_none_or(|flags| flags.contains("Recorded")),
                     span: Span {
                         trace_id,
                         span_id,
@@ -335,6 +342,7 @@ pub struct TrackerStats {
 #[derive(Debug)]
 struct SpanEntry {
     span: Span,
+    recorded: bool,
     restore: Guid,
     started: i64,
     stopped: Option<i64>,
@@ -428,6 +436,7 @@ impl SpanTracker {
                 activity,
                 restore,
                 span,
+                recorded,
             } => {
                 self.advance(timestamp);
                 if activity.is_nil() {
@@ -446,6 +455,7 @@ impl SpanTracker {
                     activity,
                     SpanEntry {
                         span,
+                        recorded,
                         restore,
                         started: timestamp,
                         stopped,
@@ -512,6 +522,7 @@ impl SpanTracker {
         let entry = self.spans.get(&current.activity)?;
         // A span stopped from another flow leaves its id on the threads of its own flow.
         match entry.stopped {
+            _ if !entry.recorded => None,
             Some(stopped) if stopped < timestamp => None,
             _ => Some(&entry.span),
         }
@@ -522,6 +533,7 @@ impl SpanTracker {
     pub fn span_of_activity(&self, activity: &Guid, timestamp: i64) -> Option<&Span> {
         let entry = self.spans.get(activity)?;
         match entry.stopped {
+            _ if !entry.recorded => None,
             Some(stopped) if stopped < timestamp => None,
             _ if entry.started > timestamp => None,
             _ => Some(&entry.span),

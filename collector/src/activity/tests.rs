@@ -28,6 +28,7 @@ fn start(thread: u64, timestamp: i64, activity: u32, restore: u32, n: u8) -> Act
             guid(restore)
         },
         span: span(n, &format!("op{n}")),
+        recorded: true,
     }
 }
 
@@ -275,6 +276,7 @@ fn a_start_without_an_activity_id_is_counted_not_tracked() {
         activity: Guid::NIL,
         restore: Guid::NIL,
         span: span(1, "op"),
+        recorded: true,
     }]);
     assert_eq!(t.stats().starts_without_activity_id, 1);
     assert_eq!((t.span_count(), at(&t, 1, 15)), (0, 0));
@@ -585,4 +587,37 @@ fn recorded_samples_join_only_the_spans_of_their_own_thread() {
         "{joined} of {} samples joined a request",
         samples.len()
     );
+}
+
+#[test]
+fn an_unrecorded_span_is_followed_but_joins_nothing() {
+    let unrecorded = match start(1, 10, 1, 0, 1) {
+        ActivityEvent::SpanStart {
+            thread,
+            timestamp,
+            activity,
+            restore,
+            span,
+            ..
+        } => ActivityEvent::SpanStart {
+            thread,
+            timestamp,
+            activity,
+            restore,
+            span,
+            recorded: false,
+        },
+        other => other,
+    };
+    // A recorded child inside it is joined; the unrecorded parent around it is not.
+    let t = feed([
+        unrecorded,
+        start(1, 20, 2, 1, 2),
+        stop(1, 30, 2),
+        stop(1, 40, 1),
+    ]);
+    assert_eq!(at(&t, 1, 15), 0);
+    assert_eq!(at(&t, 1, 25), 2);
+    assert_eq!(at(&t, 1, 35), 0);
+    assert!(t.span_of_activity(&guid(1), 15).is_none());
 }

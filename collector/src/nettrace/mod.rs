@@ -52,5 +52,5 @@ pub use io::{AsyncNettraceReader, NettraceReader};
 pub use metadata::{EventMetadata, Field, FieldType};
 pub use payload::{decode_payload, find, NamedValue, Value};
 pub use reader::{Parser, ParserOptions, ParserStats};
-pub use time::{filetime_to_unix_nanos, Clock, SystemTime};
+pub use time::{dotnet_ticks_to_unix_nanos, filetime_to_unix_nanos, Clock, SystemTime};
 pub use v6::{LabelList, ThreadInfo};

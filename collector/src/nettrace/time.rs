@@ -115,6 +115,13 @@ pub fn filetime_to_unix_nanos(filetime: i64) -> i64 {
     n.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
+/// .NET `DateTime.Ticks` (100 ns since 0001-01-01 UTC) to Unix nanoseconds (saturating).
+pub fn dotnet_ticks_to_unix_nanos(ticks: i64) -> i64 {
+    const UNIX_EPOCH_TICKS: i128 = 621_355_968_000_000_000;
+    let n = (i128::from(ticks) - UNIX_EPOCH_TICKS) * 100;
+    n.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

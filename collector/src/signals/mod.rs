@@ -2,10 +2,12 @@
 //! session (`Microsoft-Extensions-Logging` messages, the runtime's `ExceptionThrown_V1`), kept in a
 //! bounded history per process and fanned out live, for the three consumers: the API (`/logs`,
 //! `/exceptions`), the collection rules (`CollectLogs` with the seconds before a trigger, exception
-//! counts) and OTLP export.
+//! counts) and OTLP export. Finished spans (with trace linkage, when an exporter sends traces) are
+//! fanned out live too, on a feed of their own, for OTLP export only; they are not kept.
 
 pub mod exceptions;
 pub mod logs;
+pub mod spans;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -20,6 +22,7 @@ pub use exceptions::{
     ExceptionFilter, ExceptionFormat, ExceptionFrame, ExceptionRecord, ExceptionsFilters,
 };
 pub use logs::{LogFormat, LogRecord, LogsSettings, ScopeTracker};
+pub use spans::{SpanError, SpanKind, SpanRecord, SpanStatus};
 
 /// How much of each signal a process keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,11 +96,16 @@ impl std::fmt::Debug for SpanLookup {
 pub struct ProcessSignals {
     history: Arc<Mutex<History>>,
     live: broadcast::Sender<Signal>,
+    /// Finished spans, on a feed of their own: a burst of spans must not push log records out
+    /// of a slow reader's reach, and each loss is counted for its signal.
+    live_spans: broadcast::Sender<Arc<SpanRecord>>,
     limits: SignalLimits,
     /// What the process's session collects (`None`: no logs, only exceptions).
     logs: Option<Arc<LogsSettings>>,
     /// Set once the process's profiler (and its span tracker, with linkage on) exists.
     spans: Arc<OnceLock<SpanLookup>>,
+    /// Whether finished spans are read from the session's span stops, for export.
+    export_spans: bool,
 }
 
 /// Exceptions kept at the default limits, no logs.
@@ -112,10 +120,30 @@ impl ProcessSignals {
         ProcessSignals {
             history: Arc::default(),
             live: broadcast::channel(limits.live_capacity.max(1)).0,
+            live_spans: broadcast::channel(limits.live_capacity.max(1)).0,
             limits,
             logs: logs.map(Arc::new),
             spans: Arc::default(),
+            export_spans: false,
         }
+    }
+
+    /// Also read finished spans (the session's linkage providers must ask for them:
+    /// [`crate::providers::linkage`] with `spans`).
+    pub fn with_spans(mut self) -> Self {
+        self.export_spans = true;
+        self
+    }
+
+    /// Hands a finished span to the live readers (none keeps it).
+    pub fn push_span(&self, record: SpanRecord) {
+        let _ = self.live_spans.send(Arc::new(record));
+    }
+
+    /// Finished spans from now on; a reader that falls [`SignalLimits::live_capacity`] behind
+    /// is told how many it lost.
+    pub fn subscribe_spans(&self) -> broadcast::Receiver<Arc<SpanRecord>> {
+        self.live_spans.subscribe()
     }
 
     /// Gives the process's span lookup to sessions started later; the first one given stays.
@@ -612,6 +640,7 @@ pub async fn write_exceptions<W: tokio::io::AsyncWrite + Unpin>(
 pub struct SignalCollector {
     signals: ProcessSignals,
     scopes: ScopeTracker,
+    unreadable_spans: u64,
 }
 
 impl SignalCollector {
@@ -619,6 +648,7 @@ impl SignalCollector {
         SignalCollector {
             signals,
             scopes: ScopeTracker::default(),
+            unreadable_spans: 0,
         }
     }
 
@@ -680,6 +710,24 @@ impl SignalCollector {
                     span,
                 };
                 Some((record, outside))
+            }
+        }
+    }
+
+    /// A DiagnosticSourceEventSource span stop: a finished span when spans are collected and it
+    /// was recorded. Stops without the span's fields are counted and logged once in a while.
+    pub fn span_stop(&mut self, stop: &crate::nettrace::events::DiagnosticSourceEvent) {
+        if !self.signals.export_spans {
+            return;
+        }
+        match SpanRecord::from_stop(stop) {
+            Ok(Some(record)) => self.signals.push_span(record),
+            Ok(None) => {}
+            Err(error) => {
+                self.unreadable_spans += 1;
+                if self.unreadable_spans.is_power_of_two() {
+                    tracing::warn!(%error, count = self.unreadable_spans, "span stops that cannot be exported");
+                }
             }
         }
     }

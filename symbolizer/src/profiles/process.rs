@@ -202,6 +202,12 @@ impl ProcessProfiler {
                 }
                 KnownEvent::ExceptionThrown(thrown)
             }
+            KnownEvent::DiagnosticSource(stop) if stop.kind.is_stop() => {
+                if let Some(collector) = &mut self.signals {
+                    collector.span_stop(&stop);
+                }
+                return;
+            }
             other => other,
         };
         let (kind, type_name, amount) = match known {
