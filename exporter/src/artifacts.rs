@@ -1,6 +1,7 @@
 //! Collecting one diagnostic artifact of a runtime into any writer: the one implementation behind
-//! the HTTP API's `/trace`, `/gcdump`, `/dump` and `/stacks` (streamed back or egressed) and the
-//! collection rules' CollectTrace, CollectGCDump, CollectDump and CollectStacks actions
+//! the HTTP API's `/trace`, `/gcdump`, `/dump`, `/stacks`, `/logs` and `/livemetrics` (streamed
+//! back or egressed) and the collection rules' CollectTrace, CollectGCDump, CollectDump,
+//! CollectStacks, CollectLogs and CollectLiveMetrics actions
 //! (egressed). `collector::artifacts` takes each from the runtime, `symbolizer::stacks` names
 //! stacks, and an egressed artifact ends with [`Upload::conclude`](crate::egress::Upload::conclude).
 //!
@@ -22,8 +23,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use collector::artifacts::{
-    collect_dump, collect_gcdump, collect_trace, write_gcdump_async, ArtifactError, ArtifactKind,
-    DumpKind, StackFormat, TraceRequest, DEFAULT_DUMP_TIMEOUT,
+    collect_dump, collect_gcdump, collect_trace, write_gcdump_async, write_live_metrics,
+    ArtifactError, ArtifactKind, DumpKind, LiveMetricsRequest, StackFormat, TraceRequest,
+    DEFAULT_DUMP_TIMEOUT,
 };
 use collector::client::DiagnosticsClient;
 use collector::gcdump::SnapshotOptions;
@@ -45,6 +47,8 @@ pub enum Artifact {
     Stacks(StackFormat),
     /// A process's log messages, from its light session.
     Logs(LogsRequest),
+    /// Counter and meter values as they are published, from a counter session of its own.
+    LiveMetrics(LiveMetricsRequest),
 }
 
 /// The runtime an artifact is collected from.
@@ -71,6 +75,7 @@ impl Artifact {
             Artifact::Logs(request) => ArtifactKind::Logs {
                 plain_text: request.format == LogFormat::Text,
             },
+            Artifact::LiveMetrics(_) => ArtifactKind::LiveMetrics,
         }
     }
 
@@ -79,6 +84,7 @@ impl Artifact {
         match self {
             Artifact::Stacks(format) => format.content_type(),
             Artifact::Logs(request) => request.format.content_type(),
+            Artifact::LiveMetrics(_) => "application/json-seq",
             _ => "application/octet-stream",
         }
     }
@@ -124,6 +130,7 @@ impl Artifact {
             Artifact::Logs(request) => write_logs(request, out, stop)
                 .await
                 .map_err(|source| ArtifactError::Write { bytes: 0, source })?,
+            Artifact::LiveMetrics(request) => write_live_metrics(client, request, out, stop).await?,
         };
         out.flush().await.map_err(|source| ArtifactError::Write {
             bytes: written,

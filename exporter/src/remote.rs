@@ -29,6 +29,8 @@ use flate2::write::GzEncoder;
 use flate2::Compression as GzLevel;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_client::ProfilesServiceClient;
 use opentelemetry_proto::tonic::collector::profiles::v1development::{
     ExportProfilesServiceRequest, ExportProfilesServiceResponse,
@@ -40,6 +42,7 @@ use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::otlp::{logs_request, ExportBatch, LogExport, RequestBuilder};
+use crate::otlp_metrics::{metrics_request, MetricExport};
 use crate::pyroscope::{self, SeriesProfile};
 
 /// How long a request may take without `Timeout`.
@@ -169,7 +172,8 @@ pub struct ExporterConfig {
     #[serde(default)]
     pub tls: Option<TlsConfig>,
     /// What it sends: `Profiles` (default) and, for OTLP, `Logs` (log records and exceptions,
-    /// which the agent collects with `--logs` and `--exception-history`).
+    /// which the agent collects with `--logs` and `--exception-history`) and `Metrics` (the
+    /// runtime counters and meters the agent reads for `/metrics`).
     #[serde(default = "default_signals")]
     pub signals: Vec<ExportSignal>,
 }
@@ -179,6 +183,7 @@ pub struct ExporterConfig {
 pub enum ExportSignal {
     Profiles,
     Logs,
+    Metrics,
 }
 
 fn default_signals() -> Vec<ExportSignal> {
@@ -257,6 +262,7 @@ pub struct Prepared {
 enum Body {
     Grpc(ExportProfilesServiceRequest),
     GrpcLogs(ExportLogsServiceRequest),
+    GrpcMetrics(ExportMetricsServiceRequest),
     Http {
         /// The full URL.
         url: String,
@@ -282,6 +288,7 @@ enum Transport {
 struct GrpcClients {
     profiles: ProfilesServiceClient<Channel>,
     logs: LogsServiceClient<Channel>,
+    metrics: MetricsServiceClient<Channel>,
 }
 
 /// A configured exporter's connection; cheap to clone.
@@ -442,7 +449,8 @@ impl Client {
             }
             let channel = channel.connect_lazy();
             let mut client = ProfilesServiceClient::new(channel.clone());
-            let mut logs = LogsServiceClient::new(channel);
+            let mut logs = LogsServiceClient::new(channel.clone());
+            let mut metrics = MetricsServiceClient::new(channel);
             if config.compression == Compression::Gzip {
                 client = client
                     .send_compressed(CompressionEncoding::Gzip)
@@ -450,10 +458,14 @@ impl Client {
                 logs = logs
                     .send_compressed(CompressionEncoding::Gzip)
                     .accept_compressed(CompressionEncoding::Gzip);
+                metrics = metrics
+                    .send_compressed(CompressionEncoding::Gzip)
+                    .accept_compressed(CompressionEncoding::Gzip);
             }
             Transport::Grpc(Box::new(GrpcClients {
                 profiles: client,
                 logs,
+                metrics,
             }))
         } else {
             let url = reqwest::Url::parse(&endpoint).map_err(|e| bad(&e.to_string()))?;
@@ -594,7 +606,7 @@ impl Client {
         let body = match self.kind {
             Kind::OtlpGrpc => Body::GrpcLogs(request),
             Kind::OtlpHttp => Body::Http {
-                url: self.otlp_logs_url(),
+                url: self.otlp_signal_url("/v1/logs"),
                 body: self.maybe_gzip(request.encode_to_vec()),
             },
             Kind::Pyroscope | Kind::PyroscopeIngest => return None,
@@ -607,16 +619,40 @@ impl Client {
         })
     }
 
-    /// `/v1/logs` at the endpoint's host (an endpoint with a path names the profiles' route).
-    fn otlp_logs_url(&self) -> String {
+    /// A signal's OTLP/HTTP route (`/v1/logs`, `/v1/metrics`) at the endpoint's host (an
+    /// endpoint with a path names the profiles' route).
+    fn otlp_signal_url(&self, path: &str) -> String {
         match reqwest::Url::parse(&self.base) {
             Ok(mut url) => {
-                url.set_path("/v1/logs");
+                url.set_path(path);
                 url.set_query(None);
                 url.to_string()
             }
-            Err(_) => format!("{}/v1/logs", self.base),
+            Err(_) => format!("{}{path}", self.base),
         }
+    }
+
+    /// The request that carries these metric points (OTLP exporters only).
+    pub fn prepare_metrics(&self, points: &[MetricExport]) -> Option<Prepared> {
+        if points.is_empty() {
+            return None;
+        }
+        let request = metrics_request(points);
+        let bytes = request.encoded_len();
+        let body = match self.kind {
+            Kind::OtlpGrpc => Body::GrpcMetrics(request),
+            Kind::OtlpHttp => Body::Http {
+                url: self.otlp_signal_url("/v1/metrics"),
+                body: self.maybe_gzip(request.encode_to_vec()),
+            },
+            Kind::Pyroscope | Kind::PyroscopeIngest => return None,
+        };
+        // Counted as requests; `values` counts profile samples.
+        Some(Prepared {
+            body,
+            bytes,
+            values: 0,
+        })
     }
 
     /// Sends one prepared request once.
@@ -629,6 +665,13 @@ impl Client {
             (Transport::Grpc(clients), Body::GrpcLogs(message)) => {
                 self.send_grpc_logs(clients.logs.clone(), message.clone())
                     .await
+            }
+            (Transport::Grpc(clients), Body::GrpcMetrics(message)) => {
+                let mut client = clients.metrics.clone();
+                match client.export(self.grpc_request(message.clone())).await {
+                    Ok(_) => Ok(Sent::default()),
+                    Err(status) => Err(grpc_error(&status)),
+                }
             }
             (Transport::Http(client), Body::Http { url, body }) => {
                 self.send_http(client, url, body.clone()).await

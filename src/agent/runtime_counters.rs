@@ -339,6 +339,8 @@ mod tests {
             unix_nanos: 0,
             provider: "Hostile".into(),
             name: instrument.into(),
+            display_name: String::new(),
+            version: String::new(),
             unit: String::new(),
             tags: vec![("route".into(), tag.into())],
             interval_seconds: Some(1.0),

@@ -20,6 +20,8 @@ pub enum ArtifactKind {
     /// `<ts>_<pid>.txt` as plain text, `<ts>_<pid>.json` as NDJSON or JSON sequence
     /// (dotnet-monitor's log file names).
     Logs { plain_text: bool },
+    /// `<ts>_<pid>.metrics.json`: live metrics, a JSON text sequence.
+    LiveMetrics,
 }
 
 impl ArtifactKind {
@@ -30,6 +32,7 @@ impl ArtifactKind {
             ArtifactKind::Trace => "trace",
             ArtifactKind::Stacks { .. } => "stacks",
             ArtifactKind::Logs { .. } => "logs",
+            ArtifactKind::LiveMetrics => "livemetrics",
         }
     }
 
@@ -44,6 +47,7 @@ impl ArtifactKind {
             ArtifactKind::Stacks { plain_text: false } => format!("{ts}_{pid}.stacks.json"),
             ArtifactKind::Logs { plain_text: true } => format!("{ts}_{pid}.txt"),
             ArtifactKind::Logs { plain_text: false } => format!("{ts}_{pid}.json"),
+            ArtifactKind::LiveMetrics => format!("{ts}_{pid}.metrics.json"),
         }
     }
 
@@ -128,6 +132,7 @@ mod tests {
             ArtifactKind::Stacks { plain_text: false },
             ArtifactKind::Logs { plain_text: true },
             ArtifactKind::Logs { plain_text: false },
+            ArtifactKind::LiveMetrics,
         ] {
             assert!(ArtifactKind::is_artifact_file_name(
                 &kind.file_name(1234, at)

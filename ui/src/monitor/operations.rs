@@ -24,7 +24,7 @@ pub const MAX_OPERATIONS: usize = 1000;
 pub fn concurrency_limit(kind: ArtifactKind) -> usize {
     match kind {
         ArtifactKind::Dump | ArtifactKind::GcDump | ArtifactKind::Stacks { .. } => 1,
-        ArtifactKind::Trace | ArtifactKind::Logs { .. } => 3,
+        ArtifactKind::Trace | ArtifactKind::Logs { .. } | ArtifactKind::LiveMetrics => 3,
     }
 }
 
