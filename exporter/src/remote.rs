@@ -254,8 +254,10 @@ pub struct Prepared {
     body: Body,
     /// Bytes it holds in memory (its encoded size).
     pub bytes: usize,
-    /// Sample values it carries (one per sample per batch), for accounting.
+    /// What it carries, for accounting: profile samples (one per sample per batch), log
+    /// records or metric points, by `signal`.
     pub values: u64,
+    pub signal: ExportSignal,
 }
 
 #[derive(Debug, Clone)]
@@ -529,6 +531,7 @@ impl Client {
                     body,
                     bytes: encoded,
                     values,
+                    signal: ExportSignal::Profiles,
                 }]
             }
             Kind::Pyroscope => {
@@ -556,6 +559,7 @@ impl Client {
                         body,
                     },
                     values,
+                    signal: ExportSignal::Profiles,
                 }]
             }
             Kind::PyroscopeIngest => pyroscope::profiles(batches)
@@ -565,6 +569,7 @@ impl Client {
                     Some(Prepared {
                         bytes: pprof.len(),
                         values: p.profile.samples.len() as u64,
+                        signal: ExportSignal::Profiles,
                         body: Body::Http {
                             url: format!("{}{}", self.base, ingest_path(p)),
                             body: pprof,
@@ -611,11 +616,11 @@ impl Client {
             },
             Kind::Pyroscope | Kind::PyroscopeIngest => return None,
         };
-        // Counted as requests; `values` counts profile samples.
         Some(Prepared {
             body,
             bytes,
-            values: 0,
+            values: records.len() as u64,
+            signal: ExportSignal::Logs,
         })
     }
 
@@ -647,11 +652,11 @@ impl Client {
             },
             Kind::Pyroscope | Kind::PyroscopeIngest => return None,
         };
-        // Counted as requests; `values` counts profile samples.
         Some(Prepared {
             body,
             bytes,
-            values: 0,
+            values: points.len() as u64,
+            signal: ExportSignal::Metrics,
         })
     }
 

@@ -13,7 +13,8 @@
 //! 1. a channel of [`CHANNEL_BATCHES`] batches from the per-process tasks: when full (the
 //!    exporter's task stalled), batches are dropped (`reason="channel_full"`);
 //! 2. the batches of the current interval, at most [`MAX_PENDING_SAMPLES`] samples: past it
-//!    batches are dropped (`reason="interval_full"`);
+//!    batches are dropped (`reason="interval_full"`); log records and metric points likewise
+//!    ([`MAX_PENDING_LOG_RECORDS`], [`MAX_PENDING_METRIC_POINTS`]);
 //! 3. a queue of prepared requests, at most `QueueSize` requests and `MaxQueueBytes` bytes,
 //!    while the backend is slow or down: past either, the oldest request is dropped
 //!    (`reason="queue_full"`), so the newest profiles survive an outage;
@@ -30,6 +31,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use exporter::otlp::{ExportBatch, LogExport};
+use exporter::otlp_metrics::MetricExport;
 use exporter::remote::{Client, ExportSignal, ExporterConfig, Prepared};
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinSet;
@@ -47,6 +49,10 @@ pub const MAX_PENDING_SAMPLES: usize = 200_000;
 pub const CHANNEL_LOG_RECORDS: usize = 8192;
 /// Log records and exceptions held for one interval.
 pub const MAX_PENDING_LOG_RECORDS: usize = 50_000;
+/// Metric points waiting for an exporter's task.
+pub const CHANNEL_METRIC_POINTS: usize = 8192;
+/// Metric points held for one interval.
+pub const MAX_PENDING_METRIC_POINTS: usize = 50_000;
 /// Defaults of the settings.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
 pub const DEFAULT_QUEUE_SIZE: usize = 8;
@@ -69,6 +75,8 @@ struct Tap {
     profiles: bool,
     /// Log records and exceptions, when it sends logs.
     logs: Option<mpsc::Sender<LogExport>>,
+    /// Runtime counter values, when it sends metrics.
+    metric_points: Option<mpsc::Sender<MetricExport>>,
     metrics: Arc<ExportMetrics>,
 }
 
@@ -112,6 +120,23 @@ impl ExportTaps {
         }
     }
 
+    /// Whether any exporter sends metrics.
+    pub fn want_metrics(&self) -> bool {
+        self.0.iter().any(|tap| tap.metric_points.is_some())
+    }
+
+    /// Offers a metric point to every exporter that sends metrics, without waiting.
+    pub fn offer_metric(&self, point: &MetricExport) {
+        for tap in &self.0 {
+            let Some(points) = &tap.metric_points else {
+                continue;
+            };
+            if let Err(mpsc::error::TrySendError::Full(_)) = points.try_send(point.clone()) {
+                tap.metrics.drop_metric_points("channel_full", 1);
+            }
+        }
+    }
+
     /// Offers a batch to every exporter that sends profiles, without waiting.
     pub fn offer(&self, batch: &ExportBatch) {
         for tap in &self.0 {
@@ -148,6 +173,7 @@ struct ExportMetrics {
     dropped_requests: BTreeMap<&'static str, Counter>,
     dropped_samples: BTreeMap<&'static str, Counter>,
     dropped_log_records: BTreeMap<&'static str, Counter>,
+    dropped_metric_points: BTreeMap<&'static str, Counter>,
 }
 
 /// Why data was given up, the `reason` label of the drop counters.
@@ -183,10 +209,19 @@ impl ExportMetrics {
         );
         let dropped_log_records = registry.counter_vec(
             "clrscope_export_dropped_log_records_total",
-            "Log records and exceptions given up before they were put in a request, by reason (channel_full, interval_full)",
+            "Log records and exceptions given up before reaching the backend, by reason",
+            &["exporter", "reason"],
+        );
+        let dropped_metric_points = registry.counter_vec(
+            "clrscope_export_dropped_metric_points_total",
+            "Runtime counter values (OTLP data points) given up before reaching the backend, by reason",
             &["exporter", "reason"],
         );
         ExportMetrics {
+            dropped_metric_points: DROP_REASONS
+                .iter()
+                .map(|&r| (r, dropped_metric_points.with(&[exporter, r])))
+                .collect(),
             dropped_log_records: DROP_REASONS
                 .iter()
                 .map(|&r| (r, dropped_log_records.with(&[exporter, r])))
@@ -245,11 +280,22 @@ impl ExportMetrics {
         }
     }
 
+    fn drop_metric_points(&self, reason: &'static str, points: u64) {
+        if let Some(c) = self.dropped_metric_points.get(reason) {
+            c.add(points);
+        }
+    }
+
+    /// Counts a request given up, and what it carried under its signal.
     fn drop_request(&self, reason: &'static str, request: &Prepared) {
         if let Some(c) = self.dropped_requests.get(reason) {
             c.inc();
         }
-        self.drop_samples(reason, request.values);
+        match request.signal {
+            ExportSignal::Profiles => self.drop_samples(reason, request.values),
+            ExportSignal::Logs => self.drop_log_records(reason, request.values),
+            ExportSignal::Metrics => self.drop_metric_points(reason, request.values),
+        }
     }
 }
 
@@ -329,7 +375,9 @@ impl Shared {
             queue.bytes -= old.bytes as u64;
             self.metrics.drop_request("queue_full", &old);
             dropped.0 += 1;
-            dropped.1 += old.values;
+            if old.signal == ExportSignal::Profiles {
+                dropped.1 += old.values;
+            }
         }
         self.update_gauges(&queue);
         drop(queue);
@@ -367,6 +415,12 @@ pub fn spawn(
         } else {
             (None, None)
         };
+        let (metric_points, metric_receiver) = if exporter.sends(ExportSignal::Metrics) {
+            let (sender, receiver) = mpsc::channel(CHANNEL_METRIC_POINTS);
+            (Some(sender), Some(receiver))
+        } else {
+            (None, None)
+        };
         let shared = Arc::new(Shared {
             name: name.clone(),
             limits,
@@ -380,6 +434,7 @@ pub fn spawn(
             client.clone(),
             batches,
             log_records,
+            metric_receiver,
             done_tx,
         ));
         tasks.spawn(send(shared, client, done_rx));
@@ -388,6 +443,7 @@ pub fn spawn(
             channel,
             profiles: exporter.sends(ExportSignal::Profiles),
             logs,
+            metric_points,
             metrics,
         });
     }
@@ -412,8 +468,16 @@ async fn collect(
     client: Client,
     mut batches: mpsc::Receiver<ExportBatch>,
     mut log_records: Option<mpsc::Receiver<LogExport>>,
+    mut metric_points: Option<mpsc::Receiver<MetricExport>>,
     done: tokio::sync::watch::Sender<bool>,
 ) {
+    let mut pending_points: Vec<MetricExport> = Vec::new();
+    let prepare_metrics = |pending: &mut Vec<MetricExport>| {
+        let points = std::mem::take(pending);
+        if let Some(request) = client.prepare_metrics(&points) {
+            shared.push(request);
+        }
+    };
     let mut pending_logs: Vec<LogExport> = Vec::new();
     let prepare_logs = |pending: &mut Vec<LogExport>| {
         let records = std::mem::take(pending);
@@ -472,14 +536,21 @@ async fn collect(
                 Some(_) => shared.metrics.drop_log_records("interval_full", 1),
                 None => log_records = None,
             },
+            point = async { metric_points.as_mut()?.recv().await }, if metric_points.is_some() => match point {
+                Some(point) if pending_points.len() < MAX_PENDING_METRIC_POINTS => pending_points.push(point),
+                Some(_) => shared.metrics.drop_metric_points("interval_full", 1),
+                None => metric_points = None,
+            },
             _ = ticks.tick() => {
                 prepare(&mut pending, &mut pending_samples);
                 prepare_logs(&mut pending_logs);
+                prepare_metrics(&mut pending_points);
             }
         }
     }
     prepare(&mut pending, &mut pending_samples);
     prepare_logs(&mut pending_logs);
+    prepare_metrics(&mut pending_points);
     let _ = done.send(true);
 }
 
@@ -561,7 +632,9 @@ async fn send(shared: Arc<Shared>, client: Client, mut done: tokio::sync::watch:
             Ok(_) => {
                 shared.metrics.sent_requests.inc();
                 shared.metrics.sent_bytes.add(request.bytes as u64);
-                shared.metrics.sent_samples.add(request.values);
+                if request.signal == ExportSignal::Profiles {
+                    shared.metrics.sent_samples.add(request.values);
+                }
                 if failures > 0 {
                     tracing::info!(exporter = %shared.name, failed_attempts = failures, "the backend takes profiles again");
                 }
@@ -575,7 +648,7 @@ async fn send(shared: Arc<Shared>, client: Client, mut done: tokio::sync::watch:
                     "rejected"
                 };
                 shared.metrics.drop_request(reason, &request);
-                tracing::warn!(exporter = %shared.name, samples = request.values, %error, reason, "a profile export request was dropped");
+                tracing::warn!(exporter = %shared.name, signal = ?request.signal, values = request.values, %error, reason, "an export request was dropped");
             }
             Err(error) => {
                 shared.metrics.failed_attempts.inc();

@@ -406,6 +406,8 @@ async fn attach(
         (labels::PROCESS_ID.to_string(), target.pid.to_string()),
         (labels::SERVICE_NAME.to_string(), service.clone()),
     ];
+    // The resource of its exported logs and metrics.
+    let resource: std::sync::Arc<[(String, String)]> = series.clone().into();
     // Samples are joined to spans up to a whole (boosted) window plus the naming delay late.
     let linkage = agent.settings.linkage.is_some().then(|| TrackerLimits {
         retention: MAX_WINDOW + SYMBOLIZE_DELAY + Duration::from_secs(5),
@@ -416,7 +418,7 @@ async fn attach(
             agent
                 .exports
                 .clone()
-                .forward_logs(series.clone().into(), signals.subscribe()),
+                .forward_logs(resource.clone(), signals.subscribe()),
         );
     }
     let profiler = SharedProfiler::new(
@@ -439,8 +441,12 @@ async fn attach(
             client.clone(),
             config,
             agent.metrics.clone(),
-            target.pid,
-            service.clone(),
+            agent.exports.clone(),
+            runtime_counters::CountedProcess {
+                pid: target.pid,
+                service: service.clone(),
+                series: resource,
+            },
             stop,
         ));
     }

@@ -47,6 +47,17 @@ fn yes() -> bool {
     true
 }
 
+impl Default for EventMetricsConfiguration {
+    /// An empty body: the default providers only.
+    fn default() -> Self {
+        EventMetricsConfiguration {
+            include_default_providers: true,
+            providers: Vec::new(),
+            meters: Vec::new(),
+        }
+    }
+}
+
 /// An EventCounter source and which of its counters (none: all).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

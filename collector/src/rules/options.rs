@@ -14,7 +14,10 @@ use serde_json::Value;
 
 use super::config::{ConfigError, Node};
 use super::schedule::Schedule;
-use crate::artifacts::{DumpKind, EventPipeProvider, StackFormat, StoppingEvent};
+use crate::artifacts::{
+    DumpKind, EventMetricsConfiguration, EventMetricsMeter, EventMetricsProvider, EventPipeProvider,
+    StackFormat, StoppingEvent,
+};
 use crate::ipc::ProviderConfig;
 use crate::nettrace::events::LogLevel;
 use crate::providers::TraceProfile;
@@ -288,6 +291,14 @@ pub enum ActionKind {
         /// clrscope: also the messages of this long before the trigger (kept by the agent).
         pre_trigger: Duration,
     },
+    /// Counter and meter values as published, for `duration`.
+    CollectLiveMetrics {
+        /// `IncludeDefaultProviders`, `Providers`, `Meters`; `None` when none is set: the
+        /// agent's `Metrics` section then says what to collect (as dotnet-monitor ≥ 8).
+        metrics: Option<EventMetricsConfiguration>,
+        duration: Duration,
+        egress: String,
+    },
     Execute {
         path: String,
         arguments: Option<String>,
@@ -308,6 +319,7 @@ impl ActionKind {
             ActionKind::CollectDump { .. } => "CollectDump",
             ActionKind::CollectStacks { .. } => "CollectStacks",
             ActionKind::CollectLogs { .. } => "CollectLogs",
+            ActionKind::CollectLiveMetrics { .. } => "CollectLiveMetrics",
             ActionKind::Execute { .. } => "Execute",
             ActionKind::RaiseSamplingRate { .. } => "RaiseSamplingRate",
         }
@@ -320,7 +332,8 @@ impl ActionKind {
             | ActionKind::CollectGCDump { egress }
             | ActionKind::CollectDump { egress, .. }
             | ActionKind::CollectStacks { egress, .. }
-            | ActionKind::CollectLogs { egress, .. } => Some(egress),
+            | ActionKind::CollectLogs { egress, .. }
+            | ActionKind::CollectLiveMetrics { egress, .. } => Some(egress),
             ActionKind::Execute { .. } | ActionKind::RaiseSamplingRate { .. } => None,
         }
     }
@@ -765,6 +778,11 @@ fn action(node: Node<'_>, index: usize, d: &Defaults<'_>) -> Result<Action, Conf
             egress: egress()?,
         },
         "collectlogs" => collect_logs(s, egress()?, duration(DEFAULT_TRACE_DURATION)?)?,
+        "collectlivemetrics" => ActionKind::CollectLiveMetrics {
+            metrics: live_metrics(s)?,
+            duration: duration(DEFAULT_TRACE_DURATION)?,
+            egress: egress()?,
+        },
         "execute" => ActionKind::Execute {
             path: s
                 .get("Path")
@@ -784,7 +802,7 @@ fn action(node: Node<'_>, index: usize, d: &Defaults<'_>) -> Result<Action, Conf
         _ => {
             return Err(node.error(format!(
                 "unknown action Type {ty:?}; known: CollectTrace, CollectGCDump, CollectDump, \
-                 CollectStacks, CollectLogs, Execute, RaiseSamplingRate"
+                 CollectStacks, CollectLogs, CollectLiveMetrics, Execute, RaiseSamplingRate"
             )))
         }
     };
@@ -793,6 +811,49 @@ fn action(node: Node<'_>, index: usize, d: &Defaults<'_>) -> Result<Action, Conf
         wait_for_completion,
         kind,
     })
+}
+
+/// CollectLiveMetrics' `IncludeDefaultProviders`, `Providers` (`{ProviderName, CounterNames}`)
+/// and `Meters` (`{MeterName, InstrumentNames}`); `None` when none of them is set.
+fn live_metrics(s: Node<'_>) -> Result<Option<EventMetricsConfiguration>, ConfigError> {
+    let include = s.get("IncludeDefaultProviders");
+    let providers = s.get("Providers");
+    let meters = s.get("Meters");
+    if include.is_none() && providers.is_none() && meters.is_none() {
+        return Ok(None);
+    }
+    let names = |n: Node<'_>, key: &str| -> Result<Vec<String>, ConfigError> {
+        n.get(key).map(|c| c.node().strings()).unwrap_or(Ok(Vec::new()))
+    };
+    let required = |n: Node<'_>, key: &str| -> Result<String, ConfigError> {
+        n.get(key)
+            .ok_or_else(|| n.error(format!("{key} is required")))?
+            .node()
+            .string()
+    };
+    let mut config = EventMetricsConfiguration {
+        include_default_providers: include.map(|c| c.node().bool()).transpose()?.unwrap_or(true),
+        ..EventMetricsConfiguration::default()
+    };
+    if let Some(p) = providers {
+        for c in p.node().list()? {
+            let n = c.node();
+            config.providers.push(EventMetricsProvider {
+                provider_name: required(n, "ProviderName")?,
+                counter_names: names(n, "CounterNames")?,
+            });
+        }
+    }
+    if let Some(m) = meters {
+        for c in m.node().list()? {
+            let n = c.node();
+            config.meters.push(EventMetricsMeter {
+                meter_name: required(n, "MeterName")?,
+                instrument_names: names(n, "InstrumentNames")?,
+            });
+        }
+    }
+    Ok(Some(config))
 }
 
 /// dotnet-monitor's CollectLogs settings (`DefaultLevel`, `FilterSpecs`, `UseAppFilters`,

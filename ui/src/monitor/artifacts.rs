@@ -1,4 +1,5 @@
-//! The artifact routes: `/trace`, `/gcdump`, `/dump`, `/stacks`, streamed back or egressed.
+//! The artifact routes: `/trace`, `/gcdump`, `/dump`, `/stacks`, `/logs`, `/livemetrics`,
+//! streamed back or egressed.
 
 use std::time::{Duration, SystemTime};
 
@@ -10,7 +11,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use collector::artifacts::{
-    ArtifactError, DumpKind, EventPipeConfiguration, StackFormat, TraceRequest,
+    ArtifactError, DumpKind, EventMetricsConfiguration, EventPipeConfiguration,
+    LiveMetricsRequest, StackFormat, TraceRequest,
 };
 use collector::gcdump::SnapshotOptions;
 use collector::nettrace::events::LogLevel;
@@ -45,6 +47,7 @@ pub(super) fn routes() -> Router<ApiState> {
         .route("/stacks", get(stacks))
         .route("/logs", get(logs).post(logs_custom))
         .route("/exceptions", get(exceptions))
+        .route("/livemetrics", get(live_metrics).post(live_metrics_custom))
 }
 
 /// The runtime behind `target`, as an artifact's source.
@@ -344,6 +347,44 @@ async fn logs_custom(
     let params = MonitorParams::new(params, &allowed)?;
     let Json(settings) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     collect_logs(state, &headers, params, settings).await
+}
+
+/// Live metrics of `selection` for `durationSeconds`, streamed as dotnet-monitor's JSON
+/// sequence (or egressed).
+async fn collect_live_metrics(
+    state: ApiState,
+    params: MonitorParams,
+    selection: collector::counters::CounterSelection,
+) -> Result<Response, ApiError> {
+    let request = LiveMetricsRequest {
+        selection,
+        duration: trace_duration(&params)?,
+    };
+    collect(state, params, Artifact::LiveMetrics(request)).await
+}
+
+/// `GET /livemetrics`: the agent's `Metrics` section (its default providers and meters).
+async fn live_metrics(
+    State(state): State<ApiState>,
+    params: QueryPairs,
+) -> Result<Response, ApiError> {
+    let allowed = [&ARTIFACT_PARAMS[..], &["durationSeconds"]].concat();
+    let params = MonitorParams::new(params, &allowed)?;
+    let selection = state.monitor.live_metrics.clone();
+    collect_live_metrics(state, params, selection).await
+}
+
+/// `POST /livemetrics`: the providers and meters of an `EventMetricsConfiguration` body.
+async fn live_metrics_custom(
+    State(state): State<ApiState>,
+    params: QueryPairs,
+    body: Result<Json<EventMetricsConfiguration>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let allowed = [&ARTIFACT_PARAMS[..], &["durationSeconds"]].concat();
+    let params = MonitorParams::new(params, &allowed)?;
+    let Json(configuration) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let selection = configuration.selection(state.monitor.counter_interval_seconds);
+    collect_live_metrics(state, params, selection).await
 }
 
 /// The process's kept first-chance exceptions, oldest first, as dotnet-monitor's `/exceptions`.
