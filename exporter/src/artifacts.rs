@@ -130,7 +130,9 @@ impl Artifact {
             Artifact::Logs(request) => write_logs(request, out, stop)
                 .await
                 .map_err(|source| ArtifactError::Write { bytes: 0, source })?,
-            Artifact::LiveMetrics(request) => write_live_metrics(client, request, out, stop).await?,
+            Artifact::LiveMetrics(request) => {
+                write_live_metrics(client, request, out, stop).await?
+            }
         };
         out.flush().await.map_err(|source| ArtifactError::Write {
             bytes: written,

@@ -55,7 +55,10 @@ pub struct MetricPoint {
 #[derive(Debug, Clone, PartialEq)]
 pub enum PointValue {
     /// A cumulative sum since the start time.
-    Sum { value: f64, monotonic: bool },
+    Sum {
+        value: f64,
+        monotonic: bool,
+    },
     Gauge(f64),
     /// Count and sum cumulative since the start time; quantiles (0–1) of the last interval.
     Summary {
@@ -148,7 +151,8 @@ impl Cumulative {
                 sum,
             } => {
                 let count = count.and_then(|c| u64::try_from(c).ok()).unwrap_or(0);
-                let running = self.add(sample, sum.filter(|s| s.is_finite()).unwrap_or(0.0), count)?;
+                let running =
+                    self.add(sample, sum.filter(|s| s.is_finite()).unwrap_or(0.0), count)?;
                 PointValue::Summary {
                     count: running.count,
                     sum: running.total,
@@ -338,8 +342,12 @@ mod tests {
             count: Some(count),
             sum: Some(sum),
         };
-        cumulative.point(&sample("h", 200, histogram(3, 30.0))).unwrap();
-        let second = cumulative.point(&sample("h", 300, histogram(2, 5.0))).unwrap();
+        cumulative
+            .point(&sample("h", 200, histogram(3, 30.0)))
+            .unwrap();
+        let second = cumulative
+            .point(&sample("h", 300, histogram(2, 5.0)))
+            .unwrap();
         assert_eq!(
             second.value,
             PointValue::Summary {
@@ -367,7 +375,7 @@ mod tests {
             }
         );
         // A second delta series fits, a third does not.
-        let grow = |name: &str| {
+        let mut grow = |name: &str| {
             cumulative.point(&sample(name, 1, CounterValue::Increment { increment: 2.0 }))
         };
         assert!(grow("gc").is_some());
@@ -400,7 +408,11 @@ mod tests {
             });
         }
         let gauge = cumulative
-            .point(&sample("temperature", 300, CounterValue::Gauge { value: 21.5 }))
+            .point(&sample(
+                "temperature",
+                300,
+                CounterValue::Gauge { value: 21.5 },
+            ))
             .unwrap();
         points.push(MetricExport {
             series: series.clone(),
@@ -430,9 +442,19 @@ mod tests {
                 Some(number_data_point::Value::AsDouble(7.0))
             ]
         );
-        assert!(sum.data_points.iter().all(|p| p.start_time_unix_nano == 100));
-        assert!(matches!(scope.metrics[1].data, Some(metric::Data::Gauge(_))));
-        let attributes = &request.resource_metrics[0].resource.as_ref().unwrap().attributes;
+        assert!(sum
+            .data_points
+            .iter()
+            .all(|p| p.start_time_unix_nano == 100));
+        assert!(matches!(
+            scope.metrics[1].data,
+            Some(metric::Data::Gauge(_))
+        ));
+        let attributes = &request.resource_metrics[0]
+            .resource
+            .as_ref()
+            .unwrap()
+            .attributes;
         assert_eq!(attributes[0].key, "process.pid");
     }
 }

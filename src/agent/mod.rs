@@ -26,8 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context};
 use collector::attached::AttachedProcesses;
 use collector::counters::{
-    CounterSelection, CounterSessionConfig, DEFAULT_EVENT_COUNTER_SOURCES,
-    DEFAULT_INTERVAL_SECONDS,
+    CounterSelection, CounterSessionConfig, DEFAULT_EVENT_COUNTER_SOURCES, DEFAULT_INTERVAL_SECONDS,
 };
 use collector::nettrace::ParserOptions;
 use collector::rules::options::{ActionKind, CollectionRule};
@@ -325,8 +324,7 @@ impl Args {
         if !(1..=86_400).contains(&counter_interval_seconds) {
             bail!("GlobalCounter:IntervalSeconds must be from 1 to 86400");
         }
-        let metrics_selection =
-            metrics_selection(metrics, &self.meters, counter_interval_seconds);
+        let metrics_selection = metrics_selection(metrics, &self.meters, counter_interval_seconds);
         let kestrel_limits = &config.kestrel.limits;
         let limits = ui::ConnectionLimits {
             max_connections: self

@@ -10,9 +10,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use collector::artifacts::{ArtifactKind, LiveMetricsRequest, TraceRequest};
-use collector::counters::CounterSelection;
 use collector::attached::{AttachedProcesses, ProcessEventKind};
 use collector::client::DiagnosticsClient;
+use collector::counters::CounterSelection;
 use collector::gcdump::SnapshotOptions;
 use collector::ipc::CollectTracing;
 use collector::local::LocalProcess;

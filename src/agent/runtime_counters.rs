@@ -205,7 +205,10 @@ impl Recorder {
                         "{} {} of the process ({unit}), every {:.1} s",
                         sample.provider, sample.name, interval
                     ),
-                    _ => format!("{} {} of the process ({unit})", sample.provider, sample.name),
+                    _ => format!(
+                        "{} {} of the process ({unit})",
+                        sample.provider, sample.name
+                    ),
                 };
                 match self.registry.try_gauge_vec(&name, &help, &labels) {
                     Ok(family) => {

@@ -97,7 +97,8 @@ impl EventMetricsConfiguration {
             }
         }
         for meter in &self.meters {
-            let instruments: Vec<&str> = meter.instrument_names.iter().map(String::as_str).collect();
+            let instruments: Vec<&str> =
+                meter.instrument_names.iter().map(String::as_str).collect();
             session = session.with_meter(&meter.meter_name, &instruments);
         }
         CounterSelection {
@@ -149,7 +150,11 @@ pub async fn write_live_metrics<W: AsyncWrite + Unpin>(
         match update {
             CounterUpdate::Sample(sample) if request.selection.accepts(&sample) => {
                 text.clear();
-                write_records(&sample, request.selection.session.interval_seconds, &mut text);
+                write_records(
+                    &sample,
+                    request.selection.session.interval_seconds,
+                    &mut text,
+                );
                 out.write_all(text.as_bytes())
                     .await
                     .map_err(|source| ArtifactError::Write {
@@ -208,7 +213,11 @@ pub fn write_records(sample: &CounterSample, interval_seconds: u32, out: &mut St
         sample.display_name.as_str()
     };
     let mut unit = sample.unit.clone();
-    let tags: Vec<String> = sample.tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let tags: Vec<String> = sample
+        .tags
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     let tags = tags.join(",");
     let rate = |value: f64, unit: &str| {
         // EventCounters say the interval they measured (a float), meters use the session's.
@@ -340,7 +349,10 @@ mod tests {
                 sum: Some(70.0),
             },
         ));
-        let tags: Vec<&str> = histogram.iter().map(|r| r["tags"].as_str().unwrap()).collect();
+        let tags: Vec<&str> = histogram
+            .iter()
+            .map(|r| r["tags"].as_str().unwrap())
+            .collect();
         assert_eq!(
             tags,
             [
@@ -393,7 +405,12 @@ mod tests {
         assert_eq!(selection.session.interval_seconds, 2);
         assert_eq!(selection.session.event_counter_sources, ["System.Runtime"]);
         let wanted = |provider: &str, name: &str| {
-            selection.accepts(&sample(provider, name, "", CounterValue::Gauge { value: 1.0 }))
+            selection.accepts(&sample(
+                provider,
+                name,
+                "",
+                CounterValue::Gauge { value: 1.0 },
+            ))
         };
         assert!(wanted("System.Runtime", "cpu-usage"));
         assert!(!wanted("System.Runtime", "working-set"));

@@ -15,8 +15,8 @@ use serde_json::Value;
 use super::config::{ConfigError, Node};
 use super::schedule::Schedule;
 use crate::artifacts::{
-    DumpKind, EventMetricsConfiguration, EventMetricsMeter, EventMetricsProvider, EventPipeProvider,
-    StackFormat, StoppingEvent,
+    DumpKind, EventMetricsConfiguration, EventMetricsMeter, EventMetricsProvider,
+    EventPipeProvider, StackFormat, StoppingEvent,
 };
 use crate::ipc::ProviderConfig;
 use crate::nettrace::events::LogLevel;
@@ -823,7 +823,9 @@ fn live_metrics(s: Node<'_>) -> Result<Option<EventMetricsConfiguration>, Config
         return Ok(None);
     }
     let names = |n: Node<'_>, key: &str| -> Result<Vec<String>, ConfigError> {
-        n.get(key).map(|c| c.node().strings()).unwrap_or(Ok(Vec::new()))
+        n.get(key)
+            .map(|c| c.node().strings())
+            .unwrap_or(Ok(Vec::new()))
     };
     let required = |n: Node<'_>, key: &str| -> Result<String, ConfigError> {
         n.get(key)
@@ -832,7 +834,10 @@ fn live_metrics(s: Node<'_>) -> Result<Option<EventMetricsConfiguration>, Config
             .string()
     };
     let mut config = EventMetricsConfiguration {
-        include_default_providers: include.map(|c| c.node().bool()).transpose()?.unwrap_or(true),
+        include_default_providers: include
+            .map(|c| c.node().bool())
+            .transpose()?
+            .unwrap_or(true),
         ..EventMetricsConfiguration::default()
     };
     if let Some(p) = providers {

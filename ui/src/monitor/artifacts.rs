@@ -11,8 +11,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use collector::artifacts::{
-    ArtifactError, DumpKind, EventMetricsConfiguration, EventPipeConfiguration,
-    LiveMetricsRequest, StackFormat, TraceRequest,
+    ArtifactError, DumpKind, EventMetricsConfiguration, EventPipeConfiguration, LiveMetricsRequest,
+    StackFormat, TraceRequest,
 };
 use collector::gcdump::SnapshotOptions;
 use collector::nettrace::events::LogLevel;
