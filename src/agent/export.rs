@@ -450,14 +450,15 @@ pub fn spawn(
     Ok((ExportTaps(taps), tasks))
 }
 
-/// Says where profiles go; after the agent's first line, which names its API address.
+/// Says where profiles, logs and metrics go; after the agent's first line, which names its API address.
 pub fn log_started(config: &ExportersConfig) {
     for (name, exporter) in config {
         tracing::info!(
             exporter = %name,
             kind = exporter.kind.name(),
             endpoint = %exporter.endpoint,
-            "exporting profiles"
+            signals = ?exporter.signals,
+            "exporting"
         );
     }
 }

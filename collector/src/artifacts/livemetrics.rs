@@ -263,22 +263,23 @@ pub fn write_records(sample: &CounterSample, interval_seconds: u32, out: &mut St
             .collect(),
     };
     let at = timestamp(sample.unix_nanos);
+    let text = |s: &str| serde_json::Value::from(s).to_string();
     for ((display_name, counter_type, value), tags) in records {
-        let record = serde_json::json!({
-            "timestamp": at,
-            "provider": sample.provider,
-            "name": sample.name,
-            "displayName": display_name,
-            "unit": unit,
-            "counterType": counter_type,
-            "tags": tags,
-            "value": if value.is_finite() { value } else { 0.0 },
-            "meterTags": null,
-            "instrumentTags": null,
-        });
+        // In JsonCounterLogger's order, numbers as .NET writes them (`3`, not `3.0`).
         out.push('\u{1e}');
-        out.push_str(&record.to_string());
-        out.push('\n');
+        out.push_str(&format!(
+            "{{\"timestamp\":{},\"provider\":{},\"name\":{},\"displayName\":{},\"unit\":{},\
+             \"counterType\":{},\"tags\":{},\"value\":{},\"meterTags\":null,\
+             \"instrumentTags\":null}}\n",
+            text(&at),
+            text(&sample.provider),
+            text(&sample.name),
+            text(&display_name),
+            text(&unit),
+            text(counter_type),
+            text(&tags),
+            number(if value.is_finite() { value } else { 0.0 }),
+        ));
     }
 }
 
@@ -304,6 +305,26 @@ mod tests {
     fn records(sample: &CounterSample) -> Vec<serde_json::Value> {
         let mut text = String::new();
         write_records(sample, 5, &mut text);
+        // dotnet-monitor's field order.
+        let order = [
+            "timestamp",
+            "provider",
+            "name",
+            "displayName",
+            "unit",
+            "counterType",
+            "tags",
+            "value",
+            "meterTags",
+            "instrumentTags",
+        ];
+        for line in text.lines() {
+            let at: Vec<usize> = order
+                .iter()
+                .map(|k| line.find(&format!("\"{k}\":")).expect(k))
+                .collect();
+            assert!(at.windows(2).all(|w| w[0] < w[1]), "{line}");
+        }
         text.split_terminator('\n')
             .map(|line| {
                 let json = line.strip_prefix('\u{1e}').expect("a record separator");
@@ -329,7 +350,7 @@ mod tests {
                 "timestamp": "2025-12-04T09:01:02.1234567+00:00",
                 "provider": "Shop", "name": "orders",
                 "displayName": "orders ({order} / 5 sec)", "unit": "{order}",
-                "counterType": "Rate", "tags": "route=/a", "value": 3.0,
+                "counterType": "Rate", "tags": "route=/a", "value": 3,
                 "meterTags": null, "instrumentTags": null,
             })
         );
@@ -361,7 +382,7 @@ mod tests {
                 "route=/a,Percentile=99"
             ]
         );
-        assert_eq!(histogram[1]["value"], 190.0);
+        assert_eq!(histogram[1]["value"], 190);
         assert_eq!(histogram[1]["displayName"], "latency (ms)");
         let mut cpu = sample(
             "System.Runtime",
