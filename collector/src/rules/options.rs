@@ -1039,6 +1039,46 @@ mod tests {
     }
 
     #[test]
+    fn live_metrics_take_dotnet_monitors_settings_or_the_metrics_section() {
+        let all = rules(json!({"Live": {
+            "Trigger": {"Type": "Startup"},
+            "Actions": [
+                {"Type": "CollectLiveMetrics", "Settings": {
+                    "IncludeDefaultProviders": "false",
+                    "Providers": [{"ProviderName": "System.Runtime", "CounterNames": ["cpu-usage"]}],
+                    "Meters": [{"MeterName": "Shop"}],
+                    "Duration": "00:00:10", "Egress": "out"}},
+                {"Type": "CollectLiveMetrics", "Settings": {"Egress": "out"}}]}}))
+        .unwrap();
+        let ActionKind::CollectLiveMetrics {
+            metrics: Some(config),
+            duration,
+            egress,
+        } = &all[0].actions[0].kind
+        else {
+            panic!("{:?}", all[0].actions[0])
+        };
+        assert!(!config.include_default_providers);
+        assert_eq!(config.providers[0].counter_names, ["cpu-usage"]);
+        assert_eq!(config.meters[0].meter_name, "Shop");
+        assert!(config.meters[0].instrument_names.is_empty());
+        assert_eq!(
+            (*duration, egress.as_str()),
+            (Duration::from_secs(10), "out")
+        );
+        assert!(matches!(
+            &all[0].actions[1].kind,
+            ActionKind::CollectLiveMetrics { metrics: None, duration, .. }
+                if *duration == DEFAULT_TRACE_DURATION
+        ));
+        let missing = rules(json!({"Live": {
+            "Trigger": {"Type": "Startup"},
+            "Actions": [{"Type": "CollectLiveMetrics", "Settings": {
+                "Egress": "out", "Meters": [{"InstrumentNames": ["x"]}]}}]}}));
+        assert!(missing.unwrap_err().to_string().contains("MeterName"));
+    }
+
+    #[test]
     fn the_seed_rules_read_as_dotnet_monitor_reads_them() {
         let all = rules(json!({
             "SlowRequests": {
