@@ -206,7 +206,7 @@ fn check_live_records(records: &[Value], exported: &[Point], what: &str) -> usiz
                     .iter()
                     .filter(|p| p.time < point.time)
                     .map(|p| p.value)
-                    .last();
+                    .next_back();
                 if let Some(before) = before {
                     assert_eq!(value, point.value - before, "{what}: {r} against {point:?}");
                 }
@@ -592,9 +592,11 @@ fn a_metrics_receiver_outage_is_bounded_and_counted() {
         "reason=\"queue_full\"",
     );
     let peak = *rss.iter().max().unwrap();
+    let late = rss[rss.len() / 2..].iter().max().unwrap() - rss[rss.len() / 2];
     eprintln!(
-        "metrics outage: RSS {before} KiB before, peak {peak} KiB; queue {queued:?}; dropped \
-         {dropped_requests} requests, {dropped} metric points"
+        "metrics outage: RSS {before} KiB before, peak {peak} KiB, {late} KiB growth over the \
+         second half ({rss:?}); queue {queued:?}; dropped {dropped_requests} requests, {dropped} \
+         metric points"
     );
     assert!(queued.iter().all(|&q| q <= 3.0), "{queued:?}");
     // ~60 one-second intervals, 3 kept.
@@ -607,6 +609,7 @@ fn a_metrics_receiver_outage_is_bounded_and_counted() {
         peak <= before + 32 * 1024,
         "RSS {before} → {peak} KiB: {rss:?}"
     );
+    assert!(late <= 4 * 1024, "RSS still growing: {rss:?}");
     let outage_end = unix_nanos();
 
     let receiver = Receiver::start(&out, 0, http_port);

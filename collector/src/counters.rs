@@ -313,7 +313,7 @@ impl CounterValue {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum CounterUpdate {
-    Sample(CounterSample),
+    Sample(Box<CounterSample>),
     /// The metrics source refused or stopped something: a callback failed, another session holds
     /// the metrics source (runtime < 8), a MaxTimeSeries / MaxHistograms limit was reached.
     MetricsError {
@@ -361,7 +361,7 @@ impl CounterDecoder {
                         increment: finite(increment)?,
                     },
                 };
-                CounterUpdate::Sample(CounterSample {
+                CounterUpdate::Sample(Box::new(CounterSample {
                     unix_nanos,
                     provider: c.provider,
                     name: c.name,
@@ -371,7 +371,7 @@ impl CounterDecoder {
                     tags: Vec::new(),
                     interval_seconds: c.interval_sec.filter(|s| s.is_finite() && *s > 0.0),
                     value,
-                })
+                }))
             }
             Some(KnownEvent::Metrics(MetricsEvent::Published(p))) => {
                 if p.session_id != self.metrics_session_id {
@@ -411,7 +411,7 @@ impl CounterDecoder {
                         sum,
                     },
                 };
-                CounterUpdate::Sample(CounterSample {
+                CounterUpdate::Sample(Box::new(CounterSample {
                     unix_nanos,
                     provider: p.meter_name,
                     name: p.instrument_name,
@@ -421,7 +421,7 @@ impl CounterDecoder {
                     tags,
                     interval_seconds: None,
                     value,
-                })
+                }))
             }
             Some(KnownEvent::Metrics(MetricsEvent::Error {
                 session_id,

@@ -83,13 +83,16 @@ struct Running {
     count: u64,
 }
 
+/// A series: meter (or EventSource), instrument, tags.
+type SeriesKey = (String, String, Vec<(String, String)>);
+
 /// One process's counter values made cumulative: the state of the series the runtime publishes
 /// as deltas, at most `max_series` of them.
 #[derive(Debug)]
 pub struct Cumulative {
     start_unix_nanos: i64,
     max_series: usize,
-    running: HashMap<(String, String, Vec<(String, String)>), Running>,
+    running: HashMap<SeriesKey, Running>,
 }
 
 impl Cumulative {
@@ -257,8 +260,10 @@ fn add_point(metric: &mut Metric, point: &MetricPoint) -> bool {
 /// One request for `points`: a resource per process, a scope per meter (and version), a metric
 /// per instrument and data type, points in their order.
 pub fn metrics_request(points: &[MetricExport]) -> ExportMetricsServiceRequest {
+    // ((meter, version), metrics) per process, in first-seen order.
     type Scope = ((String, String), Vec<Metric>);
-    let mut resources: Vec<(Arc<[(String, String)]>, Vec<Scope>)> = Vec::new();
+    type Process = (Arc<[(String, String)]>, Vec<Scope>);
+    let mut resources: Vec<Process> = Vec::new();
     for export in points {
         let point = &export.point;
         let at = match resources.iter().position(|(s, _)| s == &export.series) {
