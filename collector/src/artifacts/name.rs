@@ -76,7 +76,13 @@ impl ArtifactKind {
             && digits > 0
             && matches!(
                 &rest[digits..],
-                ".gcdump" | ".nettrace" | ".stacks.txt" | ".stacks.json" | ".txt" | ".json"
+                ".gcdump"
+                    | ".nettrace"
+                    | ".stacks.txt"
+                    | ".stacks.json"
+                    | ".txt"
+                    | ".json"
+                    | ".metrics.json"
             )
     }
 }
