@@ -192,7 +192,8 @@ fn main_module(profile: &Profile) -> Option<&str> {
     let mut totals: HashMap<&str, i64> = HashMap::new();
     let mut seen: Vec<&str> = Vec::new();
     for sample in &profile.samples {
-        let value = sample.values.get(value_index).copied().unwrap_or(0);
+        // Negative values (a diff) count for nothing; sums saturate rather than overflow.
+        let value = sample.values.get(value_index).copied().unwrap_or(0).max(0);
         seen.clear();
         for &f in &sample.stack {
             let Some(function) = profile.functions.get(f as usize) else {
@@ -201,7 +202,8 @@ fn main_module(profile: &Profile) -> Option<&str> {
             let module = function.module.as_str();
             if !is_dotnets_own(module) && !seen.contains(&module) {
                 seen.push(module);
-                *totals.entry(module).or_default() += value;
+                let total = totals.entry(module).or_default();
+                *total = total.saturating_add(value);
             }
         }
     }

@@ -253,6 +253,9 @@ impl Recorder {
             family.retain(|labels| labels.first() != Some(&self.process[0]));
         }
         self.dropped_family.remove(&[&self.process[0]]);
+        let registry = self.registry.clone();
+        drop(self);
+        registry.remove_unused_families();
     }
 }
 

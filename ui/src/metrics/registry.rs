@@ -369,6 +369,15 @@ impl Registry {
         })
     }
 
+    /// Unregisters the families that have no series left and that no handle holds: a family
+    /// named at run time (a target's meter or instrument) goes with the last process that wrote
+    /// it, so processes that come and go with new names do not pile up empty families.
+    pub fn remove_unused_families(&self) {
+        let mut families = self.families.lock().unwrap_or_else(|p| p.into_inner());
+        // Handles are only made under this lock, so one held by the map alone stays unheld.
+        families.retain(|_, core| Arc::strong_count(core) > 1 || !core.series().is_empty());
+    }
+
     /// Every family's current values, sorted by name (series by label values), plus
     /// `clrscope_metric_series_dropped_total` when a family refused label sets.
     pub fn snapshot(&self) -> Vec<FamilySnapshot> {
@@ -526,6 +535,25 @@ mod tests {
         // Existing series still count.
         family.with(&["0"]).inc();
         assert_eq!(family.with(&["0"]).get(), 2);
+    }
+
+    #[test]
+    fn families_without_series_or_handles_are_removed() {
+        let registry = Registry::default();
+        let held = registry.gauge_vec("held_family", "held", &["process_id"]);
+        let emptied = registry.gauge_vec("emptied_family", "emptied", &["process_id"]);
+        let written = registry.gauge_vec("written_family", "written", &["process_id"]);
+        emptied.with(&["1"]).set(1.0);
+        emptied.remove(&["1"]);
+        written.with(&["1"]).set(2.0);
+        drop((emptied, written));
+        registry.remove_unused_families();
+        let names: Vec<String> = registry.snapshot().into_iter().map(|f| f.name).collect();
+        assert_eq!(names, ["held_family", "written_family"]);
+        drop(held);
+        registry.remove_unused_families();
+        let names: Vec<String> = registry.snapshot().into_iter().map(|f| f.name).collect();
+        assert_eq!(names, ["written_family"]);
     }
 
     #[test]
