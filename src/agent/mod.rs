@@ -743,6 +743,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         parser: settings.parser.clone(),
     };
     rules.check_egress()?;
+    if !settings.runtime_metrics
+        && settings
+            .exporters
+            .values()
+            .any(|e| e.sends(exporter::remote::ExportSignal::Metrics))
+    {
+        tracing::warn!(
+            "an exporter sends Metrics but the runtime counters are off (Metrics:Enabled false or \
+             --no-runtime-metrics): it will send none"
+        );
+    }
     let signals = settings.signals.for_rules(&rules.rules)?;
     let metrics = Registry::default();
     let health = Health::register(&metrics);
