@@ -4,7 +4,8 @@
 //! a SAS; a queue message names each blob; the agent's `/gcdump`, `/dump` and a rule's
 //! CollectTrace land as blobs; a 1 GiB dump streams through with the agent's RSS bounded; and an
 //! Azurite stopped mid-upload fails the upload after its retries, leaving nothing under the
-//! blob's name.
+//! blob's name; a real artifact (`/exceptions`) egressed as a blob and into a folder holds the
+//! same bytes, and the blob carries dotnet-monitor's metadata (read back with curl).
 
 mod support;
 
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use exporter::egress::{Egress, EgressConfig, EgressError};
+use exporter::egress::{ArtifactOrigin, Egress, EgressConfig, EgressError};
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
 use sha2::Sha256;
@@ -181,6 +182,26 @@ impl Azurite {
     }
 }
 
+/// The metadata of the blob at `url` as Azurite answers it to curl (`HEAD`, the `x-ms-meta-*`
+/// headers), names lower-cased (the Blob service matches them without regard to case).
+fn blob_metadata(azurite: &Azurite, url: &str) -> std::collections::BTreeMap<String, String> {
+    let out = Command::new("curl")
+        .args(["-sS", "--head", "--fail"])
+        .arg(format!("{url}?{}", azurite.sas()))
+        .output()
+        .expect("curl");
+    assert!(out.status.success(), "curl: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            let name = name.trim().to_ascii_lowercase();
+            let key = name.strip_prefix("x-ms-meta-")?;
+            Some((key.to_string(), value.trim().to_string()))
+        })
+        .collect()
+}
+
 impl Drop for Azurite {
     fn drop(&mut self) {
         self.stop();
@@ -205,7 +226,9 @@ async fn upload(
     name: &str,
     bytes: &[u8],
 ) -> Result<String, EgressError> {
-    let mut upload = egress.start(provider, name).unwrap();
+    let mut upload = egress
+        .start(provider, name, &ArtifactOrigin::default())
+        .unwrap();
     let mut written = Ok(());
     for piece in bytes.chunks(100_000) {
         written = upload.write_all(piece).await;
@@ -294,7 +317,9 @@ async fn an_upload_cut_off_mid_way_retries_fails_clearly_and_leaves_no_blob() {
     }}}));
     let name = artifact_name(10);
     let bytes = noise(8 << 20, 3);
-    let mut upload = egress.start("blob", &name).unwrap();
+    let mut upload = egress
+        .start("blob", &name, &ArtifactOrigin::default())
+        .unwrap();
     upload.write_all(&bytes[..3 << 20]).await.unwrap();
     // Two blocks are in (the third may be on its way): the service goes away.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -493,6 +518,32 @@ fn the_agents_gcdump_dump_and_rule_trace_land_as_blobs() {
         "{trace}: {:?}",
         &bytes[..16.min(bytes.len())]
     );
+    // The rule's blob says which rule and action made it, as dotnet-monitor's does.
+    let metadata = blob_metadata(
+        &azurite,
+        &format!("{}/artifacts/{trace}", azurite.blob_uri()),
+    );
+    assert_eq!(
+        metadata
+            .get("dotnetmonitor_collectionrulename")
+            .map(String::as_str),
+        Some("TraceAtStart"),
+        "{metadata:?}"
+    );
+    assert_eq!(
+        metadata
+            .get("dotnetmonitor_actionlistindex")
+            .map(String::as_str),
+        Some("0")
+    );
+    assert_eq!(
+        metadata.get("dotnetmonitor_actionname").map(String::as_str),
+        Some("Action1")
+    );
+    assert_eq!(
+        metadata.get("dotnetmonitor_artifactsource_processid"),
+        Some(&pid.to_string())
+    );
     let messages = azurite.messages("announced");
     assert_eq!(messages.len(), 2, "{messages:?}");
     assert!(
@@ -549,4 +600,145 @@ fn a_1_gib_dump_streams_with_the_agents_rss_bounded() {
     );
     assert!(bytes >= 1 << 30, "the dump has {bytes} bytes");
     assert!(peak_kib < 128 * 1024, "agent RSS reached {peak_kib} KiB");
+}
+
+/// A real artifact egressed both ways holds the same bytes: the `Logs` target throws 30 episodes
+/// (60 exceptions), from 5 s after it started, and stops, so its exception history no longer
+/// changes; `/exceptions` egressed
+/// into a folder and as a blob are then equal. The blob carries dotnet-monitor's metadata: the
+/// built-in `DotnetMonitor_*` keys and each `Metadata` name whose environment variable the target
+/// has (one it lacks is left out).
+#[test]
+fn exceptions_egressed_as_a_blob_equal_the_folders_and_carry_metadata() {
+    let azurite = Azurite::start("metadata");
+    let mut target = Target::builder("Logs")
+        .args([
+            "--messages-per-second",
+            "0",
+            "--exceptions-per-second",
+            "20",
+            "--exceptions-total",
+            "30",
+            "--exceptions-after-seconds",
+            "5",
+            "--no-span-lines",
+        ])
+        .env("CLRSCOPE_TEST_TEAM", "payments-7")
+        .start();
+    let pid = target.pid();
+    let dir = data_dir("azure-metadata-config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let folder = data_dir("azure-metadata-folder");
+    let config = dir.join("settings.json");
+    let settings = json!({"Egress": {
+        "FileSystem": {"folder": {"DirectoryPath": folder}},
+        "AzureBlobStorage": {"keyed": {
+            "accountUri": azurite.blob_uri(),
+            "containerName": "exceptions",
+            "accountKey": KEY,
+            "metadata": {"Team": "CLRSCOPE_TEST_TEAM", "Missing": "CLRSCOPE_TEST_NOT_SET"},
+        }},
+    }});
+    std::fs::write(&config, settings.to_string()).unwrap();
+    let agent = Agent::start(
+        &data_dir("azure-metadata"),
+        &[
+            "--pid",
+            &pid.to_string(),
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    agent.wait_attached(pid, true, Duration::from_secs(120));
+    // All 30 episodes thrown, and the listing no longer changes (those thrown before the agent
+    // attached, if it was slow, are not in it).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut episodes = 0;
+    let mut last_count = usize::MAX;
+    let count = loop {
+        for line in target.drain_lines() {
+            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                if let Some(n) = v.pointer("/totals/episodes").and_then(Value::as_u64) {
+                    episodes = n;
+                }
+            }
+        }
+        let listed = agent.request("GET", &format!("/exceptions?pid={pid}"));
+        let count = listed.body.matches("First chance exception at ").count();
+        if episodes == 30 && count == last_count && count >= 20 {
+            break count;
+        }
+        last_count = count;
+        assert!(
+            Instant::now() < deadline,
+            "{episodes} episodes, {count} exceptions listed\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(1000));
+    };
+    let to_folder = run_operation(
+        &agent,
+        &format!("/exceptions?pid={pid}&egressProvider=folder"),
+        || {},
+    );
+    assert_eq!(to_folder["status"], "Succeeded", "{to_folder}");
+    let path = to_folder["resourceLocation"].as_str().unwrap().to_string();
+    let to_blob = run_operation(
+        &agent,
+        &format!("/exceptions?pid={pid}&egressProvider=keyed"),
+        || {},
+    );
+    assert_eq!(to_blob["status"], "Succeeded", "{to_blob}");
+    let url = to_blob["resourceLocation"].as_str().unwrap();
+    assert!(url.ends_with(&format!("_{pid}.exceptions.txt")), "{url}");
+    let file = std::fs::read(&path).unwrap();
+    let blob = azurite.blob(url).unwrap();
+    let text = String::from_utf8_lossy(&file);
+    assert_eq!(
+        text.matches("First chance exception at ").count(),
+        count,
+        "{text}"
+    );
+    assert!(
+        blob == file,
+        "{url} ({} bytes) differs from {path} ({} bytes)",
+        blob.len(),
+        file.len()
+    );
+    println!(
+        "/exceptions: {count} exceptions, {} bytes, equal as a blob and as a file",
+        blob.len()
+    );
+
+    let metadata = blob_metadata(&azurite, url);
+    let uid = agent.request("GET", "/processes").json();
+    let uid = uid
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap()["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        metadata.get("team").map(String::as_str),
+        Some("payments-7"),
+        "{metadata:?}"
+    );
+    assert_eq!(
+        metadata.get("dotnetmonitor_artifactsource_processid"),
+        Some(&pid.to_string())
+    );
+    assert_eq!(
+        metadata
+            .get("dotnetmonitor_artifactsource_runtimeinstancecookie")
+            .map(|c| c.to_ascii_lowercase()),
+        Some(uid)
+    );
+    assert!(!metadata.contains_key("missing"), "{metadata:?}");
+    assert!(
+        !metadata.contains_key("dotnetmonitor_collectionrulename"),
+        "an API request is no rule: {metadata:?}"
+    );
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::agent::{data_dir, Agent};
-use support::{http_request, HttpResponse, Target};
+use support::{http_request, http_request_with_body, HttpResponse, Target};
 
 /// What the target reported: each span's id by the sequences or episode it covered, and its
 /// totals.
@@ -48,6 +48,22 @@ impl Reported {
             }
         }
     }
+}
+
+/// `POST path` with a JSON body.
+fn post(agent: &Agent, path: &str, accept: &str, body: &str) -> HttpResponse {
+    let auth = format!("Bearer {}", agent.token());
+    http_request_with_body(
+        agent.port,
+        "POST",
+        path,
+        &[
+            ("Authorization", &auth),
+            ("Accept", accept),
+            ("Content-Type", "application/json"),
+        ],
+        body.as_bytes(),
+    )
 }
 
 fn get(agent: &Agent, path: &str, accept: &str) -> HttpResponse {
@@ -228,11 +244,13 @@ fn logs_and_exceptions_out_of_process() {
     assert!(scoped > 0, "no message carries its scope");
     println!("logs: {} records ({first}..{last}), {right_span}/{in_span} with their span ids, {scoped} scoped", records.len());
 
-    // The same as an RFC 7464 JSON text sequence and as text.
-    let seq = get(
+    // The same as an RFC 7464 JSON text sequence, from what the agent's own session keeps (the
+    // app's filters on, Warning is above its Debug), and as text.
+    let seq = post(
         &agent,
-        &format!("/logs?pid={pid}&durationSeconds=2&level=Warning"),
+        &format!("/logs?pid={pid}&durationSeconds=2"),
         "application/json-seq",
+        r#"{"logLevel": "Warning", "useAppFilters": true}"#,
     );
     let seq = agent.expect_status(seq, 200, "GET /logs json-seq");
     assert_eq!(seq.header("content-type"), Some("application/json-seq"));
@@ -258,14 +276,57 @@ fn logs_and_exceptions_out_of_process() {
         "{}",
         text.body
     );
-    // Below the level the agent collects: refused, saying why.
-    let below = get(
+    // Below the level the agent collects (Trace; it collects Debug), with FilterSpecs: a session
+    // of the request's own serves it, as dotnet-monitor serves every /logs. Logs.Orders at every
+    // level, Logs.Payments at the default level (Critical) its spec leaves open, each message
+    // once, none missing in the window.
+    let own = post(
         &agent,
-        &format!("/logs?pid={pid}&durationSeconds=1&level=Trace"),
+        &format!("/logs?pid={pid}&durationSeconds=3"),
+        "application/x-ndjson",
+        r#"{"logLevel": "Critical", "filterSpecs": {"Logs.Orders": "Trace", "Logs.Pay*": null}, "useAppFilters": false}"#,
+    );
+    let own = agent.expect_status(own, 200, "POST /logs below the collected level");
+    let mut got = HashSet::new();
+    let mut traces = 0;
+    for line in own.body.lines() {
+        let r: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let seq: u64 = r["State"]["OrderId"].as_str().unwrap().parse().unwrap();
+        let level = r["LogLevel"].as_str().unwrap();
+        assert_eq!(level, level_of(seq), "{r}");
+        if seq.is_multiple_of(2) {
+            assert_eq!(r["Category"], "Logs.Orders");
+        } else {
+            assert_eq!(level, "Critical", "Logs.Payments below Critical: {r}");
+        }
+        traces += usize::from(level == "Trace");
+        assert!(got.insert(seq), "message {seq} twice");
+    }
+    let (lo, hi) = (*got.iter().min().unwrap(), *got.iter().max().unwrap());
+    let missing: Vec<u64> = (lo..=hi)
+        .filter(|&s| (s.is_multiple_of(2) || level_of(s) == "Critical") && !got.contains(&s))
+        .collect();
+    assert!(missing.is_empty(), "missing {missing:?} of {lo}..={hi}");
+    assert!(
+        hi - lo >= 200 && traces >= 20,
+        "{lo}..={hi}, {traces} at Trace"
+    );
+    println!(
+        "own session: {} records ({lo}..={hi}), {traces} at Trace",
+        got.len()
+    );
+    // GET below the collected level too.
+    let trace = get(
+        &agent,
+        &format!("/logs?pid={pid}&durationSeconds=2&level=Trace"),
         "application/x-ndjson",
     );
-    assert_eq!(below.status, 400, "{}", below.body);
-    assert!(below.body.contains("--logs"), "{}", below.body);
+    let trace = agent.expect_status(trace, 200, "GET /logs?level=Trace");
+    assert!(
+        trace.body.contains(r#""LogLevel":"Trace""#),
+        "{}",
+        &trace.body[..trace.body.len().min(2000)]
+    );
 
     // /exceptions: each episode's two exceptions, exactly once, named, nested, in their span.
     reported.absorb(&mut target);
@@ -377,6 +438,44 @@ fn logs_and_exceptions_out_of_process() {
         .body
         .contains("System.TimeoutException: connect timed out #"));
     assert!(text.body.contains("\n   at Logs.Payments.Gateway.Connect("));
+    // POST /exceptions with dotnet-monitor's filters: the throwing frame's method and type
+    // include the timeouts alone (and, as dotnet-monitor's, exceptions with no frame, which the
+    // frame's fields cannot rule out: those thrown before the rundown named their code);
+    // excluding their type leaves the declines alone.
+    let include = post(
+        &agent,
+        &format!("/exceptions?pid={pid}"),
+        "application/x-ndjson",
+        r#"{"include": [{"methodName": "Connect", "typeName": "Logs.Payments.Gateway"}]}"#,
+    );
+    let include = agent.expect_status(include, 200, "POST /exceptions include");
+    let types: HashSet<String> = include
+        .body
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| {
+            e["stack"]["frames"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty())
+        })
+        .map(|e| e["typeName"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        types,
+        HashSet::from(["System.TimeoutException".to_string()])
+    );
+    let exclude = post(
+        &agent,
+        &format!("/exceptions?pid={pid}"),
+        "application/x-ndjson",
+        r#"{"exclude": [{"exceptionType": "System.TimeoutException"}]}"#,
+    );
+    let exclude = agent.expect_status(exclude, 200, "POST /exceptions exclude");
+    assert!(
+        exclude.body.lines().count() > 20 && !exclude.body.contains("System.TimeoutException\""),
+        "{}",
+        exclude.body
+    );
 
     // The web UI's panel: the newest exceptions and error logs, with their spans.
     let recent = agent
@@ -533,8 +632,12 @@ fn an_exception_count_rule_collects_the_logs_before_it() {
                 "ProviderName": "System.Runtime", "CounterName": "exception-count",
                 "GreaterThan": 10, "SlidingWindowDuration": "00:00:01"}},
             "Actions": [{"Type": "CollectLogs", "Settings": {
-                "DefaultLevel": "Information", "UseAppFilters": false, "Duration": "00:00:02",
-                "PreTriggerSeconds": 10, "Egress": "artifacts"}}],
+                "DefaultLevel": "Information", "UseAppFilters": true, "Duration": "00:00:02",
+                "Format": "NewlineDelimitedJson",
+                "PreTriggerSeconds": 10, "Egress": "artifacts"}},
+                {"Type": "CollectExceptions", "Settings": {
+                "Format": "NewlineDelimitedJson", "Egress": "artifacts",
+                "Filters": {"Include": [{"ExceptionType": "System.TimeoutException"}]}}}],
             "Limits": {"ActionCount": 1}}}
     });
     std::fs::write(&config, settings.to_string()).unwrap();
@@ -559,12 +662,14 @@ fn an_exception_count_rule_collects_the_logs_before_it() {
     let deadline = Instant::now() + Duration::from_secs(120);
     let file = loop {
         let done = std::fs::read_dir(&artifacts).ok().and_then(|d| {
-            d.filter_map(Result::ok)
-                .map(|e| e.path())
-                .find(|p| p.extension().is_some_and(|x| x == "json"))
+            d.filter_map(Result::ok).map(|e| e.path()).find(|p| {
+                p.extension().is_some_and(|x| x == "json")
+                    && !p.to_string_lossy().ends_with(".exceptions.json")
+            })
         });
-        // FileSystem egress without an intermediate folder writes in place: done once logged.
-        if let Some(path) = done.filter(|_| agent.log().contains("artifact written")) {
+        // FileSystem egress without an intermediate folder writes in place: done once logged
+        // (the logs, 2 s long, after the exceptions, written at once).
+        if let Some(path) = done.filter(|_| agent.log().matches("artifact written").count() >= 2) {
             break path;
         }
         assert!(
@@ -618,6 +723,61 @@ fn an_exception_count_rule_collects_the_logs_before_it() {
         records.len(),
         fired_ms - first,
         last - fired_ms
+    );
+
+    // CollectExceptions, at the same firing: the kept history thrown before it, only the
+    // timeouts the filter includes, every episode from the first kept to the last, once.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let exceptions = loop {
+        let file = std::fs::read_dir(&artifacts).ok().and_then(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .find(|p| p.to_string_lossy().ends_with(".exceptions.json"))
+        });
+        if let Some(file) = file.filter(|_| agent.log().matches("artifact written").count() >= 2) {
+            break file;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no exceptions collected\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let body = std::fs::read_to_string(&exceptions).unwrap();
+    let mut episodes = Vec::new();
+    for line in body.lines() {
+        let e: Value = serde_json::from_str(line).unwrap_or_else(|err| panic!("{err}: {line}"));
+        assert_eq!(e["typeName"], "System.TimeoutException", "{e}");
+        let n: u64 = e["message"]
+            .as_str()
+            .unwrap()
+            .strip_prefix("connect timed out #")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let at_ms = chrono::DateTime::parse_from_rfc3339(e["timestamp"].as_str().unwrap())
+            .unwrap()
+            .timestamp_millis();
+        assert!(
+            at_ms <= fired_ms + 1_000,
+            "thrown {} ms after the trigger",
+            at_ms - fired_ms
+        );
+        episodes.push((n, at_ms));
+    }
+    assert!(episodes.len() >= 10, "{} timeouts: {body}", episodes.len());
+    let numbers: Vec<u64> = episodes.iter().map(|(n, _)| *n).collect();
+    let expected: Vec<u64> = (numbers[0]..numbers[0] + numbers.len() as u64).collect();
+    assert_eq!(numbers, expected, "episodes missing or repeated");
+    let earliest = episodes.iter().map(|(_, at)| *at).min().unwrap();
+    assert!(earliest < fired_ms - 300, "nothing from before the trigger");
+    println!(
+        "CollectExceptions: {} timeouts (episodes {}..={}), from {} ms before the trigger",
+        episodes.len(),
+        numbers[0],
+        numbers[numbers.len() - 1],
+        fired_ms - earliest
     );
 }
 

@@ -1,7 +1,7 @@
 //! Collecting one diagnostic artifact of a runtime into any writer: the one implementation behind
-//! the HTTP API's `/trace`, `/gcdump`, `/dump`, `/stacks`, `/logs` and `/livemetrics` (streamed
-//! back or egressed) and the collection rules' CollectTrace, CollectGCDump, CollectDump,
-//! CollectStacks, CollectLogs and CollectLiveMetrics actions
+//! the HTTP API's `/trace`, `/gcdump`, `/dump`, `/stacks`, `/logs`, `/exceptions` and `/livemetrics`
+//! (streamed back or egressed) and the collection rules' CollectTrace, CollectGCDump, CollectDump,
+//! CollectStacks, CollectLogs, CollectExceptions and CollectLiveMetrics actions
 //! (egressed). `collector::artifacts` takes each from the runtime, `symbolizer::stacks` names
 //! stacks, and an egressed artifact ends with [`Upload::conclude`](crate::egress::Upload::conclude).
 //!
@@ -12,7 +12,7 @@
 //! let artifact = Artifact::Stacks(StackFormat::PlainText);
 //! let source = ArtifactSource { client: &client, pid: 42, local: None };
 //! let name = artifact.kind().file_name(source.pid, std::time::SystemTime::now());
-//! let mut upload = egress.start("artifacts", &name)?;
+//! let mut upload = egress.start("artifacts", &name, &Default::default())?;
 //! let written = artifact.write(source, &mut upload, std::future::pending()).await;
 //! println!("at {}", upload.conclude(written).await?);
 //! # Ok(()) }
@@ -30,7 +30,10 @@ use collector::artifacts::{
 use collector::client::DiagnosticsClient;
 use collector::gcdump::SnapshotOptions;
 use collector::local::LocalProcess;
-use collector::signals::{write_logs, LogFormat, LogsRequest};
+use collector::signals::{
+    write_exceptions, write_logs, write_session_logs, ExceptionFormat, ExceptionsRequest,
+    LogFormat, LogsRequest,
+};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// One artifact to collect, and how.
@@ -45,10 +48,12 @@ pub enum Artifact {
     Dump { kind: DumpKind, temp_dir: PathBuf },
     /// Every managed thread's stack at one moment.
     Stacks(StackFormat),
-    /// A process's log messages, from its light session.
+    /// A process's log messages, from its light session (or a session of their own).
     Logs(LogsRequest),
     /// Counter and meter values as they are published, from a counter session of its own.
     LiveMetrics(LiveMetricsRequest),
+    /// A process's kept first-chance exceptions, filtered.
+    Exceptions(ExceptionsRequest),
 }
 
 /// The runtime an artifact is collected from.
@@ -76,6 +81,9 @@ impl Artifact {
                 plain_text: request.format == LogFormat::Text,
             },
             Artifact::LiveMetrics(_) => ArtifactKind::LiveMetrics,
+            Artifact::Exceptions(request) => ArtifactKind::Exceptions {
+                plain_text: request.format == ExceptionFormat::Text,
+            },
         }
     }
 
@@ -85,6 +93,7 @@ impl Artifact {
             Artifact::Stacks(format) => format.content_type(),
             Artifact::Logs(request) => request.format.content_type(),
             Artifact::LiveMetrics(_) => "application/json-seq",
+            Artifact::Exceptions(request) => request.format.content_type(),
             _ => "application/octet-stream",
         }
     }
@@ -127,7 +136,17 @@ impl Artifact {
                     .map_err(|source| ArtifactError::Write { bytes: 0, source })?;
                 text.len() as u64
             }
-            Artifact::Logs(request) => write_logs(request, out, stop)
+            // What the agent's always-on session does not collect, a session of its own does.
+            Artifact::Logs(request) => match request.signals.check_logs(&request.settings) {
+                Ok(()) => write_logs(request, out, stop)
+                    .await
+                    .map_err(|source| ArtifactError::Write { bytes: 0, source })?,
+                Err(why) => {
+                    tracing::debug!(%why, "logs from a session of their own");
+                    write_session_logs(client, request, out, stop).await?
+                }
+            },
+            Artifact::Exceptions(request) => write_exceptions(request, out)
                 .await
                 .map_err(|source| ArtifactError::Write { bytes: 0, source })?,
             Artifact::LiveMetrics(request) => {

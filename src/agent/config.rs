@@ -153,6 +153,27 @@ pub struct ProfilingConfig {
     pub process_names: Vec<String>,
     #[serde(default)]
     pub command_lines: Vec<String>,
+    /// `--logs`: the level the always-on logs session collects at.
+    #[serde(default, deserialize_with = "opt_log_level")]
+    pub logs: Option<collector::nettrace::events::LogLevel>,
+    /// `--exception-history`.
+    #[serde(default, deserialize_with = "lenient::opt_number")]
+    pub exception_history: Option<usize>,
+}
+
+/// A `Microsoft.Extensions.Logging` level by name (`Information`), as `--logs` takes it.
+fn opt_log_level<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<collector::nettrace::events::LogLevel>, D::Error> {
+    let text = String::deserialize(d)?;
+    collector::nettrace::events::LogLevel::parse(&text)
+        .map(Some)
+        .ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown log level {text:?}: use Trace, Debug, Information, Warning, Error or \
+                 Critical"
+            ))
+        })
 }
 
 /// The `Store` section: the same settings as the agent's flags of the same names.
@@ -699,5 +720,29 @@ mod tests {
         assert_eq!(config.providers[0].counter_names, ["cpu-usage"]);
         assert!(config.meters[0].instrument_names.is_empty());
         assert!(serde_json::from_str::<MetricsConfig>(r#"{"Enable": true}"#).is_err());
+    }
+
+    #[test]
+    fn logs_and_exception_history_keys() {
+        let config = load(
+            Some(r#"{"Profiling": {"Logs": "Information", "ExceptionHistory": "250"}}"#),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            config.profiling.logs,
+            Some(collector::nettrace::events::LogLevel::Information)
+        );
+        assert_eq!(config.profiling.exception_history, Some(250));
+        let config = load(None, &[("CLRSCOPE_Profiling__ExceptionHistory", "0")]).unwrap();
+        assert_eq!(config.profiling.exception_history, Some(0));
+        let error = format!(
+            "{:#}",
+            load(Some(r#"{"Profiling": {"Logs": "Loud"}}"#), &[]).unwrap_err()
+        );
+        assert!(
+            error.contains("Profiling:Logs") && error.contains("Loud"),
+            "{error}"
+        );
     }
 }

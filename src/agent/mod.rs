@@ -31,7 +31,7 @@ use collector::counters::{
 use collector::nettrace::ParserOptions;
 use collector::rules::options::{ActionKind, CollectionRule};
 use collector::sampler::DutyCycle;
-use collector::signals::{LogsSettings, SignalLimits};
+use collector::signals::{check_covered, LogsSettings, SignalLimits};
 use exporter::egress::{Egress, EgressConfig};
 use settings::{parse_bytes, parse_duration};
 use store::tsdb::{Store, StoreOptions};
@@ -165,14 +165,17 @@ pub struct Args {
     #[arg(long = "trace-source", value_name = "NAME")]
     trace_sources: Vec<String>,
     /// Collect the targets' Microsoft.Extensions.Logging messages at this level and above
-    /// (Trace, Debug, Information, Warning, Error, Critical), the app's own filters kept, for
-    /// /logs, CollectLogs (with the seconds before a trigger) and OTLP; off by default: the
-    /// app then formats each message for the agent (BENCHMARKS.md, "Logs and exceptions").
+    /// (Trace, Debug, Information, Warning, Error, Critical), the app's own filters kept, all
+    /// the time: for CollectLogs' seconds before a trigger, OTLP logs, the web UI, and /logs
+    /// requests it covers (others get a session of their own); off by default: the app then
+    /// formats each message for the agent (BENCHMARKS.md, "Logs and exceptions").
+    /// [config: Profiling:Logs]
     #[arg(long, value_name = "LEVEL", value_parser = parse_log_level)]
     logs: Option<collector::nettrace::events::LogLevel>,
-    /// How many first-chance exceptions to keep per process for /exceptions (0: none).
-    #[arg(long, value_name = "N", default_value_t = 1000)]
-    exception_history: usize,
+    /// How many first-chance exceptions to keep per process for /exceptions and
+    /// CollectExceptions (0: none) [default: 1000]. [config: Profiling:ExceptionHistory]
+    #[arg(long, value_name = "N")]
+    exception_history: Option<usize>,
     /// Also put this System.Diagnostics.Metrics meter's instruments on /metrics (repeatable).
     /// System.Runtime's and ASP.NET Core's counters are there unless
     /// Metrics:IncludeDefaultProviders is false. [config: Metrics:Meters]
@@ -396,12 +399,15 @@ impl Args {
             },
             linkage,
             signals: SignalSettings {
-                logs: self.logs.map(|level| LogsSettings {
+                logs: self.logs.or(profiling.logs).map(|level| LogsSettings {
                     log_level: level,
                     ..LogsSettings::default()
                 }),
                 limits: SignalLimits {
-                    max_exceptions: self.exception_history,
+                    max_exceptions: self
+                        .exception_history
+                        .or(profiling.exception_history)
+                        .unwrap_or(DEFAULT_EXCEPTION_HISTORY),
                     ..SignalLimits::default()
                 },
             },
@@ -501,6 +507,10 @@ impl Filters {
     }
 }
 
+/// Exceptions kept per process unless `--exception-history` says otherwise (dotnet-monitor keeps
+/// 1,000 too).
+const DEFAULT_EXCEPTION_HISTORY: usize = 1000;
+
 /// What every per-process task is configured with.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -535,22 +545,37 @@ impl SignalSettings {
     }
 
     /// Keeps logs long enough for the longest CollectLogs `PreTriggerSeconds`; refuses a
-    /// CollectLogs without `--logs`.
+    /// pre-trigger the always-on session cannot serve (a CollectLogs without one starts a session
+    /// of its own when it fires, as dotnet-monitor's does), and a CollectExceptions without an
+    /// exception history.
     fn for_rules(mut self, rules: &[CollectionRule]) -> anyhow::Result<SignalSettings> {
         for rule in rules {
             for action in &rule.actions {
-                let ActionKind::CollectLogs { pre_trigger, .. } = &action.kind else {
-                    continue;
-                };
-                if self.logs.is_none() {
-                    bail!(
-                        "collection rule {:?}: CollectLogs needs the agent to collect logs: \
-                         start it with --logs LEVEL",
-                        rule.name
-                    );
+                match &action.kind {
+                    ActionKind::CollectLogs {
+                        pre_trigger,
+                        settings,
+                        ..
+                    } if !pre_trigger.is_zero() => {
+                        if let Err(why) = check_covered(self.logs.as_ref(), settings) {
+                            bail!(
+                                "collection rule {:?}, action {:?}: PreTriggerSeconds needs the \
+                                 messages the agent keeps, but {why}",
+                                rule.name,
+                                action.name
+                            );
+                        }
+                        let needed = *pre_trigger + Duration::from_secs(5);
+                        self.limits.log_retention = self.limits.log_retention.max(needed);
+                    }
+                    ActionKind::CollectExceptions { .. } if !self.exceptions() => bail!(
+                        "collection rule {:?}, action {:?}: CollectExceptions writes the \
+                         exceptions the agent keeps, but --exception-history is 0",
+                        rule.name,
+                        action.name
+                    ),
+                    _ => {}
                 }
-                let needed = *pre_trigger + Duration::from_secs(5);
-                self.limits.log_retention = self.limits.log_retention.max(needed);
             }
         }
         Ok(self)
@@ -947,6 +972,55 @@ fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rules_that_need_kept_signals_are_checked_at_start() {
+        let compile = |actions: serde_json::Value| {
+            collector::rules::options::compile(
+                &serde_json::from_value(serde_json::json!({"R": {
+                    "Trigger": {"Type": "Startup"}, "Actions": actions}}))
+                .unwrap(),
+                &Default::default(),
+            )
+            .unwrap()
+        };
+        let signals = |logs: Option<LogLevel>, max_exceptions| SignalSettings {
+            logs: logs.map(|log_level| LogsSettings {
+                log_level,
+                ..LogsSettings::default()
+            }),
+            limits: SignalLimits {
+                max_exceptions,
+                ..SignalLimits::default()
+            },
+        };
+        use collector::nettrace::events::LogLevel;
+        let pre = compile(serde_json::json!([{"Type": "CollectLogs", "Settings": {
+            "Egress": "e", "DefaultLevel": "Information", "PreTriggerSeconds": 60}}]));
+        // Kept: the retention grows to cover the seconds before the trigger.
+        let kept = signals(Some(LogLevel::Debug), 10).for_rules(&pre).unwrap();
+        assert_eq!(kept.limits.log_retention, Duration::from_secs(65));
+        let error = signals(None, 10).for_rules(&pre).unwrap_err().to_string();
+        assert!(error.contains("--logs"), "{error}");
+        let error = signals(Some(LogLevel::Warning), 10)
+            .for_rules(&pre)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("Warning"), "{error}");
+        // Without PreTriggerSeconds a session of the action's own serves it.
+        let own =
+            compile(serde_json::json!([{"Type": "CollectLogs", "Settings": {"Egress": "e"}}]));
+        assert!(signals(None, 10).for_rules(&own).is_ok());
+        let exceptions = compile(
+            serde_json::json!([{"Type": "CollectExceptions", "Settings": {"Egress": "e"}}]),
+        );
+        assert!(signals(None, 10).for_rules(&exceptions).is_ok());
+        let error = signals(None, 0)
+            .for_rules(&exceptions)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--exception-history"), "{error}");
+    }
 
     #[test]
     fn listen_urls_read_like_kestrels() {

@@ -7,12 +7,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::Context;
+use collector::activity::Span;
 use collector::activity::TrackerLimits;
 use collector::attached::AttachedProcess;
 use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::local::LocalProcess;
 use collector::nettrace::events::{EventKind, KnownEvent, ModuleEventKind};
+use collector::nettrace::Guid;
 use collector::nettrace::{Event, ParserOptions};
 use collector::providers::{self, level};
 use collector::rules::options::ProcessFacts;
@@ -20,7 +22,7 @@ use collector::rules::state::RuleStates;
 use collector::sampler::{SamplerControl, SamplerStep, MAX_WINDOW};
 use collector::samples::SampleAggregator;
 use collector::session::{self, EventObserver, ParsingWriter, SessionProgress};
-use collector::signals::{ProcessSignals, SignalCollector};
+use collector::signals::{ProcessSignals, SignalCollector, SpanLookup, SpanSource};
 use profile::labels;
 use symbolizer::profiles::process::{Batches, EventProfiles, ProcessProfiler};
 use tokio::sync::watch;
@@ -137,6 +139,47 @@ impl SharedProfiler {
             .as_deref()
             .map(LocalProcess::thread_names)
             .unwrap_or_default()
+    }
+}
+
+/// The light session's span tracking, for a session of a request's own: weak, since the
+/// profiler holds the process's signals, which hold this.
+struct LightSpans {
+    profiler: std::sync::Weak<Mutex<ProcessProfiler>>,
+    light_latest_ns: Arc<AtomicI64>,
+    light_seen_ms: Arc<AtomicU64>,
+    started: Instant,
+}
+
+impl LightSpans {
+    fn of(shared: &SharedProfiler) -> Self {
+        LightSpans {
+            profiler: Arc::downgrade(&shared.profiler),
+            light_latest_ns: shared.light_latest_ns.clone(),
+            light_seen_ms: shared.light_seen_ms.clone(),
+            started: shared.started,
+        }
+    }
+}
+
+impl SpanSource for LightSpans {
+    /// As [`SharedProfiler::light_caught_up`], without the wait.
+    fn caught_up(&self, unix_nanos: i64) -> bool {
+        let quiet_ms = u64::try_from(self.started.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .saturating_sub(self.light_seen_ms.load(Ordering::Relaxed));
+        self.light_latest_ns.load(Ordering::Relaxed) >= unix_nanos
+            || Duration::from_millis(quiet_ms) >= LIGHT_QUIET
+    }
+
+    fn span(&self, activity: Guid, thread: u64, timestamp: i64) -> Option<Span> {
+        let profiler = self.profiler.upgrade()?;
+        let profiler = profiler.lock().unwrap_or_else(|p| p.into_inner());
+        let spans = profiler.spans()?;
+        spans
+            .span_of_activity(&activity, timestamp)
+            .or_else(|| spans.span_at(thread, timestamp))
+            .cloned()
     }
 }
 
@@ -423,9 +466,11 @@ async fn attach(
     }
     let profiler = SharedProfiler::new(
         ProcessProfiler::new(series, agent.settings.events, linkage)
-            .with_signals(SignalCollector::new(signals)),
+            .with_signals(SignalCollector::new(signals.clone())),
         local,
     );
+    // A `/logs` session of its own joins its messages to the spans the light session tracks.
+    signals.set_span_lookup(SpanLookup(Arc::new(LightSpans::of(&profiler))));
 
     // Fires when this function returns: the process's other tasks end with it.
     let (_detaching, detached) = tokio::sync::oneshot::channel::<()>();

@@ -24,9 +24,9 @@ use collector::rules::options::{Action, ActionKind, CollectionRule, ProcessFacts
 use collector::rules::ring::RingLimits;
 use collector::rules::state::RuleStates;
 use collector::sampler::SamplerControl;
-use collector::signals::{LogsRequest, ProcessSignals};
+use collector::signals::{ExceptionsRequest, LogsRequest, ProcessSignals};
 use exporter::artifacts::{Artifact, ArtifactSource};
-use exporter::egress::{Egress, Upload};
+use exporter::egress::{ArtifactOrigin, Egress, RuleActionOrigin, Upload};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -130,6 +130,7 @@ pub fn start(
         let context = Arc::new(ActionContext {
             client: target.client.clone(),
             pid: target.pid,
+            runtime_cookie: target.runtime_cookie.to_string(),
             local: target.local.cloned(),
             sampler: target.sampler.clone(),
             egress: settings.egress.clone(),
@@ -150,10 +151,11 @@ pub fn start(
         tasks.spawn(async move {
             let execute = |action: &Action, firing: &Firing| -> ActionFuture {
                 let context = context.clone();
+                let index = rule.actions.iter().position(|a| a.name == action.name);
                 let (action, firing) = (action.clone(), firing.clone());
                 Box::pin(async move {
                     context
-                        .run(&action, &firing)
+                        .run(&action, index.unwrap_or_default(), &firing)
                         .await
                         .map_err(|e| format!("{e:#}"))
                 })
@@ -206,10 +208,18 @@ fn trace_request(source: &TraceSource, counter_interval: u32) -> anyhow::Result<
     })
 }
 
+/// The action being run, its place in its rule's list, and the firing that started it.
+struct By<'a> {
+    action: &'a Action,
+    index: usize,
+    firing: &'a Firing,
+}
+
 /// What a rule's actions on one process share.
 struct ActionContext {
     client: DiagnosticsClient,
     pid: u64,
+    runtime_cookie: String,
     local: Option<LocalProcess>,
     sampler: SamplerControl,
     egress: Egress,
@@ -224,13 +234,8 @@ struct ActionContext {
 
 impl ActionContext {
     /// Collects `artifact` into the egress provider `egress`, named for the time of the firing.
-    async fn collect(
-        &self,
-        artifact: Artifact,
-        egress: &str,
-        at: SystemTime,
-    ) -> anyhow::Result<()> {
-        let mut upload = self.upload(egress, artifact.kind(), at)?;
+    async fn collect(&self, artifact: Artifact, egress: &str, by: &By<'_>) -> anyhow::Result<()> {
+        let mut upload = self.upload(egress, artifact.kind(), by).await?;
         let source = ArtifactSource {
             client: &self.client,
             pid: self.pid,
@@ -243,11 +248,38 @@ impl ActionContext {
         Ok(())
     }
 
-    fn upload(&self, egress: &str, kind: ArtifactKind, at: SystemTime) -> anyhow::Result<Upload> {
-        Ok(self.egress.start(egress, &kind.file_name(self.pid, at))?)
+    async fn upload(
+        &self,
+        egress: &str,
+        kind: ArtifactKind,
+        by: &By<'_>,
+    ) -> anyhow::Result<Upload> {
+        let mut origin = ArtifactOrigin {
+            pid: self.pid,
+            runtime_cookie: Some(self.runtime_cookie.clone()),
+            rule: Some(RuleActionOrigin {
+                rule: by.firing.rule.clone(),
+                action_index: by.index,
+                action: by.action.name.clone(),
+            }),
+            environment: Vec::new(),
+        };
+        if self.egress.needs_environment(egress) {
+            origin.environment = self.client.environment().await.unwrap_or_else(|error| {
+                tracing::warn!(pid = self.pid, %error, "cannot read the environment for blob metadata");
+                Vec::new()
+            });
+        }
+        let name = kind.file_name(self.pid, by.firing.time);
+        Ok(self.egress.start(egress, &name, &origin)?)
     }
 
-    async fn run(&self, action: &Action, firing: &Firing) -> anyhow::Result<()> {
+    async fn run(&self, action: &Action, index: usize, firing: &Firing) -> anyhow::Result<()> {
+        let by = By {
+            action,
+            index,
+            firing,
+        };
         match &action.kind {
             ActionKind::CollectTrace {
                 source,
@@ -257,7 +289,7 @@ impl ActionContext {
                 pre_trigger,
             } => match (pre_trigger, self.captures.get(&action.name)) {
                 (Some(pre), Some(ring)) => {
-                    let upload = self.upload(egress, ArtifactKind::Trace, firing.time)?;
+                    let upload = self.upload(egress, ArtifactKind::Trace, &by).await?;
                     self.capture(upload, ring, firing.time, *pre, *duration)
                         .await
                 }
@@ -266,24 +298,22 @@ impl ActionContext {
                         .with_parser(self.parser.clone())
                         .with_duration(Some(*duration))
                         .with_stopping_event(stopping_event.clone());
-                    self.collect(Artifact::Trace(request), egress, firing.time)
-                        .await
+                    self.collect(Artifact::Trace(request), egress, &by).await
                 }
             },
             ActionKind::CollectGCDump { egress } => {
                 let artifact = Artifact::GcDump(SnapshotOptions::default());
-                self.collect(artifact, egress, firing.time).await
+                self.collect(artifact, egress, &by).await
             }
             ActionKind::CollectDump { dump_type, egress } => {
                 let artifact = Artifact::Dump {
                     kind: *dump_type,
                     temp_dir: std::env::temp_dir(),
                 };
-                self.collect(artifact, egress, firing.time).await
+                self.collect(artifact, egress, &by).await
             }
             ActionKind::CollectStacks { format, egress } => {
-                self.collect(Artifact::Stacks(*format), egress, firing.time)
-                    .await
+                self.collect(Artifact::Stacks(*format), egress, &by).await
             }
             ActionKind::CollectLogs {
                 settings,
@@ -292,15 +322,27 @@ impl ActionContext {
                 egress,
                 pre_trigger,
             } => {
-                self.signals.check_logs(settings)?;
                 let request = LogsRequest {
                     signals: self.signals.clone(),
                     settings: settings.clone(),
                     format: *format,
                     duration: Some(*duration),
                     before: *pre_trigger + firing.time.elapsed().unwrap_or_default(),
+                    parser: self.parser.clone(),
                 };
-                self.collect(Artifact::Logs(request), egress, firing.time)
+                self.collect(Artifact::Logs(request), egress, &by).await
+            }
+            ActionKind::CollectExceptions {
+                filters,
+                format,
+                egress,
+            } => {
+                let request = ExceptionsRequest {
+                    signals: self.signals.clone(),
+                    filters: filters.clone(),
+                    format: *format,
+                };
+                self.collect(Artifact::Exceptions(request), egress, &by)
                     .await
             }
             ActionKind::CollectLiveMetrics {
@@ -316,7 +358,7 @@ impl ActionContext {
                     selection,
                     duration: Some(*duration),
                 };
-                self.collect(Artifact::LiveMetrics(request), egress, firing.time)
+                self.collect(Artifact::LiveMetrics(request), egress, &by)
                     .await
             }
             ActionKind::Execute {

@@ -44,6 +44,7 @@
 //   --span-size N             messages per span (default 5)
 //   --exceptions-per-second N exception episodes per second (default 10; 0: none)
 //   --exceptions-after-seconds S  start throwing S seconds after the ready line (default 0)
+//   --exceptions-total N      stop throwing after N episodes (default 0: never)
 //   --no-span-lines           do not print a line per span (for benchmarks at high rates)
 //   --duration-seconds N      run N seconds, then exit 0 (default: until killed)
 //
@@ -239,7 +240,7 @@ namespace Logs
     {
         const string Usage =
             "usage: Logs [--messages-per-second 100] [--span-size 5] [--exceptions-per-second 10] [--no-span-lines]\n" +
-            "            [--exceptions-after-seconds 0]\n" +
+            "            [--exceptions-after-seconds 0] [--exceptions-total 0]\n" +
             "            [--duration-seconds N]\n" +
             "  logs through a Microsoft-Extensions-Logging EventSource stand-in inside spans and throws nested\n" +
             "  exceptions at known rates; see the top of Logs.cs for the lines it prints";
@@ -263,11 +264,12 @@ namespace Logs
         static int Main(string[] argv)
         {
             var args = new Args("Logs", Usage, argv,
-                new[] { "messages-per-second", "span-size", "exceptions-per-second", "exceptions-after-seconds" }, new[] { "no-span-lines" });
+                new[] { "messages-per-second", "span-size", "exceptions-per-second", "exceptions-after-seconds", "exceptions-total" }, new[] { "no-span-lines" });
             double rate = args.Double("messages-per-second", 100, 0, 1000000);
             int spanSize = args.Int("span-size", 5, 1, 10000);
             double exceptionRate = args.Double("exceptions-per-second", 10, 0, 100000);
             double exceptionsAfter = args.Double("exceptions-after-seconds", 0, 0, 3600);
+            int exceptionsTotal = args.Int("exceptions-total", 0, 0, int.MaxValue);
             spanLines = !args.Has("no-span-lines");
             double? duration = args.DurationSeconds();
             Lifetime.Install();
@@ -288,7 +290,7 @@ namespace Logs
             if (exceptionRate > 0) tids.Add("Thrower", StartThread(threads, "Thrower", () =>
             {
                 if (exceptionsAfter > 0 && Lifetime.StopHandle.WaitOne(TimeSpan.FromSeconds(exceptionsAfter))) return;
-                Paced(exceptionRate, ChargeOnce);
+                Paced(exceptionRate, n => { if (exceptionsTotal == 0 || n < exceptionsTotal) ChargeOnce(n); });
             }));
 
             Out.Line(Out.Ready("Logs")
@@ -297,6 +299,7 @@ namespace Logs
                 .Add("span_size", spanSize)
                 .Add("exceptions_per_second", exceptionRate)
                 .Add("exceptions_after_seconds", exceptionsAfter)
+                .Add("exceptions_total", exceptionsTotal)
                 .Add("levels", LevelNames)
                 .Add("categories", new[] { "Logs.Orders", "Logs.Payments" })
                 .Add("exceptions", new Testbed.Json()

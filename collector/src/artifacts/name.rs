@@ -22,6 +22,9 @@ pub enum ArtifactKind {
     Logs { plain_text: bool },
     /// `<ts>_<pid>.metrics.json`: live metrics, a JSON text sequence.
     LiveMetrics,
+    /// `<ts>_<pid>.exceptions.txt` as plain text, `<ts>_<pid>.exceptions.json` as NDJSON or JSON
+    /// sequence (dotnet-monitor's exceptions file names).
+    Exceptions { plain_text: bool },
 }
 
 impl ArtifactKind {
@@ -33,6 +36,7 @@ impl ArtifactKind {
             ArtifactKind::Stacks { .. } => "stacks",
             ArtifactKind::Logs { .. } => "logs",
             ArtifactKind::LiveMetrics => "livemetrics",
+            ArtifactKind::Exceptions { .. } => "exceptions",
         }
     }
 
@@ -48,6 +52,10 @@ impl ArtifactKind {
             ArtifactKind::Logs { plain_text: true } => format!("{ts}_{pid}.txt"),
             ArtifactKind::Logs { plain_text: false } => format!("{ts}_{pid}.json"),
             ArtifactKind::LiveMetrics => format!("{ts}_{pid}.metrics.json"),
+            ArtifactKind::Exceptions { plain_text: true } => format!("{ts}_{pid}.exceptions.txt"),
+            ArtifactKind::Exceptions { plain_text: false } => {
+                format!("{ts}_{pid}.exceptions.json")
+            }
         }
     }
 
@@ -83,6 +91,8 @@ impl ArtifactKind {
                     | ".txt"
                     | ".json"
                     | ".metrics.json"
+                    | ".exceptions.txt"
+                    | ".exceptions.json"
             )
     }
 }
@@ -139,6 +149,8 @@ mod tests {
             ArtifactKind::Logs { plain_text: true },
             ArtifactKind::Logs { plain_text: false },
             ArtifactKind::LiveMetrics,
+            ArtifactKind::Exceptions { plain_text: true },
+            ArtifactKind::Exceptions { plain_text: false },
         ] {
             assert!(ArtifactKind::is_artifact_file_name(
                 &kind.file_name(1234, at)

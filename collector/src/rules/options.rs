@@ -21,7 +21,9 @@ use crate::artifacts::{
 use crate::ipc::ProviderConfig;
 use crate::nettrace::events::LogLevel;
 use crate::providers::TraceProfile;
-use crate::signals::{LogFormat, LogsSettings};
+use crate::signals::{
+    ExceptionFilter, ExceptionFormat, ExceptionsFilters, LogFormat, LogsSettings,
+};
 
 const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);
@@ -299,6 +301,13 @@ pub enum ActionKind {
         duration: Duration,
         egress: String,
     },
+    /// The process's kept first-chance exceptions at the firing (thrown before it, up to
+    /// `--exception-history`), filtered.
+    CollectExceptions {
+        filters: ExceptionsFilters,
+        format: ExceptionFormat,
+        egress: String,
+    },
     Execute {
         path: String,
         arguments: Option<String>,
@@ -320,6 +329,7 @@ impl ActionKind {
             ActionKind::CollectStacks { .. } => "CollectStacks",
             ActionKind::CollectLogs { .. } => "CollectLogs",
             ActionKind::CollectLiveMetrics { .. } => "CollectLiveMetrics",
+            ActionKind::CollectExceptions { .. } => "CollectExceptions",
             ActionKind::Execute { .. } => "Execute",
             ActionKind::RaiseSamplingRate { .. } => "RaiseSamplingRate",
         }
@@ -334,6 +344,7 @@ impl ActionKind {
             | ActionKind::CollectStacks { egress, .. }
             | ActionKind::CollectLogs { egress, .. }
             | ActionKind::CollectLiveMetrics { egress, .. } => Some(egress),
+            ActionKind::CollectExceptions { egress, .. } => Some(egress),
             ActionKind::Execute { .. } | ActionKind::RaiseSamplingRate { .. } => None,
         }
     }
@@ -783,6 +794,7 @@ fn action(node: Node<'_>, index: usize, d: &Defaults<'_>) -> Result<Action, Conf
             duration: duration(DEFAULT_TRACE_DURATION)?,
             egress: egress()?,
         },
+        "collectexceptions" => collect_exceptions(s, egress()?)?,
         "execute" => ActionKind::Execute {
             path: s
                 .get("Path")
@@ -802,7 +814,7 @@ fn action(node: Node<'_>, index: usize, d: &Defaults<'_>) -> Result<Action, Conf
         _ => {
             return Err(node.error(format!(
                 "unknown action Type {ty:?}; known: CollectTrace, CollectGCDump, CollectDump, \
-                 CollectStacks, CollectLogs, CollectLiveMetrics, Execute, RaiseSamplingRate"
+                 CollectStacks, CollectLogs, CollectExceptions, CollectLiveMetrics, Execute, RaiseSamplingRate"
             )))
         }
     };
@@ -895,7 +907,7 @@ fn collect_logs(
         settings.use_app_filters = c.node().bool()?;
     }
     let format = match s.get("Format") {
-        None => LogFormat::NdJson,
+        None => LogFormat::Text,
         Some(c) => c.node().one_of(&[
             ("NewlineDelimitedJson", LogFormat::NdJson),
             ("JsonSequence", LogFormat::JsonSeq),
@@ -915,6 +927,69 @@ fn collect_logs(
         egress,
         pre_trigger,
     })
+}
+
+/// dotnet-monitor's CollectExceptions settings: `Format` (default `PlainText`) and `Filters`
+/// (`Include`/`Exclude` lists of `ExceptionFilter`s).
+fn collect_exceptions(s: Node<'_>, egress: String) -> Result<ActionKind, ConfigError> {
+    let format = match s.get("Format") {
+        None => ExceptionFormat::Text,
+        Some(c) => c.node().one_of(&[
+            ("NewlineDelimitedJson", ExceptionFormat::NdJson),
+            ("JsonSequence", ExceptionFormat::JsonSeq),
+            ("PlainText", ExceptionFormat::Text),
+        ])?,
+    };
+    let mut filters = ExceptionsFilters::default();
+    if let Some(c) = s.get("Filters") {
+        let f = c.node();
+        f.object()?;
+        for (key, list) in [
+            ("Include", &mut filters.include),
+            ("Exclude", &mut filters.exclude),
+        ] {
+            let Some(items) = f.get(key) else { continue };
+            for item in items.node().list()? {
+                list.push(exception_filter(item.node())?);
+            }
+        }
+        for (key, child) in f.object()? {
+            if !["Include", "Exclude"]
+                .iter()
+                .any(|k| k.eq_ignore_ascii_case(&key))
+            {
+                return Err(child
+                    .node()
+                    .error("unknown key; Filters takes Include and Exclude"));
+            }
+        }
+    }
+    Ok(ActionKind::CollectExceptions {
+        filters,
+        format,
+        egress,
+    })
+}
+
+/// One `ExceptionFilter`: `MethodName`, `TypeName`, `ModuleName`, `ExceptionType`.
+fn exception_filter(node: Node<'_>) -> Result<ExceptionFilter, ConfigError> {
+    let mut filter = ExceptionFilter::default();
+    for (key, child) in node.object()? {
+        let value = Some(child.node().string()?);
+        match key.to_ascii_lowercase().as_str() {
+            "methodname" => filter.method_name = value,
+            "typename" => filter.type_name = value,
+            "modulename" => filter.module_name = value,
+            "exceptiontype" => filter.exception_type = value,
+            _ => {
+                return Err(child.node().error(
+                    "unknown key; an exception filter takes MethodName, TypeName, ModuleName and \
+                     ExceptionType",
+                ))
+            }
+        }
+    }
+    Ok(filter)
 }
 
 fn collect_trace(
@@ -1147,6 +1222,54 @@ mod tests {
         };
         assert!(slow.applies_to(&facts("AsyncWeb")));
         assert!(!slow.applies_to(&facts("Other")));
+    }
+
+    #[test]
+    fn collect_exceptions_reads_dotnet_monitors_settings() {
+        let rule = |settings: Value| {
+            rules(json!({"R": {
+                "Trigger": {"Type": "Startup"},
+                "Actions": [{"Type": "CollectExceptions", "Settings": settings}]
+            }}))
+        };
+        let all = rule(json!({
+            "Egress": "blob", "Format": "NewlineDelimitedJson",
+            "Filters": {"Include": [{"ExceptionType": "System.TimeoutException"}],
+                        "exclude": [{"methodName": "Charge", "typeName": "Logs.Payments.Gateway",
+                                     "moduleName": "Logs.dll"}]}
+        }))
+        .unwrap();
+        let ActionKind::CollectExceptions {
+            filters,
+            format,
+            egress,
+        } = &all[0].actions[0].kind
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (egress.as_str(), *format),
+            ("blob", ExceptionFormat::NdJson)
+        );
+        assert_eq!(
+            filters.include[0].exception_type.as_deref(),
+            Some("System.TimeoutException")
+        );
+        assert_eq!(filters.exclude[0].method_name.as_deref(), Some("Charge"));
+        assert_eq!(filters.exclude[0].module_name.as_deref(), Some("Logs.dll"));
+        // Plain text by default; unknown filter keys are refused with their path.
+        let all = rule(json!({"Egress": "blob"})).unwrap();
+        assert!(matches!(
+            all[0].actions[0].kind,
+            ActionKind::CollectExceptions {
+                format: ExceptionFormat::Text,
+                ..
+            }
+        ));
+        let error = rule(json!({"Egress": "blob", "Filters": {"Include": [{"Method": "x"}]}}))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("Filters:Include:0:Method"), "{error}");
     }
 
     #[test]

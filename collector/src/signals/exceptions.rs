@@ -4,6 +4,8 @@
 
 use std::fmt::Write as _;
 
+use serde::Deserialize;
+
 use crate::activity::Span;
 
 /// `ExceptionFlags` bit: the exception has an inner exception.
@@ -43,6 +45,116 @@ pub struct ExceptionRecord {
     pub span: Option<Span>,
 }
 
+/// dotnet-monitor's `ExceptionFilter`: an exception matches when every field given equals its
+/// value (ordinal): the throwing (top) frame's method name without parameters, its type and its
+/// module, and the exception's type.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExceptionFilter {
+    #[serde(default, alias = "MethodName", rename = "methodName")]
+    pub method_name: Option<String>,
+    #[serde(default, alias = "TypeName", rename = "typeName")]
+    pub type_name: Option<String>,
+    #[serde(default, alias = "ModuleName", rename = "moduleName")]
+    pub module_name: Option<String>,
+    #[serde(default, alias = "ExceptionType", rename = "exceptionType")]
+    pub exception_type: Option<String>,
+}
+
+impl ExceptionFilter {
+    /// As dotnet-monitor's `ShouldInclude`: the frame's fields are checked only when the stack
+    /// has a frame.
+    fn includes(&self, record: &ExceptionRecord) -> bool {
+        let same = |want: &Option<String>, have: &str| {
+            want.as_deref()
+                .filter(|w| !w.is_empty())
+                .is_none_or(|w| w == have)
+        };
+        let frame_matches = record.frames.first().is_none_or(|top| {
+            let (type_name, method) = split_method(&top.method_name);
+            same(&self.method_name, method_name_only(method))
+                && same(&self.type_name, type_name)
+                && same(&self.module_name, &top.module_name)
+        });
+        frame_matches && same(&self.exception_type, &record.type_name)
+    }
+
+    /// As dotnet-monitor's `ShouldExclude`: a filter with no field set excludes nothing, and
+    /// without a frame only the exception type counts.
+    fn excludes(&self, record: &ExceptionRecord) -> bool {
+        let mut verdict: Option<bool> = None;
+        let mut check = |want: &Option<String>, have: &str| {
+            if let Some(w) = want.as_deref().filter(|w| !w.is_empty()) {
+                if verdict != Some(false) {
+                    verdict = Some(w == have);
+                }
+            }
+        };
+        if let Some(top) = record.frames.first() {
+            let (type_name, method) = split_method(&top.method_name);
+            check(&self.method_name, method_name_only(method));
+            check(&self.module_name, &top.module_name);
+            check(&self.type_name, type_name);
+        }
+        check(&self.exception_type, &record.type_name);
+        verdict.unwrap_or(false)
+    }
+}
+
+/// dotnet-monitor's `ExceptionsConfiguration` (`POST /exceptions`' body, `CollectExceptions`'
+/// `Filters`): an exception is left out when it matches any `exclude` filter, or when `include`
+/// has filters and it matches none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExceptionsFilters {
+    #[serde(default, alias = "Include")]
+    pub include: Vec<ExceptionFilter>,
+    #[serde(default, alias = "Exclude")]
+    pub exclude: Vec<ExceptionFilter>,
+}
+
+impl ExceptionsFilters {
+    pub fn selects(&self, record: &ExceptionRecord) -> bool {
+        if self.exclude.iter().any(|f| f.excludes(record)) {
+            return false;
+        }
+        self.include.is_empty() || self.include.iter().any(|f| f.includes(record))
+    }
+}
+
+/// `Method` of `Method(args)`.
+fn method_name_only(method: &str) -> &str {
+    method.split('(').next().unwrap_or(method)
+}
+
+/// The parameter types of `Method(int, Dictionary<string, int>)`: commas inside `<>` or `[]`
+/// do not separate.
+fn parameter_types(method: &str) -> Vec<&str> {
+    let Some(open) = method.find('(') else {
+        return Vec::new();
+    };
+    let inner = &method[open + 1..];
+    let inner = inner.strip_suffix(')').unwrap_or(inner);
+    let mut types = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '<' | '[' | '(' => depth += 1,
+            '>' | ']' | ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                types.push(inner[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    let last = inner[start..].trim();
+    if !last.is_empty() {
+        types.push(last);
+    }
+    types
+}
+
 /// How `/exceptions` writes records, by `Accept`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExceptionFormat {
@@ -60,9 +172,13 @@ impl ExceptionFormat {
         }
     }
 
-    /// As [`super::logs::LogFormat::from_accept`].
+    /// As [`super::logs::LogFormat::from_accept`], but plain text without an `Accept`, as
+    /// dotnet-monitor's `/exceptions`.
     pub fn from_accept(accept: Option<&str>) -> Option<ExceptionFormat> {
         use super::logs::LogFormat;
+        if accept.is_none_or(|a| a.trim().is_empty()) {
+            return Some(ExceptionFormat::Text);
+        }
         LogFormat::from_accept(accept).map(|f| match f {
             LogFormat::NdJson => ExceptionFormat::NdJson,
             LogFormat::JsonSeq => ExceptionFormat::JsonSeq,
@@ -106,7 +222,9 @@ fn split_method(display: &str) -> (&str, &str) {
 }
 
 /// dotnet-monitor's `ExceptionInstance` fields (`id`, `timestamp`, `typeName`, `moduleName`,
-/// `message`, `activity`, `innerExceptions`, `stack`), plus `hresult`, `flags`, `traceId` and `spanId`.
+/// `message`, `activity`, `innerExceptions`, `stack` with frames of `methodName`,
+/// `parameterTypes`, `typeName` and `moduleName`), plus each frame's `fullName`, `hresult`,
+/// `flags`, `traceId` and `spanId`.
 pub fn exception_json(record: &ExceptionRecord) -> serde_json::Value {
     let frames: Vec<serde_json::Value> = record
         .frames
@@ -114,7 +232,8 @@ pub fn exception_json(record: &ExceptionRecord) -> serde_json::Value {
         .map(|f| {
             let (type_name, method) = split_method(&f.method_name);
             serde_json::json!({
-                "methodName": method,
+                "methodName": method_name_only(method),
+                "parameterTypes": parameter_types(method),
                 "typeName": type_name,
                 "moduleName": f.module_name,
                 "fullName": f.method_name,
@@ -162,6 +281,53 @@ mod tests {
     use super::*;
 
     #[test]
+    fn filters_follow_dotnet_monitors_include_and_exclude() {
+        let record = |type_name: &str, method: &str| ExceptionRecord {
+            id: 1,
+            unix_nanos: 0,
+            thread_id: 1,
+            type_name: type_name.into(),
+            message: String::new(),
+            hresult: 0,
+            flags: 0,
+            inner_id: None,
+            frames: vec![ExceptionFrame {
+                method_name: method.into(),
+                module_name: "Logs.dll".into(),
+            }],
+            span: None,
+        };
+        let timeout = record(
+            "System.TimeoutException",
+            "Logs.Payments.Gateway.Connect(long)",
+        );
+        let declined = record("Logs.Declined", "Logs.Payments.Gateway.Charge(long)");
+        let filters: ExceptionsFilters = serde_json::from_value(serde_json::json!({
+            "include": [{"methodName": "Connect", "typeName": "Logs.Payments.Gateway"}],
+        }))
+        .unwrap();
+        assert!(filters.selects(&timeout) && !filters.selects(&declined));
+        // Every field given must match: the module differs.
+        let filters: ExceptionsFilters = serde_json::from_value(serde_json::json!({
+            "Include": [{"MethodName": "Connect", "ModuleName": "Other.dll"}],
+        }))
+        .unwrap();
+        assert!(!filters.selects(&timeout));
+        // Exclude wins over include; an empty exclude filter excludes nothing.
+        let filters: ExceptionsFilters = serde_json::from_value(serde_json::json!({
+            "include": [{"moduleName": "Logs.dll"}],
+            "exclude": [{"exceptionType": "System.TimeoutException"}, {}],
+        }))
+        .unwrap();
+        assert!(!filters.selects(&timeout) && filters.selects(&declined));
+        assert!(ExceptionsFilters::default().selects(&timeout));
+        assert!(serde_json::from_value::<ExceptionsFilters>(
+            serde_json::json!({"include": [{"method": "x"}]})
+        )
+        .is_err());
+    }
+
+    #[test]
     fn json_and_text_name_the_stack() {
         let record = ExceptionRecord {
             id: 7,
@@ -179,7 +345,16 @@ mod tests {
             span: None,
         };
         let v = exception_json(&record);
-        assert_eq!(v["stack"]["frames"][0]["methodName"], "Connect(long)");
+        assert_eq!(v["stack"]["frames"][0]["methodName"], "Connect");
+        assert_eq!(
+            v["stack"]["frames"][0]["parameterTypes"],
+            serde_json::json!(["long"])
+        );
+        assert_eq!(
+            parameter_types("Put(Dictionary<string, int>, int[,], )"),
+            ["Dictionary<string, int>", "int[,]"]
+        );
+        assert!(parameter_types("Run()").is_empty());
         assert_eq!(v["stack"]["frames"][0]["typeName"], "Logs.Payments.Gateway");
         assert_eq!(v["innerExceptions"][0]["id"], 6);
         assert_eq!(v["timestamp"], "2023-11-14T22:13:20.1234567Z");

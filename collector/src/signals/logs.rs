@@ -28,7 +28,8 @@ pub const MAX_SCOPE_DEPTH: usize = 16;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LogsSettings {
-    /// The default level for categories no filter names.
+    /// The level of the filter specs that give none, and of every category when there are no
+    /// specs (without the app's filters, specs turn the categories they do not name off).
     #[serde(default = "default_level", deserialize_with = "level_name")]
     pub log_level: LogLevel,
     /// Category (`Name` or `Name*`) → level, or `null` for the default level.
@@ -132,11 +133,18 @@ impl LogsSettings {
         if self.use_app_filters {
             specs.push("UseAppFilters".to_string());
         }
+        // Levels are written out: the EventSource's default level, which a spec without one and
+        // an empty spec take, is the lowest any session asks (FilterSpecs are process-wide), and
+        // never Trace (`LoggingEventSource.GetDefaultLevel` maps Verbose to Debug).
+        let default = self.log_level.name();
         for (category, level) in &self.filter_specs {
-            specs.push(match level {
-                Some(level) => format!("{category}:{}", level.name()),
-                None => category.clone(),
-            });
+            let level = level.map_or(default, |l| l.name());
+            specs.push(format!("{category}:{level}"));
+        }
+        // No spec and no app filters: every category at the default level (a spec list that
+        // names categories turns the others off, as `LoggingEventSource` does).
+        if specs.is_empty() {
+            specs.push(format!("*:{default}"));
         }
         let event_level = match self.log_level {
             LogLevel::Trace => level::LOG_ALWAYS,
@@ -146,12 +154,8 @@ impl LogsSettings {
             LogLevel::Error => level::ERROR,
             LogLevel::Critical => level::CRITICAL,
         };
-        let provider = ProviderConfig::new(LOGGING_PROVIDER, JSON_MESSAGE_KEYWORD, event_level);
-        // No FilterSpecs: every category at the default level (`LoggingEventSource.ParseFilterSpec`).
-        if specs.is_empty() {
-            return provider;
-        }
-        provider.with_arguments(encode_arguments(&[("FilterSpecs", &specs.join(";"))]))
+        ProviderConfig::new(LOGGING_PROVIDER, JSON_MESSAGE_KEYWORD, event_level)
+            .with_arguments(encode_arguments(&[("FilterSpecs", &specs.join(";"))]))
     }
 
     /// Whether a message passes these settings: the category's first matching filter, else the
@@ -167,7 +171,10 @@ impl LogsSettings {
             });
         match rule {
             Some((_, Some(min))) => level >= *min,
-            _ => level >= self.log_level,
+            Some((_, None)) => level >= self.log_level,
+            // Specs without the app's filters turn other categories off, as the runtime does.
+            None if !self.use_app_filters && !self.filter_specs.is_empty() => false,
+            None => level >= self.log_level,
         }
     }
 }
@@ -388,20 +395,39 @@ mod tests {
         let p = get.provider();
         assert_eq!(p.keywords, JSON_MESSAGE_KEYWORD);
         assert_eq!(p.level, level::INFORMATIONAL);
-        assert_eq!(p.arguments, None);
+        assert_eq!(p.arguments.as_deref(), Some("FilterSpecs=*:Information"));
         let body: LogsSettings = serde_json::from_str(
             r#"{"logLevel":"Error","filterSpecs":{"Logs.Orders":"Debug","Logs.Pay*":null}}"#,
         )
         .unwrap();
         assert_eq!(
             body.provider().arguments.as_deref(),
-            Some("FilterSpecs=\"UseAppFilters;Logs.Orders:Debug;Logs.Pay*\"")
+            Some("FilterSpecs=\"UseAppFilters;Logs.Orders:Debug;Logs.Pay*:Error\"")
         );
         assert!(body.accepts("Logs.Orders", LogLevel::Debug));
         assert!(!body.accepts("Logs.Payments", LogLevel::Warning));
         assert!(body.accepts("Other", LogLevel::Error));
         assert_eq!(body.lowest_level(), LogLevel::Debug);
         assert!(serde_json::from_str::<LogsSettings>(r#"{"logLevel":"Loud"}"#).is_err());
+        // Trace is written out: the provider's default level stops at Debug.
+        assert_eq!(
+            LogsSettings::for_level(Some(LogLevel::Trace))
+                .provider()
+                .arguments
+                .as_deref(),
+            Some("FilterSpecs=*:Trace")
+        );
+        let body: LogsSettings = serde_json::from_str(
+            r#"{"logLevel":"Trace","filterSpecs":{"Logs.Orders":"Error","Logs.Pay*":null},"useAppFilters":false}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            body.provider().arguments.as_deref(),
+            Some("FilterSpecs=\"Logs.Orders:Error;Logs.Pay*:Trace\"")
+        );
+        // Without the app's filters, categories the specs do not name are off.
+        assert!(body.accepts("Logs.Payments", LogLevel::Trace));
+        assert!(!body.accepts("Other", LogLevel::Critical));
     }
 
     #[test]

@@ -8,7 +8,7 @@ pub mod exceptions;
 pub mod logs;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::broadcast;
@@ -16,7 +16,9 @@ use tokio::sync::broadcast;
 use crate::activity::Span;
 use crate::nettrace::events::{ExceptionThrown, LoggingEvent};
 use crate::nettrace::Event;
-pub use exceptions::{ExceptionFormat, ExceptionFrame, ExceptionRecord};
+pub use exceptions::{
+    ExceptionFilter, ExceptionFormat, ExceptionFrame, ExceptionRecord, ExceptionsFilters,
+};
 pub use logs::{LogFormat, LogRecord, LogsSettings, ScopeTracker};
 
 /// How much of each signal a process keeps.
@@ -64,6 +66,28 @@ struct History {
 /// Threads remembered for inner-exception linkage.
 const MAX_THREADS: usize = 4096;
 
+/// Where a session of a request's own ([`write_session_logs`]) finds the spans its messages were
+/// logged in: the process's span tracker, which lives with its profiler and learns spans from
+/// the always-on session, whose stream may run behind the request's.
+pub trait SpanSource: Send + Sync {
+    /// Whether the tracking session has delivered its events up to `unix_nanos` (or has been
+    /// quiet long enough that nothing is pending): spans begun by then are known.
+    fn caught_up(&self, unix_nanos: i64) -> bool;
+    /// The span EventSource activity `activity` was in at raw event timestamp `timestamp`, else
+    /// the span `thread` ran then.
+    fn span(&self, activity: crate::nettrace::Guid, thread: u64, timestamp: i64) -> Option<Span>;
+}
+
+/// A shared [`SpanSource`].
+#[derive(Clone)]
+pub struct SpanLookup(pub Arc<dyn SpanSource>);
+
+impl std::fmt::Debug for SpanLookup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SpanLookup")
+    }
+}
+
 /// One process's logs and exceptions. Cloning shares.
 #[derive(Debug, Clone)]
 pub struct ProcessSignals {
@@ -72,6 +96,8 @@ pub struct ProcessSignals {
     limits: SignalLimits,
     /// What the process's session collects (`None`: no logs, only exceptions).
     logs: Option<Arc<LogsSettings>>,
+    /// Set once the process's profiler (and its span tracker, with linkage on) exists.
+    spans: Arc<OnceLock<SpanLookup>>,
 }
 
 /// Exceptions kept at the default limits, no logs.
@@ -88,7 +114,17 @@ impl ProcessSignals {
             live: broadcast::channel(limits.live_capacity.max(1)).0,
             limits,
             logs: logs.map(Arc::new),
+            spans: Arc::default(),
         }
+    }
+
+    /// Gives the process's span lookup to sessions started later; the first one given stays.
+    pub fn set_span_lookup(&self, lookup: SpanLookup) {
+        let _ = self.spans.set(lookup);
+    }
+
+    pub fn span_lookup(&self) -> Option<&SpanLookup> {
+        self.spans.get()
     }
 
     fn lock(&self) -> MutexGuard<'_, History> {
@@ -179,7 +215,7 @@ impl ProcessSignals {
     }
 }
 
-/// Why a process's logs cannot be served as asked.
+/// Why a process's kept logs cannot serve a request (a request's own session then serves it).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LogsUnavailable {
@@ -193,20 +229,41 @@ pub enum LogsUnavailable {
         asked: crate::nettrace::events::LogLevel,
         collected: crate::nettrace::events::LogLevel,
     },
+    #[error(
+        "UseAppFilters is {asked}, but the agent collects with UseAppFilters {collected}: the \
+         app's own filters cannot be applied or undone afterwards"
+    )]
+    AppFilters { asked: bool, collected: bool },
+}
+
+/// Whether a session collecting `collected` (`None`: no logs) receives every record `asked`
+/// selects: at `asked`'s lowest level or below, with the app's filters on or off as `asked` says
+/// (they act inside the app, so records cannot be filtered by them, or unfiltered, afterwards).
+pub fn check_covered(
+    collected: Option<&LogsSettings>,
+    asked: &LogsSettings,
+) -> Result<(), LogsUnavailable> {
+    let collected = collected.ok_or(LogsUnavailable::NotCollected)?;
+    if asked.lowest_level() < collected.lowest_level() {
+        return Err(LogsUnavailable::BelowCollected {
+            asked: asked.lowest_level(),
+            collected: collected.lowest_level(),
+        });
+    }
+    if asked.use_app_filters != collected.use_app_filters {
+        return Err(LogsUnavailable::AppFilters {
+            asked: asked.use_app_filters,
+            collected: collected.use_app_filters,
+        });
+    }
+    Ok(())
 }
 
 impl ProcessSignals {
-    /// Whether the records `settings` select are all collected.
+    /// Whether the kept and live records hold every record `settings` select
+    /// ([`check_covered`] by the process's always-on session).
     pub fn check_logs(&self, settings: &LogsSettings) -> Result<(), LogsUnavailable> {
-        let collected = self.collected_logs().ok_or(LogsUnavailable::NotCollected)?;
-        let asked = settings.lowest_level();
-        if asked < collected.lowest_level() {
-            return Err(LogsUnavailable::BelowCollected {
-                asked,
-                collected: collected.lowest_level(),
-            });
-        }
-        Ok(())
+        check_covered(self.collected_logs(), settings)
     }
 }
 
@@ -220,6 +277,8 @@ pub struct LogsRequest {
     pub duration: Option<Duration>,
     /// How far back the kept records are included (`CollectLogs`' pre-trigger; zero for `/logs`).
     pub before: Duration,
+    /// The limits of the parser of a session of the request's own.
+    pub parser: crate::nettrace::ParserOptions,
 }
 
 /// Writes `request`'s records to `out` until its duration is over or `stop` fires; returns the
@@ -288,12 +347,260 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
         // Each record reaches the reader as it happens, as dotnet-monitor streams them.
         out.flush().await?;
     }
+    // Records already on the feed when the end came were logged within the window.
+    loop {
+        let record = match live.try_recv() {
+            Ok(Signal::Log(record)) => record,
+            Ok(Signal::Exception(_)) => continue,
+            Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                lost += n;
+                continue;
+            }
+            Err(_) => break,
+        };
+        if seen.contains(&(Arc::as_ptr(&record) as usize))
+            || !request
+                .settings
+                .accepts(&record.message.category, record.message.level)
+        {
+            continue;
+        }
+        text.clear();
+        request.format.write(&record, &mut text);
+        out.write_all(text.as_bytes()).await?;
+        written += text.len() as u64;
+    }
     if lost > 0 {
         tracing::warn!(
             lost,
             "a logs reader fell behind the live feed; its oldest records were dropped"
         );
     }
+    out.flush().await?;
+    Ok(written)
+}
+
+/// How long a request's own session may take to end after it is stopped.
+const OWN_SESSION_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a message of a request's own session waits for the span tracking to catch up.
+const MAX_SPAN_WAIT: Duration = Duration::from_secs(3);
+/// Messages waiting for their span at most; past it the oldest is written without waiting.
+const MAX_WAITING: usize = 16_384;
+
+/// A request's own session's messages, decoded and waiting for their spans.
+struct OwnSession {
+    collector: SignalCollector,
+    spans: Option<SpanLookup>,
+    /// Oldest first: the record, the activity outside its scopes, its thread and raw timestamp,
+    /// and when it arrived.
+    waiting: VecDeque<(
+        LogRecord,
+        crate::nettrace::Guid,
+        u64,
+        i64,
+        std::time::Instant,
+    )>,
+}
+
+impl OwnSession {
+    /// Writes out the waiting records whose spans are known by now (or that waited long
+    /// enough), in order; with `all`, every one.
+    fn release(&mut self, all: bool) {
+        while let Some((record, ..)) = self.waiting.front() {
+            let ready = all
+                || self.waiting.len() > MAX_WAITING
+                || self
+                    .waiting
+                    .front()
+                    .is_some_and(|w| w.4.elapsed() >= MAX_SPAN_WAIT)
+                || self
+                    .spans
+                    .as_ref()
+                    .is_none_or(|s| s.0.caught_up(record.unix_nanos));
+            if !ready {
+                break;
+            }
+            let Some((mut record, outside, thread, at, _)) = self.waiting.pop_front() else {
+                break;
+            };
+            if record.span.is_none() {
+                record.span = self
+                    .spans
+                    .as_ref()
+                    .and_then(|s| s.0.span(outside, thread, at));
+            }
+            self.collector.signals.push_log(record);
+        }
+    }
+}
+
+/// Feeds a request's own session's logging events to the [`OwnSession`] it shares.
+struct OwnSessionEvents(Arc<Mutex<OwnSession>>);
+
+impl crate::session::EventObserver for OwnSessionEvents {
+    fn on_event(&mut self, event: &Event<'_>) {
+        let Ok(Some(crate::nettrace::events::KnownEvent::Logging(logging))) = event.known() else {
+            return;
+        };
+        let mut own = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((record, outside)) = own.collector.log_unjoined(event, logging) {
+            let (thread, at) = (event.header.thread_id, event.header.timestamp);
+            let now = std::time::Instant::now();
+            own.waiting.push_back((record, outside, thread, at, now));
+        }
+        own.release(false);
+    }
+}
+
+/// Writes the logs `request` selects from a session of its own with the process, as
+/// dotnet-monitor serves every `/logs`: for `request.duration` (or until `stop`), in its format,
+/// each message joined to its span through the process's [`SpanLookup`] once the span tracking
+/// has caught up with it (at most [`MAX_SPAN_WAIT`] later). Used when the agent's always-on
+/// session does not collect what the request asks ([`ProcessSignals::check_logs`]).
+///
+/// The logging EventSource's `FilterSpecs` are process-wide: while this session runs, the
+/// always-on session receives what this one asks too (and keeps only its own records), and after
+/// it the runtime leaves the EventSource with no `FilterSpecs` (every category at the level the
+/// remaining sessions ask), so an always-on session with `UseAppFilters` collects without the
+/// app's filters from then on.
+pub async fn write_session_logs<W: tokio::io::AsyncWrite + Unpin>(
+    client: &crate::client::DiagnosticsClient,
+    request: &LogsRequest,
+    out: &mut W,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<u64, crate::artifacts::ArtifactError> {
+    use crate::artifacts::ArtifactError;
+    use crate::session::{self, ParsingWriter};
+
+    // Records pass through a feed of their own: none is kept, none reaches other readers.
+    let own = ProcessSignals::new(
+        SignalLimits {
+            max_logs: 0,
+            ..request.signals.limits()
+        },
+        Some(request.settings.clone()),
+    );
+    let reader = LogsRequest {
+        signals: own.clone(),
+        before: Duration::ZERO,
+        duration: None,
+        ..request.clone()
+    };
+    let state = Arc::new(Mutex::new(OwnSession {
+        collector: SignalCollector::new(own),
+        spans: request.signals.span_lookup().cloned(),
+        waiting: VecDeque::new(),
+    }));
+    let (ended, session_ended) = tokio::sync::oneshot::channel::<()>();
+    // Polled first: it subscribes to the feed before the session can produce a record.
+    let writing = write_logs(&reader, out, async {
+        let _ = session_ended.await;
+    });
+    let config =
+        crate::ipc::CollectTracing::v2(vec![request.settings.provider()]).with_rundown(false);
+    let duration = request.duration;
+    let events = OwnSessionEvents(state.clone());
+    let session = async move {
+        let mut sink =
+            ParsingWriter::with_options(tokio::io::sink(), events, request.parser.clone());
+        let until = async {
+            let deadline = async {
+                match duration {
+                    Some(d) => tokio::time::sleep(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = deadline => {}
+                () = stop => {}
+            }
+        };
+        let ran = session::run(
+            client,
+            config,
+            &mut sink,
+            until,
+            OWN_SESSION_STOP_TIMEOUT,
+            |_| {},
+        )
+        .await;
+        if let Some(error) = sink.error() {
+            tracing::warn!(%error, "a logs session's stream stopped parsing");
+        }
+        ran
+    };
+    // Releases waiting records as the span tracking catches up, also while the session is
+    // quiet; once the session has ended, until none waits.
+    let session = async {
+        let ran = {
+            tokio::pin!(session);
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                tokio::select! {
+                    ran = &mut session => break ran,
+                    _ = tick.tick() => {
+                        state.lock().unwrap_or_else(|p| p.into_inner()).release(false);
+                    }
+                }
+            }
+        };
+        loop {
+            let waiting = {
+                let mut own = state.lock().unwrap_or_else(|p| p.into_inner());
+                own.release(false);
+                own.waiting.front().map(|w| w.4)
+            };
+            match waiting {
+                None => break,
+                Some(since) if since.elapsed() >= MAX_SPAN_WAIT => {
+                    state
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .release(true);
+                }
+                Some(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+        // Every record of the session is on the feed now.
+        drop(ended);
+        ran
+    };
+    let (written, ran) = tokio::join!(writing, session);
+    ran.map_err(ArtifactError::Trace)?;
+    written.map_err(|source| ArtifactError::Write { bytes: 0, source })
+}
+
+/// The kept exceptions to write out, as dotnet-monitor's `/exceptions` and `CollectExceptions`
+/// write its history: a snapshot at the time of asking, filtered.
+#[derive(Debug, Clone)]
+pub struct ExceptionsRequest {
+    pub signals: ProcessSignals,
+    pub filters: ExceptionsFilters,
+    pub format: ExceptionFormat,
+}
+
+/// Writes `request`'s exceptions to `out`, oldest first; returns the bytes written.
+pub async fn write_exceptions<W: tokio::io::AsyncWrite + Unpin>(
+    request: &ExceptionsRequest,
+    out: &mut W,
+) -> Result<u64, std::io::Error> {
+    use tokio::io::AsyncWriteExt;
+    let mut text = String::new();
+    let mut written = 0u64;
+    for record in request.signals.exceptions() {
+        if !request.filters.selects(&record) {
+            continue;
+        }
+        request.format.write(&record, &mut text);
+        // A history of 1,000 exceptions with deep stacks is megabytes: written in pieces.
+        if text.len() >= 64 * 1024 {
+            out.write_all(text.as_bytes()).await?;
+            written += text.len() as u64;
+            text.clear();
+        }
+    }
+    out.write_all(text.as_bytes()).await?;
+    written += text.len() as u64;
     out.flush().await?;
     Ok(written)
 }
@@ -326,34 +633,53 @@ impl SignalCollector {
         logging: LoggingEvent,
         span_of: impl Fn(crate::nettrace::Guid) -> Option<Span>,
     ) {
+        if let Some((mut record, outside)) = self.log_unjoined(event, logging) {
+            if record.span.is_none() {
+                record.span = span_of(outside);
+            }
+            self.signals.push_log(record);
+        }
+    }
+
+    /// A logging event, for a caller that joins messages to spans later (the span tracking
+    /// runs in another session): the message's record, its span only if the event carries one,
+    /// and the activity outside its scopes. Scope events and messages the settings do not take
+    /// give `None`.
+    pub fn log_unjoined(
+        &mut self,
+        event: &Event<'_>,
+        logging: LoggingEvent,
+    ) -> Option<(LogRecord, crate::nettrace::Guid)> {
         let header = event.header;
         match logging {
             LoggingEvent::ScopeStart { values, .. } => {
                 self.scopes
                     .start(header.activity_id, header.related_activity_id, values);
+                None
             }
-            LoggingEvent::ScopeStop { .. } => self.scopes.stop(header.activity_id),
+            LoggingEvent::ScopeStop { .. } => {
+                self.scopes.stop(header.activity_id);
+                None
+            }
             LoggingEvent::Message(message) => {
                 if let Some(settings) = &self.signals.logs {
                     if !settings.accepts(&message.category, message.level) {
-                        return;
+                        return None;
                     }
                 }
                 let (scopes, outside) = self.scopes.resolve(header.activity_id);
-                let span = match message.trace {
-                    Some((trace_id, span_id)) => Some(Span {
-                        trace_id,
-                        span_id,
-                        name: Arc::from(""),
-                    }),
-                    None => span_of(outside),
-                };
-                self.signals.push_log(LogRecord {
+                let span = message.trace.map(|(trace_id, span_id)| Span {
+                    trace_id,
+                    span_id,
+                    name: Arc::from(""),
+                });
+                let record = LogRecord {
                     unix_nanos: event.unix_nanos(),
                     message,
                     scopes,
                     span,
-                });
+                };
+                Some((record, outside))
             }
         }
     }

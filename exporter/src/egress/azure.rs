@@ -21,7 +21,7 @@ use reqwest::{Method, StatusCode, Url};
 use sha2::Sha256;
 use tokio::io::AsyncReadExt;
 
-use super::{AzureBlobOptions, EgressError, Input};
+use super::{ArtifactOrigin, AzureBlobOptions, EgressError, Input};
 
 /// dotnet-monitor's default buffer, and the Azure SDK's block size for streams.
 const DEFAULT_BLOCK: u64 = 4 << 20;
@@ -226,6 +226,8 @@ pub(super) struct AzureBlobProvider {
     block_size: usize,
     max_retries: u32,
     queue: Option<Queue>,
+    /// `Metadata`: blob metadata name → the target's environment variable giving its value.
+    metadata: BTreeMap<String, String>,
     http: reqwest::Client,
 }
 
@@ -259,12 +261,24 @@ impl AzureBlobProvider {
         if options.container_name.trim().is_empty() {
             return Err(invalid("containerName is required".into()));
         }
-        if !options.metadata.is_empty() {
-            return Err(invalid(
-                "Metadata (blob metadata from the target's environment variables) is not \
-                 supported yet; remove it"
-                    .into(),
-            ));
+        for (key, variable) in &options.metadata {
+            // Metadata names are C# identifiers (the Blob service's rule).
+            let identifier = key
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !identifier {
+                return Err(invalid(format!(
+                    "metadata name {key:?} is not a C# identifier (letters, digits and '_', not \
+                     starting with a digit), as blob metadata names must be"
+                )));
+            }
+            if variable.trim().is_empty() {
+                return Err(invalid(format!(
+                    "metadata {key:?} names no environment variable"
+                )));
+            }
         }
         let sas = secret(
             &options.shared_access_signature,
@@ -379,8 +393,65 @@ impl AzureBlobProvider {
             block_size: block_size as usize,
             max_retries,
             queue,
+            metadata: options.metadata.clone(),
             http,
         })
+    }
+
+    pub(super) fn needs_environment(&self) -> bool {
+        !self.metadata.is_empty()
+    }
+
+    /// The blob's metadata for an artifact from `origin`: dotnet-monitor's built-in
+    /// `DotnetMonitor_*` keys, then each `Metadata` name whose environment variable the target
+    /// has (a built-in key wins over a `Metadata` name that repeats it). A value that cannot be
+    /// an HTTP header value (control or non-ASCII characters) is left out, with a warning.
+    pub(super) fn metadata(&self, origin: &ArtifactOrigin) -> Vec<(String, String)> {
+        let mut metadata: BTreeMap<String, String> = BTreeMap::new();
+        for (key, variable) in &self.metadata {
+            match origin.environment.iter().find(|(name, _)| name == variable) {
+                Some((_, value)) => {
+                    metadata.insert(key.clone(), value.trim().to_string());
+                }
+                None => {
+                    tracing::debug!(%key, %variable, "the target has no such environment variable; no metadata")
+                }
+            }
+        }
+        let mut builtin = vec![(
+            "DotnetMonitor_ArtifactSource_ProcessId",
+            origin.pid.to_string(),
+        )];
+        if let Some(cookie) = &origin.runtime_cookie {
+            builtin.push((
+                "DotnetMonitor_ArtifactSource_RuntimeInstanceCookie",
+                cookie.clone(),
+            ));
+        }
+        if let Some(rule) = &origin.rule {
+            builtin.push(("DotnetMonitor_CollectionRuleName", rule.rule.clone()));
+            builtin.push((
+                "DotnetMonitor_ActionListIndex",
+                rule.action_index.to_string(),
+            ));
+            builtin.push(("DotnetMonitor_ActionName", rule.action.clone()));
+        }
+        for (key, value) in builtin {
+            // Metadata names match without regard to case in the Blob service.
+            metadata.retain(|k, _| !k.eq_ignore_ascii_case(key));
+            metadata.insert(key.to_string(), value);
+        }
+        metadata
+            .into_iter()
+            .filter(|(key, value)| {
+                let fits = value.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b));
+                if !fits {
+                    tracing::warn!(%key, "a blob metadata value has characters an HTTP header cannot carry; left out");
+                }
+                fits
+            })
+            .map(|(key, value)| (format!("x-ms-meta-{key}"), value))
+            .collect()
     }
 
     /// The error of `action` on `blob`; its reason never carries a URL's query (a SAS).
@@ -497,10 +568,12 @@ impl AzureBlobProvider {
         ))
     }
 
-    /// Uploads `input` as the blob `<prefix>/<file_name>`; returns the blob's URL (without SAS).
+    /// Uploads `input` as the blob `<prefix>/<file_name>` with the `x-ms-meta-*` headers
+    /// `metadata` ([`metadata`](Self::metadata)); returns the blob's URL (without SAS).
     pub(super) async fn write(
         self,
         file_name: String,
+        metadata: Vec<(String, String)>,
         mut input: Input,
     ) -> Result<String, EgressError> {
         let blob = match &self.prefix {
@@ -561,10 +634,18 @@ impl AzureBlobProvider {
         let url = self
             .blob
             .url(&[&self.container, &blob], &[("comp", "blocklist")]);
-        let headers = [(
+        // Put Block List sets the blob's properties and metadata as it commits.
+        let headers: Vec<(&str, String)> = [(
             "x-ms-blob-content-type",
             "application/octet-stream".to_string(),
-        )];
+        )]
+        .into_iter()
+        .chain(
+            metadata
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.clone())),
+        )
+        .collect();
         let call = Call {
             service: &self.blob,
             action: "Put Block List",

@@ -155,8 +155,8 @@ pub struct AzureBlobOptions {
     pub queue_shared_access_signature: Option<String>,
     #[serde(default, alias = "queueSharedAccessSignatureName")]
     pub queue_shared_access_signature_name: Option<String>,
-    /// dotnet-monitor's blob metadata: name → an environment variable of the target process.
-    /// Not supported yet: a provider with Metadata is refused with an explanation.
+    /// dotnet-monitor's blob metadata: name → an environment variable of the target process,
+    /// whose value becomes the metadata value of each blob from that process.
     #[serde(default, alias = "metadata")]
     pub metadata: BTreeMap<String, String>,
     /// The block size: blocks of this many bytes are uploaded, then committed together (default

@@ -106,6 +106,28 @@ fn transport_error(error: reqwest::Error) -> String {
     text
 }
 
+/// Where an artifact comes from: what an Azure blob's metadata says of it (dotnet-monitor's
+/// `DotnetMonitor_*` keys and the provider's `Metadata`, read from the target's environment).
+#[derive(Debug, Clone, Default)]
+pub struct ArtifactOrigin {
+    pub pid: u64,
+    /// The runtime instance cookie (the API's `uid`), when known.
+    pub runtime_cookie: Option<String>,
+    /// The collection rule action that collected it.
+    pub rule: Option<RuleActionOrigin>,
+    /// The target's environment variables, read only when the provider needs them
+    /// ([`Egress::needs_environment`]).
+    pub environment: Vec<(String, String)>,
+}
+
+/// A collection rule action, by rule name, index in its action list, and action name.
+#[derive(Debug, Clone)]
+pub struct RuleActionOrigin {
+    pub rule: String,
+    pub action_index: usize,
+    pub action: String,
+}
+
 /// Why an artifact could not be egressed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -234,8 +256,19 @@ impl Egress {
         })
     }
 
-    /// Starts writing the artifact `file_name` to provider `provider`.
-    pub fn start(&self, provider: &str, file_name: &str) -> Result<Upload, EgressError> {
+    /// Whether `provider` writes the target's environment into what it stores (an Azure Blob
+    /// provider with `Metadata`): then the caller reads it into [`ArtifactOrigin::environment`].
+    pub fn needs_environment(&self, provider: &str) -> bool {
+        matches!(self.providers.get(provider), Some(Provider::AzureBlob(p)) if p.needs_environment())
+    }
+
+    /// Starts writing the artifact `file_name`, collected from `origin`, to provider `provider`.
+    pub fn start(
+        &self,
+        provider: &str,
+        file_name: &str,
+        origin: &ArtifactOrigin,
+    ) -> Result<Upload, EgressError> {
         self.check(provider)?;
         let target = &self.providers[provider];
         let (writer, reader) = tokio::io::duplex(PIPE_BYTES);
@@ -248,7 +281,8 @@ impl Egress {
             Provider::FileSystem(p) => tokio::spawn(p.clone().write(file_name.to_string(), input)),
             Provider::S3(p) => tokio::spawn(p.clone().write(file_name.to_string(), input)),
             Provider::AzureBlob(p) => {
-                tokio::spawn((**p).clone().write(file_name.to_string(), input))
+                let metadata = p.metadata(origin);
+                tokio::spawn((**p).clone().write(file_name.to_string(), metadata, input))
             }
         };
         Ok(Upload {
@@ -411,14 +445,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let egress = folder_egress(dir.path(), 10_000);
 
-        let mut upload = egress.start("local", &name(1)).unwrap();
+        let mut upload = egress
+            .start("local", &name(1), &ArtifactOrigin::default())
+            .unwrap();
         upload.write_all(&[1u8; 6000]).await.unwrap();
         let location = upload.finish().await.unwrap();
         assert_eq!(std::fs::read(&location).unwrap(), vec![1u8; 6000]);
         assert_eq!(files(&dir.path().join("out")), [name(1)]);
 
         // Given up: nothing stays, in either folder.
-        let mut upload = egress.start("local", &name(2)).unwrap();
+        let mut upload = egress
+            .start("local", &name(2), &ArtifactOrigin::default())
+            .unwrap();
         upload.write_all(&[2u8; 3000]).await.unwrap();
         upload.abort().await.unwrap();
         assert_eq!(files(&dir.path().join("out")), [name(1)]);
@@ -426,20 +464,26 @@ mod tests {
         assert_eq!(egress.budget().used_bytes(), 6000);
 
         // Dropped unfinished: cancelled too.
-        let mut upload = egress.start("local", &name(3)).unwrap();
+        let mut upload = egress
+            .start("local", &name(3), &ArtifactOrigin::default())
+            .unwrap();
         upload.write_all(&[3u8; 100]).await.unwrap();
         drop(upload);
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(files(&dir.path().join("partial")).is_empty());
 
         // 6000 more do not fit beside the first: it is evicted.
-        let mut upload = egress.start("local", &name(4)).unwrap();
+        let mut upload = egress
+            .start("local", &name(4), &ArtifactOrigin::default())
+            .unwrap();
         upload.write_all(&[4u8; 6000]).await.unwrap();
         upload.finish().await.unwrap();
         assert_eq!(files(&dir.path().join("out")), [name(4)]);
 
         // Larger than the whole budget: the writer is cut off, the upload says why.
-        let mut upload = egress.start("local", &name(5)).unwrap();
+        let mut upload = egress
+            .start("local", &name(5), &ArtifactOrigin::default())
+            .unwrap();
         let written = upload.write_all(&[5u8; 20_000]).await;
         let error = match written {
             Ok(()) => upload.finish().await.unwrap_err(),
@@ -450,7 +494,7 @@ mod tests {
         assert!(egress.budget().used_bytes() <= 10_000);
 
         assert!(matches!(
-            egress.start("elsewhere", &name(6)),
+            egress.start("elsewhere", &name(6), &ArtifactOrigin::default()),
             Err(EgressError::UnknownProvider { .. })
         ));
     }

@@ -1,5 +1,5 @@
-//! The artifact routes: `/trace`, `/gcdump`, `/dump`, `/stacks`, `/logs`, `/livemetrics`,
-//! streamed back or egressed.
+//! The artifact routes: `/trace`, `/gcdump`, `/dump`, `/stacks`, `/logs`, `/exceptions`,
+//! `/livemetrics`, streamed back or egressed.
 
 use std::time::{Duration, SystemTime};
 
@@ -17,9 +17,12 @@ use collector::artifacts::{
 use collector::gcdump::SnapshotOptions;
 use collector::nettrace::events::LogLevel;
 use collector::providers::TraceProfile;
-use collector::signals::{ExceptionFormat, LogFormat, LogsRequest, LogsSettings, ProcessSignals};
+use collector::signals::{
+    ExceptionFormat, ExceptionsFilters, ExceptionsRequest, LogFormat, LogsRequest, LogsSettings,
+    ProcessSignals,
+};
 use exporter::artifacts::{Artifact, ArtifactSource};
-use exporter::egress::Upload;
+use exporter::egress::{ArtifactOrigin, Upload};
 use tokio::io::{AsyncReadExt, AsyncWrite};
 use tokio::sync::oneshot;
 
@@ -46,7 +49,7 @@ pub(super) fn routes() -> Router<ApiState> {
         .route("/dump", get(dump))
         .route("/stacks", get(stacks))
         .route("/logs", get(logs).post(logs_custom))
-        .route("/exceptions", get(exceptions))
+        .route("/exceptions", get(exceptions).post(exceptions_custom))
         .route("/livemetrics", get(live_metrics).post(live_metrics_custom))
 }
 
@@ -144,7 +147,18 @@ async fn collect_from(
     let location = operation_url(monitor.api_url.as_deref(), handle.id());
     let file_name = kind.file_name(target.pid, SystemTime::now());
     if let Some(name) = provider {
-        let upload = monitor.egress.start(&name, &file_name)?;
+        let mut origin = ArtifactOrigin {
+            pid: target.pid,
+            runtime_cookie: Some(target.uid.clone()).filter(|uid| !uid.is_empty()),
+            ..ArtifactOrigin::default()
+        };
+        if monitor.egress.needs_environment(&name) {
+            origin.environment = target.client.environment().await.unwrap_or_else(|error| {
+                tracing::warn!(pid = target.pid, %error, "cannot read the environment for blob metadata");
+                Vec::new()
+            });
+        }
+        let upload = monitor.egress.start(&name, &file_name, &origin)?;
         tokio::spawn(run_egressed(artifact, target, upload, handle));
         return Ok((StatusCode::ACCEPTED, [(header::LOCATION, location)]).into_response());
     }
@@ -303,15 +317,13 @@ async fn collect_logs(
         .resolve(&params.process_key()?)
         .await?;
     let signals = signals_of(&state, &target)?;
-    signals
-        .check_logs(&settings)
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
     let request = LogsRequest {
         signals,
         settings,
         format,
         duration: trace_duration(&params)?,
         before: Duration::ZERO,
+        parser: state.monitor.parser.clone(),
     };
     collect_from(state, params, target, Artifact::Logs(request)).await
 }
@@ -387,13 +399,14 @@ async fn live_metrics_custom(
     collect_live_metrics(state, params, selection).await
 }
 
-/// The process's kept first-chance exceptions, oldest first, as dotnet-monitor's `/exceptions`.
-async fn exceptions(
-    State(state): State<ApiState>,
-    headers: HeaderMap,
-    params: QueryPairs,
+/// Streams (or egresses) the process's kept first-chance exceptions that `filters` select, oldest
+/// first, as dotnet-monitor's `/exceptions`: plain text unless `Accept` asks for JSON.
+async fn collect_exceptions(
+    state: ApiState,
+    headers: &HeaderMap,
+    params: MonitorParams,
+    filters: ExceptionsFilters,
 ) -> Result<Response, ApiError> {
-    let params = MonitorParams::new(params, &["pid", "uid", "name"])?;
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let format = ExceptionFormat::from_accept(accept).ok_or_else(|| {
         ApiError::BadRequest(
@@ -411,11 +424,32 @@ async fn exceptions(
             "the agent keeps no exceptions: start it with --exception-history N".to_string(),
         ));
     }
-    let mut text = String::new();
-    for record in signals.exceptions() {
-        format.write(&record, &mut text);
-    }
-    Ok(([(header::CONTENT_TYPE, format.content_type())], text).into_response())
+    let request = ExceptionsRequest {
+        signals,
+        filters,
+        format,
+    };
+    collect_from(state, params, target, Artifact::Exceptions(request)).await
+}
+
+async fn exceptions(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    params: QueryPairs,
+) -> Result<Response, ApiError> {
+    let params = MonitorParams::new(params, &ARTIFACT_PARAMS)?;
+    collect_exceptions(state, &headers, params, ExceptionsFilters::default()).await
+}
+
+async fn exceptions_custom(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    params: QueryPairs,
+    body: Result<Json<ExceptionsFilters>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let params = MonitorParams::new(params, &ARTIFACT_PARAMS)?;
+    let Json(filters) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    collect_exceptions(state, &headers, params, filters).await
 }
 
 async fn gcdump(State(state): State<ApiState>, params: QueryPairs) -> Result<Response, ApiError> {

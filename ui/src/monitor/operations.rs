@@ -23,7 +23,10 @@ pub const MAX_OPERATIONS: usize = 1000;
 /// dotnet-monitor's concurrency limit of each kind of artifact (its `ConfigureRequestLimits`).
 pub fn concurrency_limit(kind: ArtifactKind) -> usize {
     match kind {
-        ArtifactKind::Dump | ArtifactKind::GcDump | ArtifactKind::Stacks { .. } => 1,
+        ArtifactKind::Dump
+        | ArtifactKind::GcDump
+        | ArtifactKind::Stacks { .. }
+        | ArtifactKind::Exceptions { .. } => 1,
         ArtifactKind::Trace | ArtifactKind::Logs { .. } | ArtifactKind::LiveMetrics => 3,
     }
 }
