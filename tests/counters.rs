@@ -37,7 +37,7 @@ async fn runtime_counters_and_meter_instruments_arrive_typed() {
     let mut samples: Vec<CounterSample> = Vec::new();
     while let Some(update) = rx.recv().await {
         match update {
-            CounterUpdate::Sample(s) => samples.push(s),
+            CounterUpdate::Sample(s) => samples.push(*s),
             CounterUpdate::MetricsError { message } => panic!("metrics error: {message}"),
         }
     }

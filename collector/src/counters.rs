@@ -181,6 +181,48 @@ impl CounterSessionConfig {
     }
 }
 
+/// EventCounter sources dotnet-monitor collects by default (`Metrics:IncludeDefaultProviders`,
+/// a live-metrics request's `includeDefaultProviders`).
+pub const DEFAULT_EVENT_COUNTER_SOURCES: [&str; 3] = [
+    "System.Runtime",
+    "Microsoft.AspNetCore.Hosting",
+    "Grpc.AspNetCore.Server",
+];
+
+/// A counter session and which of its values to keep: the agent's `Metrics` section, a
+/// `/livemetrics` request, a CollectLiveMetrics action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CounterSelection {
+    pub session: CounterSessionConfig,
+    /// Per EventCounter source, the counters to keep (`CounterNames`); a source not listed
+    /// keeps every counter (EventCounters cannot be enabled one by one).
+    pub counter_names: Vec<(String, Vec<String>)>,
+}
+
+impl CounterSelection {
+    /// Whether `sample` is one this selection asked for. On .NET ≥ 8 every client of the shared
+    /// metrics session sees every client's instruments, so meters are filtered here too.
+    pub fn accepts(&self, sample: &CounterSample) -> bool {
+        let same = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
+        if self
+            .session
+            .event_counter_sources
+            .iter()
+            .any(|s| same(s, &sample.provider))
+        {
+            return self
+                .counter_names
+                .iter()
+                .find(|(source, _)| same(source, &sample.provider))
+                .is_none_or(|(_, names)| names.contains(&sample.name));
+        }
+        self.session.meters.iter().any(|m| {
+            same(&m.meter, &sample.provider)
+                && (m.instruments.is_empty() || m.instruments.contains(&sample.name))
+        })
+    }
+}
+
 /// One published value of a counter or instrument (for meters: of one tag set).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CounterSample {
@@ -190,6 +232,10 @@ pub struct CounterSample {
     pub provider: String,
     /// Counter or instrument name, e.g. `cpu-usage`, `asyncweb.request.duration`.
     pub name: String,
+    /// An EventCounter's display name (`CPU Usage`); "" for meters.
+    pub display_name: String,
+    /// The meter's version; "" for EventCounters and unversioned meters.
+    pub version: String,
     /// Display units of an EventCounter (`%`, `MB`), or the instrument's unit (`ms`); may be "".
     pub unit: String,
     /// A meter measurement's tags, in the order published; empty for EventCounters.
@@ -267,7 +313,7 @@ impl CounterValue {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum CounterUpdate {
-    Sample(CounterSample),
+    Sample(Box<CounterSample>),
     /// The metrics source refused or stopped something: a callback failed, another session holds
     /// the metrics source (runtime < 8), a MaxTimeSeries / MaxHistograms limit was reached.
     MetricsError {
@@ -315,15 +361,17 @@ impl CounterDecoder {
                         increment: finite(increment)?,
                     },
                 };
-                CounterUpdate::Sample(CounterSample {
+                CounterUpdate::Sample(Box::new(CounterSample {
                     unix_nanos,
                     provider: c.provider,
                     name: c.name,
+                    display_name: c.display_name,
+                    version: String::new(),
                     unit: c.display_units,
                     tags: Vec::new(),
                     interval_seconds: c.interval_sec.filter(|s| s.is_finite() && *s > 0.0),
                     value,
-                })
+                }))
             }
             Some(KnownEvent::Metrics(MetricsEvent::Published(p))) => {
                 if p.session_id != self.metrics_session_id {
@@ -363,15 +411,17 @@ impl CounterDecoder {
                         sum,
                     },
                 };
-                CounterUpdate::Sample(CounterSample {
+                CounterUpdate::Sample(Box::new(CounterSample {
                     unix_nanos,
                     provider: p.meter_name,
                     name: p.instrument_name,
+                    display_name: String::new(),
+                    version: p.meter_version,
                     unit: p.unit,
                     tags,
                     interval_seconds: None,
                     value,
-                })
+                }))
             }
             Some(KnownEvent::Metrics(MetricsEvent::Error {
                 session_id,

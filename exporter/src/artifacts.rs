@@ -1,7 +1,7 @@
 //! Collecting one diagnostic artifact of a runtime into any writer: the one implementation behind
-//! the HTTP API's `/trace`, `/gcdump`, `/dump`, `/stacks`, `/logs` and `/exceptions` (streamed back
-//! or egressed) and the collection rules' CollectTrace, CollectGCDump, CollectDump, CollectStacks,
-//! CollectLogs and CollectExceptions actions
+//! the HTTP API's `/trace`, `/gcdump`, `/dump`, `/stacks`, `/logs`, `/exceptions` and `/livemetrics`
+//! (streamed back or egressed) and the collection rules' CollectTrace, CollectGCDump, CollectDump,
+//! CollectStacks, CollectLogs, CollectExceptions and CollectLiveMetrics actions
 //! (egressed). `collector::artifacts` takes each from the runtime, `symbolizer::stacks` names
 //! stacks, and an egressed artifact ends with [`Upload::conclude`](crate::egress::Upload::conclude).
 //!
@@ -23,8 +23,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use collector::artifacts::{
-    collect_dump, collect_gcdump, collect_trace, write_gcdump_async, ArtifactError, ArtifactKind,
-    DumpKind, StackFormat, TraceRequest, DEFAULT_DUMP_TIMEOUT,
+    collect_dump, collect_gcdump, collect_trace, write_gcdump_async, write_live_metrics,
+    ArtifactError, ArtifactKind, DumpKind, LiveMetricsRequest, StackFormat, TraceRequest,
+    DEFAULT_DUMP_TIMEOUT,
 };
 use collector::client::DiagnosticsClient;
 use collector::gcdump::SnapshotOptions;
@@ -49,6 +50,8 @@ pub enum Artifact {
     Stacks(StackFormat),
     /// A process's log messages, from its light session (or a session of their own).
     Logs(LogsRequest),
+    /// Counter and meter values as they are published, from a counter session of its own.
+    LiveMetrics(LiveMetricsRequest),
     /// A process's kept first-chance exceptions, filtered.
     Exceptions(ExceptionsRequest),
 }
@@ -77,6 +80,7 @@ impl Artifact {
             Artifact::Logs(request) => ArtifactKind::Logs {
                 plain_text: request.format == LogFormat::Text,
             },
+            Artifact::LiveMetrics(_) => ArtifactKind::LiveMetrics,
             Artifact::Exceptions(request) => ArtifactKind::Exceptions {
                 plain_text: request.format == ExceptionFormat::Text,
             },
@@ -88,6 +92,7 @@ impl Artifact {
         match self {
             Artifact::Stacks(format) => format.content_type(),
             Artifact::Logs(request) => request.format.content_type(),
+            Artifact::LiveMetrics(_) => "application/json-seq",
             Artifact::Exceptions(request) => request.format.content_type(),
             _ => "application/octet-stream",
         }
@@ -144,6 +149,9 @@ impl Artifact {
             Artifact::Exceptions(request) => write_exceptions(request, out)
                 .await
                 .map_err(|source| ArtifactError::Write { bytes: 0, source })?,
+            Artifact::LiveMetrics(request) => {
+                write_live_metrics(client, request, out, stop).await?
+            }
         };
         out.flush().await.map_err(|source| ArtifactError::Write {
             bytes: written,

@@ -40,6 +40,7 @@ pub mod artifacts;
 pub mod egress;
 pub mod folded;
 pub mod otlp;
+pub mod otlp_metrics;
 pub mod pprof;
 pub mod pyroscope;
 pub mod remote;

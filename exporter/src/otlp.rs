@@ -77,7 +77,7 @@ fn attribute_key(label: &str) -> &str {
     }
 }
 
-fn any_string(value: &str) -> AnyValue {
+pub(crate) fn any_string(value: &str) -> AnyValue {
     AnyValue {
         value: Some(any_value::Value::StringValue(value.to_string())),
     }
@@ -91,7 +91,7 @@ fn any_int(value: i64) -> AnyValue {
 
 /// `service.name` etc. from series labels; `process.pid` as an integer as the semantic
 /// conventions want it.
-fn resource(series: &[(String, String)]) -> Resource {
+pub(crate) fn resource(series: &[(String, String)]) -> Resource {
     let attributes = series
         .iter()
         .map(|(key, value)| {

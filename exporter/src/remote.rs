@@ -29,6 +29,8 @@ use flate2::write::GzEncoder;
 use flate2::Compression as GzLevel;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::profiles::v1development::profiles_service_client::ProfilesServiceClient;
 use opentelemetry_proto::tonic::collector::profiles::v1development::{
     ExportProfilesServiceRequest, ExportProfilesServiceResponse,
@@ -44,6 +46,7 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::otlp::traces::{traces_request, SpanExport};
 use crate::otlp::{extend_resource, logs_request, ExportBatch, LogExport, RequestBuilder};
+use crate::otlp_metrics::{metrics_request, MetricExport};
 use crate::pyroscope::{self, SeriesProfile};
 
 pub mod otel_env;
@@ -175,8 +178,9 @@ pub struct ExporterConfig {
     #[serde(default)]
     pub tls: Option<TlsConfig>,
     /// What it sends: `Profiles` (default) and, for OTLP, `Logs` (log records and exceptions,
-    /// which the agent collects with `--logs` and `--exception-history`) and `Traces` (the
-    /// finished spans trace linkage follows).
+    /// which the agent collects with `--logs` and `--exception-history`), `Traces` (the
+    /// finished spans trace linkage follows) and `Metrics` (the runtime counters and meters the
+    /// agent reads for `/metrics`).
     #[serde(default = "default_signals")]
     pub signals: Vec<ExportSignal>,
     /// OTLP/HTTP: a signal's full URL, used as it is, instead of its default route at the
@@ -195,13 +199,15 @@ pub enum ExportSignal {
     Profiles,
     Logs,
     Traces,
+    Metrics,
 }
 
 impl ExportSignal {
-    pub const ALL: [ExportSignal; 3] = [
+    pub const ALL: [ExportSignal; 4] = [
         ExportSignal::Profiles,
         ExportSignal::Logs,
         ExportSignal::Traces,
+        ExportSignal::Metrics,
     ];
 
     /// Lower case, as metric labels and OpenTelemetry's variables name it.
@@ -210,6 +216,7 @@ impl ExportSignal {
             ExportSignal::Profiles => "profiles",
             ExportSignal::Logs => "logs",
             ExportSignal::Traces => "traces",
+            ExportSignal::Metrics => "metrics",
         }
     }
 
@@ -219,6 +226,7 @@ impl ExportSignal {
             ExportSignal::Profiles => "/v1development/profiles",
             ExportSignal::Logs => "/v1/logs",
             ExportSignal::Traces => "/v1/traces",
+            ExportSignal::Metrics => "/v1/metrics",
         }
     }
 }
@@ -297,7 +305,7 @@ pub struct Prepared {
     /// What it carries.
     pub signal: ExportSignal,
     /// How many items, for accounting: profile sample values (one per sample per batch), log
-    /// records and exceptions, or spans.
+    /// records and exceptions, spans, or metric points.
     pub values: u64,
 }
 
@@ -306,6 +314,7 @@ enum Body {
     Grpc(ExportProfilesServiceRequest),
     GrpcLogs(ExportLogsServiceRequest),
     GrpcTraces(ExportTraceServiceRequest),
+    GrpcMetrics(ExportMetricsServiceRequest),
     Http {
         /// The full URL.
         url: String,
@@ -332,6 +341,7 @@ struct GrpcClients {
     profiles: ProfilesServiceClient<Channel>,
     logs: LogsServiceClient<Channel>,
     traces: TraceServiceClient<Channel>,
+    metrics: MetricsServiceClient<Channel>,
 }
 
 /// A configured exporter's connection; cheap to clone.
@@ -509,7 +519,8 @@ impl Client {
             let channel = channel.connect_lazy();
             let mut client = ProfilesServiceClient::new(channel.clone());
             let mut logs = LogsServiceClient::new(channel.clone());
-            let mut traces = TraceServiceClient::new(channel);
+            let mut traces = TraceServiceClient::new(channel.clone());
+            let mut metrics = MetricsServiceClient::new(channel);
             if config.compression == Compression::Gzip {
                 client = client
                     .send_compressed(CompressionEncoding::Gzip)
@@ -520,11 +531,15 @@ impl Client {
                 traces = traces
                     .send_compressed(CompressionEncoding::Gzip)
                     .accept_compressed(CompressionEncoding::Gzip);
+                metrics = metrics
+                    .send_compressed(CompressionEncoding::Gzip)
+                    .accept_compressed(CompressionEncoding::Gzip);
             }
             Transport::Grpc(Box::new(GrpcClients {
                 profiles: client,
                 logs,
                 traces,
+                metrics,
             }))
         } else {
             let url = reqwest::Url::parse(&endpoint).map_err(|e| bad(&e.to_string()))?;
@@ -746,6 +761,32 @@ impl Client {
         }
     }
 
+    /// The request that carries these metric points (OTLP exporters only).
+    pub fn prepare_metrics(&self, points: &[MetricExport]) -> Option<Prepared> {
+        if points.is_empty() {
+            return None;
+        }
+        let mut request = metrics_request(points);
+        for r in &mut request.resource_metrics {
+            self.extend(&mut r.resource);
+        }
+        let bytes = request.encoded_len();
+        let body = match self.kind {
+            Kind::OtlpGrpc => Body::GrpcMetrics(request),
+            Kind::OtlpHttp => Body::Http {
+                url: self.otlp_url(ExportSignal::Metrics),
+                body: self.maybe_gzip(request.encode_to_vec()),
+            },
+            Kind::Pyroscope | Kind::PyroscopeIngest => return None,
+        };
+        Some(Prepared {
+            body,
+            bytes,
+            signal: ExportSignal::Metrics,
+            values: points.len() as u64,
+        })
+    }
+
     /// Sends one prepared request once.
     pub async fn send(&self, prepared: &Prepared) -> Result<Sent, SendError> {
         match (&self.transport, &prepared.body) {
@@ -759,6 +800,10 @@ impl Client {
             }
             (Transport::Grpc(clients), Body::GrpcTraces(message)) => {
                 let mut client = clients.traces.clone();
+                accepted(client.export(self.grpc_request(message.clone())).await)
+            }
+            (Transport::Grpc(clients), Body::GrpcMetrics(message)) => {
+                let mut client = clients.metrics.clone();
                 accepted(client.export(self.grpc_request(message.clone())).await)
             }
             (Transport::Http(client), Body::Http { url, body }) => {

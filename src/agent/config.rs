@@ -61,6 +61,9 @@ pub struct AgentConfig {
     /// The metrics listener and the targets' runtime counters (dotnet-monitor's `Metrics`).
     #[serde(default)]
     pub metrics: MetricsConfig,
+    /// How often the targets' counters are published (dotnet-monitor's `GlobalCounter`).
+    #[serde(default)]
+    pub global_counter: GlobalCounterConfig,
     /// Backends the profiles are sent to, by name (clrscope's own; README, "Exporting").
     #[serde(default)]
     pub exporters: super::export::ExportersConfig,
@@ -213,6 +216,18 @@ pub struct MetricsConfig {
     pub providers: Vec<MetricProvider>,
     #[serde(default)]
     pub meters: Vec<MetricMeter>,
+}
+
+/// dotnet-monitor's `GlobalCounter` section. One interval for every counter session of the
+/// agent (/metrics, OTLP, /livemetrics, triggers, the Metrics trace profile): on .NET ≥ 8 a
+/// process's metrics listeners share one aggregation, which refuses listeners that ask for
+/// another interval.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", deny_unknown_fields)]
+pub struct GlobalCounterConfig {
+    /// Seconds between two published values, 1 to 86400 (default 5).
+    #[serde(default, deserialize_with = "lenient::opt_number")]
+    pub interval_seconds: Option<u32>,
 }
 
 /// `Metrics:Providers:N`: an EventCounter source, and which of its counters (default: all).

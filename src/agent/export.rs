@@ -14,7 +14,8 @@
 //!    exporter's task stalled), batches are dropped (`reason="channel_full"`); spans past a
 //!    process's `--trace-rate-limit` are dropped before it (`reason="rate_limited"`);
 //! 2. the batches of the current interval, at most [`MAX_PENDING_SAMPLES`] samples: past it
-//!    batches are dropped (`reason="interval_full"`);
+//!    batches are dropped (`reason="interval_full"`); log records and metric points likewise
+//!    ([`MAX_PENDING_LOG_RECORDS`], [`MAX_PENDING_METRIC_POINTS`]);
 //! 3. a queue of prepared requests, at most `QueueSize` requests and `MaxQueueBytes` bytes,
 //!    while the backend is slow or down: past either, the oldest request is dropped
 //!    (`reason="queue_full"`), so the newest profiles survive an outage;
@@ -38,6 +39,7 @@ use anyhow::Context;
 use collector::signals::SpanRecord;
 use exporter::otlp::traces::SpanExport;
 use exporter::otlp::{ExportBatch, LogExport};
+use exporter::otlp_metrics::MetricExport;
 use exporter::remote::{Client, ExportSignal, ExporterConfig, Prepared};
 use tokio::sync::{broadcast, mpsc, Notify};
 use tokio::task::JoinSet;
@@ -59,6 +61,10 @@ pub const MAX_PENDING_LOG_RECORDS: usize = 50_000;
 pub const CHANNEL_SPANS: usize = 8192;
 /// Spans held for one interval (a few hundred bytes each).
 pub const MAX_PENDING_SPANS: usize = 50_000;
+/// Metric points waiting for an exporter's task.
+pub const CHANNEL_METRIC_POINTS: usize = 8192;
+/// Metric points held for one interval.
+pub const MAX_PENDING_METRIC_POINTS: usize = 50_000;
 /// Defaults of the settings.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
 pub const DEFAULT_QUEUE_SIZE: usize = 8;
@@ -83,6 +89,8 @@ struct Tap {
     logs: Option<mpsc::Sender<LogExport>>,
     /// Finished spans, when it sends traces.
     traces: Option<mpsc::Sender<SpanExport>>,
+    /// Runtime counter values, when it sends metrics.
+    metric_points: Option<mpsc::Sender<MetricExport>>,
     metrics: Arc<ExportMetrics>,
 }
 
@@ -170,6 +178,24 @@ impl ExportTaps {
         }
     }
 
+    /// Whether any exporter sends metrics.
+    pub fn want_metrics(&self) -> bool {
+        self.0.iter().any(|tap| tap.metric_points.is_some())
+    }
+
+    /// Offers a metric point to every exporter that sends metrics, without waiting.
+    pub fn offer_metric(&self, point: &MetricExport) {
+        for tap in &self.0 {
+            let Some(points) = &tap.metric_points else {
+                continue;
+            };
+            if let Err(mpsc::error::TrySendError::Full(_)) = points.try_send(point.clone()) {
+                tap.metrics
+                    .drop_items(ExportSignal::Metrics, "channel_full", 1);
+            }
+        }
+    }
+
     /// Offers a batch to every exporter that sends profiles, without waiting.
     pub fn offer(&self, batch: &ExportBatch) {
         for tap in &self.0 {
@@ -237,6 +263,11 @@ fn item_metrics(signal: ExportSignal) -> (&'static str, &'static str, &'static s
             "Spans",
             "clrscope_export_sent_spans_total",
             "clrscope_export_dropped_spans_total",
+        ),
+        ExportSignal::Metrics => (
+            "Runtime counter values (OTLP data points)",
+            "clrscope_export_sent_metric_points_total",
+            "clrscope_export_dropped_metric_points_total",
         ),
     }
 }
@@ -318,6 +349,7 @@ impl ExportMetrics {
         }
     }
 
+    /// Counts a request given up, and what it carried under its signal.
     fn drop_request(&self, reason: &'static str, request: &Prepared) {
         if let Some(c) = self.dropped_requests.get(reason) {
             c.inc();
@@ -491,6 +523,12 @@ pub fn spawn(
         } else {
             (None, None)
         };
+        let (metric_points, metric_receiver) = if exporter.sends(ExportSignal::Metrics) {
+            let (sender, receiver) = mpsc::channel(CHANNEL_METRIC_POINTS);
+            (Some(sender), Some(receiver))
+        } else {
+            (None, None)
+        };
         let shared = Arc::new(Shared {
             name: name.clone(),
             limits,
@@ -503,7 +541,11 @@ pub fn spawn(
             shared.clone(),
             client.clone(),
             batches,
-            Receivers { log_records, spans },
+            Receivers {
+                log_records,
+                spans,
+                metric_points: metric_receiver,
+            },
             done_tx,
         ));
         tasks.spawn(send(shared, client, done_rx));
@@ -513,13 +555,14 @@ pub fn spawn(
             profiles: exporter.sends(ExportSignal::Profiles),
             logs,
             traces,
+            metric_points,
             metrics,
         });
     }
     Ok((ExportTaps(taps), tasks))
 }
 
-/// Says where profiles go; after the agent's first line, which names its API address.
+/// Says where profiles, logs and metrics go; after the agent's first line, which names its API address.
 pub fn log_started(config: &ExportersConfig) {
     for (name, exporter) in config {
         let signals: Vec<&str> = exporter.signals.iter().map(|s| s.name()).collect();
@@ -536,6 +579,7 @@ pub fn log_started(config: &ExportersConfig) {
 /// The channels of an exporter's other signals, when it sends them.
 struct Receivers {
     log_records: Option<mpsc::Receiver<LogExport>>,
+    metric_points: Option<mpsc::Receiver<MetricExport>>,
     spans: Option<mpsc::Receiver<SpanExport>>,
 }
 
@@ -547,20 +591,24 @@ async fn collect(
     Receivers {
         mut log_records,
         mut spans,
+        mut metric_points,
     }: Receivers,
     done: tokio::sync::watch::Sender<bool>,
 ) {
+    let mut pending_points: Vec<MetricExport> = Vec::new();
     let mut pending_logs: Vec<LogExport> = Vec::new();
     let mut pending_spans: Vec<SpanExport> = Vec::new();
-    let prepare_signals = |logs: &mut Vec<LogExport>, spans: &mut Vec<SpanExport>| {
-        let requests = [
-            client.prepare_logs(&std::mem::take(logs)),
-            client.prepare_traces(&std::mem::take(spans)),
-        ];
-        for request in requests.into_iter().flatten() {
-            shared.push(request);
-        }
-    };
+    let prepare_signals =
+        |logs: &mut Vec<LogExport>, spans: &mut Vec<SpanExport>, points: &mut Vec<MetricExport>| {
+            let requests = [
+                client.prepare_logs(&std::mem::take(logs)),
+                client.prepare_traces(&std::mem::take(spans)),
+                client.prepare_metrics(&std::mem::take(points)),
+            ];
+            for request in requests.into_iter().flatten() {
+                shared.push(request);
+            }
+        };
     let interval = shared.limits.interval;
     let mut ticks = tokio::time::interval_at(Instant::now() + interval, interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -617,14 +665,19 @@ async fn collect(
                 Some(_) => shared.metrics.drop_items(ExportSignal::Traces, "interval_full", 1),
                 None => spans = None,
             },
+            point = async { metric_points.as_mut()?.recv().await }, if metric_points.is_some() => match point {
+                Some(point) if pending_points.len() < MAX_PENDING_METRIC_POINTS => pending_points.push(point),
+                Some(_) => shared.metrics.drop_items(ExportSignal::Metrics, "interval_full", 1),
+                None => metric_points = None,
+            },
             _ = ticks.tick() => {
                 prepare(&mut pending, &mut pending_samples);
-                prepare_signals(&mut pending_logs, &mut pending_spans);
+                prepare_signals(&mut pending_logs, &mut pending_spans, &mut pending_points);
             }
         }
     }
     prepare(&mut pending, &mut pending_samples);
-    prepare_signals(&mut pending_logs, &mut pending_spans);
+    prepare_signals(&mut pending_logs, &mut pending_spans, &mut pending_points);
     let _ = done.send(true);
 }
 

@@ -25,7 +25,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use collector::attached::AttachedProcesses;
-use collector::counters::{CounterSessionConfig, DEFAULT_INTERVAL_SECONDS};
+use collector::counters::{
+    CounterSelection, CounterSessionConfig, DEFAULT_EVENT_COUNTER_SOURCES, DEFAULT_INTERVAL_SECONDS,
+};
 use collector::nettrace::ParserOptions;
 use collector::rules::options::{ActionKind, CollectionRule};
 use collector::sampler::DutyCycle;
@@ -246,7 +248,12 @@ struct Resolved {
     /// The connection limits and allowed host names of both listeners.
     limits: ui::ConnectionLimits,
     allowed_hosts: ui::AllowedHosts,
-    runtime_counters: Option<RuntimeCounters>,
+    /// The `Metrics` section's counters: on /metrics and OTLP (unless off), and what
+    /// `GET /livemetrics` and CollectLiveMetrics without settings collect.
+    metrics_selection: CounterSelection,
+    runtime_metrics: bool,
+    /// `GlobalCounter:IntervalSeconds`.
+    counter_interval_seconds: u32,
     auth: AuthSource,
     kestrel: ui::tls::KestrelConfig,
     exporters: export::ExportersConfig,
@@ -266,15 +273,6 @@ enum AuthSource {
         file: Option<PathBuf>,
     },
     Configured(Box<ui::auth::AuthenticationConfig>),
-}
-
-/// The counter session whose values go on /metrics, and which EventCounters of it to keep.
-#[derive(Debug, Clone)]
-pub struct RuntimeCounters {
-    pub session: CounterSessionConfig,
-    /// Per EventCounter source, the counters to keep (`Metrics:Providers:CounterNames`);
-    /// a source not listed keeps every counter.
-    pub counter_names: Vec<(String, Vec<String>)>,
 }
 
 impl Args {
@@ -354,8 +352,14 @@ impl Args {
             Some(url) => Some(url),
             None => metrics_on.then(|| ui::metrics::DEFAULT_METRICS_URL.to_string()),
         };
-        let runtime_counters = (metrics_on && !self.no_runtime_metrics)
-            .then(|| runtime_counters_config(metrics, &self.meters));
+        let counter_interval_seconds = config
+            .global_counter
+            .interval_seconds
+            .unwrap_or(DEFAULT_INTERVAL_SECONDS);
+        if !(1..=86_400).contains(&counter_interval_seconds) {
+            bail!("GlobalCounter:IntervalSeconds must be from 1 to 86400");
+        }
+        let metrics_selection = metrics_selection(metrics, &self.meters, counter_interval_seconds);
         let kestrel_limits = &config.kestrel.limits;
         let limits = ui::ConnectionLimits {
             max_connections: self
@@ -458,7 +462,9 @@ impl Args {
             metrics_urls,
             limits,
             allowed_hosts,
-            runtime_counters,
+            metrics_selection,
+            runtime_metrics: metrics_on && !self.no_runtime_metrics,
+            counter_interval_seconds,
             auth,
             kestrel: config.kestrel.clone(),
             exporters,
@@ -474,10 +480,14 @@ impl Args {
 
 /// The counter session of the `Metrics` section and `--meter` flags: dotnet-monitor's default
 /// sources unless `IncludeDefaultProviders` is false, `Providers`, `Meters`.
-fn runtime_counters_config(metrics: &MetricsConfig, meters: &[String]) -> RuntimeCounters {
-    let mut session = CounterSessionConfig::new(DEFAULT_INTERVAL_SECONDS);
+fn metrics_selection(
+    metrics: &MetricsConfig,
+    meters: &[String],
+    interval_seconds: u32,
+) -> CounterSelection {
+    let mut session = CounterSessionConfig::new(interval_seconds);
     if metrics.include_default_providers != Some(false) {
-        for source in runtime_counters::DEFAULT_SOURCES {
+        for source in DEFAULT_EVENT_COUNTER_SOURCES {
             session = session.with_event_counters(source);
         }
     }
@@ -498,7 +508,7 @@ fn runtime_counters_config(metrics: &MetricsConfig, meters: &[String]) -> Runtim
     for meter in meters {
         session = session.with_meter(meter, &[]);
     }
-    RuntimeCounters {
+    CounterSelection {
         session,
         counter_names,
     }
@@ -546,7 +556,7 @@ pub struct Settings {
     /// Which logs and how many exceptions each process keeps.
     pub signals: SignalSettings,
     /// The counter session whose values go on /metrics, unless that is off.
-    pub runtime_counters: Option<RuntimeCounters>,
+    pub runtime_counters: Option<CounterSelection>,
     /// Collection rules and their egress.
     pub rules: rules::RuleSettings,
     /// Limits of the parsers that read the targets' streams (`--nettrace-budget`).
@@ -787,11 +797,23 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let egress = Egress::new(&settings.egress).context("the Egress configuration")?;
     let rules = rules::RuleSettings {
         rules: settings.rules,
-        counter_interval_seconds: collector::counters::DEFAULT_INTERVAL_SECONDS,
+        counter_interval_seconds: settings.counter_interval_seconds,
+        live_metrics: settings.metrics_selection.clone(),
         egress: egress.clone(),
         parser: settings.parser.clone(),
     };
     rules.check_egress()?;
+    if !settings.runtime_metrics
+        && settings
+            .exporters
+            .values()
+            .any(|e| e.sends(exporter::remote::ExportSignal::Metrics))
+    {
+        tracing::warn!(
+            "an exporter sends Metrics but the runtime counters are off (Metrics:Enabled false or \
+             --no-runtime-metrics): it will send none"
+        );
+    }
     let signals = settings.signals.for_rules(&rules.rules)?;
     let metrics = Registry::default();
     let health = Health::register(&metrics);
@@ -822,7 +844,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             host_name: host_name(),
             linkage: settings.linkage,
             signals,
-            runtime_counters: settings.runtime_counters,
+            runtime_counters: settings
+                .runtime_metrics
+                .then(|| settings.metrics_selection.clone()),
             rules,
             parser: settings.parser.clone(),
         },
@@ -855,6 +879,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             egress,
             api_url: (!api_addr.ip().is_unspecified()).then(|| format!("{scheme}://{api_addr}")),
             parser: settings.parser,
+            counter_interval_seconds: settings.counter_interval_seconds,
+            live_metrics: settings.metrics_selection.clone(),
             ..ui::MonitorState::default()
         };
         let state = ui::ApiState::new(store.clone())

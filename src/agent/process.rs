@@ -583,6 +583,8 @@ async fn attach(
         (labels::PROCESS_ID.to_string(), target.pid.to_string()),
         (labels::SERVICE_NAME.to_string(), service.clone()),
     ];
+    // The resource of its exported logs, spans and metrics.
+    let resource: std::sync::Arc<[(String, String)]> = series.clone().into();
     // Samples are joined to spans up to a whole (boosted) window plus the naming delay late.
     let linkage = agent.settings.linkage.is_some().then(|| TrackerLimits {
         retention: MAX_WINDOW + SYMBOLIZE_DELAY + Duration::from_secs(5),
@@ -593,7 +595,7 @@ async fn attach(
         let logs = exports.want_logs().then(|| signals.subscribe());
         let spans = exports.want_traces().then(|| signals.subscribe_spans());
         tokio::spawn(exports.forward_signals(
-            series.clone().into(),
+            resource.clone(),
             logs,
             spans,
             agent.settings.signals.spans.unwrap_or(0),
@@ -622,8 +624,12 @@ async fn attach(
             client.clone(),
             config,
             agent.metrics.clone(),
-            target.pid,
-            service.clone(),
+            agent.exports.clone(),
+            runtime_counters::CountedProcess {
+                pid: target.pid,
+                service: service.clone(),
+                series: resource,
+            },
             stop,
         ));
     }

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use collector::artifacts::{ArtifactKind, TraceRequest};
+use collector::artifacts::{ArtifactKind, LiveMetricsRequest, TraceRequest};
 use collector::attached::{AttachedProcesses, ProcessEventKind};
 use collector::client::DiagnosticsClient;
+use collector::counters::CounterSelection;
 use collector::gcdump::SnapshotOptions;
 use collector::ipc::CollectTracing;
 use collector::local::LocalProcess;
@@ -41,6 +42,8 @@ pub struct RuleSettings {
     pub rules: Vec<CollectionRule>,
     /// EventCounter and meter interval of trigger sessions (`GlobalCounter:IntervalSeconds`).
     pub counter_interval_seconds: u32,
+    /// What CollectLiveMetrics without settings collects: the `Metrics` section.
+    pub live_metrics: CounterSelection,
     /// Where rule artifacts go (shared with the API: one disk budget).
     pub egress: Egress,
     /// Limits of the parser that watches a rule's trace (`--nettrace-budget`), as the API's.
@@ -132,6 +135,7 @@ pub fn start(
             sampler: target.sampler.clone(),
             egress: settings.egress.clone(),
             counter_interval_seconds: settings.counter_interval_seconds,
+            live_metrics: settings.live_metrics.clone(),
             parser: settings.parser.clone(),
             captures,
             signals: target.signals.clone(),
@@ -220,6 +224,7 @@ struct ActionContext {
     sampler: SamplerControl,
     egress: Egress,
     counter_interval_seconds: u32,
+    live_metrics: CounterSelection,
     parser: ParserOptions,
     /// Pre-trigger rings by action name.
     captures: HashMap<String, mpsc::Sender<CaptureRequest>>,
@@ -338,6 +343,22 @@ impl ActionContext {
                     format: *format,
                 };
                 self.collect(Artifact::Exceptions(request), egress, &by)
+                    .await
+            }
+            ActionKind::CollectLiveMetrics {
+                metrics,
+                duration,
+                egress,
+            } => {
+                let selection = match metrics {
+                    Some(config) => config.selection(self.counter_interval_seconds),
+                    None => self.live_metrics.clone(),
+                };
+                let request = LiveMetricsRequest {
+                    selection,
+                    duration: Some(*duration),
+                };
+                self.collect(Artifact::LiveMetrics(request), egress, &by)
                     .await
             }
             ActionKind::Execute {

@@ -9,23 +9,21 @@
 //! Meter, instrument and tag names and values come from the target, which may be hostile: one
 //! process keeps [`MAX_SERIES_PER_PROCESS`] series at most, and what it loses over that is
 //! counted in `clrscope_runtime_series_dropped_total{process_id}`.
+//!
+//! The same values go, as OTLP metric points ([`exporter::otlp_metrics`]), to the exporters that
+//! send `Metrics`.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
+use std::sync::Arc;
 
 use collector::client::DiagnosticsClient;
-use collector::counters::{self, CounterSample, CounterUpdate, CounterValue};
+use collector::counters::{self, CounterSample, CounterSelection, CounterUpdate, CounterValue};
+use exporter::otlp_metrics::{Cumulative, MetricExport};
 use tokio::sync::mpsc;
 use ui::metrics::{Counter, CounterVec, GaugeVec, Registry};
 
-use super::RuntimeCounters;
-
-/// EventCounter sources dotnet-monitor collects by default (`Metrics:IncludeDefaultProviders`).
-pub const DEFAULT_SOURCES: [&str; 3] = [
-    "System.Runtime",
-    "Microsoft.AspNetCore.Hosting",
-    "Grpc.AspNetCore.Server",
-];
+use super::export::ExportTaps;
 
 /// Name endings that mean a histogram's parts or a counter, which promtool refuses on gauges.
 const NOT_FOR_GAUGES: [&str; 4] = ["_count", "_sum", "_bucket", "_total"];
@@ -40,24 +38,50 @@ const DROPPED_SERIES: &str = "clrscope_runtime_series_dropped_total";
 /// Updates waiting to be recorded; the session drops (and logs) updates past this.
 const UPDATES_QUEUE: usize = 1024;
 
+/// The process a counter session reads.
+pub struct CountedProcess {
+    pub pid: u64,
+    pub service: String,
+    /// Its series labels: the resource of its OTLP points.
+    pub series: Arc<[(String, String)]>,
+}
+
 /// Records one process's counters until its session ends (the process exited) or `stop`
-/// completes (the agent detaches), then removes its series.
+/// completes (the agent detaches), then removes its series; offers them to the exporters that
+/// send metrics.
 pub async fn export(
     client: DiagnosticsClient,
-    config: RuntimeCounters,
+    config: CounterSelection,
     registry: Registry,
-    pid: u64,
-    service: String,
+    exports: ExportTaps,
+    process: CountedProcess,
     stop: impl Future<Output = ()> + Send + 'static,
 ) {
     let (updates, mut received) = mpsc::channel(UPDATES_QUEUE);
-    let session_config = config.session;
+    let session_config = config.session.clone();
+    let started = profile::clock::unix_nanos();
     let session =
         tokio::spawn(async move { counters::run(&client, &session_config, stop, updates).await });
-    let mut recorder = Recorder::new(registry, config.counter_names, pid, service);
+    let pid = process.pid;
+    let mut recorder = Recorder::new(registry, pid, process.service);
+    let mut cumulative = exports
+        .want_metrics()
+        .then(|| Cumulative::new(started, MAX_SERIES_PER_PROCESS));
     while let Some(update) = received.recv().await {
         match update {
-            CounterUpdate::Sample(sample) => recorder.record(&sample),
+            CounterUpdate::Sample(sample) if config.accepts(&sample) => {
+                recorder.record(&sample);
+                if let Some(cumulative) = &mut cumulative {
+                    match cumulative.point(&sample) {
+                        Some(point) => exports.offer_metric(&MetricExport {
+                            series: process.series.clone(),
+                            point,
+                        }),
+                        None => recorder.count_dropped(),
+                    }
+                }
+            }
+            CounterUpdate::Sample(_) => {}
             CounterUpdate::MetricsError { message } => {
                 tracing::warn!(pid, %message, "the runtime's metrics source reported an error")
             }
@@ -76,8 +100,6 @@ struct Recorder {
     registry: Registry,
     /// `process_id`, `service_name`: the first two labels of every series.
     process: [String; 2],
-    /// Per source, the only counters to keep.
-    counter_names: Vec<(String, Vec<String>)>,
     /// The families this process wrote to, by name.
     families: HashMap<String, GaugeVec>,
     /// Every series this process made: (family, label values).
@@ -88,12 +110,7 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn new(
-        registry: Registry,
-        counter_names: Vec<(String, Vec<String>)>,
-        pid: u64,
-        service: String,
-    ) -> Recorder {
+    fn new(registry: Registry, pid: u64, service: String) -> Recorder {
         let dropped_family = registry.counter_vec(
             DROPPED_SERIES,
             "Runtime counter samples not exported because their process already has \
@@ -104,7 +121,6 @@ impl Recorder {
         let dropped = dropped_family.with(&[&pid]);
         Recorder {
             registry,
-            counter_names,
             process: [pid, service],
             families: HashMap::new(),
             series: HashSet::new(),
@@ -119,6 +135,13 @@ impl Recorder {
         if self.series.len() + pending < MAX_SERIES_PER_PROCESS {
             return true;
         }
+        self.count_dropped();
+        false
+    }
+
+    /// Counts a sample refused for a new series past [`MAX_SERIES_PER_PROCESS`] (on /metrics or
+    /// in the OTLP export).
+    fn count_dropped(&self) {
         if self.dropped.get() == 0 {
             tracing::warn!(
                 pid = %self.process[0],
@@ -128,18 +151,9 @@ impl Recorder {
             );
         }
         self.dropped.inc();
-        false
     }
 
     fn record(&mut self, sample: &CounterSample) {
-        let wanted = self
-            .counter_names
-            .iter()
-            .find(|(source, _)| source.eq_ignore_ascii_case(&sample.provider))
-            .is_none_or(|(_, names)| names.contains(&sample.name));
-        if !wanted {
-            return;
-        }
         let (unit, scale) = prometheus_unit(&sample.unit);
         let name = prometheus_name(&sample.provider, &sample.name, unit);
         let mut tags: Vec<(String, &str)> = sample
@@ -345,6 +359,8 @@ mod tests {
             unix_nanos: 0,
             provider: "Hostile".into(),
             name: instrument.into(),
+            display_name: String::new(),
+            version: String::new(),
             unit: String::new(),
             tags: vec![("route".into(), tag.into())],
             interval_seconds: Some(1.0),
@@ -379,7 +395,7 @@ mod tests {
     #[test]
     fn a_process_with_unbounded_names_keeps_the_cap_and_counts_the_rest() {
         let registry = Registry::default();
-        let mut recorder = Recorder::new(registry.clone(), Vec::new(), 77, "svc".into());
+        let mut recorder = Recorder::new(registry.clone(), 77, "svc".into());
         // New tag values in one family, then new instrument names: both make series.
         for i in 0..MAX_SERIES_PER_PROCESS {
             recorder.record(&meter_sample("requests", &format!("/r{i}")));

@@ -1,19 +1,21 @@
-"""A profiles, logs and traces receiver for clrscope's export tests, built on the official protos.
+"""A profiles, logs, traces and metrics receiver for clrscope's export tests, built on the official protos.
 
 Serves, on 127.0.0.1:
   * gRPC  opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export and
           opentelemetry.proto.collector.logs.v1.LogsService/Export and
           opentelemetry.proto.collector.trace.v1.TraceService/Export
+          opentelemetry.proto.collector.metrics.v1.MetricsService/Export
     (PyPI opentelemetry-proto's generated servicers on grpcio);
   * HTTP  POST /v1development/profiles          OTLP/HTTP, application/x-protobuf, gzip or not
           POST /v1/logs                         OTLP/HTTP logs, likewise
           POST /v1/traces (or --traces-path)    OTLP/HTTP traces, likewise
+          POST /v1/metrics                      OTLP/HTTP metrics, likewise
           POST /push.v1.PusherService/Push       Pyroscope push (Connect, application/proto)
           POST /ingest?name=...&format=pprof     Pyroscope's legacy ingest
 
 Prints one JSON object per line on stdout:
   {"ready": true, "grpc_port": P, "http_port": Q}
-  then one line per request received, see `otlp_summary`, `logs_summary`, `traces_summary`, `push_summary` and
+  then one line per request received, see `otlp_summary`, `logs_summary`, `traces_summary`, `metrics_summary`, `push_summary` and
   `ingest_summary`.
 pprof profiles (push samples, ingest bodies) are saved under --out-dir for `go tool pprof`.
 
@@ -37,6 +39,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.collector.profiles.v1development import (
     profiles_service_pb2,
     profiles_service_pb2_grpc,
@@ -212,11 +216,74 @@ def traces_summary(request, transport, extra):
     return out
 
 
+def metrics_summary(request, transport, extra):
+    """The metrics request as plain data: per resource its attributes, per scope (name, version)
+    its metrics with their type, unit, temporality, monotonicity and points (attributes, start
+    and time, value; a summary's count, sum and quantiles)."""
+    temporalities = {
+        metrics_pb2.AGGREGATION_TEMPORALITY_UNSPECIFIED: "unspecified",
+        metrics_pb2.AGGREGATION_TEMPORALITY_DELTA: "delta",
+        metrics_pb2.AGGREGATION_TEMPORALITY_CUMULATIVE: "cumulative",
+    }
+
+    def number(p):
+        value = p.as_double if p.WhichOneof("value") == "as_double" else p.as_int
+        return {
+            "attributes": {kv.key: any_value(kv.value) for kv in p.attributes},
+            "start_time_unix_nano": p.start_time_unix_nano,
+            "time_unix_nano": p.time_unix_nano,
+            "value": value,
+        }
+
+    resources = []
+    for rm in request.resource_metrics:
+        scopes = []
+        for sm in rm.scope_metrics:
+            metrics = []
+            for m in sm.metrics:
+                kind = m.WhichOneof("data")
+                out = {"name": m.name, "unit": m.unit, "type": kind}
+                if kind == "sum":
+                    out["temporality"] = temporalities.get(m.sum.aggregation_temporality, "?")
+                    out["monotonic"] = m.sum.is_monotonic
+                    out["points"] = [number(p) for p in m.sum.data_points]
+                elif kind == "gauge":
+                    out["points"] = [number(p) for p in m.gauge.data_points]
+                elif kind == "summary":
+                    out["points"] = [
+                        {
+                            "attributes": {kv.key: any_value(kv.value) for kv in p.attributes},
+                            "start_time_unix_nano": p.start_time_unix_nano,
+                            "time_unix_nano": p.time_unix_nano,
+                            "count": p.count,
+                            "sum": p.sum,
+                            "quantiles": [[q.quantile, q.value] for q in p.quantile_values],
+                        }
+                        for p in m.summary.data_points
+                    ]
+                else:
+                    out["points"] = []
+                metrics.append(out)
+            scopes.append({"name": sm.scope.name, "version": sm.scope.version, "metrics": metrics})
+        attrs = {kv.key: any_value(kv.value) for kv in rm.resource.attributes}
+        resources.append({"attributes": attrs, "scopes": scopes})
+    out = {"kind": "otlp-metrics", "transport": transport, "resources": resources}
+    out.update(extra)
+    return out
+
+
 class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
     def Export(self, request, context):
         metadata = {k: v for k, v in context.invocation_metadata()}
         emit(traces_summary(request, "grpc", {"headers": metadata, "bytes": request.ByteSize()}))
         return trace_service_pb2.ExportTraceServiceResponse()
+
+
+class MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
+    def Export(self, request, context):
+        metadata = {k: v for k, v in context.invocation_metadata()}
+        emit(metrics_summary(request, "grpc", {"headers": metadata, "bytes": request.ByteSize()}))
+        return metrics_service_pb2.ExportMetricsServiceResponse()
 
 
 class LogsService(logs_service_pb2_grpc.LogsServiceServicer):
@@ -298,6 +365,12 @@ def make_handler(args, push_pb2):
                 emit(traces_summary(request, "http", extra))
                 answer = trace_service_pb2.ExportTraceServiceResponse()
                 self.reply(200, answer.SerializeToString(), "application/x-protobuf")
+            elif url.path == "/v1/metrics":
+                request = metrics_service_pb2.ExportMetricsServiceRequest()
+                request.ParseFromString(body)
+                emit(metrics_summary(request, "http", extra))
+                answer = metrics_service_pb2.ExportMetricsServiceResponse()
+                self.reply(200, answer.SerializeToString(), "application/x-protobuf")
             elif url.path == "/push.v1.PusherService/Push":
                 request = push_pb2.PushRequest()
                 request.ParseFromString(body)
@@ -355,6 +428,7 @@ def main():
     profiles_service_pb2_grpc.add_ProfilesServiceServicer_to_server(ProfilesService(), server)
     logs_service_pb2_grpc.add_LogsServiceServicer_to_server(LogsService(), server)
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(TraceService(), server)
+    metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsService(), server)
     address = "127.0.0.1:%d" % args.grpc_port
     if args.tls_cert:
         with open(args.tls_cert, "rb") as f:

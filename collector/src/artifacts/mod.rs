@@ -29,6 +29,7 @@
 
 mod dump;
 mod gcdump;
+mod livemetrics;
 mod name;
 mod stacks;
 mod trace;
@@ -37,6 +38,10 @@ pub use dump::{
     collect_dump, write_dump, DumpKind, UnknownDumpKind, UntrustedDump, DEFAULT_DUMP_TIMEOUT,
 };
 pub use gcdump::{collect_gcdump, write_gcdump_async, HeapSnapshot};
+pub use livemetrics::{
+    write_live_metrics, write_records as write_live_metric_records, EventMetricsConfiguration,
+    EventMetricsMeter, EventMetricsProvider, LiveMetricsRequest,
+};
 pub use name::{file_timestamp, ArtifactKind};
 pub use stacks::{collect_stack_tick, StackFormat};
 pub use trace::{

@@ -20,6 +20,8 @@ pub enum ArtifactKind {
     /// `<ts>_<pid>.txt` as plain text, `<ts>_<pid>.json` as NDJSON or JSON sequence
     /// (dotnet-monitor's log file names).
     Logs { plain_text: bool },
+    /// `<ts>_<pid>.metrics.json`: live metrics, a JSON text sequence.
+    LiveMetrics,
     /// `<ts>_<pid>.exceptions.txt` as plain text, `<ts>_<pid>.exceptions.json` as NDJSON or JSON
     /// sequence (dotnet-monitor's exceptions file names).
     Exceptions { plain_text: bool },
@@ -33,6 +35,7 @@ impl ArtifactKind {
             ArtifactKind::Trace => "trace",
             ArtifactKind::Stacks { .. } => "stacks",
             ArtifactKind::Logs { .. } => "logs",
+            ArtifactKind::LiveMetrics => "livemetrics",
             ArtifactKind::Exceptions { .. } => "exceptions",
         }
     }
@@ -48,6 +51,7 @@ impl ArtifactKind {
             ArtifactKind::Stacks { plain_text: false } => format!("{ts}_{pid}.stacks.json"),
             ArtifactKind::Logs { plain_text: true } => format!("{ts}_{pid}.txt"),
             ArtifactKind::Logs { plain_text: false } => format!("{ts}_{pid}.json"),
+            ArtifactKind::LiveMetrics => format!("{ts}_{pid}.metrics.json"),
             ArtifactKind::Exceptions { plain_text: true } => format!("{ts}_{pid}.exceptions.txt"),
             ArtifactKind::Exceptions { plain_text: false } => {
                 format!("{ts}_{pid}.exceptions.json")
@@ -86,6 +90,7 @@ impl ArtifactKind {
                     | ".stacks.json"
                     | ".txt"
                     | ".json"
+                    | ".metrics.json"
                     | ".exceptions.txt"
                     | ".exceptions.json"
             )
@@ -143,6 +148,7 @@ mod tests {
             ArtifactKind::Stacks { plain_text: false },
             ArtifactKind::Logs { plain_text: true },
             ArtifactKind::Logs { plain_text: false },
+            ArtifactKind::LiveMetrics,
             ArtifactKind::Exceptions { plain_text: true },
             ArtifactKind::Exceptions { plain_text: false },
         ] {

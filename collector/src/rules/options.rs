@@ -14,7 +14,10 @@ use serde_json::Value;
 
 use super::config::{ConfigError, Node};
 use super::schedule::Schedule;
-use crate::artifacts::{DumpKind, EventPipeProvider, StackFormat, StoppingEvent};
+use crate::artifacts::{
+    DumpKind, EventMetricsConfiguration, EventMetricsMeter, EventMetricsProvider,
+    EventPipeProvider, StackFormat, StoppingEvent,
+};
 use crate::ipc::ProviderConfig;
 use crate::nettrace::events::LogLevel;
 use crate::providers::TraceProfile;
@@ -290,6 +293,14 @@ pub enum ActionKind {
         /// clrscope: also the messages of this long before the trigger (kept by the agent).
         pre_trigger: Duration,
     },
+    /// Counter and meter values as published, for `duration`.
+    CollectLiveMetrics {
+        /// `IncludeDefaultProviders`, `Providers`, `Meters`; `None` when none is set: the
+        /// agent's `Metrics` section then says what to collect (as dotnet-monitor ≥ 8).
+        metrics: Option<EventMetricsConfiguration>,
+        duration: Duration,
+        egress: String,
+    },
     /// The process's kept first-chance exceptions at the firing (thrown before it, up to
     /// `--exception-history`), filtered.
     CollectExceptions {
@@ -317,6 +328,7 @@ impl ActionKind {
             ActionKind::CollectDump { .. } => "CollectDump",
             ActionKind::CollectStacks { .. } => "CollectStacks",
             ActionKind::CollectLogs { .. } => "CollectLogs",
+            ActionKind::CollectLiveMetrics { .. } => "CollectLiveMetrics",
             ActionKind::CollectExceptions { .. } => "CollectExceptions",
             ActionKind::Execute { .. } => "Execute",
             ActionKind::RaiseSamplingRate { .. } => "RaiseSamplingRate",
@@ -331,7 +343,8 @@ impl ActionKind {
             | ActionKind::CollectDump { egress, .. }
             | ActionKind::CollectStacks { egress, .. }
             | ActionKind::CollectLogs { egress, .. }
-            | ActionKind::CollectExceptions { egress, .. } => Some(egress),
+            | ActionKind::CollectLiveMetrics { egress, .. } => Some(egress),
+            ActionKind::CollectExceptions { egress, .. } => Some(egress),
             ActionKind::Execute { .. } | ActionKind::RaiseSamplingRate { .. } => None,
         }
     }
@@ -776,6 +789,11 @@ fn action(node: Node<'_>, index: usize, d: &Defaults<'_>) -> Result<Action, Conf
             egress: egress()?,
         },
         "collectlogs" => collect_logs(s, egress()?, duration(DEFAULT_TRACE_DURATION)?)?,
+        "collectlivemetrics" => ActionKind::CollectLiveMetrics {
+            metrics: live_metrics(s)?,
+            duration: duration(DEFAULT_TRACE_DURATION)?,
+            egress: egress()?,
+        },
         "collectexceptions" => collect_exceptions(s, egress()?)?,
         "execute" => ActionKind::Execute {
             path: s
@@ -796,7 +814,7 @@ fn action(node: Node<'_>, index: usize, d: &Defaults<'_>) -> Result<Action, Conf
         _ => {
             return Err(node.error(format!(
                 "unknown action Type {ty:?}; known: CollectTrace, CollectGCDump, CollectDump, \
-                 CollectStacks, CollectLogs, CollectExceptions, Execute, RaiseSamplingRate"
+                 CollectStacks, CollectLogs, CollectExceptions, CollectLiveMetrics, Execute, RaiseSamplingRate"
             )))
         }
     };
@@ -805,6 +823,54 @@ fn action(node: Node<'_>, index: usize, d: &Defaults<'_>) -> Result<Action, Conf
         wait_for_completion,
         kind,
     })
+}
+
+/// CollectLiveMetrics' `IncludeDefaultProviders`, `Providers` (`{ProviderName, CounterNames}`)
+/// and `Meters` (`{MeterName, InstrumentNames}`); `None` when none of them is set.
+fn live_metrics(s: Node<'_>) -> Result<Option<EventMetricsConfiguration>, ConfigError> {
+    let include = s.get("IncludeDefaultProviders");
+    let providers = s.get("Providers");
+    let meters = s.get("Meters");
+    if include.is_none() && providers.is_none() && meters.is_none() {
+        return Ok(None);
+    }
+    let names = |n: Node<'_>, key: &str| -> Result<Vec<String>, ConfigError> {
+        n.get(key)
+            .map(|c| c.node().strings())
+            .unwrap_or(Ok(Vec::new()))
+    };
+    let required = |n: Node<'_>, key: &str| -> Result<String, ConfigError> {
+        n.get(key)
+            .ok_or_else(|| n.error(format!("{key} is required")))?
+            .node()
+            .string()
+    };
+    let mut config = EventMetricsConfiguration {
+        include_default_providers: include
+            .map(|c| c.node().bool())
+            .transpose()?
+            .unwrap_or(true),
+        ..EventMetricsConfiguration::default()
+    };
+    if let Some(p) = providers {
+        for c in p.node().list()? {
+            let n = c.node();
+            config.providers.push(EventMetricsProvider {
+                provider_name: required(n, "ProviderName")?,
+                counter_names: names(n, "CounterNames")?,
+            });
+        }
+    }
+    if let Some(m) = meters {
+        for c in m.node().list()? {
+            let n = c.node();
+            config.meters.push(EventMetricsMeter {
+                meter_name: required(n, "MeterName")?,
+                instrument_names: names(n, "InstrumentNames")?,
+            });
+        }
+    }
+    Ok(Some(config))
 }
 
 /// dotnet-monitor's CollectLogs settings (`DefaultLevel`, `FilterSpecs`, `UseAppFilters`,
@@ -1045,6 +1111,46 @@ mod tests {
             &serde_json::from_value(v).unwrap(),
             &CollectionRuleDefaultsSection::default(),
         )
+    }
+
+    #[test]
+    fn live_metrics_take_dotnet_monitors_settings_or_the_metrics_section() {
+        let all = rules(json!({"Live": {
+            "Trigger": {"Type": "Startup"},
+            "Actions": [
+                {"Type": "CollectLiveMetrics", "Settings": {
+                    "IncludeDefaultProviders": "false",
+                    "Providers": [{"ProviderName": "System.Runtime", "CounterNames": ["cpu-usage"]}],
+                    "Meters": [{"MeterName": "Shop"}],
+                    "Duration": "00:00:10", "Egress": "out"}},
+                {"Type": "CollectLiveMetrics", "Settings": {"Egress": "out"}}]}}))
+        .unwrap();
+        let ActionKind::CollectLiveMetrics {
+            metrics: Some(config),
+            duration,
+            egress,
+        } = &all[0].actions[0].kind
+        else {
+            panic!("{:?}", all[0].actions[0])
+        };
+        assert!(!config.include_default_providers);
+        assert_eq!(config.providers[0].counter_names, ["cpu-usage"]);
+        assert_eq!(config.meters[0].meter_name, "Shop");
+        assert!(config.meters[0].instrument_names.is_empty());
+        assert_eq!(
+            (*duration, egress.as_str()),
+            (Duration::from_secs(10), "out")
+        );
+        assert!(matches!(
+            &all[0].actions[1].kind,
+            ActionKind::CollectLiveMetrics { metrics: None, duration, .. }
+                if *duration == DEFAULT_TRACE_DURATION
+        ));
+        let missing = rules(json!({"Live": {
+            "Trigger": {"Type": "Startup"},
+            "Actions": [{"Type": "CollectLiveMetrics", "Settings": {
+                "Egress": "out", "Meters": [{"InstrumentNames": ["x"]}]}}]}}));
+        assert!(missing.unwrap_err().to_string().contains("MeterName"));
     }
 
     #[test]

@@ -469,6 +469,8 @@ mod tests {
             unix_nanos: t,
             provider: "AsyncWeb".into(),
             name: "asyncweb.request.duration".into(),
+            display_name: String::new(),
+            version: String::new(),
             unit: "ms".into(),
             tags: vec![],
             interval_seconds: None,

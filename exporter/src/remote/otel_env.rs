@@ -1,10 +1,10 @@
 //! OpenTelemetry's exporter environment variables (the OTLP exporter specification's
 //! `OTEL_EXPORTER_OTLP_*`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SDK_DISABLED`,
-//! `OTEL_{TRACES,LOGS}_EXPORTER`) read into [`ExporterConfig`]s, so an agent deployed beside
+//! `OTEL_{TRACES,LOGS,METRICS}_EXPORTER`) read into [`ExporterConfig`]s, so an agent deployed beside
 //! OpenTelemetry-instrumented services takes the same settings they do.
 //!
 //! - Exporters exist only when an endpoint is set: `OTEL_EXPORTER_OTLP_ENDPOINT` for every signal
-//!   (profiles, logs, traces), or a signal's own `OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT`. (An SDK
+//!   (profiles, logs, traces, metrics), or a signal's own `OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT`. (An SDK
 //!   defaults to `localhost`; an agent that sends nowhere unless told is the safer default.)
 //! - Per signal, `OTEL_EXPORTER_OTLP_<SIGNAL>_X` wins over `OTEL_EXPORTER_OTLP_X`, for X in
 //!   `ENDPOINT`, `PROTOCOL` (`grpc` or `http/protobuf`, the default; `http/json` is refused),
@@ -15,7 +15,7 @@
 //! - OTLP/HTTP: a signal's own endpoint is its URL as it is; the generic one gets the signal's
 //!   route appended to its path (`/v1/traces`, `/v1/logs`, `/v1development/profiles`). gRPC
 //!   endpoints are used as they are.
-//! - `OTEL_TRACES_EXPORTER` / `OTEL_LOGS_EXPORTER` = `none` leave that signal out;
+//! - `OTEL_TRACES_EXPORTER` / `OTEL_LOGS_EXPORTER` / `OTEL_METRICS_EXPORTER` = `none` leave that signal out;
 //!   `OTEL_SDK_DISABLED=true` leaves all out.
 //! - `OTEL_RESOURCE_ATTRIBUTES` (`k=v,…`, percent-decoded) goes on every resource sent; the
 //!   process's own `service.name`, `process.pid` and `host.name` win over it.
@@ -311,11 +311,19 @@ mod tests {
         assert_eq!(config.kind, Kind::OtlpHttp);
         assert_eq!(
             config.signals,
-            [ExportSignal::Profiles, ExportSignal::Traces]
+            [
+                ExportSignal::Profiles,
+                ExportSignal::Traces,
+                ExportSignal::Metrics
+            ]
         );
         assert_eq!(
             config.signal_endpoints[&ExportSignal::Traces],
             "http://c:4318/base/v1/traces"
+        );
+        assert_eq!(
+            config.signal_endpoints[&ExportSignal::Metrics],
+            "http://c:4318/base/v1/metrics"
         );
         assert_eq!(
             config.signal_endpoints[&ExportSignal::Profiles],
@@ -344,7 +352,7 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
         ]);
         let names: Vec<&str> = exporters.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["otel-profiles-logs", "otel-traces"]);
+        assert_eq!(names, ["otel-profiles-logs-metrics", "otel-traces"]);
         let http = &exporters[0].1;
         // A signal's own HTTP endpoint is used as it is.
         assert_eq!(

@@ -1,5 +1,5 @@
-//! The artifact routes: `/trace`, `/gcdump`, `/dump`, `/stacks`, `/logs`, `/exceptions`, streamed
-//! back or egressed.
+//! The artifact routes: `/trace`, `/gcdump`, `/dump`, `/stacks`, `/logs`, `/exceptions`,
+//! `/livemetrics`, streamed back or egressed.
 
 use std::time::{Duration, SystemTime};
 
@@ -11,7 +11,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use collector::artifacts::{
-    ArtifactError, DumpKind, EventPipeConfiguration, StackFormat, TraceRequest,
+    ArtifactError, DumpKind, EventMetricsConfiguration, EventPipeConfiguration, LiveMetricsRequest,
+    StackFormat, TraceRequest,
 };
 use collector::gcdump::SnapshotOptions;
 use collector::nettrace::events::LogLevel;
@@ -49,6 +50,7 @@ pub(super) fn routes() -> Router<ApiState> {
         .route("/stacks", get(stacks))
         .route("/logs", get(logs).post(logs_custom))
         .route("/exceptions", get(exceptions).post(exceptions_custom))
+        .route("/livemetrics", get(live_metrics).post(live_metrics_custom))
 }
 
 /// The runtime behind `target`, as an artifact's source.
@@ -357,6 +359,44 @@ async fn logs_custom(
     let params = MonitorParams::new(params, &allowed)?;
     let Json(settings) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     collect_logs(state, &headers, params, settings).await
+}
+
+/// Live metrics of `selection` for `durationSeconds`, streamed as dotnet-monitor's JSON
+/// sequence (or egressed).
+async fn collect_live_metrics(
+    state: ApiState,
+    params: MonitorParams,
+    selection: collector::counters::CounterSelection,
+) -> Result<Response, ApiError> {
+    let request = LiveMetricsRequest {
+        selection,
+        duration: trace_duration(&params)?,
+    };
+    collect(state, params, Artifact::LiveMetrics(request)).await
+}
+
+/// `GET /livemetrics`: the agent's `Metrics` section (its default providers and meters).
+async fn live_metrics(
+    State(state): State<ApiState>,
+    params: QueryPairs,
+) -> Result<Response, ApiError> {
+    let allowed = [&ARTIFACT_PARAMS[..], &["durationSeconds"]].concat();
+    let params = MonitorParams::new(params, &allowed)?;
+    let selection = state.monitor.live_metrics.clone();
+    collect_live_metrics(state, params, selection).await
+}
+
+/// `POST /livemetrics`: the providers and meters of an `EventMetricsConfiguration` body.
+async fn live_metrics_custom(
+    State(state): State<ApiState>,
+    params: QueryPairs,
+    body: Result<Json<EventMetricsConfiguration>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let allowed = [&ARTIFACT_PARAMS[..], &["durationSeconds"]].concat();
+    let params = MonitorParams::new(params, &allowed)?;
+    let Json(configuration) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let selection = configuration.selection(state.monitor.counter_interval_seconds);
+    collect_live_metrics(state, params, selection).await
 }
 
 /// Streams (or egresses) the process's kept first-chance exceptions that `filters` select, oldest

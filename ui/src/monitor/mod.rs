@@ -12,6 +12,8 @@
 //! | `GET /gcdump` | process, `egressProvider`, `tags` | `<ts>_<pid>.gcdump` |
 //! | `GET /dump` | process, `type` (`Mini`, `Full`, `Triage`, `WithHeap`; default WithHeap), `egressProvider`, `tags` | `core_<ts>` (an ELF core) |
 //! | `GET /stacks` | process, `egressProvider`, `tags`; format by `Accept`: `text/plain` (default), `application/json`, `application/speedscope+json` | `<ts>_<pid>.stacks.txt` / `.json` |
+//! | `GET /livemetrics` | process, `durationSeconds` (30; -1 until stopped), `egressProvider`, `tags` | `<ts>_<pid>.metrics.json`, `application/json-seq`: the `Metrics` section's counters |
+//! | `POST /livemetrics` | as GET; body `{includeDefaultProviders, providers: [{providerName, counterNames}], meters: [{meterName, instrumentNames}]}` | the same, of those counters |
 //! | `GET /operations` | `pid`, `uid`, `name`, `tags` | `[OperationSummary]` |
 //! | `GET /operations/{id}` | — | `OperationStatus` (201 once succeeded, as dotnet-monitor) |
 //! | `DELETE /operations/{id}` | `stop` | cancels (200); `stop=true` ends a trace early, keeping it (202) |
@@ -28,7 +30,7 @@
 //! - **Artifacts** stream back (200, `Content-Disposition: attachment; filename=…`) or, with
 //!   `egressProvider`, go to that provider (202, `Location: …/operations/{id}`; the operation's
 //!   `resourceLocation` says where the artifact is). Either way each is an operation: at most 1
-//!   dump, 1 gcdump, 1 stacks and 3 traces run at once, more get 429.
+//!   dump, 1 gcdump, 1 stacks and 3 traces (logs, live metrics) run at once, more get 429.
 //! - **Errors** are `application/problem+json` with dotnet-monitor's codes: 400 for bad input,
 //!   unresolved processes, failed diagnostics commands and egress errors; 429 over a limit.
 
@@ -96,6 +98,8 @@ pub struct MonitorState {
     /// The Metrics trace profile's EventCounter interval (dotnet-monitor's
     /// `GlobalCounter:IntervalSeconds`).
     pub counter_interval_seconds: u32,
+    /// What `GET /livemetrics` collects: the agent's `Metrics` section.
+    pub live_metrics: collector::counters::CounterSelection,
     /// The API's own URL (`scheme://address:port`, as it listens) for the absolute `Location`
     /// of operations; None (it listens on every interface, so no one address is its own) gives
     /// relative ones. Never the client's `Host`, which a client chooses.
@@ -111,7 +115,9 @@ impl Default for MonitorState {
             egress: Egress::default(),
             operations: Operations::default(),
             dump_temp_dir: std::env::temp_dir(),
-            counter_interval_seconds: 5,
+            counter_interval_seconds: collector::counters::DEFAULT_INTERVAL_SECONDS,
+            live_metrics: collector::artifacts::EventMetricsConfiguration::default()
+                .selection(collector::counters::DEFAULT_INTERVAL_SECONDS),
             api_url: None,
             parser: collector::nettrace::ParserOptions::default(),
         }

@@ -27,7 +27,7 @@ pub fn concurrency_limit(kind: ArtifactKind) -> usize {
         | ArtifactKind::GcDump
         | ArtifactKind::Stacks { .. }
         | ArtifactKind::Exceptions { .. } => 1,
-        ArtifactKind::Trace | ArtifactKind::Logs { .. } => 3,
+        ArtifactKind::Trace | ArtifactKind::Logs { .. } | ArtifactKind::LiveMetrics => 3,
     }
 }
 
