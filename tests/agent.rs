@@ -470,6 +470,79 @@ fn listen_mode_names_every_frame() {
     let _ = std::fs::remove_file(&socket);
 }
 
+#[test]
+fn listen_mode_cpu_split_holds_against_the_kernel() {
+    let dir = data_dir("listen-split");
+    let socket = dir.with_extension("sock");
+    let socket_arg = socket.to_str().unwrap();
+    let agent = Agent::start(
+        &dir.join("agent"),
+        &[
+            "--no-connect",
+            "--diagnostic-port",
+            socket_arg,
+            "--sample-period",
+            "2s",
+        ],
+    );
+    let cpuhot = Target::builder("CpuHot")
+        .args(["--split", "60,30,10"])
+        .env("DOTNET_DiagnosticPorts", socket_arg)
+        .start();
+    agent.wait_for_data("cpu", cpuhot.pid(), 1, Duration::from_secs(90));
+    // The stretch: from now until the kernel has given the spinning threads 30 s of CPU, which a
+    // loaded machine may take longer to give than an idle one.
+    let from = unix_ms();
+    let before = cpuhot.thread_cpu_ticks();
+    let threads = ["SpinAlpha", "SpinBravo", "SpinCharlie"];
+    let used = |now: &HashMap<String, u64>, thread: &str| (now[thread] - before[thread]) as f64;
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    let after = loop {
+        let now = cpuhot.thread_cpu_ticks();
+        if threads.iter().map(|t| used(&now, t)).sum::<f64>() >= 3000.0 {
+            break now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "CpuHot got too little CPU"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let until = unix_ms();
+    wait_for_window_after(&agent, cpuhot.pid(), until);
+    let folded = agent.folded("cpu", cpuhot.pid(), &format!("&from={from}&until={until}"));
+    let profiled = |thread: &str| {
+        let method = format!("CpuHot.Program.{thread}(");
+        folded
+            .iter()
+            .filter(|(stack, _)| stack.contains(&method))
+            .map(|(_, v)| *v as f64)
+            .sum::<f64>()
+    };
+    let (profile_total, kernel_total): (f64, f64) = (
+        threads.iter().map(|t| profiled(t)).sum(),
+        threads.iter().map(|t| used(&after, t)).sum(),
+    );
+    assert!(
+        profile_total > 0.0,
+        "no spinning in the profile: {folded:?}"
+    );
+    for thread in threads {
+        let (percent, kernel) = (
+            profiled(thread) * 100.0 / profile_total,
+            used(&after, thread) * 100.0 / kernel_total,
+        );
+        eprintln!("{thread}: {percent:.1} % of the profile, {kernel:.1} % by the kernel");
+        assert!(
+            (percent - kernel).abs() <= 3.0,
+            "{thread}: {percent:.1} % of the listen-mode profile, {kernel:.1} % of the kernel's CPU"
+        );
+    }
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&socket);
+}
+
 /// Waits until the agent stored a window of `pid` that started after `after_ms`, so every
 /// window before it is stored too.
 fn wait_for_window_after(agent: &Agent, pid: u32, after_ms: u128) {
