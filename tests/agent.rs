@@ -389,23 +389,30 @@ fn unnamed_share(samples: &[TracedSample]) -> (f64, Vec<String>) {
     (unnamed / frames.max(f64::MIN_POSITIVE), examples)
 }
 
+/// An agent in listen mode only (2 s sampler period) on a socket of its own, with `extra`
+/// arguments: the agent, its data folder and the socket runtimes dial.
+fn listen_agent(name: &str, extra: &[&str]) -> (Agent, std::path::PathBuf, std::path::PathBuf) {
+    let dir = data_dir(name);
+    let socket = dir.with_extension("sock");
+    let mut args = vec![
+        "--no-connect",
+        "--diagnostic-port",
+        socket.to_str().unwrap(),
+        "--sample-period",
+        "2s",
+    ];
+    args.extend_from_slice(extra);
+    let agent = Agent::start(&dir.join("agent"), &args);
+    (agent, dir, socket)
+}
+
 #[test]
 fn listen_mode_names_every_frame() {
-    let dir = data_dir("listen-named");
-    let socket = dir.with_extension("sock");
-    let socket_arg = socket.to_str().unwrap();
-    let agent = Agent::start(
-        &dir.join("agent"),
-        &[
-            "--no-connect",
-            "--diagnostic-port",
-            socket_arg,
-            "--sample-period",
-            "2s",
-            "--log",
-            "clrscope=info,clrscope::agent::process=debug",
-        ],
+    let (agent, dir, socket) = listen_agent(
+        "listen-named",
+        &["--log", "clrscope=info,clrscope::agent::process=debug"],
     );
+    let socket_arg = socket.to_str().unwrap();
     // DOTNET_DiagnosticPorts suspends the runtime at startup until the agent resumes it: the
     // ReadyToRun code of its startup and of the thread pool runs only after the agent is there,
     // and no rundown at attach lists it.
@@ -472,19 +479,8 @@ fn listen_mode_names_every_frame() {
 
 #[test]
 fn listen_mode_cpu_split_holds_against_the_kernel() {
-    let dir = data_dir("listen-split");
-    let socket = dir.with_extension("sock");
+    let (agent, dir, socket) = listen_agent("listen-split", &[]);
     let socket_arg = socket.to_str().unwrap();
-    let agent = Agent::start(
-        &dir.join("agent"),
-        &[
-            "--no-connect",
-            "--diagnostic-port",
-            socket_arg,
-            "--sample-period",
-            "2s",
-        ],
-    );
     let cpuhot = Target::builder("CpuHot")
         .args(["--split", "60,30,10"])
         .env("DOTNET_DiagnosticPorts", socket_arg)

@@ -309,6 +309,26 @@ pub struct LogsRequest {
     pub parser: crate::nettrace::ParserOptions,
 }
 
+/// Renders `record` into `text` (cleared first) when the live feed brings it anew: not already
+/// written from the history and accepted by the request's filters.
+fn render_new(
+    request: &LogsRequest,
+    seen: &std::collections::HashSet<usize>,
+    record: &Arc<LogRecord>,
+    text: &mut String,
+) -> bool {
+    if seen.contains(&(Arc::as_ptr(record) as usize))
+        || !request
+            .settings
+            .accepts(&record.message.category, record.message.level)
+    {
+        return false;
+    }
+    text.clear();
+    request.format.write(record, text);
+    true
+}
+
 /// Writes `request`'s records to `out` until its duration is over or `stop` fires; returns the
 /// bytes written. A reader that falls behind the live feed loses the oldest records, counted in
 /// the log (never buffered without bound).
@@ -361,15 +381,9 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
                 Err(broadcast::error::RecvError::Closed) => break,
             },
         };
-        if seen.contains(&(Arc::as_ptr(&record) as usize))
-            || !request
-                .settings
-                .accepts(&record.message.category, record.message.level)
-        {
+        if !render_new(request, &seen, &record, &mut text) {
             continue;
         }
-        text.clear();
-        request.format.write(&record, &mut text);
         out.write_all(text.as_bytes()).await?;
         written += text.len() as u64;
         // Each record reaches the reader as it happens, as dotnet-monitor streams them.
@@ -386,15 +400,9 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
             }
             Err(_) => break,
         };
-        if seen.contains(&(Arc::as_ptr(&record) as usize))
-            || !request
-                .settings
-                .accepts(&record.message.category, record.message.level)
-        {
+        if !render_new(request, &seen, &record, &mut text) {
             continue;
         }
-        text.clear();
-        request.format.write(&record, &mut text);
         out.write_all(text.as_bytes()).await?;
         written += text.len() as u64;
     }
