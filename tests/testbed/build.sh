@@ -20,7 +20,7 @@ if [ -t 2 ]; then
     # `Compiling` lines become one counter, rewritten in place.
     { "$CARGO" build --workspace --all-targets 2>&1 || echo "build.sh: cargo exited $?"; } |
         tee "$LOG" |
-        awk '/^ *Compiling / { n++; printf "\rbuild: %d crates compiled", n > "/dev/stderr"; fflush("/dev/stderr") }
+        awk '/^ *Compiling / { n++; printf "\rbuild: crates compiled: %d", n > "/dev/stderr"; fflush("/dev/stderr") }
              END { if (n) printf "\n" > "/dev/stderr" }'
     grep -q '^build.sh: cargo exited' "$LOG" && status=1
 else
