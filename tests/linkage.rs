@@ -5,8 +5,9 @@
 
 mod support;
 
-use std::collections::{HashMap, HashSet};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use collector::activity::{ActivityEvent, Span, SpanTracker};
 use collector::client::DiagnosticsClient;
@@ -264,14 +265,14 @@ async fn samples_join_the_span_running_on_their_thread() {
     }
 }
 
-/// Span names of the span starts a session sees.
-#[derive(Default)]
-struct SpanNames(HashSet<String>);
+/// Span names of the span starts a session sees, shared with whoever decides when it stops.
+#[derive(Default, Clone)]
+struct SpanNames(Arc<Mutex<BTreeSet<String>>>);
 
 impl EventObserver for SpanNames {
     fn on_event(&mut self, event: &Event<'_>) {
         if let Ok(Some(ActivityEvent::SpanStart { span, .. })) = ActivityEvent::from_event(event) {
-            self.0.insert(span.name.to_string());
+            self.0.lock().unwrap().insert(span.name.to_string());
         }
     }
 }
@@ -281,18 +282,27 @@ async fn linkage_can_listen_to_named_sources_only() {
     let target = Target::builder("AsyncWeb")
         .args(["--self-load", "40", "--no-request-lines"])
         .start();
-    let mut names = SpanNames::default();
+    let names = SpanNames::default();
+    let seen = names.clone();
+    // Until the target's two spans were seen (a loaded machine may take seconds to serve the
+    // first requests), then 2 s more, in which any other source's spans would show up too.
+    let stop = async move {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while seen.0.lock().unwrap().len() < 2 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
     observe_session(
         target.pid(),
         CollectTracing::v2(providers::linkage(&["AsyncWeb"], false).unwrap()).with_rundown(false),
-        tokio::time::sleep(Duration::from_secs(2)),
-        &mut names,
+        stop,
+        names.clone(),
     )
     .await;
     // The target's own source only: not its hosting spans, nor HttpClient's, which the
     // wildcard would have made HttpClient create.
-    let mut seen: Vec<&String> = names.0.iter().collect();
-    seen.sort();
+    let seen: Vec<String> = names.0.lock().unwrap().iter().cloned().collect();
     assert_eq!(seen, ["AsyncWeb.Alpha", "AsyncWeb.Bravo"]);
 }
 
@@ -656,17 +666,6 @@ fn without_colours(line: &str) -> String {
     out
 }
 
-/// A value of the agent's `/metrics`: the sum of the series of `name` whose labels contain
-/// `labels`.
-fn metric(agent: &Agent, name: &str, labels: &str) -> f64 {
-    support::http_get(agent.metrics_port, "/metrics", &[])
-        .body
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{') && l.contains(labels))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 const LOOPS_PERIOD_MS: u128 = 2000;
 
 /// Trace linkage through the agent on long-running async loops of spans (an await in each):
@@ -778,9 +777,9 @@ fn linkage_through_the_agent_survives_lost_sessions() {
         }
         from = until;
     }
-    let restarts = metric(&agent, "clrscope_session_restarts_total", "");
-    let refreshes = metric(&agent, "clrscope_linkage_refreshes_total", "");
-    let abandoned = metric(&agent, "clrscope_linkage_total", "abandoned_spans");
+    let restarts = agent.metric("clrscope_session_restarts_total", &[]);
+    let refreshes = agent.metric("clrscope_linkage_refreshes_total", &[]);
+    let abandoned = agent.metric("clrscope_linkage_total", &["abandoned_spans"]);
     eprintln!(
         "{} spans; steady precision {:.1} %, recall {:.1} %; overall {:.1} %, {:.1} %; \
          sessions restarted {restarts}, linkage renewed {refreshes}, abandoned spans {abandoned}",

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::agent::{data_dir, peak_and_late_growth, Agent};
-use support::receiver::{profile_link_span_ids, scoped_items, unix_nanos, Receiver, Scoped};
+use support::receiver::{first_received, profile_link_span_ids, scoped_items, Receiver, Scoped};
 use support::Target;
 
 /// OTLP `SpanKind` values.
@@ -310,16 +310,6 @@ fn asyncweb_spans_reach_an_otlp_receiver() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A counter of the agent's `/metrics`, summed over the series whose labels contain all of
-/// `labels`.
-fn metric(agent: &Agent, name: &str, labels: &[&str]) -> f64 {
-    let text = support::http_get(agent.metrics_port, "/metrics", &[]).body;
-    text.lines()
-        .filter(|l| l.starts_with(name) && labels.iter().all(|want| l.contains(want)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// The receiver is down for two minutes under a steady stream of spans: the agent's memory stays
 /// bounded, the spans it gives up are counted as spans (`clrscope_export_dropped_spans_total`),
 /// and the queued requests are delivered when the receiver is back.
@@ -353,14 +343,12 @@ fn an_outage_of_the_trace_receiver_costs_bounded_memory() {
     });
     let before = agent.rss_kib();
     receiver.kill();
-    let outage_end = unix_nanos() + 120_000_000_000;
     let rss = agent.rss_kib_over(Duration::from_secs(120), Duration::from_secs(5));
-    let dropped = metric(
-        &agent,
+    let dropped = agent.metric(
         "clrscope_export_dropped_spans_total",
         &["exporter=\"outage\"", "reason=\"queue_full\""],
     );
-    let dropped_samples = metric(&agent, "clrscope_export_dropped_samples_total", &[]);
+    let dropped_samples = agent.metric("clrscope_export_dropped_samples_total", &[]);
     let (peak, late) = peak_and_late_growth(&rss);
     eprintln!(
         "trace outage: RSS {before} KiB before, peak {peak} KiB, growth over the second minute \
@@ -384,9 +372,14 @@ fn an_outage_of_the_trace_receiver_costs_bounded_memory() {
         .map(|e| e.item["start_time_unix_nano"].as_u64().unwrap())
         .min()
         .unwrap();
+    // The queued requests came first: ~4 of 2 s each, so the oldest span is older, when the first
+    // request arrives, than anything the fresh request of one interval holds.
+    let first = first_received(&back);
     assert!(
-        oldest < outage_end,
-        "the first spans after the outage are from after it: queued requests were lost"
+        oldest + 4_000_000_000 < first,
+        "the oldest span after the outage started {} ms before the first request arrived: \
+         queued requests were lost",
+        (first.saturating_sub(oldest)) / 1_000_000
     );
     drop(agent);
     let _ = std::fs::remove_dir_all(&dir);
