@@ -328,17 +328,9 @@ impl Mode {
     }
 }
 
-/// User + system CPU time of a process, in ms (`/proc/PID/stat` fields 14 and 15, in clock
-/// ticks of 10 ms: USER_HZ is 100 on Linux).
-fn cpu_ms(pid: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    ticks as f64 * 10.0
-}
-
-/// Requests answered so far (from the target's next progress line), when, and the CPU time the
-/// target and this process (the session's consumer, as the agent would be) have used.
+/// Units of work done so far (AsyncWeb's requests answered, Activities' iterations, from the
+/// target's next progress line), when, and the CPU time the target and this process (the
+/// session's consumer, as the agent would be) have used.
 fn totals(target: &mut Target) -> (std::time::Instant, u64, f64, f64) {
     target.drain_lines();
     let progress = target
@@ -347,13 +339,14 @@ fn totals(target: &mut Target) -> (std::time::Instant, u64, f64, f64) {
     let requests = ["alpha", "bravo", "charlie", "none"]
         .iter()
         .filter_map(|k| progress["requests"][k].as_u64())
-        .sum();
-    let target_cpu = cpu_ms(&target.pid().to_string());
+        .sum::<u64>()
+        + progress["iterations"].as_u64().unwrap_or(0);
+    let target_cpu = support::process_cpu_ms(&target.pid().to_string());
     (
         std::time::Instant::now(),
         requests,
         target_cpu,
-        cpu_ms("self"),
+        support::process_cpu_ms("self"),
     )
 }
 
@@ -367,12 +360,16 @@ struct Window {
     session_kib_per_second: f64,
 }
 
-/// Runs `mode` for a warm-up and a measuring window; the session (if any) is parsed and its
-/// linkage events tracked in this process, as the agent would.
-async fn window(target: &mut Target, mode: Mode, measure: Duration) -> Window {
+/// Runs a session of `providers` (none: no session) for a warm-up and a measuring window; the
+/// session is parsed and its linkage events tracked in this process, as the agent would.
+async fn window(
+    target: &mut Target,
+    providers: Option<Vec<ProviderConfig>>,
+    measure: Duration,
+) -> Window {
     let pid = target.pid();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let session = mode.providers().map(|providers| {
+    let session = providers.map(|providers| {
         let config = CollectTracing::v2(providers).with_rundown(false);
         let stop = async {
             let _ = stop_rx.await;
@@ -400,13 +397,6 @@ async fn window(target: &mut Target, mode: Mode, measure: Duration) -> Window {
         consumer_cpu_ms_per_second: (own1 - own0) / seconds,
         session_kib_per_second,
     }
-}
-
-fn mean_and_range(values: &[f64]) -> String {
-    let mean = values.iter().sum::<f64>() / values.len() as f64;
-    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("{mean:.3} ({min:.3}–{max:.3})")
 }
 
 /// The cost of the linkage providers: AsyncWeb's CPU per request at a fixed request rate with no
@@ -457,7 +447,7 @@ async fn linkage_overhead() {
             let mut results: Vec<(Mode, Window)> = Vec::new();
             for _ in 0..rounds {
                 for &mode in modes {
-                    let w = window(&mut target, mode, measure).await;
+                    let w = window(&mut target, mode.providers(), measure).await;
                     eprintln!("{load}{variant}: {mode:?} {w:?}");
                     results.push((mode, w));
                 }
@@ -472,8 +462,9 @@ async fn linkage_overhead() {
                     .filter(|(m, _)| *m == mode)
                     .map(|(_, w)| *w)
                     .collect();
-                let column =
-                    |f: fn(&Window) -> f64| mean_and_range(&of.iter().map(f).collect::<Vec<_>>());
+                let column = |f: fn(&Window) -> f64| {
+                    support::mean_and_range(&of.iter().map(f).collect::<Vec<_>>())
+                };
                 eprintln!(
                     "| {mode:?} | {} | {} | {} | {} |",
                     column(|w| w.requests_per_second),
@@ -484,6 +475,138 @@ async fn linkage_overhead() {
             }
             eprintln!();
         }
+    }
+}
+
+/// The light session's runtime provider alone.
+fn light_session() -> ProviderConfig {
+    ProviderConfig::new(providers::RUNTIME, LIGHT_SESSION, level::INFORMATIONAL)
+}
+
+/// The light session plus DiagnosticSourceEventSource's Events keyword with `specs` as its
+/// FilterAndPayloadSpecs (no activity-id flow: the Activities target never switches context).
+fn light_and_specs(specs: &str) -> Option<Vec<ProviderConfig>> {
+    let source = ProviderConfig::new(providers::DIAGNOSTIC_SOURCE, 0x2, level::INFORMATIONAL)
+        .with_arguments(providers::encode_arguments(&[(
+            "FilterAndPayloadSpecs",
+            specs,
+        )]));
+    Some(vec![light_session(), source])
+}
+
+/// The FilterAndPayloadSpecs `providers::linkage` asks for, with or without the span fields.
+fn agent_specs(spans: bool) -> String {
+    let dses = providers::linkage(&[], spans).unwrap().remove(0);
+    let arguments = dses.arguments.expect("FilterAndPayloadSpecs");
+    let quoted = arguments.strip_prefix("FilterAndPayloadSpecs=").unwrap();
+    quoted.trim_matches('"').to_string()
+}
+
+/// What each part of span export costs per span, one thing changed at a time: the Activities
+/// target runs `CLRSCOPE_SPAN_RATE` (2000) recorded spans a second, 3 tags each, no await (so the
+/// activity-id flow costs nothing here: `linkage_overhead` measures it per request), with no
+/// session, the light session, and the light session plus DiagnosticSourceEventSource with each
+/// FilterAndPayloadSpecs below, in interleaved windows; then the same with EventPipe's stack
+/// walks off. Run by hand (BENCHMARKS.md, "Where span export's cost goes"):
+/// `cargo test --test linkage -- --ignored --nocapture span_event_cost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark of several minutes; see BENCHMARKS.md"]
+async fn span_event_cost() {
+    let rounds: usize = std::env::var("CLRSCOPE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let rate: u32 = std::env::var("CLRSCOPE_SPAN_RATE")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(2000);
+    let measure = Duration::from_secs(6);
+    let span_export = agent_specs(true);
+    let (start_spec, stop_spec) = span_export.split_once("\r\n").unwrap();
+    let no_tags = stop_spec.replace(";Tags=TagObjects.*Enumerate", "");
+    // The same fields with `Recorded` (a bool: its ToString() is a constant) where the agent asks
+    // for `ActivityTraceFlags` (an enum: its ToString() formats a name each time).
+    let recorded = span_export.replace("ActivityTraceFlags", "Recorded");
+    let variants: Vec<(&str, Option<Vec<ProviderConfig>>)> = vec![
+        ("no session", None),
+        ("light session", Some(vec![light_session()])),
+        (
+            "+ an ActivityListener on the source, no events",
+            light_and_specs("[AS]Activities+NoSuchActivity/-Propagate:-"),
+        ),
+        (
+            "+ start events, no fields",
+            light_and_specs("[AS]*/Start-Propagate:-"),
+        ),
+        (
+            "+ start and stop events, no fields",
+            light_and_specs("[AS]*/-Propagate:-"),
+        ),
+        (
+            "+ start and stop, ids (linkage)",
+            light_and_specs(&agent_specs(false)),
+        ),
+        ("+ stop only, every span field", light_and_specs(stop_spec)),
+        (
+            "+ start ids, stop every field but tags",
+            light_and_specs(&format!("{start_spec}\r\n{no_tags}")),
+        ),
+        (
+            "+ span export (the agent's specs)",
+            light_and_specs(&span_export),
+        ),
+        (
+            "+ span export, Recorded for the flags",
+            light_and_specs(&recorded),
+        ),
+    ];
+    for stackwalk in [true, false] {
+        let mut builder = Target::builder("Activities").args([
+            "--spans-per-second",
+            &rate.to_string(),
+            "--tags",
+            "3",
+            "--no-span-lines",
+        ]);
+        let mut variant = "";
+        let chosen: Vec<usize> = if stackwalk {
+            (0..variants.len()).collect()
+        } else {
+            builder = builder.env("DOTNET_EventPipeEnableStackwalk", "0");
+            variant = ", DOTNET_EventPipeEnableStackwalk=0";
+            vec![1, 4, 5, 8]
+        };
+        let mut target = builder.start();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let mut results: Vec<(usize, Window)> = Vec::new();
+        for _ in 0..rounds {
+            for &v in &chosen {
+                let w = window(&mut target, variants[v].1.clone(), measure).await;
+                eprintln!("{}{variant}: {w:?}", variants[v].0);
+                results.push((v, w));
+            }
+        }
+        eprintln!("\n{rate} spans/s{variant}: mean (min–max) of {rounds} windows of {measure:?}");
+        eprintln!("| session | spans/s | target CPU µs/span | consumer CPU ms/s | bytes/span |");
+        for &v in &chosen {
+            let of: Vec<Window> = results
+                .iter()
+                .filter(|(r, _)| *r == v)
+                .map(|(_, w)| *w)
+                .collect();
+            let column = |f: &dyn Fn(&Window) -> f64| {
+                support::mean_and_range(&of.iter().map(f).collect::<Vec<_>>())
+            };
+            eprintln!(
+                "| {} | {} | {} | {} | {} |",
+                variants[v].0,
+                column(&|w| w.requests_per_second),
+                column(&|w| w.target_cpu_ms_per_request * 1000.0),
+                column(&|w| w.consumer_cpu_ms_per_second),
+                column(&|w| w.session_kib_per_second * 1024.0 / w.requests_per_second),
+            );
+        }
+        eprintln!();
     }
 }
 
