@@ -306,6 +306,11 @@ enum Mode {
     Off,
     /// The runtime provider at the light session's keywords.
     Light,
+    /// The light session plus only the activity-id flow of `providers::linkage` (TplEventSource).
+    Flow,
+    /// The light session plus only the span events of `providers::linkage(&[], false)`
+    /// (DiagnosticSourceEventSource).
+    SpanEvents,
     /// The same plus `providers::linkage(&[], false)`.
     Linkage,
     /// The same plus `providers::linkage(&[], true)`: every stop carries the whole span, as
@@ -319,6 +324,18 @@ impl Mode {
         match self {
             Mode::Off => None,
             Mode::Light => Some(vec![light]),
+            Mode::Flow | Mode::SpanEvents => {
+                let [span_events, flow]: [ProviderConfig; 2] =
+                    providers::linkage(&[], false).unwrap().try_into().unwrap();
+                Some(vec![
+                    light,
+                    if self == Mode::Flow {
+                        flow
+                    } else {
+                        span_events
+                    },
+                ])
+            }
             Mode::Linkage | Mode::Spans => Some(
                 std::iter::once(light)
                     .chain(providers::linkage(&[], self == Mode::Spans).unwrap())
@@ -400,10 +417,11 @@ async fn window(
 }
 
 /// The cost of the linkage providers: AsyncWeb's CPU per request at a fixed request rate with no
-/// session, with the agent's light session, and with the light session plus the linkage
-/// providers, in interleaved windows; then the same target with EventPipe's stack walks turned
-/// off, which is what a .NET ≥ 9 session asking for no stack walks would give. Run by hand
-/// (BENCHMARKS.md, "Trace linkage"):
+/// session, with the agent's light session, and with the light session plus the activity-id flow
+/// alone, the span events alone, both (linkage) and both with span export's fields, in
+/// interleaved windows; then the same target with EventPipe's stack walks turned off, which is
+/// what a .NET ≥ 9 session asking for no stack walks would give. Run by hand (BENCHMARKS.md,
+/// "Trace linkage"):
 /// `cargo test --release --test linkage -- --ignored --nocapture linkage_overhead`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark of several minutes; see BENCHMARKS.md"]
@@ -424,14 +442,21 @@ async fn linkage_overhead() {
         ),
     ];
     // With the default stack walks, and without (the modes that have a session).
-    let variants = [
-        (
-            true,
-            &[Mode::Off, Mode::Light, Mode::Linkage, Mode::Spans][..],
-        ),
-        (false, &[Mode::Light, Mode::Linkage][..]),
+    let all = [
+        Mode::Off,
+        Mode::Light,
+        Mode::Flow,
+        Mode::SpanEvents,
+        Mode::Linkage,
+        Mode::Spans,
     ];
-    for (load, args) in loads {
+    let variants = [(true, &all[..]), (false, &all[1..])];
+    // CLRSCOPE_BENCH_LOADS=1: the first load only (1 ms of work).
+    let first_loads: usize = std::env::var("CLRSCOPE_BENCH_LOADS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(loads.len());
+    for (load, args) in loads.into_iter().take(first_loads) {
         for (stackwalk, modes) in variants {
             let mut builder = Target::builder("AsyncWeb")
                 .args(args.iter().copied())
@@ -524,9 +549,9 @@ async fn span_event_cost() {
     let span_export = agent_specs(true);
     let (start_spec, stop_spec) = span_export.split_once("\r\n").unwrap();
     let no_tags = stop_spec.replace(";Tags=TagObjects.*Enumerate", "");
-    // The same fields with `Recorded` (a bool: its ToString() is a constant) where the agent asks
-    // for `ActivityTraceFlags` (an enum: its ToString() formats a name each time).
-    let recorded = span_export.replace("ActivityTraceFlags", "Recorded");
+    // The same fields with `ActivityTraceFlags` (an enum, as dotnet-monitor asks) where the agent
+    // asks for `Recorded` (a bool: its ToString() is a constant).
+    let flags = span_export.replace("Recorded", "ActivityTraceFlags");
     let variants: Vec<(&str, Option<Vec<ProviderConfig>>)> = vec![
         ("no session", None),
         ("light session", Some(vec![light_session()])),
@@ -556,8 +581,8 @@ async fn span_event_cost() {
             light_and_specs(&span_export),
         ),
         (
-            "+ span export, Recorded for the flags",
-            light_and_specs(&recorded),
+            "+ span export, ActivityTraceFlags for Recorded",
+            light_and_specs(&flags),
         ),
     ];
     for stackwalk in [true, false] {
