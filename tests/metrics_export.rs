@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::agent::{data_dir, Agent};
-use support::receiver::Receiver;
+use support::agent::{data_dir, peak_and_late_growth, Agent};
+use support::receiver::{unix_nanos, Receiver};
 use support::{http_request_with_body, HttpResponse, Target};
 
 const METER: &str = "Clrscope.Test.Meters";
@@ -634,8 +634,7 @@ fn a_metrics_receiver_outage_is_bounded_and_counted() {
         "clrscope_export_dropped_requests_total",
         "reason=\"queue_full\"",
     );
-    let peak = *rss.iter().max().unwrap();
-    let late = rss[rss.len() / 2..].iter().max().unwrap() - rss[rss.len() / 2];
+    let (peak, late) = peak_and_late_growth(&rss);
     eprintln!(
         "metrics outage: RSS {before} KiB before, peak {peak} KiB, {late} KiB growth over the \
          second half ({rss:?}); queue {queued:?}; dropped {dropped_requests} requests, {dropped} \
@@ -669,11 +668,4 @@ fn a_metrics_receiver_outage_is_bounded_and_counted() {
     assert!(oldest < back_at, "the queued points were lost");
     drop(agent);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn unix_nanos() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
 }
