@@ -532,7 +532,7 @@ fn agent_specs(spans: bool) -> String {
 /// activity-id flow costs nothing here: `linkage_overhead` measures it per request), with no
 /// session, the light session, and the light session plus DiagnosticSourceEventSource with each
 /// FilterAndPayloadSpecs below, in interleaved windows; then the same with EventPipe's stack
-/// walks off. Run by hand (BENCHMARKS.md, "Where span export's cost goes"):
+/// walks off. Run by hand (BENCHMARKS.md, "With span export", "Per span"):
 /// `cargo test --test linkage -- --ignored --nocapture span_event_cost`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark of several minutes; see BENCHMARKS.md"]
