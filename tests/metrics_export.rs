@@ -291,6 +291,15 @@ fn meters_reach_otlp_livemetrics_and_rules_with_the_values_recorded() {
             "clrscope=info,exporter=info",
         ],
     );
+    // The export's session listens before the live sessions begin: the target records once
+    // every instrument is listened to, a histogram aggregates only what is recorded while its
+    // session listens, and at load ~100 the agent's session was seen enabled only after a live
+    // session had let the target take every step. (Meters and EventCounters share the session.)
+    let mut requests = receiver.collect_until(Duration::from_secs(120), |got| {
+        ["grpc", "http"]
+            .iter()
+            .all(|t| !points(got, t, pid, "System.Runtime").0.is_empty())
+    });
     // GET (the Metrics section: System.Runtime and the meter) and POST (the meter only) while
     // the target records (~11 s), all three live sessions outlasting its steps: a histogram
     // interval was seen lost when another session of the shared aggregation ended in it.
@@ -320,7 +329,6 @@ fn meters_reach_otlp_livemetrics_and_rules_with_the_values_recorded() {
     });
     let (got, posted, recorded) = live;
     let deadline = Instant::now() + Duration::from_secs(90);
-    let mut requests = Vec::new();
     while !complete(&requests, pid, &recorded) && Instant::now() < deadline {
         requests.extend(receiver.next(Duration::from_secs(1)));
     }
