@@ -119,6 +119,7 @@ fn query(service: Option<&str>, pt: &str, from: i64, until: i64) -> Query {
             .unwrap_or_default(),
         sample_matchers: Vec::new(),
         sample_labels: SampleLabels::All,
+        control: QueryControl::default(),
     }
 }
 
