@@ -300,7 +300,13 @@ mod tests {
         }
         let refused = admission.admit(RouteClass::Profile).await.unwrap_err();
         assert!(
-            matches!(refused, ApiError::Overloaded { class: "profile", .. }),
+            matches!(
+                refused,
+                ApiError::Overloaded {
+                    class: "profile",
+                    ..
+                }
+            ),
             "{refused:?}"
         );
         assert_eq!(refused.retry_after(), Some(RETRY_AFTER_SECONDS));

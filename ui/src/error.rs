@@ -251,11 +251,9 @@ impl ApiError {
                 "Cross-site request refused",
             ),
             ApiError::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal-error", "Internal error"),
-            ApiError::Overloaded { .. } => (
-                S::SERVICE_UNAVAILABLE,
-                "overloaded",
-                "Too many queries",
-            ),
+            ApiError::Overloaded { .. } => {
+                (S::SERVICE_UNAVAILABLE, "overloaded", "Too many queries")
+            }
             ApiError::Unavailable(_) => (
                 S::SERVICE_UNAVAILABLE,
                 "unavailable",
@@ -307,8 +305,7 @@ impl IntoResponse for ApiError {
         };
         // A struct of strings and a number always serializes.
         let body = serde_json::to_vec(&problem).unwrap_or_default();
-        let mut response =
-            (status, [(header::CONTENT_TYPE, PROBLEM_JSON)], body).into_response();
+        let mut response = (status, [(header::CONTENT_TYPE, PROBLEM_JSON)], body).into_response();
         if let Some(seconds) = retry_after {
             response
                 .headers_mut()

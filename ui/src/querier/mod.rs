@@ -153,7 +153,8 @@ async fn selected_label_sets(
 ) -> Result<Vec<Vec<(String, String)>>, ConnectError> {
     let selectors = parse_selectors(selectors)?;
     let series = state
-        .query(RouteClass::Catalog, |store| Ok(store.series_list())).await?;
+        .query(RouteClass::Catalog, |store| Ok(store.series_list()))
+        .await?;
     Ok(series
         .iter()
         .map(pyroscope_labels)
@@ -166,7 +167,8 @@ async fn profile_types(
     _: ProfileTypesRequest,
 ) -> Result<ProfileTypesResponse, ConnectError> {
     let types = state
-        .query(RouteClass::Catalog, |store| Ok(store.profile_types())).await?;
+        .query(RouteClass::Catalog, |store| Ok(store.profile_types()))
+        .await?;
     let mut profile_types: Vec<ProfileType> = types.iter().map(pyroscope_type).collect();
     profile_types.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(ProfileTypesResponse { profile_types })
