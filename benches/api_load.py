@@ -2,7 +2,7 @@
 """The agent's API under the load of many web UI clients, while it profiles a fleet of processes.
 
     benches/api_load.py [--rates 200,50] [--rounds 1] [--seconds 60] [--targets 16] [--settle 60]
-                        [--no-build] [--agent-args "..."]
+                        [--no-build] [--binary PATH] [--agent-args "..."]
 
 Starts --targets test-bed processes (a mix: CpuHot, AsyncWeb and Bookstore with their own
 request load, Alloc, Faults, SpanLoops, Meters, Logs; each light, so that the fleet does not
@@ -116,12 +116,12 @@ def mix(pids):
 class Agent:
     """A release `clrscope agent` limited to the fleet, on free ports, with a key of its own."""
 
-    def __init__(self, pids, workdir, extra_args):
+    def __init__(self, binary, pids, workdir, extra_args):
         self.token_file = os.path.join(workdir, "token")
         self.log_path = os.path.join(workdir, "agent.log")
         self.log_file = open(self.log_path, "w")
         pid_args = [a for pid in pids for a in ("--pid", str(pid))]
-        command = [CLRSCOPE, "agent", "--urls", "http://127.0.0.1:0",
+        command = [binary, "agent", "--urls", "http://127.0.0.1:0",
                    "--metrics-urls", "http://127.0.0.1:0", "--temp-apikey",
                    "--temp-apikey-file", self.token_file,
                    "--data-dir", os.path.join(workdir, "data"), *pid_args, *extra_args]
@@ -332,7 +332,9 @@ def main():
     parser.add_argument("--timeout", type=float, default=60.0,
                         help="seconds a request may take before it counts as unanswered (default 60)")
     parser.add_argument("--agent-args", default="", help="more agent arguments, shell-quoted")
-    parser.add_argument("--no-build", action="store_true", help="use the existing release binary and test bed")
+    parser.add_argument("--no-build", action="store_true", help="use the existing binary and test bed")
+    parser.add_argument("--binary", default=CLRSCOPE,
+                        help="the clrscope to run (default the release build, target/release/clrscope)")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
     random.seed(1)
@@ -340,8 +342,8 @@ def main():
     workdir = tempfile.mkdtemp(prefix="clrscope-api-load-")
     try:
         if args.no_build:
-            if not os.access(CLRSCOPE, os.X_OK):
-                raise SetupError(f"{CLRSCOPE} is missing: run without --no-build")
+            if not os.access(args.binary, os.X_OK):
+                raise SetupError(f"{args.binary} is missing: run without --no-build")
         else:
             prepare(args)
         for i in range(args.targets):
@@ -349,7 +351,7 @@ def main():
             targets.append(Target(name, target_args, workdir))
         pids = [t.pid for t in targets]
         log(f"{len(targets)} targets started: {', '.join(t.name for t in targets)}")
-        agent = Agent(pids, workdir, shlex.split(args.agent_args))
+        agent = Agent(args.binary, pids, workdir, shlex.split(args.agent_args))
         deadline = time.monotonic() + 120
         while len(agent.attached()) < len(pids):
             if time.monotonic() > deadline:
