@@ -188,6 +188,33 @@ impl Agent {
         self.status_kib("VmRSS:")
     }
 
+    /// The agent's resident memory every `every` for `duration` (e.g. while a receiver is down),
+    /// in KiB.
+    pub fn rss_kib_over(&self, duration: Duration, every: Duration) -> Vec<u64> {
+        let started = Instant::now();
+        let mut rss = Vec::new();
+        while started.elapsed() < duration {
+            std::thread::sleep(every);
+            rss.push(self.rss_kib());
+        }
+        rss
+    }
+
+    /// The sum of the samples of the agent's `/metrics` family `name` whose labels include every
+    /// one of `labels` (e.g. `reason="queue_full"`).
+    pub fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+        super::http_get(self.metrics_port, "/metrics", &[])
+            .body
+            .lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                    && labels.iter().all(|want| l.contains(want))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// The agent's peak resident memory so far (`VmHWM`), in KiB.
     pub fn peak_rss_kib(&self) -> u64 {
         self.status_kib("VmHWM:")
@@ -400,4 +427,14 @@ fn parse_millis(value: &str) -> f64 {
         "ns" => number / 1e6,
         _ => number,
     }
+}
+
+/// The peak of `rss` and how much it still grew over its second half (0 when flat): what a
+/// bounded queue looks like while its receiver is down.
+pub fn peak_and_late_growth(rss: &[u64]) -> (u64, u64) {
+    let peak = rss.iter().copied().max().unwrap_or(0);
+    let second_half = &rss[rss.len() / 2..];
+    let late =
+        second_half.iter().copied().max().unwrap_or(0) - second_half.first().copied().unwrap_or(0);
+    (peak, late)
 }
