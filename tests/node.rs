@@ -125,21 +125,6 @@ async fn framework_names_are_shared_between_processes_and_name_code_as_the_runti
     assert!(!named_b.keys().any(|(ns, _, _)| ns.starts_with("CpuHot.")));
 }
 
-/// The sum of a metric's values over its labels, from the agent's /metrics.
-fn metric(agent: &Agent, name: &str) -> f64 {
-    agent
-        .get("/metrics")
-        .body
-        .lines()
-        .filter(|line| {
-            line.split(['{', ' '])
-                .next()
-                .is_some_and(|metric| metric == name)
-        })
-        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum()
-}
-
 #[test]
 fn an_agent_wide_nettrace_budget_stops_the_sessions_over_it_and_leaves_the_target_well() {
     let mut cpuhot = Target::builder("CpuHot")
@@ -151,7 +136,7 @@ fn an_agent_wide_nettrace_budget_stops_the_sessions_over_it_and_leaves_the_targe
     let agent = Agent::start(&dir, &["--pid", &pid, "--nettrace-agent-budget", "4KiB"]);
     agent.wait_attached(cpuhot.pid(), true, Duration::from_secs(30));
     let deadline = Instant::now() + Duration::from_secs(90);
-    while metric(&agent, "clrscope_nettrace_budget_refusals_total") < 2.0 {
+    while agent.metric("clrscope_nettrace_budget_refusals_total", &[]) < 2.0 {
         assert!(
             Instant::now() < deadline,
             "no session refused; agent log:\n{}",
@@ -165,7 +150,7 @@ fn an_agent_wide_nettrace_budget_stops_the_sessions_over_it_and_leaves_the_targe
         "the log does not say which limit stopped the sessions:\n{log}"
     );
     // What the refused parsers held was given back.
-    assert!(metric(&agent, "clrscope_nettrace_held_bytes") <= 4096.0);
+    assert!(agent.metric("clrscope_nettrace_held_bytes", &[]) <= 4096.0);
     // The agent goes on: it still lists the process and answers.
     assert!(agent.attached(cpuhot.pid()).is_some(), "{}", agent.log());
     drop(agent);
