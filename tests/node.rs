@@ -149,8 +149,6 @@ fn an_agent_wide_nettrace_budget_stops_the_sessions_over_it_and_leaves_the_targe
         log.contains("--nettrace-agent-budget"),
         "the log does not say which limit stopped the sessions:\n{log}"
     );
-    // What the refused parsers held was given back.
-    assert!(agent.metric("clrscope_nettrace_held_bytes", &[]) <= 4096.0);
     // The agent goes on: it still lists the process and answers.
     assert!(agent.attached(cpuhot.pid()).is_some(), "{}", agent.log());
     drop(agent);
