@@ -127,7 +127,7 @@ async fn framework_names_are_shared_between_processes_and_name_code_as_the_runti
 
 #[test]
 fn an_agent_wide_nettrace_budget_stops_the_sessions_over_it_and_leaves_the_target_well() {
-    let mut cpuhot = Target::builder("CpuHot")
+    let cpuhot = Target::builder("CpuHot")
         .args(["--split", "60,30,10"])
         .start();
     let dir = data_dir("agent-budget");
