@@ -301,8 +301,7 @@ impl Store {
             match self.write_block(
                 head.dicts(),
                 taken,
-                min_time,
-                max_time,
+                (min_time, max_time),
                 samples_appended,
                 Vec::new(),
                 None,
@@ -325,8 +324,7 @@ impl Store {
         &mut self,
         dicts: &Dicts,
         samples: RecordBatch,
-        min_time: i64,
-        max_time: i64,
+        (min_time, max_time): (i64, i64),
         samples_appended: u64,
         compacted_from: Vec<String>,
         downsampling: Option<&Downsampling>,
@@ -512,7 +510,7 @@ impl Store {
             let rows = take_record_batch(&rows, &order).expect("indices are in range");
             let (min, max) = (head.min_time, head.max_time);
             let appended = head.samples_appended;
-            self.write_block(&dicts, rows, min, max, appended, names.clone(), None)?;
+            self.write_block(&dicts, rows, (min, max), appended, names.clone(), None)?;
             for b in &readable {
                 self.delete_block(b)?;
             }
@@ -602,8 +600,7 @@ impl Store {
                 self.write_block(
                     &dicts,
                     rows,
-                    start,
-                    start,
+                    (start, start),
                     appended,
                     replaced,
                     Some(&downsampling),
@@ -721,7 +718,7 @@ impl Store {
                     .iter()
                     .any(|f| f.meta.resolution < r && overlaps(&[span], f.meta.span()));
                 if (query.from..query.until).contains(&span.0)
-                    && !(span.0 >= query.from && span.1 <= query.until && in_one_step(span))
+                    && (span.1 > query.until || !in_one_step(span))
                     && !finer_left
                     && !overlaps(&plan.downsampled, span)
                     && usable(b)
