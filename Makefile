@@ -6,7 +6,7 @@
 #   make build   cargo build --workspace --all-targets
 #   make test    setup + build + cargo test --workspace
 #   make demo    the agent, the sample Bookstore under load, and what clrscope sees of it (tests/testbed/demo.sh);
-#                installs only what the demo uses (.NET, mcs, curl)
+#                installs only what the demo uses (.NET, mcs, curl); builds quietly (tests/testbed/build.sh)
 #   make fmt     check formatting        make lint   clippy with warnings as errors
 
 SHELL := /bin/bash
@@ -42,7 +42,8 @@ test: setup build
 	@CARGO=$(CARGO) bash tests/testbed/run-tests.sh
 
 demo: SETUP_MODE := demo
-demo: $(TESTBED)/runtime.env $(TESTBED)/targets/Bookstore/Bookstore.dll build
+demo: $(TESTBED)/runtime.env $(TESTBED)/targets/Bookstore/Bookstore.dll
+	@CARGO=$(CARGO) bash tests/testbed/build.sh
 	@bash tests/testbed/demo.sh
 
 fmt:

@@ -132,10 +132,14 @@ fn three_targets_profiled_continuously_and_kept_across_a_kill() {
     agent.wait_for_data("lock_count", faults.pid(), 10, Duration::from_secs(30));
     let locks = agent.folded("lock_count", faults.pid(), "");
     let lock_total: i64 = locks.iter().map(|(_, v)| v).sum();
+    // Waiters contend in ContendGate; on a loaded machine the holder's own `lock` can also find
+    // the gate still held by a waiter the OS descheduled between its Enter and Exit (real
+    // contention, in HoldLock). Nothing else of the process contends.
     let gate = containing(&locks, "Faults.Program.ContendGate");
+    let holder = containing(&locks, "Faults.Program.HoldLock");
     assert!(
-        gate * 100 >= lock_total * 90,
-        "{gate} of {lock_total}: {locks:?}"
+        gate > 0 && (gate + holder) * 100 >= lock_total * 95,
+        "{gate} in ContendGate, {holder} in HoldLock, of {lock_total}: {locks:?}"
     );
     let lock_time: i64 = agent
         .folded("lock_time", faults.pid(), "")

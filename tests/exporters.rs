@@ -10,11 +10,11 @@ mod support;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::agent::{data_dir, Agent};
-use support::receiver::Receiver;
+use support::agent::{data_dir, peak_and_late_growth, Agent};
+use support::receiver::{unix_nanos, Receiver};
 use support::Target;
 
 /// Writes `{"Exporters": exporters}` as the agent's settings file.
@@ -121,13 +121,6 @@ fn is_ingest_of(request: &Value, pid: u32) -> bool {
         && request["query"]["name"]
             .as_str()
             .is_some_and(|n| n.contains(&format!("process_id={pid}")))
-}
-
-fn unix_nanos() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
 }
 
 /// `go tool pprof -REPORT FILE`.
@@ -436,19 +429,13 @@ fn an_outage_of_the_receiver_costs_bounded_memory_and_is_reported() {
     });
     let before = agent.rss_kib();
     receiver.kill();
-    let down_at = Instant::now();
     let outage_end = unix_nanos() + 120_000_000_000;
 
     // Two minutes down: memory sampled every 5 s.
-    let mut rss = Vec::new();
-    while down_at.elapsed() < Duration::from_secs(120) {
-        std::thread::sleep(Duration::from_secs(5));
-        rss.push(agent.rss_kib());
-    }
+    let rss = agent.rss_kib_over(Duration::from_secs(120), Duration::from_secs(5));
     let log = plain_log(&agent);
     let (dropped, dropped_samples) = dropped_in_log(&log);
-    let peak = *rss.iter().max().unwrap();
-    let late = rss[rss.len() / 2..].iter().max().unwrap() - rss[rss.len() / 2];
+    let (peak, late) = peak_and_late_growth(&rss);
     eprintln!(
         "outage: RSS {before} KiB before, peak {peak} KiB, growth over the second minute \
          {late} KiB; dropped {dropped} requests ({dropped_samples} samples)"

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::agent::{data_dir, Agent};
-use support::receiver::Receiver;
+use support::agent::{data_dir, peak_and_late_growth, Agent};
+use support::receiver::{unix_nanos, Receiver};
 use support::{http_request_with_body, HttpResponse, Target};
 
 const METER: &str = "Clrscope.Test.Meters";
@@ -291,6 +291,15 @@ fn meters_reach_otlp_livemetrics_and_rules_with_the_values_recorded() {
             "clrscope=info,exporter=info",
         ],
     );
+    // The export's session listens before the live sessions begin: the target records once
+    // every instrument is listened to, a histogram aggregates only what is recorded while its
+    // session listens, and at load ~100 the agent's session was seen enabled only after a live
+    // session had let the target take every step. (Meters and EventCounters share the session.)
+    let mut requests = receiver.collect_until(Duration::from_secs(120), |got| {
+        ["grpc", "http"]
+            .iter()
+            .all(|t| !points(got, t, pid, "System.Runtime").0.is_empty())
+    });
     // GET (the Metrics section: System.Runtime and the meter) and POST (the meter only) while
     // the target records (~11 s), all three live sessions outlasting its steps: a histogram
     // interval was seen lost when another session of the shared aggregation ended in it.
@@ -320,7 +329,6 @@ fn meters_reach_otlp_livemetrics_and_rules_with_the_values_recorded() {
     });
     let (got, posted, recorded) = live;
     let deadline = Instant::now() + Duration::from_secs(90);
-    let mut requests = Vec::new();
     while !complete(&requests, pid, &recorded) && Instant::now() < deadline {
         requests.extend(receiver.next(Duration::from_secs(1)));
     }
@@ -634,8 +642,7 @@ fn a_metrics_receiver_outage_is_bounded_and_counted() {
         "clrscope_export_dropped_requests_total",
         "reason=\"queue_full\"",
     );
-    let peak = *rss.iter().max().unwrap();
-    let late = rss[rss.len() / 2..].iter().max().unwrap() - rss[rss.len() / 2];
+    let (peak, late) = peak_and_late_growth(&rss);
     eprintln!(
         "metrics outage: RSS {before} KiB before, peak {peak} KiB, {late} KiB growth over the \
          second half ({rss:?}); queue {queued:?}; dropped {dropped_requests} requests, {dropped} \
@@ -669,11 +676,4 @@ fn a_metrics_receiver_outage_is_bounded_and_counted() {
     assert!(oldest < back_at, "the queued points were lost");
     drop(agent);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn unix_nanos() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
 }

@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Longest a block may run.
-const BLOCK_TIMEOUT: Duration = Duration::from_secs(180);
+const BLOCK_TIMEOUT: Duration = Duration::from_secs(420);
 const SKIP_MARKER: &str = "<!-- readme-test: skip:";
 
 struct Block {

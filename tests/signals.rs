@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::agent::{data_dir, Agent};
+use support::receiver::{profile_link_span_ids, scoped_items};
 use support::{http_request, http_request_with_body, HttpResponse, Target};
 
 /// What the target reported: each span's id by the sequences or episode it covered, and its
@@ -788,29 +789,6 @@ fn profile_clock_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// The records of the `otlp-logs` requests received over `transport`, with their resource's
-/// attributes and scope name.
-fn otlp_log_records<'a>(got: &'a [Value], transport: &str) -> Vec<(&'a Value, &'a str, &'a Value)> {
-    got.iter()
-        .filter(|r| r["kind"] == "otlp-logs" && r["transport"] == transport)
-        .flat_map(|r| r["resources"].as_array().unwrap())
-        .flat_map(|res| {
-            res["scopes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .flat_map(move |scope| {
-                    let name = scope["name"].as_str().unwrap();
-                    scope["records"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(move |rec| (&res["attributes"], name, rec))
-                })
-        })
-        .collect()
-}
-
 /// OTLP logs over gRPC and HTTP to a receiver built on the official protos (PyPI
 /// opentelemetry-proto + grpcio): severities, bodies, attributes, trace and span ids equal to
 /// what the target printed, exceptions with `exception.*`; and the profiles the same agent
@@ -859,15 +837,15 @@ fn logs_and_exceptions_reach_an_otlp_receiver() {
     let got = receiver.collect_until(Duration::from_secs(120), |got| {
         reported.absorb(&mut target);
         let enough = |t| {
-            let records = otlp_log_records(got, t);
+            let records = scoped_items(got, "otlp-logs", t, "records");
             records
                 .iter()
-                .filter(|(_, scope, _)| scope.starts_with("Logs."))
+                .filter(|r| r.scope.starts_with("Logs."))
                 .count()
                 >= 400
                 && records
                     .iter()
-                    .filter(|(_, scope, _)| *scope == "clrscope.exceptions")
+                    .filter(|r| r.scope == "clrscope.exceptions")
                     .count()
                     >= 40
         };
@@ -883,14 +861,15 @@ fn logs_and_exceptions_reach_an_otlp_receiver() {
         .iter()
         .any(|r| r["kind"] == "otlp" && r["transport"] == "http"));
     for transport in ["grpc", "http"] {
-        let records = otlp_log_records(&got, transport);
+        let records = scoped_items(&got, "otlp-logs", transport, "records");
         let (mut logs, mut in_span, mut right) = (0, 0, 0);
         let (mut exceptions, mut thrown_in_span, mut exception_spans, mut unnamed) = (0, 0, 0, 0);
-        for (resource, scope, r) in &records {
+        for record in &records {
+            let (resource, scope, r) = (record.resource, record.scope, record.item);
             assert_eq!(resource["service.name"], "Logs");
             assert_eq!(resource["process.pid"], pid);
             let a = &r["attributes"];
-            if *scope == "clrscope.exceptions" {
+            if scope == "clrscope.exceptions" {
                 exceptions += 1;
                 assert_eq!(r["severity_number"], 17);
                 let ty = a["exception.type"].as_str().unwrap();
@@ -940,7 +919,7 @@ fn logs_and_exceptions_reach_an_otlp_receiver() {
             assert_eq!(r["severity_text"], level);
             assert_eq!(r["severity_number"], 1 + 4 * rank(level) as u64);
             assert_eq!(
-                *scope,
+                scope,
                 if seq.is_multiple_of(2) {
                     "Logs.Orders"
                 } else {
@@ -992,17 +971,9 @@ fn logs_and_exceptions_reach_an_otlp_receiver() {
     }
     // The profiles' links name the same spans the logs carry.
     let batch_spans: HashSet<&String> = reported.batch_span_of.values().collect();
-    let linked: usize = got
-        .iter()
-        .filter(|r| r["kind"] == "otlp")
-        .flat_map(|r| r["resources"].as_array().unwrap())
-        .flat_map(|res| res["profiles"].as_array().unwrap())
-        .flat_map(|p| p["samples"].as_array().unwrap())
-        .filter(|s| {
-            s["link"]["span_id"]
-                .as_str()
-                .is_some_and(|id| batch_spans.contains(&id.to_string()))
-        })
+    let linked = profile_link_span_ids(&got)
+        .into_iter()
+        .filter(|id| batch_spans.contains(&id.to_string()))
         .count();
     assert!(linked > 0, "no profile sample links to a Logs.Batch span");
     println!("profiles: {linked} samples linked to the logs' Logs.Batch spans");

@@ -13,8 +13,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::agent::{data_dir, Agent};
-use support::receiver::Receiver;
+use support::agent::{data_dir, peak_and_late_growth, Agent};
+use support::receiver::{profile_link_span_ids, scoped_items, unix_nanos, Receiver, Scoped};
 use support::Target;
 
 /// OTLP `SpanKind` values.
@@ -22,36 +22,9 @@ const INTERNAL: u64 = 1;
 const SERVER: u64 = 2;
 const HOSTING_SPAN: &str = "Microsoft.AspNetCore.Hosting.HttpRequestIn";
 
-/// One exported span: its fields, its scope and its resource's attributes.
-struct Exported<'a> {
-    span: &'a Value,
-    scope: &'a str,
-    resource: &'a Value,
-}
-
 /// The spans of the `otlp-traces` requests in `got` received over `transport`.
-fn exported_spans<'a>(got: &'a [Value], transport: &str) -> Vec<Exported<'a>> {
-    got.iter()
-        .filter(|r| r["kind"] == "otlp-traces" && r["transport"] == transport)
-        .flat_map(|r| r["resources"].as_array().unwrap())
-        .flat_map(|res| {
-            res["scopes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .flat_map(move |scope| {
-                    scope["spans"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(move |span| Exported {
-                            span,
-                            scope: scope["name"].as_str().unwrap(),
-                            resource: &res["attributes"],
-                        })
-                })
-        })
-        .collect()
+fn exported_spans<'a>(got: &'a [Value], transport: &str) -> Vec<Scoped<'a>> {
+    scoped_items(got, "otlp-traces", transport, "spans")
 }
 
 /// The request lines the target printed (requests of a known kind only).
@@ -197,7 +170,7 @@ fn asyncweb_spans_reach_an_otlp_receiver() {
         ["grpc", "http"].iter().all(|t| {
             let ids: HashSet<&str> = exported_spans(got, t)
                 .iter()
-                .map(|e| e.span["span_id"].as_str().unwrap())
+                .map(|e| e.item["span_id"].as_str().unwrap())
                 .collect();
             requests[from..from + 400]
                 .iter()
@@ -216,10 +189,10 @@ fn asyncweb_spans_reach_an_otlp_receiver() {
 
     for transport in ["grpc", "http"] {
         let spans = exported_spans(&got, transport);
-        let mut by_id: HashMap<&str, Vec<&Exported>> = HashMap::new();
+        let mut by_id: HashMap<&str, Vec<&Scoped>> = HashMap::new();
         for e in &spans {
             by_id
-                .entry(e.span["span_id"].as_str().unwrap())
+                .entry(e.item["span_id"].as_str().unwrap())
                 .or_default()
                 .push(e);
         }
@@ -241,7 +214,7 @@ fn asyncweb_spans_reach_an_otlp_receiver() {
                     copies.len()
                 );
                 let e = copies[0];
-                let s = e.span;
+                let s = e.item;
                 assert_eq!(s["name"], name, "{transport}: {s}");
                 assert_eq!(s["parent_span_id"], parent.as_str(), "{transport}: {s}");
                 assert_eq!(s["trace_id"], request["trace_id"], "{transport}: {s}");
@@ -315,16 +288,9 @@ fn asyncweb_spans_reach_an_otlp_receiver() {
     // Every profile sample link names an exported span.
     let exported: HashSet<&str> = exported_spans(&got, "grpc")
         .iter()
-        .map(|e| e.span["span_id"].as_str().unwrap())
+        .map(|e| e.item["span_id"].as_str().unwrap())
         .collect();
-    let links: Vec<&str> = got[..profiles_before]
-        .iter()
-        .filter(|r| r["kind"] == "otlp")
-        .flat_map(|r| r["resources"].as_array().unwrap())
-        .flat_map(|res| res["profiles"].as_array().unwrap())
-        .flat_map(|p| p["samples"].as_array().unwrap())
-        .filter_map(|s| s["link"]["span_id"].as_str())
-        .collect();
+    let links = profile_link_span_ids(&got[..profiles_before]);
     let missing: Vec<&&str> = links.iter().filter(|id| !exported.contains(**id)).collect();
     assert!(!links.is_empty(), "no profile sample is linked to a span");
     assert!(
@@ -387,21 +353,15 @@ fn an_outage_of_the_trace_receiver_costs_bounded_memory() {
     });
     let before = agent.rss_kib();
     receiver.kill();
-    let down_at = Instant::now();
-    let outage_end = support_unix_nanos() + 120_000_000_000;
-    let mut rss = Vec::new();
-    while down_at.elapsed() < Duration::from_secs(120) {
-        std::thread::sleep(Duration::from_secs(5));
-        rss.push(agent.rss_kib());
-    }
+    let outage_end = unix_nanos() + 120_000_000_000;
+    let rss = agent.rss_kib_over(Duration::from_secs(120), Duration::from_secs(5));
     let dropped = metric(
         &agent,
         "clrscope_export_dropped_spans_total",
         &["exporter=\"outage\"", "reason=\"queue_full\""],
     );
     let dropped_samples = metric(&agent, "clrscope_export_dropped_samples_total", &[]);
-    let peak = *rss.iter().max().unwrap();
-    let late = rss[rss.len() / 2..].iter().max().unwrap() - rss[rss.len() / 2];
+    let (peak, late) = peak_and_late_growth(&rss);
     eprintln!(
         "trace outage: RSS {before} KiB before, peak {peak} KiB, growth over the second minute \
          {late} KiB; {dropped} spans dropped (queue_full)"
@@ -421,7 +381,7 @@ fn an_outage_of_the_trace_receiver_costs_bounded_memory() {
     });
     let oldest = exported_spans(&back, "http")
         .iter()
-        .map(|e| e.span["start_time_unix_nano"].as_u64().unwrap())
+        .map(|e| e.item["start_time_unix_nano"].as_u64().unwrap())
         .min()
         .unwrap();
     assert!(
@@ -430,11 +390,4 @@ fn an_outage_of_the_trace_receiver_costs_bounded_memory() {
     );
     drop(agent);
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-fn support_unix_nanos() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
 }

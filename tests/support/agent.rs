@@ -188,6 +188,18 @@ impl Agent {
         self.status_kib("VmRSS:")
     }
 
+    /// The agent's resident memory every `every` for `duration` (e.g. while a receiver is down),
+    /// in KiB.
+    pub fn rss_kib_over(&self, duration: Duration, every: Duration) -> Vec<u64> {
+        let started = Instant::now();
+        let mut rss = Vec::new();
+        while started.elapsed() < duration {
+            std::thread::sleep(every);
+            rss.push(self.rss_kib());
+        }
+        rss
+    }
+
     /// The agent's peak resident memory so far (`VmHWM`), in KiB.
     pub fn peak_rss_kib(&self) -> u64 {
         self.status_kib("VmHWM:")
@@ -400,4 +412,14 @@ fn parse_millis(value: &str) -> f64 {
         "ns" => number / 1e6,
         _ => number,
     }
+}
+
+/// The peak of `rss` and how much it still grew over its second half (0 when flat): what a
+/// bounded queue looks like while its receiver is down.
+pub fn peak_and_late_growth(rss: &[u64]) -> (u64, u64) {
+    let peak = rss.iter().copied().max().unwrap_or(0);
+    let second_half = &rss[rss.len() / 2..];
+    let late =
+        second_half.iter().copied().max().unwrap_or(0) - second_half.first().copied().unwrap_or(0);
+    (peak, late)
 }

@@ -219,7 +219,7 @@ pub fn http_raw(port: u16, message: &[u8], what: &str) -> HttpResponse {
     let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
         .unwrap_or_else(|e| panic!("connect 127.0.0.1:{port}: {e}"));
     stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
+        .set_read_timeout(Some(Duration::from_secs(120)))
         .expect("set_read_timeout");
     stream
         .write_all(message)

@@ -133,3 +133,57 @@ impl Drop for Receiver {
         self.kill();
     }
 }
+
+/// One item of the OTLP requests a receiver decoded (a span, a log record, a metric), with the
+/// name of its instrumentation scope and its resource's attributes.
+pub struct Scoped<'a> {
+    pub item: &'a Value,
+    pub scope: &'a str,
+    pub resource: &'a Value,
+}
+
+/// The items under `field` (`spans`, `records`, `metrics`) of every request of `kind`
+/// (`otlp-traces`, `otlp-logs`, `otlp-metrics`) received over `transport`.
+pub fn scoped_items<'a>(
+    got: &'a [Value],
+    kind: &str,
+    transport: &str,
+    field: &str,
+) -> Vec<Scoped<'a>> {
+    let mut items = Vec::new();
+    for request in got
+        .iter()
+        .filter(|r| r["kind"] == kind && r["transport"] == transport)
+    {
+        for resource in request["resources"].as_array().unwrap() {
+            for scope in resource["scopes"].as_array().unwrap() {
+                let name = scope["name"].as_str().unwrap();
+                items.extend(scope[field].as_array().unwrap().iter().map(|item| Scoped {
+                    item,
+                    scope: name,
+                    resource: &resource["attributes"],
+                }));
+            }
+        }
+    }
+    items
+}
+
+/// The span ids the samples of the profiles (`otlp` requests) in `got` are linked to.
+pub fn profile_link_span_ids(got: &[Value]) -> Vec<&str> {
+    got.iter()
+        .filter(|r| r["kind"] == "otlp")
+        .flat_map(|r| r["resources"].as_array().unwrap())
+        .flat_map(|res| res["profiles"].as_array().unwrap())
+        .flat_map(|p| p["samples"].as_array().unwrap())
+        .filter_map(|s| s["link"]["span_id"].as_str())
+        .collect()
+}
+
+/// Now, in nanoseconds since the Unix epoch (the unit of OTLP timestamps).
+pub fn unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}

@@ -39,9 +39,10 @@ PORT=${DEMO_PORT:-52323}
 DEMO_DIR=${DEMO_DIR:-$ROOT/target/demo}
 STAY_SECONDS=${DEMO_SECONDS:-600}
 CHECK=${DEMO_CHECK:-0}
-# How long Bookstore's load generator runs, and how long the demo waits for the rules.
-LOAD_SECONDS=300
+# How long the demo waits for the rules; Bookstore's load generator runs while the demo is up (a
+# pasted command shows the hot path until the end), and stops by itself should the demo be killed.
 WAIT_SECONDS=120
+LOAD_SECONDS=$((WAIT_SECONDS + STAY_SECONDS + 60))
 RULES=(SlowReportRequests SlowPayments)
 HOT_PATH=Bookstore.Reports.SalesReport.ExportCsv
 
@@ -96,7 +97,7 @@ trap 'echo; say stopping on request; exit 0' INT TERM
 wait_for_line() {
     local pid=$1 name=$2 log=$3 pattern=$4
     for _ in $(seq 300); do
-        grep -q "$pattern" "$log" && return 0
+        grep -qs "$pattern" "$log" && return 0
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.1
     done
@@ -135,7 +136,7 @@ bookstore=$!
 wait_for_line "$bookstore" Bookstore "$store_log" '"ready"'
 started=$SECONDS
 bookstore_url=$(grep -m1 '"ready"' "$store_log" | grep -o '"url":"[^"]*"' | cut -d'"' -f4)
-say "Bookstore up: $bookstore_url (pid $bookstore), ${LOAD_SECONDS}s of load at 20 requests/s"
+say "Bookstore up: $bookstore_url (pid $bookstore), under load at 20 requests/s while the demo is up"
 
 # --- wait for both rules to fire and their artifacts to land ---
 # fired RULE: how often RULE has run its actions on Bookstore.
