@@ -5,8 +5,9 @@
 
 mod support;
 
-use std::collections::{HashMap, HashSet};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use collector::activity::{ActivityEvent, Span, SpanTracker};
 use collector::client::DiagnosticsClient;
@@ -264,14 +265,14 @@ async fn samples_join_the_span_running_on_their_thread() {
     }
 }
 
-/// Span names of the span starts a session sees.
-#[derive(Default)]
-struct SpanNames(HashSet<String>);
+/// Span names of the span starts a session sees, shared with whoever decides when it stops.
+#[derive(Default, Clone)]
+struct SpanNames(Arc<Mutex<BTreeSet<String>>>);
 
 impl EventObserver for SpanNames {
     fn on_event(&mut self, event: &Event<'_>) {
         if let Ok(Some(ActivityEvent::SpanStart { span, .. })) = ActivityEvent::from_event(event) {
-            self.0.insert(span.name.to_string());
+            self.0.lock().unwrap().insert(span.name.to_string());
         }
     }
 }
@@ -281,18 +282,27 @@ async fn linkage_can_listen_to_named_sources_only() {
     let target = Target::builder("AsyncWeb")
         .args(["--self-load", "40", "--no-request-lines"])
         .start();
-    let mut names = SpanNames::default();
+    let names = SpanNames::default();
+    let seen = names.clone();
+    // Until the target's two spans were seen (a loaded machine may take seconds to serve the
+    // first requests), then 2 s more, in which any other source's spans would show up too.
+    let stop = async move {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while seen.0.lock().unwrap().len() < 2 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
     observe_session(
         target.pid(),
         CollectTracing::v2(providers::linkage(&["AsyncWeb"], false).unwrap()).with_rundown(false),
-        tokio::time::sleep(Duration::from_secs(2)),
-        &mut names,
+        stop,
+        names.clone(),
     )
     .await;
     // The target's own source only: not its hosting spans, nor HttpClient's, which the
     // wildcard would have made HttpClient create.
-    let mut seen: Vec<&String> = names.0.iter().collect();
-    seen.sort();
+    let seen: Vec<String> = names.0.lock().unwrap().iter().cloned().collect();
     assert_eq!(seen, ["AsyncWeb.Alpha", "AsyncWeb.Bravo"]);
 }
 
@@ -306,6 +316,11 @@ enum Mode {
     Off,
     /// The runtime provider at the light session's keywords.
     Light,
+    /// The light session plus only the activity-id flow of `providers::linkage` (TplEventSource).
+    Flow,
+    /// The light session plus only the span events of `providers::linkage(&[], false)`
+    /// (DiagnosticSourceEventSource).
+    SpanEvents,
     /// The same plus `providers::linkage(&[], false)`.
     Linkage,
     /// The same plus `providers::linkage(&[], true)`: every stop carries the whole span, as
@@ -319,6 +334,18 @@ impl Mode {
         match self {
             Mode::Off => None,
             Mode::Light => Some(vec![light]),
+            Mode::Flow | Mode::SpanEvents => {
+                let [span_events, flow]: [ProviderConfig; 2] =
+                    providers::linkage(&[], false).unwrap().try_into().unwrap();
+                Some(vec![
+                    light,
+                    if self == Mode::Flow {
+                        flow
+                    } else {
+                        span_events
+                    },
+                ])
+            }
             Mode::Linkage | Mode::Spans => Some(
                 std::iter::once(light)
                     .chain(providers::linkage(&[], self == Mode::Spans).unwrap())
@@ -328,17 +355,9 @@ impl Mode {
     }
 }
 
-/// User + system CPU time of a process, in ms (`/proc/PID/stat` fields 14 and 15, in clock
-/// ticks of 10 ms: USER_HZ is 100 on Linux).
-fn cpu_ms(pid: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    ticks as f64 * 10.0
-}
-
-/// Requests answered so far (from the target's next progress line), when, and the CPU time the
-/// target and this process (the session's consumer, as the agent would be) have used.
+/// Units of work done so far (AsyncWeb's requests answered, Activities' iterations, from the
+/// target's next progress line), when, and the CPU time the target and this process (the
+/// session's consumer, as the agent would be) have used.
 fn totals(target: &mut Target) -> (std::time::Instant, u64, f64, f64) {
     target.drain_lines();
     let progress = target
@@ -347,13 +366,14 @@ fn totals(target: &mut Target) -> (std::time::Instant, u64, f64, f64) {
     let requests = ["alpha", "bravo", "charlie", "none"]
         .iter()
         .filter_map(|k| progress["requests"][k].as_u64())
-        .sum();
-    let target_cpu = cpu_ms(&target.pid().to_string());
+        .sum::<u64>()
+        + progress["iterations"].as_u64().unwrap_or(0);
+    let target_cpu = support::process_cpu_ms(&target.pid().to_string());
     (
         std::time::Instant::now(),
         requests,
         target_cpu,
-        cpu_ms("self"),
+        support::process_cpu_ms("self"),
     )
 }
 
@@ -367,12 +387,16 @@ struct Window {
     session_kib_per_second: f64,
 }
 
-/// Runs `mode` for a warm-up and a measuring window; the session (if any) is parsed and its
-/// linkage events tracked in this process, as the agent would.
-async fn window(target: &mut Target, mode: Mode, measure: Duration) -> Window {
+/// Runs a session of `providers` (none: no session) for a warm-up and a measuring window; the
+/// session is parsed and its linkage events tracked in this process, as the agent would.
+async fn window(
+    target: &mut Target,
+    providers: Option<Vec<ProviderConfig>>,
+    measure: Duration,
+) -> Window {
     let pid = target.pid();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let session = mode.providers().map(|providers| {
+    let session = providers.map(|providers| {
         let config = CollectTracing::v2(providers).with_rundown(false);
         let stop = async {
             let _ = stop_rx.await;
@@ -402,18 +426,12 @@ async fn window(target: &mut Target, mode: Mode, measure: Duration) -> Window {
     }
 }
 
-fn mean_and_range(values: &[f64]) -> String {
-    let mean = values.iter().sum::<f64>() / values.len() as f64;
-    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
-    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!("{mean:.3} ({min:.3}–{max:.3})")
-}
-
 /// The cost of the linkage providers: AsyncWeb's CPU per request at a fixed request rate with no
-/// session, with the agent's light session, and with the light session plus the linkage
-/// providers, in interleaved windows; then the same target with EventPipe's stack walks turned
-/// off, which is what a .NET ≥ 9 session asking for no stack walks would give. Run by hand
-/// (BENCHMARKS.md, "Trace linkage"):
+/// session, with the agent's light session, and with the light session plus the activity-id flow
+/// alone, the span events alone, both (linkage) and both with span export's fields, in
+/// interleaved windows; then the same target with EventPipe's stack walks turned off, which is
+/// what a .NET ≥ 9 session asking for no stack walks would give. Run by hand (BENCHMARKS.md,
+/// "Trace linkage"):
 /// `cargo test --release --test linkage -- --ignored --nocapture linkage_overhead`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark of several minutes; see BENCHMARKS.md"]
@@ -434,14 +452,21 @@ async fn linkage_overhead() {
         ),
     ];
     // With the default stack walks, and without (the modes that have a session).
-    let variants = [
-        (
-            true,
-            &[Mode::Off, Mode::Light, Mode::Linkage, Mode::Spans][..],
-        ),
-        (false, &[Mode::Light, Mode::Linkage][..]),
+    let all = [
+        Mode::Off,
+        Mode::Light,
+        Mode::Flow,
+        Mode::SpanEvents,
+        Mode::Linkage,
+        Mode::Spans,
     ];
-    for (load, args) in loads {
+    let variants = [(true, &all[..]), (false, &all[1..])];
+    // CLRSCOPE_BENCH_LOADS=1: the first load only (1 ms of work).
+    let first_loads: usize = std::env::var("CLRSCOPE_BENCH_LOADS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(loads.len());
+    for (load, args) in loads.into_iter().take(first_loads) {
         for (stackwalk, modes) in variants {
             let mut builder = Target::builder("AsyncWeb")
                 .args(args.iter().copied())
@@ -457,7 +482,7 @@ async fn linkage_overhead() {
             let mut results: Vec<(Mode, Window)> = Vec::new();
             for _ in 0..rounds {
                 for &mode in modes {
-                    let w = window(&mut target, mode, measure).await;
+                    let w = window(&mut target, mode.providers(), measure).await;
                     eprintln!("{load}{variant}: {mode:?} {w:?}");
                     results.push((mode, w));
                 }
@@ -472,8 +497,9 @@ async fn linkage_overhead() {
                     .filter(|(m, _)| *m == mode)
                     .map(|(_, w)| *w)
                     .collect();
-                let column =
-                    |f: fn(&Window) -> f64| mean_and_range(&of.iter().map(f).collect::<Vec<_>>());
+                let column = |f: fn(&Window) -> f64| {
+                    support::mean_and_range(&of.iter().map(f).collect::<Vec<_>>())
+                };
                 eprintln!(
                     "| {mode:?} | {} | {} | {} | {} |",
                     column(|w| w.requests_per_second),
@@ -484,6 +510,138 @@ async fn linkage_overhead() {
             }
             eprintln!();
         }
+    }
+}
+
+/// The light session's runtime provider alone.
+fn light_session() -> ProviderConfig {
+    ProviderConfig::new(providers::RUNTIME, LIGHT_SESSION, level::INFORMATIONAL)
+}
+
+/// The light session plus DiagnosticSourceEventSource's Events keyword with `specs` as its
+/// FilterAndPayloadSpecs (no activity-id flow: the Activities target never switches context).
+fn light_and_specs(specs: &str) -> Option<Vec<ProviderConfig>> {
+    let source = ProviderConfig::new(providers::DIAGNOSTIC_SOURCE, 0x2, level::INFORMATIONAL)
+        .with_arguments(providers::encode_arguments(&[(
+            "FilterAndPayloadSpecs",
+            specs,
+        )]));
+    Some(vec![light_session(), source])
+}
+
+/// The FilterAndPayloadSpecs `providers::linkage` asks for, with or without the span fields.
+fn agent_specs(spans: bool) -> String {
+    let dses = providers::linkage(&[], spans).unwrap().remove(0);
+    let arguments = dses.arguments.expect("FilterAndPayloadSpecs");
+    let quoted = arguments.strip_prefix("FilterAndPayloadSpecs=").unwrap();
+    quoted.trim_matches('"').to_string()
+}
+
+/// What each part of span export costs per span, one thing changed at a time: the Activities
+/// target runs `CLRSCOPE_SPAN_RATE` (2000) recorded spans a second, 3 tags each, no await (so the
+/// activity-id flow costs nothing here: `linkage_overhead` measures it per request), with no
+/// session, the light session, and the light session plus DiagnosticSourceEventSource with each
+/// FilterAndPayloadSpecs below, in interleaved windows; then the same with EventPipe's stack
+/// walks off. Run by hand (BENCHMARKS.md, "With span export", "Per span"):
+/// `cargo test --test linkage -- --ignored --nocapture span_event_cost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark of several minutes; see BENCHMARKS.md"]
+async fn span_event_cost() {
+    let rounds: usize = std::env::var("CLRSCOPE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3);
+    let rate: u32 = std::env::var("CLRSCOPE_SPAN_RATE")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(2000);
+    let measure = Duration::from_secs(6);
+    let span_export = agent_specs(true);
+    let (start_spec, stop_spec) = span_export.split_once("\r\n").unwrap();
+    let no_tags = stop_spec.replace(";Tags=TagObjects.*Enumerate", "");
+    // The same fields with `ActivityTraceFlags` (an enum, as dotnet-monitor asks) where the agent
+    // asks for `Recorded` (a bool: its ToString() is a constant).
+    let flags = span_export.replace("Recorded", "ActivityTraceFlags");
+    let variants: Vec<(&str, Option<Vec<ProviderConfig>>)> = vec![
+        ("no session", None),
+        ("light session", Some(vec![light_session()])),
+        (
+            "+ an ActivityListener on the source, no events",
+            light_and_specs("[AS]Activities+NoSuchActivity/-Propagate:-"),
+        ),
+        (
+            "+ start events, no fields",
+            light_and_specs("[AS]*/Start-Propagate:-"),
+        ),
+        (
+            "+ start and stop events, no fields",
+            light_and_specs("[AS]*/-Propagate:-"),
+        ),
+        (
+            "+ start and stop, ids (linkage)",
+            light_and_specs(&agent_specs(false)),
+        ),
+        ("+ stop only, every span field", light_and_specs(stop_spec)),
+        (
+            "+ start ids, stop every field but tags",
+            light_and_specs(&format!("{start_spec}\r\n{no_tags}")),
+        ),
+        (
+            "+ span export (the agent's specs)",
+            light_and_specs(&span_export),
+        ),
+        (
+            "+ span export, ActivityTraceFlags for Recorded",
+            light_and_specs(&flags),
+        ),
+    ];
+    for stackwalk in [true, false] {
+        let mut builder = Target::builder("Activities").args([
+            "--spans-per-second",
+            &rate.to_string(),
+            "--tags",
+            "3",
+            "--no-span-lines",
+        ]);
+        let mut variant = "";
+        let chosen: Vec<usize> = if stackwalk {
+            (0..variants.len()).collect()
+        } else {
+            builder = builder.env("DOTNET_EventPipeEnableStackwalk", "0");
+            variant = ", DOTNET_EventPipeEnableStackwalk=0";
+            vec![1, 4, 5, 8]
+        };
+        let mut target = builder.start();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let mut results: Vec<(usize, Window)> = Vec::new();
+        for _ in 0..rounds {
+            for &v in &chosen {
+                let w = window(&mut target, variants[v].1.clone(), measure).await;
+                eprintln!("{}{variant}: {w:?}", variants[v].0);
+                results.push((v, w));
+            }
+        }
+        eprintln!("\n{rate} spans/s{variant}: mean (min–max) of {rounds} windows of {measure:?}");
+        eprintln!("| session | spans/s | target CPU µs/span | consumer CPU ms/s | bytes/span |");
+        for &v in &chosen {
+            let of: Vec<Window> = results
+                .iter()
+                .filter(|(r, _)| *r == v)
+                .map(|(_, w)| *w)
+                .collect();
+            let column = |f: &dyn Fn(&Window) -> f64| {
+                support::mean_and_range(&of.iter().map(f).collect::<Vec<_>>())
+            };
+            eprintln!(
+                "| {} | {} | {} | {} | {} |",
+                variants[v].0,
+                column(&|w| w.requests_per_second),
+                column(&|w| w.target_cpu_ms_per_request * 1000.0),
+                column(&|w| w.consumer_cpu_ms_per_second),
+                column(&|w| w.session_kib_per_second * 1024.0 / w.requests_per_second),
+            );
+        }
+        eprintln!();
     }
 }
 
@@ -656,17 +814,6 @@ fn without_colours(line: &str) -> String {
     out
 }
 
-/// A value of the agent's `/metrics`: the sum of the series of `name` whose labels contain
-/// `labels`.
-fn metric(agent: &Agent, name: &str, labels: &str) -> f64 {
-    support::http_get(agent.metrics_port, "/metrics", &[])
-        .body
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{') && l.contains(labels))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 const LOOPS_PERIOD_MS: u128 = 2000;
 
 /// Trace linkage through the agent on long-running async loops of spans (an await in each):
@@ -778,9 +925,9 @@ fn linkage_through_the_agent_survives_lost_sessions() {
         }
         from = until;
     }
-    let restarts = metric(&agent, "clrscope_session_restarts_total", "");
-    let refreshes = metric(&agent, "clrscope_linkage_refreshes_total", "");
-    let abandoned = metric(&agent, "clrscope_linkage_total", "abandoned_spans");
+    let restarts = agent.metric("clrscope_session_restarts_total", &[]);
+    let refreshes = agent.metric("clrscope_linkage_refreshes_total", &[]);
+    let abandoned = agent.metric("clrscope_linkage_total", &["abandoned_spans"]);
     eprintln!(
         "{} spans; steady precision {:.1} %, recall {:.1} %; overall {:.1} %, {:.1} %; \
          sessions restarted {restarts}, linkage renewed {refreshes}, abandoned spans {abandoned}",

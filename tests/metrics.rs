@@ -298,6 +298,11 @@ fn alerts_and_the_dashboard_query_what_the_agent_exports() {
     let rules = std::fs::read_to_string(deploy.join("prometheus/alerts.yml")).unwrap();
     for line in rules.lines() {
         if let Some(expr) = line.trim().strip_prefix("expr:") {
+            // Only this line is read: a block scalar would hide its metrics from the check.
+            assert!(
+                !expr.trim_start().starts_with(['>', '|']),
+                "write each alert's expr on one line: {line}"
+            );
             queried_metrics(expr, &mut queried);
         }
     }
@@ -312,7 +317,8 @@ fn alerts_and_the_dashboard_query_what_the_agent_exports() {
     assert!(queried.len() >= 12, "{queried:?}");
 
     // An agent with what makes each of them exist: a target calling out over HTTP, the
-    // System.Net.Http meter, and an exporter (to a closed port).
+    // System.Net.Http meter, trace linkage (its loss counters) and an exporter (to a closed
+    // port; every signal's drop counters).
     let web = Target::builder("AsyncWeb")
         .args(["--self-load", "20"])
         .start();
@@ -320,7 +326,7 @@ fn alerts_and_the_dashboard_query_what_the_agent_exports() {
     let pid = format!("--pid={}", web.pid());
     let agent = Agent::start_with_env(
         &dir,
-        &[&pid, "--meter", "System.Net.Http"],
+        &[&pid, "--meter", "System.Net.Http", "--trace-linkage"],
         Some(support::agent::ApiKey::generate(&[])),
         &[
             ("CLRSCOPE_Exporters__backend__Kind", "otlp-http".as_ref()),

@@ -576,15 +576,6 @@ fn meters_reach_otlp_livemetrics_and_rules_with_the_values_recorded() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A counter of the agent's `/metrics`, summed over the series whose labels contain `labels`.
-fn agent_metric(agent: &Agent, name: &str, labels: &str) -> f64 {
-    let body = support::http_get(agent.metrics_port, "/metrics", &[]).body;
-    body.lines()
-        .filter(|l| l.starts_with(name) && l.contains(labels))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// The receiver is down for a minute: the metrics queue stays at its bound, the agent's memory
 /// flat, the points given up are counted under their signal, and what is queued arrives once the
 /// receiver is back.
@@ -626,21 +617,15 @@ fn a_metrics_receiver_outage_is_bounded_and_counted() {
     while down_at.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_secs(3));
         rss.push(agent.rss_kib());
-        queued.push(agent_metric(
-            &agent,
-            "clrscope_export_queue_requests",
-            "exporter=\"outage\"",
-        ));
+        queued.push(agent.metric("clrscope_export_queue_requests", &["exporter=\"outage\""]));
     }
-    let dropped = agent_metric(
-        &agent,
+    let dropped = agent.metric(
         "clrscope_export_dropped_metric_points_total",
-        "reason=\"queue_full\"",
+        &["reason=\"queue_full\""],
     );
-    let dropped_requests = agent_metric(
-        &agent,
+    let dropped_requests = agent.metric(
         "clrscope_export_dropped_requests_total",
-        "reason=\"queue_full\"",
+        &["reason=\"queue_full\""],
     );
     let (peak, late) = peak_and_late_growth(&rss);
     eprintln!(

@@ -817,7 +817,7 @@ fn logs_and_exceptions_reach_an_otlp_receiver() {
         "http": {"Kind": "otlp-http", "Endpoint": endpoint(receiver.http_port), "Interval": "2s",
                  "Compression": "none", "Signals": ["Logs"]}}});
     std::fs::write(&config, settings.to_string()).unwrap();
-    let _agent = Agent::start(
+    let agent = Agent::start(
         &dir.join("store"),
         &[
             "--pid",
@@ -961,7 +961,12 @@ fn logs_and_exceptions_reach_an_otlp_receiver() {
         );
         assert!(
             exception_spans as f64 >= 0.95 * thrown_in_span as f64,
-            "{transport}: {exception_spans} of {thrown_in_span}"
+            "{transport}: {exception_spans} of {thrown_in_span}; the agent counted {} events \
+             the runtime dropped, {} session restarts, {} linkage renewals, {} abandoned spans",
+            agent.metric("clrscope_eventpipe_dropped_events_total", &[]),
+            agent.metric("clrscope_session_restarts_total", &[]),
+            agent.metric("clrscope_linkage_refreshes_total", &[]),
+            agent.metric("clrscope_linkage_total", &["abandoned_spans"]),
         );
         assert!(
             unnamed as f64 <= 0.1 * exceptions as f64,

@@ -586,3 +586,38 @@ fn throughput_counts_operations_and_blocks_idle_threads() {
     assert!(t.wait_exit(secs(10)).expect("exited").success());
     assert!(!socket.exists());
 }
+
+/// Activities runs its iterations at the rate asked, and its DiagnosticListener-only activities
+/// are what its header says: the child under the span and recorded (inherited flags), the marked
+/// root recorded, the other root not.
+#[test]
+fn activities_runs_spans_and_diagnostic_listener_activities() {
+    let mut t = Target::builder("Activities")
+        .args(["--legacy", "--spans-per-second", "100", "--tags", "2"])
+        .start();
+    let socket = check_common(&t, "Activities");
+    let progress = t
+        .wait_for_json(secs(20), |v| v["elapsed_s"].as_u64() >= Some(3))
+        .expect("3 s of progress");
+    // Paced from the start: 3 s at 100 a second, give or take the first and last step.
+    let done = progress["iterations"].as_u64().unwrap();
+    assert!((270..=360).contains(&done), "{progress}");
+    let line = t
+        .wait_for_json(secs(5), |v| v["iteration"].is_u64())
+        .expect("an iteration line");
+    assert!(is_hex(&line["span_id"], 16), "{line}");
+    let i = line["iteration"].as_u64().unwrap().to_string();
+    assert_eq!(
+        line["span_tags"],
+        serde_json::json!({"activities.i0": i, "activities.i1": "value-1"})
+    );
+    let legacy = &line["legacy"];
+    assert_eq!(legacy["child"]["parent_span_id"], line["span_id"], "{line}");
+    assert_eq!(legacy["child"]["trace_id"], line["trace_id"], "{line}");
+    assert_eq!(legacy["child"]["flags"], "Recorded", "{line}");
+    assert_eq!(legacy["root"]["flags"], "Recorded", "{line}");
+    assert_eq!(legacy["root"]["parent_span_id"], Value::Null, "{line}");
+    assert_eq!(legacy["unrecorded"]["flags"], "None", "{line}");
+    assert_eq!(t.dropped_lines(), 0);
+    check_drop_kills(t, socket);
+}

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::agent::{data_dir, peak_and_late_growth, Agent};
-use support::receiver::{profile_link_span_ids, scoped_items, unix_nanos, Receiver, Scoped};
+use support::receiver::{first_received, profile_link_span_ids, scoped_items, Receiver, Scoped};
 use support::Target;
 
 /// OTLP `SpanKind` values.
@@ -310,16 +310,6 @@ fn asyncweb_spans_reach_an_otlp_receiver() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A counter of the agent's `/metrics`, summed over the series whose labels contain all of
-/// `labels`.
-fn metric(agent: &Agent, name: &str, labels: &[&str]) -> f64 {
-    let text = support::http_get(agent.metrics_port, "/metrics", &[]).body;
-    text.lines()
-        .filter(|l| l.starts_with(name) && labels.iter().all(|want| l.contains(want)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// The receiver is down for two minutes under a steady stream of spans: the agent's memory stays
 /// bounded, the spans it gives up are counted as spans (`clrscope_export_dropped_spans_total`),
 /// and the queued requests are delivered when the receiver is back.
@@ -353,14 +343,12 @@ fn an_outage_of_the_trace_receiver_costs_bounded_memory() {
     });
     let before = agent.rss_kib();
     receiver.kill();
-    let outage_end = unix_nanos() + 120_000_000_000;
     let rss = agent.rss_kib_over(Duration::from_secs(120), Duration::from_secs(5));
-    let dropped = metric(
-        &agent,
+    let dropped = agent.metric(
         "clrscope_export_dropped_spans_total",
         &["exporter=\"outage\"", "reason=\"queue_full\""],
     );
-    let dropped_samples = metric(&agent, "clrscope_export_dropped_samples_total", &[]);
+    let dropped_samples = agent.metric("clrscope_export_dropped_samples_total", &[]);
     let (peak, late) = peak_and_late_growth(&rss);
     eprintln!(
         "trace outage: RSS {before} KiB before, peak {peak} KiB, growth over the second minute \
@@ -384,10 +372,313 @@ fn an_outage_of_the_trace_receiver_costs_bounded_memory() {
         .map(|e| e.item["start_time_unix_nano"].as_u64().unwrap())
         .min()
         .unwrap();
+    // The queued requests came first: ~4 of 2 s each, so the oldest span is older, when the first
+    // request arrives, than anything the fresh request of one interval holds.
+    let first = first_received(&back);
     assert!(
-        oldest < outage_end,
-        "the first spans after the outage are from after it: queued requests were lost"
+        oldest + 4_000_000_000 < first,
+        "the oldest span after the outage started {} ms before the first request arrived: \
+         queued requests were lost",
+        (first.saturating_sub(oldest)) / 1_000_000
     );
     drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Activities created by a constructor and started through a DiagnosticListener (no
+/// ActivitySource of their own: libraries older than ActivitySource, or ASP.NET Core and
+/// HttpClient when no ActivityListener wants their source) are exported like ActivitySource spans
+/// when recorded: a child of a recorded span (its flags are inherited) and a root the app marked
+/// recorded, in the instrumentation scope of the runtime's nameless default source; an
+/// unrecorded one is not exported.
+#[test]
+fn diagnostic_listener_activities_are_exported_when_recorded() {
+    let dir = data_dir("traces-legacy");
+    let receiver = Receiver::start(&dir.join("received"), 0, 0);
+    let mut target = Target::builder("Activities")
+        .args(["--legacy", "--spans-per-second", "50"])
+        .start();
+    let config = settings(
+        &dir.join("config"),
+        json!({"grpc": {"Kind": "otlp-grpc",
+                        "Endpoint": format!("http://127.0.0.1:{}", receiver.grpc_port),
+                        "Interval": "2s", "Signals": ["Traces"]}}),
+    );
+    let agent = Agent::start(
+        &dir.join("store"),
+        &[
+            &format!("--pid={}", target.pid()),
+            "--trace-linkage",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    // Iterations that began after the agent listened: those printed after the first exported
+    // span, plus a margin.
+    let mut iterations: Vec<Value> = Vec::new();
+    let mut first_exported: Option<usize> = None;
+    const JUDGED: usize = 200;
+    let recorded = |it: &Value| -> Vec<String> {
+        [
+            &it["span_id"],
+            &it["legacy"]["child"]["span_id"],
+            &it["legacy"]["root"]["span_id"],
+        ]
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
+    };
+    let got = receiver.collect_until(Duration::from_secs(180), |got| {
+        iterations.extend(
+            target
+                .drain_lines()
+                .iter()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .filter(|v| v["iteration"].is_u64()),
+        );
+        if first_exported.is_none() && !exported_spans(got, "grpc").is_empty() {
+            first_exported = Some(iterations.len() + 25);
+        }
+        let Some(from) = first_exported else {
+            return false;
+        };
+        if iterations.len() < from + JUDGED {
+            return false;
+        }
+        let ids: HashSet<&str> = exported_spans(got, "grpc")
+            .iter()
+            .map(|e| e.item["span_id"].as_str().unwrap())
+            .collect();
+        iterations[from..from + JUDGED]
+            .iter()
+            .flat_map(recorded)
+            .all(|id| ids.contains(id.as_str()))
+    });
+    // One more interval: anything still queued, unrecorded spans included if they were sent.
+    std::thread::sleep(Duration::from_secs(5));
+    let mut got = got;
+    got.extend(receiver.drain());
+    let spans = exported_spans(&got, "grpc");
+    let mut by_id: HashMap<&str, Vec<&Scoped>> = HashMap::new();
+    for e in &spans {
+        by_id
+            .entry(e.item["span_id"].as_str().unwrap())
+            .or_default()
+            .push(e);
+    }
+    let from = first_exported.unwrap();
+    let (mut children, mut failed) = (0, 0);
+    for it in &iterations[from..from + JUDGED] {
+        let one = |id: &str| -> &Scoped {
+            let copies = &by_id[id];
+            assert_eq!(copies.len(), 1, "span {id} arrived {} times", copies.len());
+            copies[0]
+        };
+        let work = one(it["span_id"].as_str().unwrap());
+        assert_eq!(work.scope, "Activities");
+        assert_eq!(work.item["name"], "Activities.Work");
+        assert_eq!(work.item["attributes"], it["span_tags"]);
+        for (which, name) in [
+            ("child", "Activities.Legacy.Child"),
+            ("root", "Activities.Legacy.Root"),
+        ] {
+            let printed = &it["legacy"][which];
+            let e = one(printed["span_id"].as_str().unwrap());
+            let s = e.item;
+            // The runtime's default source of constructed activities has no name.
+            assert_eq!(e.scope, "", "{s}");
+            assert_eq!(s["name"], name, "{s}");
+            assert_eq!(s["trace_id"], printed["trace_id"], "{s}");
+            assert_eq!(
+                s["parent_span_id"],
+                printed["parent_span_id"].as_str().unwrap_or(""),
+                "{s}"
+            );
+            assert_eq!(s["kind"], INTERNAL, "{s}");
+            assert_eq!(s["flags"].as_u64().unwrap() & 1, 1, "{s}");
+            assert_eq!(s["attributes"], printed["tags"], "{s}");
+            let nanos = s["end_time_unix_nano"].as_u64().unwrap()
+                - s["start_time_unix_nano"].as_u64().unwrap();
+            let off_ms = (nanos as f64 / 1e6 - printed["duration_ms"].as_f64().unwrap()).abs();
+            assert!(off_ms <= 1.0, "{s}: {off_ms} ms off the target's duration");
+            // OTLP status codes: 0 unset, 2 error.
+            if printed["status"] == "Error" {
+                assert_eq!(s["status_code"], 2, "{s}");
+                assert_eq!(s["status_message"], printed["status_description"], "{s}");
+                failed += 1;
+            } else {
+                assert_eq!(s["status_code"], 0, "{s}");
+            }
+            if which == "child" {
+                assert_eq!(s["parent_span_id"], it["span_id"]);
+                children += 1;
+            }
+        }
+    }
+    assert!(failed >= JUDGED / 4 - 1, "{failed} failed legacy children");
+    // Nothing recorded the unrecorded ones: none of them arrived, from any iteration.
+    let unrecorded: HashSet<&str> = iterations
+        .iter()
+        .filter_map(|it| it["legacy"]["unrecorded"]["span_id"].as_str())
+        .collect();
+    let sent_unrecorded = spans
+        .iter()
+        .filter(|e| {
+            e.item["name"] == "Activities.Legacy.Unrecorded"
+                || unrecorded.contains(e.item["span_id"].as_str().unwrap())
+        })
+        .count();
+    assert_eq!(sent_unrecorded, 0, "unrecorded activities were exported");
+    println!(
+        "DiagnosticListener activities: {children} children of recorded spans and {JUDGED} \
+         recorded roots exported once each with parent, tags and status ({failed} errors); \
+         {} unrecorded ones not exported",
+        unrecorded.len()
+    );
+    drop(agent);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Requests AsyncWeb has answered so far, from its next progress line.
+fn answered(target: &mut Target) -> u64 {
+    target.drain_lines();
+    let progress = target
+        .wait_for_json(Duration::from_secs(20), |v| v.get("progress").is_some())
+        .expect("progress line");
+    ["alpha", "bravo", "charlie", "none"]
+        .iter()
+        .filter_map(|k| progress["requests"][k].as_u64())
+        .sum()
+}
+
+/// What exporting traces and metrics costs the traced service and the agent: AsyncWeb at 200
+/// requests/s with 1 ms of work each, with no agent, the agent at its defaults, with trace
+/// linkage, and with linkage and an OTLP exporter sending traces and metrics (to the receiver),
+/// one agent run after another, interleaved over rounds. Each run: the agent attached, 5 s, then
+/// `CLRSCOPE_EXPORT_MEASURE_SECONDS` (20) measured: the target's CPU per request and the
+/// agent's CPU from `/proc/PID/stat`, its RSS at the end and its peak. Run by hand
+/// (BENCHMARKS.md, "With span export (issue 22)"):
+/// `cargo test --test traces -- --ignored --nocapture export_cost`.
+#[test]
+#[ignore = "benchmark of several minutes; see BENCHMARKS.md"]
+fn export_cost() {
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let rounds = env("CLRSCOPE_BENCH_ROUNDS", 3);
+    let measure = Duration::from_secs(env("CLRSCOPE_EXPORT_MEASURE_SECONDS", 20));
+    let dir = data_dir("traces-export-cost");
+    let receiver = Receiver::start(&dir.join("received"), 0, 0);
+    let mut target = Target::builder("AsyncWeb")
+        .args(["--self-load", "200", "--no-request-lines"])
+        .args(["--alpha-ms", "1", "--bravo-ms", "1"])
+        .start();
+    let pid = target.pid();
+    let config = settings(
+        &dir.join("config"),
+        json!({"grpc": {"Kind": "otlp-grpc",
+                        "Endpoint": format!("http://127.0.0.1:{}", receiver.grpc_port),
+                        "Interval": "5s", "Signals": ["Traces", "Metrics"]}}),
+    );
+    let config = config.to_str().unwrap();
+    let configs: [(&str, Option<&[&str]>); 4] = [
+        ("no agent", None),
+        ("agent, defaults", Some(&[])),
+        ("agent, --trace-linkage", Some(&["--trace-linkage"])),
+        (
+            "agent, --trace-linkage, traces + metrics exported",
+            Some(&["--trace-linkage", "--config", config]),
+        ),
+    ];
+    std::thread::sleep(Duration::from_secs(5));
+    // Per configuration: requests/s, target CPU ms/request, agent CPU % of a core, agent RSS
+    // MiB at the end, agent peak RSS MiB, spans received per second.
+    let mut results: Vec<(usize, [f64; 6])> = Vec::new();
+    for round in 0..rounds {
+        for (c, (name, args)) in configs.iter().enumerate() {
+            let agent = args.map(|args| {
+                let store = dir.join(format!("store-{round}-{c}"));
+                let pid_arg = format!("--pid={pid}");
+                let mut all = vec![pid_arg.as_str()];
+                all.extend_from_slice(args);
+                let agent = Agent::start(&store, &all);
+                agent
+                    .wait_attached(pid, true, Duration::from_secs(60))
+                    .expect("attached");
+                agent
+            });
+            std::thread::sleep(Duration::from_secs(5));
+            receiver.drain();
+            let agent_cpu = |a: &Option<Agent>| {
+                a.as_ref()
+                    .map_or(0.0, |a| support::process_cpu_ms(&a.pid().to_string()))
+            };
+            let (r0, cpu0, own0, t0) = (
+                answered(&mut target),
+                support::process_cpu_ms(&pid.to_string()),
+                agent_cpu(&agent),
+                Instant::now(),
+            );
+            std::thread::sleep(measure);
+            let (r1, cpu1, own1, t1) = (
+                answered(&mut target),
+                support::process_cpu_ms(&pid.to_string()),
+                agent_cpu(&agent),
+                Instant::now(),
+            );
+            let seconds = (t1 - t0).as_secs_f64();
+            let spans: usize = receiver
+                .drain()
+                .iter()
+                .filter(|r| r["kind"] == "otlp-traces")
+                .map(|r| exported_spans(std::slice::from_ref(r), "grpc").len())
+                .sum();
+            let requests = (r1 - r0).max(1) as f64;
+            let (rss, peak) = agent.as_ref().map_or((0.0, 0.0), |a| {
+                (
+                    a.rss_kib() as f64 / 1024.0,
+                    a.peak_rss_kib() as f64 / 1024.0,
+                )
+            });
+            let row = [
+                requests / seconds,
+                (cpu1 - cpu0) / requests,
+                (own1 - own0) / seconds / 10.0,
+                rss,
+                peak,
+                spans as f64 / seconds,
+            ];
+            eprintln!("round {round}, {name}: {row:?}");
+            results.push((c, row));
+            drop(agent);
+        }
+    }
+    eprintln!("\nmean (min–max) of {rounds} runs, {measure:?} measured each");
+    eprintln!(
+        "| configuration | requests/s | target CPU ms/request | agent CPU % of a core | \
+         agent RSS MiB | agent peak RSS MiB | spans received/s |"
+    );
+    for (c, (name, _)) in configs.iter().enumerate() {
+        let column = |i: usize| {
+            let values: Vec<f64> = results
+                .iter()
+                .filter(|(r, _)| *r == c)
+                .map(|(_, row)| row[i])
+                .collect();
+            support::mean_and_range(&values)
+        };
+        eprintln!(
+            "| {name} | {} | {} | {} | {} | {} | {} |",
+            column(0),
+            column(1),
+            column(2),
+            column(3),
+            column(4),
+            column(5)
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -61,13 +61,14 @@ const LINKAGE_SOURCE_SPEC: &str = "/-Propagate:-TraceId;SpanId";
 /// What span export asks of each ActivitySource: the start as for linkage plus whether the span is
 /// recorded (samples join only spans a backend will get), and at the stop every
 /// field of the finished span that .NET 8's transforms can reach (the spec dotnet-monitor's
-/// distributed-traces pipeline uses). Each transform is a property fetch and a `ToString()` in
-/// the app, so fields nobody exports are not asked for. `Events` and `Links` are absent: their
-/// items have no `ToString()` of their own, so `*Enumerate` would give type names
-/// (dotnet/runtime#102924).
-const SPAN_START_SPEC: &str = "/Start-Propagate:-TraceId;SpanId;ActivityTraceFlags";
+/// distributed-traces pipeline uses, with `Recorded` for `ActivityTraceFlags`: a bool's
+/// `ToString()` is a constant, and its payload 5 % smaller; BENCHMARKS.md, "With span export").
+/// Each transform is a property fetch, a `ToString()` and a key-value pair in the payload, so
+/// fields nobody exports are not asked for. `Events` and `Links` are absent: their items have no
+/// `ToString()` of their own, so `*Enumerate` would give type names (dotnet/runtime#102924).
+const SPAN_START_SPEC: &str = "/Start-Propagate:-TraceId;SpanId;Recorded";
 const SPAN_STOP_SPEC: &str = concat!(
-    "/Stop-Propagate:-TraceId;SpanId;ParentSpanId;ActivityTraceFlags;TraceStateString;Kind",
+    "/Stop-Propagate:-TraceId;SpanId;ParentSpanId;Recorded;TraceStateString;Kind",
     ";DisplayName;StartTimeTicks=StartTimeUtc.Ticks;DurationTicks=Duration.Ticks;Status",
     ";StatusDescription;Tags=TagObjects.*Enumerate;ActivitySourceVersion=Source.Version",
 );
@@ -636,7 +637,7 @@ mod tests {
         let spans = linkage(&["shop"], true).unwrap();
         let args = spans[0].arguments.as_deref().unwrap();
         assert!(args.starts_with(
-            "FilterAndPayloadSpecs=\"[AS]shop/Start-Propagate:-TraceId;SpanId;ActivityTraceFlags\r\n[AS]shop/Stop-Propagate:"
+            "FilterAndPayloadSpecs=\"[AS]shop/Start-Propagate:-TraceId;SpanId;Recorded\r\n[AS]shop/Stop-Propagate:"
         ));
         assert!(args.contains(";DurationTicks=Duration.Ticks;"));
         assert!(args.ends_with("ActivitySourceVersion=Source.Version\""));

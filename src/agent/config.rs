@@ -55,6 +55,9 @@ pub struct AgentConfig {
     /// The API key (dotnet-monitor's `Authentication:MonitorApiKey`).
     #[serde(default)]
     pub authentication: ui::auth::AuthenticationConfig,
+    /// How many store queries of each route class the API runs and queues (clrscope's own).
+    #[serde(default)]
+    pub queries: ui::admission::QueriesConfig,
     /// The certificate for `https` URLs (Kestrel's `Kestrel:Certificates:Default`).
     #[serde(default)]
     pub kestrel: ui::tls::KestrelConfig,

@@ -38,6 +38,7 @@ use settings::{parse_bytes, parse_duration};
 use store::tsdb::{Store, StoreOptions};
 use symbolizer::profiles::process::EventProfiles;
 use tokio::sync::watch;
+use ui::admission::QueryLimits;
 use ui::metrics::Registry;
 
 use crate::args::NettraceArgs;
@@ -102,6 +103,14 @@ pub struct Args {
     /// its first byte. [default: 10s] [config: Kestrel:Limits:RequestHeadersTimeout]
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     request_headers_timeout: Option<Duration>,
+    /// Store queries of each route class (catalog, series, profile) the API runs at once.
+    /// [default: the number of cores] [config: Queries:MaxRunning]
+    #[arg(long, value_name = "N")]
+    max_running_queries: Option<usize>,
+    /// Store queries of each route class that may wait for a running one; one more is refused
+    /// with 503 and Retry-After. [default: 64] [config: Queries:MaxQueued]
+    #[arg(long, value_name = "N")]
+    max_queued_queries: Option<usize>,
     /// Turn authentication off: anyone who can reach the API can read the profiles and take
     /// dumps. Logs a warning; for a trusted machine only.
     #[arg(long, conflicts_with = "temp_apikey")]
@@ -252,6 +261,8 @@ struct Resolved {
     metrics_urls: Option<String>,
     /// The connection limits and allowed host names of both listeners.
     limits: ui::ConnectionLimits,
+    /// How many store queries of each route class run and wait at most.
+    query_limits: QueryLimits,
     allowed_hosts: ui::AllowedHosts,
     /// The `Metrics` section's counters: on /metrics and OTLP (unless off), and what
     /// `GET /livemetrics` and CollectLiveMetrics without settings collect.
@@ -389,6 +400,20 @@ impl Args {
                  KeepAliveTimeout, RequestHeadersTimeout) must be longer than zero"
             );
         }
+        let defaults = QueryLimits::default();
+        let query_limits = QueryLimits {
+            max_running: self
+                .max_running_queries
+                .or(config.queries.max_running)
+                .unwrap_or(defaults.max_running),
+            max_queued: self
+                .max_queued_queries
+                .or(config.queries.max_queued)
+                .unwrap_or(defaults.max_queued),
+        };
+        if query_limits.max_running == 0 {
+            bail!("--max-running-queries (Queries:MaxRunning) must be at least 1");
+        }
         let allowed_hosts = if self.allowed_hosts.is_empty() {
             ui::AllowedHosts::parse(config.allowed_hosts.as_slice())
         } else {
@@ -470,6 +495,7 @@ impl Args {
             },
             metrics_urls,
             limits,
+            query_limits,
             allowed_hosts,
             metrics_selection,
             runtime_metrics: metrics_on && !self.no_runtime_metrics,
@@ -896,6 +922,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .with_processes(agent.processes.clone())
             .with_monitor(monitor)
             .with_metrics(agent.metrics.clone())
+            .with_query_limits(settings.query_limits)
             .with_auth(auth);
         let router = ui::router(state);
         tokio::spawn(ui::serve(listener, router, api_options, stopped()))

@@ -744,6 +744,16 @@ async fn run_long_session(
     let pid_label = long.pid.to_string();
     let name = long.stream.name();
     let pid = long.pid;
+    // The loss series exist at 0 from the start: an alert's `increase()` sees no increase in a
+    // series' first sample, so one that appeared only at the first restart would hide it.
+    let restarts = long
+        .health
+        .losses
+        .session_restarts
+        .with(&[&pid_label, name]);
+    long.health.losses.dropped_events.with(&[&pid_label, name]);
+    let refreshes = (long.stream == Stream::Linkage)
+        .then(|| long.health.losses.linkage_refreshes.with(&[&pid_label]));
     loop {
         let mut sink = ParsingWriter::with_options(
             tokio::io::sink(),
@@ -799,11 +809,9 @@ async fn run_long_session(
             return result;
         }
         if renewing {
-            long.health
-                .losses
-                .linkage_refreshes
-                .with(&[&pid_label])
-                .inc();
+            if let Some(refreshes) = &refreshes {
+                refreshes.inc();
+            }
             continue;
         }
         let alive = tokio::time::timeout(ALIVE_TIMEOUT, long.client.process_info()).await;
@@ -814,11 +822,7 @@ async fn run_long_session(
             Ok(_) => "ended by the runtime (stopped by another tool?)".to_string(),
             Err(error) => error.to_string(),
         };
-        long.health
-            .losses
-            .session_restarts
-            .with(&[&pid_label, name])
-            .inc();
+        restarts.inc();
         tracing::warn!(
             pid,
             session = name,
@@ -995,12 +999,11 @@ impl SamplingLoop<'_> {
         if let Some(error) = sink.error() {
             anyhow::bail!("the sampler's stream did not parse: {error}");
         }
+        let pid = self.pid.to_string();
         let dropped = sink.parser().dropped_events();
-        if dropped > 0 {
-            let pid = self.pid.to_string();
-            let counter = self.health.losses.dropped_events.with(&[&pid, "sampler"]);
-            counter.add(dropped);
-        }
+        // Added even when 0: the series exists before its first loss (see run_long_session).
+        let counter = self.health.losses.dropped_events.with(&[&pid, "sampler"]);
+        counter.add(dropped);
         let interval = sink.parser().trace().map(|t| t.expected_cpu_sampling_rate);
         let (_, WindowSamples { mut samples, .. }) = sink.into_parts();
         if let Some(interval) = interval {

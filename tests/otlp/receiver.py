@@ -16,7 +16,8 @@ Serves, on 127.0.0.1:
 Prints one JSON object per line on stdout:
   {"ready": true, "grpc_port": P, "http_port": Q}
   then one line per request received, see `otlp_summary`, `logs_summary`, `traces_summary`, `metrics_summary`, `push_summary` and
-  `ingest_summary`.
+  `ingest_summary`, each with "received_unix_nano": when it was received (a queued request is
+  older than that by its place in the queue).
 pprof profiles (push samples, ingest bodies) are saved under --out-dir for `go tool pprof`.
 
 With --tls-cert and --tls-key (PEM), both servers speak TLS only.
@@ -33,6 +34,7 @@ import ssl
 import sys
 import tempfile
 import threading
+import time
 import urllib.parse
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,6 +55,8 @@ COUNTER = {"n": 0}
 
 
 def emit(obj):
+    if "ready" not in obj:
+        obj["received_unix_nano"] = time.time_ns()
     with PRINT_LOCK:
         sys.stdout.write(json.dumps(obj) + "\n")
         sys.stdout.flush()

@@ -200,6 +200,21 @@ impl Agent {
         rss
     }
 
+    /// The sum of the samples of the agent's `/metrics` family `name` whose labels include every
+    /// one of `labels` (e.g. `reason="queue_full"`).
+    pub fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+        super::http_get(self.metrics_port, "/metrics", &[])
+            .body
+            .lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+                    && labels.iter().all(|want| l.contains(want))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
     /// The agent's peak resident memory so far (`VmHWM`), in KiB.
     pub fn peak_rss_kib(&self) -> u64 {
         self.status_kib("VmHWM:")

@@ -727,7 +727,26 @@ impl Drop for Target {
 /// User plus system CPU of one thread so far, in clock ticks (`/proc/PID/task/TID/stat` fields 14
 /// and 15); 0 once the thread is gone.
 pub fn thread_cpu_ticks(pid: u32, tid: u64) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else {
+    cpu_ticks(&format!("/proc/{pid}/task/{tid}/stat"))
+}
+
+/// User plus system CPU of a whole process so far (`/proc/PID/stat`; `self` for this one), in ms
+/// (clock ticks of 10 ms: USER_HZ is 100 on Linux); 0 once it is gone.
+pub fn process_cpu_ms(pid: &str) -> f64 {
+    cpu_ticks(&format!("/proc/{pid}/stat")) as f64 * 10.0
+}
+
+/// `mean (min–max)` of a benchmark's repeated measurements, to three decimals.
+pub fn mean_and_range(values: &[f64]) -> String {
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{mean:.3} ({min:.3}–{max:.3})")
+}
+
+/// utime + stime of a `stat` file of procfs, in clock ticks.
+fn cpu_ticks(path: &str) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(path) else {
         return 0;
     };
     // The command name (field 2) may hold spaces and parentheses: count fields after its ')'.

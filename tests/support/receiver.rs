@@ -180,6 +180,14 @@ pub fn profile_link_span_ids(got: &[Value]) -> Vec<&str> {
         .collect()
 }
 
+/// When the first of `got` was received, in Unix nanoseconds.
+pub fn first_received(got: &[Value]) -> u64 {
+    got.iter()
+        .filter_map(|r| r["received_unix_nano"].as_u64())
+        .min()
+        .expect("requests with their receipt time")
+}
+
 /// Now, in nanoseconds since the Unix epoch (the unit of OTLP timestamps).
 pub fn unix_nanos() -> u64 {
     std::time::SystemTime::now()

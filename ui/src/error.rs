@@ -127,6 +127,18 @@ pub enum ApiError {
     #[error("{0}")]
     Busy(String),
 
+    /// A route class's queries run and wait as many as allowed: see [`crate::admission`].
+    #[error(
+        "too many {class} queries at once: {max_running} run and {max_queued} wait at most \
+         (Queries:MaxRunning, Queries:MaxQueued); retry after {retry_after} s"
+    )]
+    Overloaded {
+        class: &'static str,
+        max_running: usize,
+        max_queued: usize,
+        retry_after: u64,
+    },
+
     /// The store cannot be read: its writer panicked or the agent is shutting down.
     #[error("the profile store is unavailable: {0}")]
     Unavailable(String),
@@ -140,6 +152,14 @@ impl ApiError {
     /// The HTTP status answering the problem.
     pub(crate) fn status(&self) -> StatusCode {
         self.kind().0
+    }
+
+    /// Seconds a client should wait before trying again (`Retry-After`), when waiting helps.
+    pub(crate) fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::Overloaded { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        }
     }
 
     /// The HTTP status and the `type` slug and `title` of the problem.
@@ -173,6 +193,10 @@ impl ApiError {
             }
             ApiError::Store(StoreError::InvalidQuery(_)) => {
                 (S::BAD_REQUEST, "invalid-query", "Invalid query")
+            }
+            // Only a request that has gone away is cancelled: no one reads this.
+            ApiError::Store(StoreError::Cancelled) => {
+                (S::SERVICE_UNAVAILABLE, "cancelled", "Query cancelled")
             }
             ApiError::Store(_) => (S::INTERNAL_SERVER_ERROR, "store-error", "Store error"),
             ApiError::Export(ExportError::NothingToDraw { .. }) => {
@@ -227,6 +251,9 @@ impl ApiError {
                 "Cross-site request refused",
             ),
             ApiError::Internal(_) => (S::INTERNAL_SERVER_ERROR, "internal-error", "Internal error"),
+            ApiError::Overloaded { .. } => {
+                (S::SERVICE_UNAVAILABLE, "overloaded", "Too many queries")
+            }
             ApiError::Unavailable(_) => (
                 S::SERVICE_UNAVAILABLE,
                 "unavailable",
@@ -261,7 +288,11 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, slug, title) = self.kind();
         let detail = self.to_string();
-        if status.is_server_error() {
+        let retry_after = self.retry_after();
+        if let ApiError::Overloaded { .. } = self {
+            // Expected under load, and counted (clrscope_api_queries_rejected_total).
+            tracing::debug!(status = status.as_u16(), "{detail}");
+        } else if status.is_server_error() {
             tracing::error!(status = status.as_u16(), "{detail}");
         } else {
             tracing::debug!(status = status.as_u16(), "{detail}");
@@ -274,6 +305,12 @@ impl IntoResponse for ApiError {
         };
         // A struct of strings and a number always serializes.
         let body = serde_json::to_vec(&problem).unwrap_or_default();
-        (status, [(header::CONTENT_TYPE, PROBLEM_JSON)], body).into_response()
+        let mut response = (status, [(header::CONTENT_TYPE, PROBLEM_JSON)], body).into_response();
+        if let Some(seconds) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }

@@ -16,8 +16,9 @@
 //! # }
 //! ```
 //!
-//! Queries run on the blocking thread pool under the store's read lock, at most as many at once
-//! as there are cores ([`ApiState::query_permits`]); the async runtime never waits on the store.
+//! Queries run on the blocking thread pool under the store's read lock, admitted per route class
+//! with bounded running and waiting queries ([`admission`]: 503 with `Retry-After` past them),
+//! and stop when their client goes away; the async runtime never waits on the store.
 //!
 //! # Routes
 //!
@@ -55,6 +56,7 @@
 //!   `new`) and `folded` (`stack base new` lines).
 //! - A route refuses parameters it does not take, and any given twice.
 
+pub mod admission;
 pub mod auth;
 mod collection_rules;
 mod error;

@@ -15,8 +15,9 @@ use serde::Serialize;
 use settings::parse_duration;
 use store::tsdb::{self, parse_selector, Store};
 
+use crate::admission::RouteClass;
 use crate::error::ApiError;
-use crate::server::ApiState;
+use crate::server::{ApiState, StoreReader};
 use crate::time::{duration_nanos, format_time, parse_time};
 use profile::clock::unix_nanos;
 
@@ -80,7 +81,11 @@ async fn listing<T: Send + 'static>(
     list: impl FnOnce(&Store) -> Vec<T> + Send + 'static,
 ) -> Result<Json<Vec<T>>, ApiError> {
     Params::new(params, &[])?;
-    Ok(Json(state.query(move |store| Ok(list(&store))).await?))
+    Ok(Json(
+        state
+            .query(RouteClass::Catalog, move |store| Ok(list(&store)))
+            .await?,
+    ))
 }
 
 #[derive(Debug, Serialize)]
@@ -101,7 +106,7 @@ async fn series(
     let (from, until) = params.range(["from", "until"], now, SERIES_SPAN, now)?;
     let step = params.step(until.saturating_sub(from))?;
     state
-        .query(move |store| {
+        .query(RouteClass::Series, move |store| {
             let query = selector.query(&store, from, until)?;
             let points = store.series(&query, step)?;
             drop(store);
@@ -129,7 +134,7 @@ async fn profile(State(state): State<ApiState>, params: QueryPairs) -> Result<Re
     let (from, until) = params.range(["from", "until"], now, PROFILE_SPAN, now)?;
     let name = selector.type_name.clone();
     let body = state
-        .query(move |store| {
+        .query(RouteClass::Profile, move |store| {
             let query = tsdb::Query {
                 sample_labels: output.sample_labels(),
                 ..selector.query(&store, from, until)?
@@ -169,7 +174,7 @@ async fn diff(State(state): State<ApiState>, params: QueryPairs) -> Result<Respo
     )?;
     let name = format!("{}-diff", selector.type_name);
     let body = state
-        .query(move |store| {
+        .query(RouteClass::Profile, move |store| {
             let new = tsdb::Query {
                 sample_labels: output.sample_labels(),
                 ..selector.query(&store, from, until)?
@@ -340,10 +345,10 @@ impl ProfileSelector {
     }
 
     /// The store query over `[from, until)`: a profile type the store holds, else one clrscope
-    /// records (which then selects nothing).
+    /// records (which then selects nothing); cancelled with the request `store` reads for.
     pub(crate) fn query(
         self,
-        store: &Store,
+        store: &StoreReader<'_>,
         from: i64,
         until: i64,
     ) -> Result<tsdb::Query, ApiError> {
@@ -382,6 +387,7 @@ impl ProfileSelector {
             matchers: self.matchers,
             sample_matchers: self.sample_matchers,
             sample_labels: tsdb::SampleLabels::All,
+            control: store.control.clone(),
         })
     }
 }

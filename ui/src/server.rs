@@ -1,16 +1,17 @@
 //! The router and its shared state (the server loop is [`crate::listener`]).
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::ops::Deref;
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 use axum::http::{Method, Uri};
 use axum::middleware::from_fn_with_state;
 use axum::Router;
 use collector::attached::AttachedProcesses;
-use store::tsdb::Store;
-use tokio::sync::Semaphore;
+use store::tsdb::{QueryControl, Store};
 use tower_http::trace::TraceLayer;
 
+use crate::admission::{Admission, CancelOnDrop, QueryLimits, RouteClass};
 use crate::auth::{authenticate, Authentication};
 use crate::collection_rules::collection_rule_routes;
 use crate::error::ApiError;
@@ -37,9 +38,9 @@ pub struct ApiState {
     pub processes: AttachedProcesses,
     /// dotnet-monitor's routes: where runtimes are found, egress, operations.
     pub monitor: MonitorState,
-    /// One permit per query allowed to run at once; the others wait for a permit, so a burst of
-    /// requests cannot start more store scans (and their memory) than the machine has cores.
-    pub query_permits: Arc<Semaphore>,
+    /// How many store queries of each route class run and wait at most (a burst of requests
+    /// cannot start more store scans, and their memory, than allowed, nor queue without bound).
+    pub admission: Admission,
     /// The agent's metrics, for `/metrics`; empty without an agent.
     pub metrics: Registry,
     /// What a request needs to be answered: by default a token, of no key (every request is
@@ -48,15 +49,15 @@ pub struct ApiState {
 }
 
 impl ApiState {
-    /// State over `store`, running as many queries at once as there are cores.
+    /// State over `store`, admitting queries within the default [`QueryLimits`].
     pub fn new(store: Arc<RwLock<Store>>) -> ApiState {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let metrics = Registry::default();
         ApiState {
             store,
             processes: AttachedProcesses::default(),
             monitor: MonitorState::default(),
-            query_permits: Arc::new(Semaphore::new(cores)),
-            metrics: Registry::default(),
+            admission: Admission::new(QueryLimits::default(), &metrics),
+            metrics,
             auth: Authentication::Unconfigured(Arc::new(crate::auth::KeyError::MissingSubject)),
         }
     }
@@ -71,9 +72,22 @@ impl ApiState {
         ApiState { auth, ..self }
     }
 
-    /// The same state, serving the agent's `metrics` on `/metrics`.
+    /// The same state, serving the agent's `metrics` (the admission's among them) on
+    /// `/metrics`.
     pub fn with_metrics(self, metrics: Registry) -> ApiState {
-        ApiState { metrics, ..self }
+        ApiState {
+            admission: Admission::new(self.admission.limits(), &metrics),
+            metrics,
+            ..self
+        }
+    }
+
+    /// The same state, admitting store queries within `limits`.
+    pub fn with_query_limits(self, limits: QueryLimits) -> ApiState {
+        ApiState {
+            admission: Admission::new(limits, &self.metrics),
+            ..self
+        }
     }
 
     /// The same state, serving dotnet-monitor's routes with `monitor`.
@@ -81,32 +95,54 @@ impl ApiState {
         ApiState { monitor, ..self }
     }
 
-    /// Runs `query` on the blocking thread pool with the store's read guard, once a query
-    /// permit is free, so the async runtime never waits on the store. `query` drops the guard
-    /// as soon as it has read what it needs, so that writing the answer does not hold up the
-    /// store's writer.
-    pub(crate) async fn query<T, F>(&self, query: F) -> Result<T, ApiError>
+    /// Runs `query` on the blocking thread pool with the store's read guard, once `class`
+    /// admits it ([`crate::admission`]), so the async runtime never waits on the store. `query`
+    /// drops the guard as soon as it has read what it needs, so that writing the answer does
+    /// not hold up the store's writer. If the request goes away meanwhile (its client closed
+    /// the connection), the store query stops before its next block.
+    pub(crate) async fn query<T, F>(&self, class: RouteClass, query: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
-        F: FnOnce(RwLockReadGuard<'_, Store>) -> Result<T, ApiError> + Send + 'static,
+        F: FnOnce(StoreReader<'_>) -> Result<T, ApiError> + Send + 'static,
     {
-        let permit = Arc::clone(&self.query_permits)
-            .acquire_owned()
-            .await
-            .map_err(|_| ApiError::Unavailable("the agent is shutting down".into()))?;
+        let running = self.admission.admit(class).await?;
+        let control = QueryControl::default();
+        let cancel_on_drop = CancelOnDrop::new(&control);
         let store = Arc::clone(&self.store);
         let task = tokio::task::spawn_blocking(move || {
-            // Held until the answer is written, even if the client has gone away meanwhile.
-            let _permit = permit;
-            let store = store.read().map_err(|_| {
-                ApiError::Unavailable(
+            let answer = match store.read() {
+                Ok(store) => query(StoreReader {
+                    store,
+                    control: control.clone(),
+                }),
+                Err(_) => Err(ApiError::Unavailable(
                     "its writer panicked while holding it; restart the agent".into(),
-                )
-            })?;
-            query(store)
+                )),
+            };
+            // The slot is held until the answer is written, even if the client has gone away.
+            running.finish(&control);
+            answer
         });
-        task.await
-            .map_err(|e| ApiError::Internal(format!("the query task failed: {e}")))?
+        let answer = task
+            .await
+            .map_err(|e| ApiError::Internal(format!("the query task failed: {e}")))?;
+        cancel_on_drop.disarm();
+        answer
+    }
+}
+
+/// The store as a query reads it: under the read lock, with the control that cancels the
+/// query when its request goes away (every [`store::tsdb::Query`] made from it carries it).
+pub(crate) struct StoreReader<'a> {
+    store: RwLockReadGuard<'a, Store>,
+    pub(crate) control: QueryControl,
+}
+
+impl Deref for StoreReader<'_> {
+    type Target = Store;
+
+    fn deref(&self) -> &Store {
+        &self.store
     }
 }
 

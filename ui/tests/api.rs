@@ -14,7 +14,7 @@ use profile::{Batch, BatchSample, ProfileType};
 use profile::{Function, LabelValue};
 use prost::Message;
 use serde_json::Value;
-use store::tsdb::{Query, SampleLabels, Store, StoreOptions};
+use store::tsdb::{Query, QueryControl, SampleLabels, Store, StoreOptions};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -281,6 +281,7 @@ fn cpu_query(from: i64, until: i64) -> Query {
         matchers: vec![("service_name".into(), "checkout".into())],
         sample_matchers: Vec::new(),
         sample_labels: SampleLabels::All,
+        control: QueryControl::default(),
     }
 }
 

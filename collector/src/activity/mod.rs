@@ -253,10 +253,8 @@ impl ActivityEvent {
                     timestamp,
                     activity: h.activity_id,
                     restore: h.related_activity_id,
-                    // Linkage alone does not ask for the flags: every span counts then.
-                    recorded: ds
-                        .argument("ActivityTraceFlags")
-                        .is_none_or(|flags| flags.contains("Recorded")),
+                    // Linkage alone does not ask whether: every span counts then.
+                    recorded: ds.recorded().unwrap_or(true),
                     span: Span {
                         trace_id,
                         span_id,

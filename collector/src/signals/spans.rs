@@ -129,8 +129,7 @@ impl SpanRecord {
             value: value.chars().take(64).collect(),
         };
         let get = |field: &'static str| event.argument(field).ok_or_else(|| missing(field));
-        // `ActivityTraceFlags` is `None` or `Recorded` (a flags enum: test the name).
-        if !get("ActivityTraceFlags")?.contains("Recorded") {
+        if !event.recorded().ok_or_else(|| missing("Recorded"))? {
             return Ok(None);
         }
         let text = get("TraceId")?;
@@ -232,7 +231,7 @@ mod tests {
         ("TraceId", "0af7651916cd43dd8448eb211c80319c"),
         ("SpanId", "b7ad6b7169203331"),
         ("ParentSpanId", "0000000000000000"),
-        ("ActivityTraceFlags", "Recorded"),
+        ("Recorded", "True"),
         ("Kind", "Server"),
         ("DisplayName", "GET /checkout"),
         // 2024-01-02T03:04:05Z and 1.5 ms.
@@ -273,8 +272,14 @@ mod tests {
     #[test]
     fn unrecorded_and_incomplete_stops() {
         let mut unrecorded = FULL;
-        unrecorded[3].1 = "None";
+        unrecorded[3].1 = "False";
         assert_eq!(SpanRecord::from_stop(&stop(&unrecorded)), Ok(None));
+        // dotnet-monitor's specs, when its session replaced clrscope's, ask for the flags.
+        let mut flags = FULL;
+        flags[3] = ("ActivityTraceFlags", "Recorded");
+        assert!(SpanRecord::from_stop(&stop(&flags)).unwrap().is_some());
+        flags[3].1 = "None";
+        assert_eq!(SpanRecord::from_stop(&stop(&flags)), Ok(None));
         // Linkage's own stops carry only the ids: another session's specs are in force.
         let short = stop(&FULL[..4]);
         assert!(matches!(

@@ -9,7 +9,7 @@ use std::time::Duration;
 use arrow::array::{Array, UInt32Array};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use profile::ProfileType;
-use store::tsdb::{BlockInfo, Level, Query, SampleLabels, Store, StoreOptions};
+use store::tsdb::{BlockInfo, Level, Query, QueryControl, SampleLabels, Store, StoreOptions};
 
 pub const SECOND: i64 = 1_000_000_000;
 /// 2025-11-30 12:00 UTC: any fixed time works, a realistic one keeps block names realistic.
@@ -68,6 +68,7 @@ pub fn query(service: &str, profile_type: &str, from: i64, until: i64) -> Query 
         matchers: vec![("service_name".into(), service.into())],
         sample_matchers: Vec::new(),
         sample_labels: SampleLabels::All,
+        control: QueryControl::default(),
     }
 }
 

@@ -52,6 +52,9 @@ pub enum StoreError {
         dir = dir.display()
     )]
     UnsafeDataDir { dir: PathBuf, problem: String },
+    /// The query's [`super::QueryControl`] was cancelled (its client went away).
+    #[error("the query was cancelled before it finished")]
+    Cancelled,
     /// Options that make no sense.
     #[error("invalid store options: {0}")]
     InvalidOptions(String),

@@ -34,7 +34,7 @@ pub use block::{
     FORMAT_NAME,
 };
 pub use error::{Result, StoreError};
-pub use model::{parse_selector, Level, Query, SampleLabels, Series, StoreOptions};
+pub use model::{parse_selector, Level, Query, QueryControl, SampleLabels, Series, StoreOptions};
 
 use cache::{BlockIds, QueryCache};
 use error::io;
@@ -747,7 +747,7 @@ impl Store {
     /// Folds each block that may hold rows for the query (its rows of unselected series mostly
     /// skipped, plus what `prepare` gets for it) into per-thread states, returned in a fixed
     /// order so answers do not depend on scheduling. Blocks that cannot be read are reported
-    /// and skipped.
+    /// and skipped. A cancelled [`QueryControl`] stops every thread before its next block.
     ///
     /// Blocks are striped over up to [`MAX_QUERY_THREADS`] threads, one per core, each reading
     /// (decompressing, decoding, checking) and folding one block at a time: a long range costs
@@ -773,9 +773,14 @@ impl Store {
                 if failed.load(Ordering::Relaxed) {
                     break;
                 }
+                if let Err(cancelled) = query.control.check() {
+                    failed.store(true, Ordering::Relaxed);
+                    return Err(cancelled);
+                }
                 let wanted = |series: usize| info.meta.series.get(series).is_some_and(selects);
                 let read = block::read_samples(info, &wanted)
                     .and_then(|rows| prepare(info).map(|prepared| (prepared, rows)));
+                query.control.block_read();
                 let folded = match read {
                     Ok((prepared, rows)) => visit(state, info, prepared, &rows),
                     Err(e) => {

@@ -1,6 +1,8 @@
 //! What goes in (batches) and what comes out (queries), independent of how it is stored.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -43,7 +45,60 @@ pub struct Query {
     pub sample_matchers: Vec<(String, LabelValue)>,
     /// Which sample labels [`super::Store::profile`] keeps.
     pub sample_labels: SampleLabels,
+    /// Lets whoever asked stop the query, and counts what it read.
+    pub control: QueryControl,
 }
+
+/// Shared by a query and whoever asked it (a clone is the same control): the asker can cancel
+/// the query, which then stops before its next block with [`StoreError::Cancelled`]; the query
+/// counts the blocks it read, so the asker can tell how much work it did.
+///
+/// A control is not part of the question: any two compare equal.
+#[derive(Debug, Clone, Default)]
+pub struct QueryControl(Arc<ControlState>);
+
+#[derive(Debug, Default)]
+struct ControlState {
+    cancelled: AtomicBool,
+    blocks_read: AtomicU64,
+}
+
+impl QueryControl {
+    /// Asks the query to stop: it returns [`StoreError::Cancelled`] before reading another
+    /// block. A query that has read its blocks finishes.
+    pub fn cancel(&self) {
+        self.0.cancelled.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// Blocks the queries of this control have read so far.
+    pub fn blocks_read(&self) -> u64 {
+        self.0.blocks_read.load(Ordering::Relaxed)
+    }
+
+    /// Before each block: stops a cancelled query.
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.is_cancelled() {
+            return Err(StoreError::Cancelled);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn block_read(&self) {
+        self.0.blocks_read.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+impl PartialEq for QueryControl {
+    fn eq(&self, _: &QueryControl) -> bool {
+        true
+    }
+}
+
+impl Eq for QueryControl {}
 
 /// Which per-sample labels a merged profile keeps. Samples that differ only in labels it drops
 /// merge into one, so dropping the per-thread ones shrinks the answer (and its cost) by up to

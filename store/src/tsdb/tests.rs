@@ -120,6 +120,7 @@ fn query(service: Option<&str>, pt: &str, from: i64, until: i64) -> Query {
             .unwrap_or_default(),
         sample_matchers: Vec::new(),
         sample_labels: SampleLabels::All,
+        control: QueryControl::default(),
     }
 }
 
@@ -297,6 +298,30 @@ fn time_range_and_labels_prune_blocks() {
         "{}",
         problems[0].message
     );
+}
+
+#[test]
+fn a_cancelled_query_reads_no_more_blocks() {
+    let dir = TempDir::new("cancel");
+    three_hours(&dir);
+    let store = Store::open(&dir.0, keep_all()).unwrap();
+    let q = query(None, "cpu", 0, 4 * HOUR);
+    assert_eq!(store.profile(&q).unwrap().total(0), 3);
+    assert_eq!(
+        q.control.blocks_read(),
+        3,
+        "a control counts the blocks read"
+    );
+    let cancelled = query(None, "cpu", 0, 4 * HOUR);
+    cancelled.control.cancel();
+    for result in [
+        store.profile(&cancelled).map(drop),
+        store.call_tree(&cancelled, 16).map(drop),
+        store.series(&cancelled, Duration::from_secs(60)).map(drop),
+    ] {
+        assert!(matches!(result, Err(StoreError::Cancelled)), "{result:?}");
+    }
+    assert_eq!(cancelled.control.blocks_read(), 0);
 }
 
 /// Three blocks, one per hour, each with one sample of value 1.

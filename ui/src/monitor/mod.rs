@@ -54,7 +54,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use collector::client::DiagnosticsClient;
+use collector::client::{DiagnosticsClient, DEFAULT_TIMEOUT};
 use collector::listen::ListenServer;
 use collector::local::LocalProcess;
 use collector::processes::{reachable, ReachableProcess};
@@ -255,7 +255,9 @@ impl Target {
                 .runtime_pid
                 .and_then(|runtime_pid| LocalProcess::find(runtime_pid, s.pid, &command_line)),
             command_line,
-            client: process.client,
+            // Listing asks each runtime for a quick answer; what runs on a target afterwards
+            // (a heap snapshot's StopTracing on a loaded node takes seconds) gets the usual wait.
+            client: process.client.with_timeout(DEFAULT_TIMEOUT),
         })
     }
 

@@ -51,6 +51,7 @@ impl Codec {
                     "unsupported Content-Type {content_type:?}: send Connect unary requests as \
                      {PROTO} or {JSON}"
                 ),
+                retry_after: None,
             }),
         }
     }
@@ -104,6 +105,8 @@ pub struct ConnectError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// `Retry-After` in seconds, when waiting helps (an overloaded route class).
+    pub retry_after: Option<u64>,
 }
 
 impl ConnectError {
@@ -112,6 +115,7 @@ impl ConnectError {
             status: StatusCode::BAD_REQUEST,
             code: "invalid_argument",
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -120,6 +124,7 @@ impl ConnectError {
             status: StatusCode::NOT_IMPLEMENTED,
             code: "unimplemented",
             message: message.into(),
+            retry_after: None,
         }
     }
 }
@@ -133,13 +138,15 @@ impl From<ApiError> for ConnectError {
             StatusCode::SERVICE_UNAVAILABLE => "unavailable",
             _ => "internal",
         };
-        if status.is_server_error() {
+        let retry_after = error.retry_after();
+        if status.is_server_error() && retry_after.is_none() {
             tracing::error!(code, "{error}");
         }
         ConnectError {
             status,
             code,
             message: error.to_string(),
+            retry_after,
         }
     }
 }
@@ -147,12 +154,18 @@ impl From<ApiError> for ConnectError {
 impl IntoResponse for ConnectError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({"code": self.code, "message": self.message});
-        (
+        let mut response = (
             self.status,
             [(header::CONTENT_TYPE, HeaderValue::from_static(JSON))],
             body.to_string(),
         )
-            .into_response()
+            .into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 

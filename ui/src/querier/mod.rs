@@ -34,11 +34,12 @@ use exporter::pprof::proto as pprof;
 use exporter::pyroscope::pyroscope_name;
 use exporter::tree::FlameGraph as Flamebearer;
 use profile::{CallTree, LabelValue, Profile, ProfileBuilder, ValueType};
-use store::tsdb::{self, parse_selector, SampleLabels, Store};
+use store::tsdb::{self, parse_selector, SampleLabels};
 
+use crate::admission::RouteClass;
 use crate::error::ApiError;
 use crate::query::{default_step, ProfileSelector};
-use crate::server::ApiState;
+use crate::server::{ApiState, StoreReader};
 use connect::{ConnectError, Reply};
 use proto::*;
 
@@ -151,7 +152,9 @@ async fn selected_label_sets(
     selectors: &[String],
 ) -> Result<Vec<Vec<(String, String)>>, ConnectError> {
     let selectors = parse_selectors(selectors)?;
-    let series = state.query(|store| Ok(store.series_list())).await?;
+    let series = state
+        .query(RouteClass::Catalog, |store| Ok(store.series_list()))
+        .await?;
     Ok(series
         .iter()
         .map(pyroscope_labels)
@@ -163,7 +166,9 @@ async fn profile_types(
     state: ApiState,
     _: ProfileTypesRequest,
 ) -> Result<ProfileTypesResponse, ConnectError> {
-    let types = state.query(|store| Ok(store.profile_types())).await?;
+    let types = state
+        .query(RouteClass::Catalog, |store| Ok(store.profile_types()))
+        .await?;
     let mut profile_types: Vec<ProfileType> = types.iter().map(pyroscope_type).collect();
     profile_types.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(ProfileTypesResponse { profile_types })
@@ -282,7 +287,7 @@ impl Selected {
     /// let it select anything.
     fn query(
         &self,
-        store: &Store,
+        store: &StoreReader<'_>,
         sample_labels: SampleLabels,
     ) -> Result<(tsdb::Query, bool), ApiError> {
         let selector = ProfileSelector {
@@ -364,7 +369,7 @@ async fn select_series(
     };
     let group_by = request.group_by;
     let mut series = state
-        .query(move |store| {
+        .query(RouteClass::Series, move |store| {
             let (query, selects) = selected.query(&store, SampleLabels::All)?;
             if !selects {
                 return Ok(Vec::new());
@@ -467,7 +472,7 @@ fn max_nodes(requested: Option<i64>) -> Result<usize, ConnectError> {
 /// it (one for all samples when there are no filters); `Err` with the whole query's empty range
 /// when no series is selected.
 fn selected_queries(
-    store: &Store,
+    store: &StoreReader<'_>,
     selected: &Selected,
     filters: &[(String, LabelValue)],
     sample_labels: SampleLabels,
@@ -490,7 +495,7 @@ fn selected_queries(
 
 /// The merged profile of `selected`, of the samples matching any of `filters`.
 fn merged_profile(
-    store: &Store,
+    store: &StoreReader<'_>,
     selected: &Selected,
     filters: &[(String, LabelValue)],
     sample_labels: SampleLabels,
@@ -515,7 +520,7 @@ fn merged_profile(
 /// The merged call tree of `selected`, of the samples matching any of `filters`, each cut to
 /// `max_nodes` by the store.
 fn merged_call_tree(
-    store: &Store,
+    store: &StoreReader<'_>,
     selected: &Selected,
     filters: &[(String, LabelValue)],
     max_nodes: usize,
@@ -574,7 +579,7 @@ async fn flame_graph_reply(
     max_nodes: usize,
 ) -> Result<FlameGraphResponse, ConnectError> {
     let graph = state
-        .query(move |store| {
+        .query(RouteClass::Profile, move |store| {
             // The store's call trees, cut to max_nodes, then Pyroscope's cut of the graph: the
             // trees of several spans merged may exceed it, and what the store cut folds into one
             // `other` per node.
@@ -670,7 +675,7 @@ async fn select_merge_profile(
     let filters = id_filters("trace_id", &request.trace_id_selector, 32)?;
     let selected = request.selected()?;
     let profile = state
-        .query(move |store| {
+        .query(RouteClass::Profile, move |store| {
             // pprof carries every sample label (threads, spans), as /api/v1/profile's does.
             let profile = merged_profile(&store, &selected, &filters, SampleLabels::All)?;
             drop(store);

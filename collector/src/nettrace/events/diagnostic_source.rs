@@ -115,4 +115,19 @@ impl DiagnosticSourceEvent {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
+
+    /// Whether the activity is recorded: from `Recorded` (`Activity.Recorded`, `True` or `False`:
+    /// what clrscope's specs ask for, a bool's `ToString()` being a constant) or from
+    /// `ActivityTraceFlags` (`None` or `Recorded`, a flags enum: what dotnet-monitor's specs ask
+    /// for, in force when its session replaced clrscope's); `None` when neither was asked for.
+    pub fn recorded(&self) -> Option<bool> {
+        match (
+            self.argument("Recorded"),
+            self.argument("ActivityTraceFlags"),
+        ) {
+            (Some(recorded), _) => Some(recorded == "True"),
+            (None, Some(flags)) => Some(flags.contains("Recorded")),
+            (None, None) => None,
+        }
+    }
 }
