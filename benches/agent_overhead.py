@@ -64,7 +64,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTBED = os.environ.get("CLRSCOPE_TESTBED_DIR", os.path.join(ROOT, ".testbed"))
 DOTNET = os.path.join(TESTBED, "bin", "dotnet")
-CLRSCOPE = os.path.join(ROOT, "target", "release", "clrscope")
+CLRSCOPE = os.environ.get("CLRSCOPE", os.path.join(ROOT, "target", "release", "clrscope"))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # Agent arguments per configuration (None: no agent). The default list is the issue's comparison;
@@ -156,8 +156,8 @@ def status_kib(pid, key):
 class Target:
     """A test-bed target whose JSON lines are read by a thread into a queue."""
 
-    def __init__(self, name, args, logdir, cpu=None):
-        dll = os.path.join(TESTBED, "targets", name, name + ".dll")
+    def __init__(self, name, args, logdir, cpu=None, targets_dir=None, ready_timeout=30):
+        dll = os.path.join(targets_dir or os.path.join(TESTBED, "targets"), name, name + ".dll")
         if not os.path.isfile(dll):
             raise SetupError(f"{dll} is missing: run tests/testbed/setup.sh")
         self.name = name
@@ -170,7 +170,7 @@ class Target:
                                      stderr=self.stderr, env=env, text=True, preexec_fn=pin)
         self.lines = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
-        self.ready = self.next_line(30, "ready")
+        self.ready = self.next_line(ready_timeout, "ready")
         self.pid = self.proc.pid
 
     def _read(self):
@@ -208,12 +208,12 @@ class Target:
 class Agent:
     """`clrscope agent` with JSON logs in a file, limited to the given pids."""
 
-    def __init__(self, extra_args, pids, data_dir, log_path, cpu=None):
+    def __init__(self, extra_args, pids, data_dir, log_path, cpu=None, log_filter="warn,clrscope=debug"):
         self.log_path = log_path
         self.log_file = open(log_path, "w")
         pid_args = [a for pid in pids for a in ("--pid", str(pid))]
         # Free ports, and a key of its own: nothing here calls the API.
-        self.command = [CLRSCOPE, "--log", "warn,clrscope=debug", "--log-format", "json",
+        self.command = [CLRSCOPE, "--log", log_filter, "--log-format", "json",
                         "agent", "--urls", "http://127.0.0.1:0", "--metrics-urls", "none",
                         "--temp-apikey", "--data-dir", data_dir, *pid_args, *extra_args]
         pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
@@ -242,6 +242,19 @@ class Agent:
                 return
             time.sleep(0.2)
         raise SetupError(f"the agent attached to fewer than {count} targets in {timeout} s; see {self.log_path}")
+
+    def api_url(self, timeout=30):
+        """The API's address, from the line the agent prints when it listens."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SetupError(f"the agent exited with code {self.proc.returncode}; see {self.log_path}")
+            with open(self.log_path) as f:
+                for line in f:
+                    if line.startswith("clrscope agent: API on "):
+                        return line.split()[4].rstrip(";")
+            time.sleep(0.2)
+        raise SetupError(f"the agent did not say where its API listens within {timeout} s; see {self.log_path}")
 
     def stop(self):
         """SIGINT, as an operator would; returns how long the agent took to exit."""

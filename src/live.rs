@@ -4,6 +4,7 @@ use anyhow::Context;
 use collector::client::{DiagnosticsClient, EventPipeSession};
 use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::local::LocalProcess;
+use collector::nettrace::ParserOptions;
 use collector::providers::{self, level};
 use collector::session;
 use symbolizer::profiles::recording::Recorder;
@@ -34,7 +35,7 @@ pub async fn attach(
     let (live, _) = session::start(client, sampling_session(false))
         .await
         .with_context(|| format!("starting the sampler in pid {pid}"))?;
-    session::rundown(client, pid, &mut *recorder).await?;
+    session::rundown(client, pid, &mut *recorder, &ParserOptions::default()).await?;
     Ok(live)
 }
 

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use collector::client::DiagnosticsClient;
 use collector::local::LocalProcess;
-use collector::nettrace::AsyncNettraceReader;
+use collector::nettrace::{AsyncNettraceReader, ParserOptions};
 use collector::session::rundown;
 use settings::parse_duration;
 use symbolizer::profiles::recording::Recorder;
@@ -74,7 +74,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 refresh.record_misses(misses.saturating_sub(misses_seen));
                 misses_seen = misses;
                 if refresh.should_refresh(started.elapsed().as_nanos() as u64) {
-                    rundown(&client, args.pid, &mut recorder).await?;
+                    rundown(&client, args.pid, &mut recorder, &ParserOptions::default()).await?;
                 }
             }
             () = &mut deadline => break,

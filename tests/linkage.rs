@@ -222,7 +222,7 @@ async fn samples_join_the_span_running_on_their_thread() {
             .iter()
             .map(|f| {
                 let function = map.function(f.function);
-                format!("{}.{}", function.namespace, function.name)
+                format!("{}.{}", function.namespace(), function.name())
             })
             .collect();
         let Some(i) = hot

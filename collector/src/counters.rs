@@ -45,7 +45,7 @@ use crate::ipc::{CollectTracing, ProviderConfig};
 use crate::nettrace::events::{
     EventCounterValue, KnownEvent, MetricValue, MetricsEvent, METRICS_PROVIDER,
 };
-use crate::nettrace::{Event, NettraceError};
+use crate::nettrace::{Event, NettraceError, ParserOptions};
 use crate::providers::{encode_arguments, level};
 use crate::session::{self, EventObserver, ParsingWriter, SessionError, SessionSummary};
 
@@ -88,6 +88,8 @@ pub struct CounterSessionConfig {
     pub metrics_session_id: String,
     pub max_histograms: u32,
     pub max_time_series: u32,
+    /// Limits of the parser that reads the session's stream.
+    pub parser: ParserOptions,
 }
 
 impl CounterSessionConfig {
@@ -100,6 +102,7 @@ impl CounterSessionConfig {
             metrics_session_id: SHARED_SESSION_ID.to_string(),
             max_histograms: DEFAULT_MAX_HISTOGRAMS,
             max_time_series: DEFAULT_MAX_TIME_SERIES,
+            parser: ParserOptions::default(),
         }
     }
 
@@ -511,7 +514,7 @@ pub async fn run(
             tracing::warn!("counter updates are dropped: their consumer falls behind");
         }
     });
-    let mut sink = ParsingWriter::new(tokio::io::sink(), observer);
+    let mut sink = ParsingWriter::with_options(tokio::io::sink(), observer, config.parser.clone());
     let summary = session::run(
         client,
         config.collect_tracing(),

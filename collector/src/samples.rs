@@ -46,6 +46,25 @@ impl StackKey {
     }
 }
 
+/// A fast hash of a sample's thread, mode and raw stack bytes (FxHash's mixing, a word at a
+/// time): the aggregator's first look-up, confirmed by comparing the stack itself.
+fn stack_hash(thread_id: u64, managed: bool, bytes: &[u8]) -> u64 {
+    const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+    let mix = |hash: u64, word: u64| (hash.rotate_left(5) ^ word).wrapping_mul(SEED);
+    let mut hash = mix(mix(0, thread_id), u64::from(managed));
+    let mut words = bytes.chunks_exact(8);
+    for word in &mut words {
+        hash = mix(
+            hash,
+            u64::from_le_bytes(word.try_into().unwrap_or_default()),
+        );
+    }
+    for &byte in words.remainder() {
+        hash = mix(hash, u64::from(byte));
+    }
+    hash
+}
+
 /// When one sample was taken: an index into [`SampleAggregator::stacks_by_index`] and the
 /// sample's raw timestamp (the runtime's QPC ticks, shared by all sessions of one process).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,8 +76,14 @@ pub struct SampleTime {
 /// Counts the sampler's stacks and measures its period.
 #[derive(Debug, Default)]
 pub struct SampleAggregator {
-    /// Each distinct stack's index into `counts`.
-    stacks: HashMap<StackKey, u32>,
+    /// The distinct stacks, in the order first seen; their indices index `counts`.
+    keys: Vec<StackKey>,
+    /// A stack's index by the hash of its thread, mode and frames ([`stack_hash`]): a sample
+    /// of a stack seen before is counted without building its key, which on a process with
+    /// many waiting threads is nearly every sample.
+    by_hash: HashMap<u64, u32>,
+    /// Stacks whose hash an earlier different stack holds in `by_hash`.
+    collided: HashMap<StackKey, u32>,
     counts: Vec<u64>,
     /// Every sample's time, when asked for ([`SampleAggregator::keep_times`]).
     times: Option<Vec<SampleTime>>,
@@ -108,23 +133,53 @@ impl SampleAggregator {
             self.last_tick_ns = Some(at);
         }
         self.last_sample_ns = Some(at);
-        if event.stack().is_none_or(|s| s.is_empty()) {
+        let Some(stack) = event.stack().filter(|s| !s.is_empty()) else {
             return;
-        }
+        };
         self.samples += 1;
-        let key = StackKey::of(event, sample);
-        let next = u32::try_from(self.counts.len()).unwrap_or(u32::MAX);
-        let index = *self.stacks.entry(key).or_insert(next);
-        match self.counts.get_mut(index as usize) {
-            Some(count) => *count += 1,
-            None => self.counts.push(1),
-        }
+        let thread_id = event.header.thread_id;
+        let managed = sample.kind == SampleKind::Managed;
+        let hash = stack_hash(thread_id, managed, stack.bytes());
+        let index = match self.by_hash.get(&hash) {
+            Some(&index) => {
+                let key = &self.keys[index as usize];
+                if key.thread_id == thread_id
+                    && key.managed == managed
+                    && key.ips.iter().copied().eq(stack.ips())
+                {
+                    index
+                } else {
+                    self.insert_collided(StackKey::of(event, sample))
+                }
+            }
+            None => {
+                let index = self.push_key(StackKey::of(event, sample));
+                self.by_hash.insert(hash, index);
+                index
+            }
+        };
+        self.counts[index as usize] += 1;
         if let Some(times) = &mut self.times {
             times.push(SampleTime {
                 stack: index,
                 timestamp: event.header.timestamp,
             });
         }
+    }
+
+    fn push_key(&mut self, key: StackKey) -> u32 {
+        self.keys.push(key);
+        self.counts.push(0);
+        u32::try_from(self.keys.len() - 1).unwrap_or(u32::MAX)
+    }
+
+    fn insert_collided(&mut self, key: StackKey) -> u32 {
+        if let Some(&index) = self.collided.get(&key) {
+            return index;
+        }
+        let index = self.push_key(key.clone());
+        self.collided.insert(key, index);
+        index
     }
 
     /// Samples with a stack.
@@ -176,16 +231,17 @@ impl SampleAggregator {
         Some((first, last.saturating_add(self.period_ns())))
     }
 
-    /// Each distinct stack with its sample count.
+    /// Each distinct stack with its sample count, in the order first seen.
     pub fn stacks(&self) -> impl Iterator<Item = (&StackKey, u64)> {
-        self.stacks
-            .iter()
-            .map(|(key, &index)| (key, self.counts[index as usize]))
+        self.keys.iter().zip(self.counts.iter().copied())
     }
 
     /// Each distinct stack with its index (what [`SampleTime::stack`] refers to).
     pub fn stacks_by_index(&self) -> impl Iterator<Item = (u32, &StackKey)> {
-        self.stacks.iter().map(|(key, &index)| (index, key))
+        self.keys
+            .iter()
+            .enumerate()
+            .map(|(index, key)| (u32::try_from(index).unwrap_or(u32::MAX), key))
     }
 
     /// Every sample's stack and time, in arrival order, if [`keep_times`](Self::keep_times) was
@@ -196,7 +252,7 @@ impl SampleAggregator {
 
     /// Distinct thread ids seen.
     pub fn thread_ids(&self) -> Vec<u64> {
-        let mut ids: Vec<u64> = self.stacks.keys().map(|k| k.thread_id).collect();
+        let mut ids: Vec<u64> = self.keys.iter().map(|k| k.thread_id).collect();
         ids.sort_unstable();
         ids.dedup();
         ids

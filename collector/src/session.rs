@@ -285,18 +285,20 @@ async fn finish<W: AsyncWrite + Unpin>(
     })
 }
 
-/// Runs a rundown-only session of process `pid` into `observer`: the runtime lists every method
-/// and module it has loaded (ReadyToRun methods once their entry point is bound).
+/// Runs a rundown-only session of process `pid` into `observer`, parsed within `parser`'s
+/// limits: the runtime lists every method and module it has loaded (ReadyToRun methods once
+/// their entry point is bound).
 pub async fn rundown(
     client: &DiagnosticsClient,
     pid: u32,
     observer: impl EventObserver + Unpin,
+    parser: &ParserOptions,
 ) -> Result<(), RundownError> {
     // A session needs a provider; the runtime's with no keywords adds nothing but the rundown.
     let rundown_only =
         CollectTracing::v2(vec![ProviderConfig::new(RUNTIME, 0, level::INFORMATIONAL)])
             .with_rundown(true);
-    let mut sink = ParsingWriter::new(tokio::io::sink(), observer);
+    let mut sink = ParsingWriter::with_options(tokio::io::sink(), observer, parser.clone());
     run(
         client,
         rundown_only,

@@ -164,6 +164,9 @@ pub struct ProfilingConfig {
     /// `--exception-history`.
     #[serde(default, deserialize_with = "lenient::opt_number")]
     pub exception_history: Option<usize>,
+    /// `--nettrace-agent-budget`.
+    #[serde(default, deserialize_with = "lenient::opt_bytes")]
+    pub nettrace_agent_budget: Option<u64>,
 }
 
 /// A `Microsoft.Extensions.Logging` level by name (`Information`), as `--logs` takes it.

@@ -2,7 +2,7 @@
 //! the ones that dial the agent's socket (listen mode). Each gets a [`process::profile`] task;
 //! both loops wait for their tasks when the agent stops.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,12 +46,19 @@ async fn drain(mut tasks: Tasks) {
     while tasks.join_next().await.is_some() {}
 }
 
+/// The longest a socket whose task failed (a stale socket left by a process that exited, a
+/// runtime that did not answer) waits before it is tried again: a node has many such sockets, and
+/// each try costs a connection and a warning. The wait doubles from one rescan interval.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+
 /// Rescans for default diagnostic sockets every `interval` and profiles each new one.
 pub async fn connect_mode(agent: Arc<Agent>, interval: Duration) -> anyhow::Result<()> {
     let mut tasks = Tasks::new();
     // Sockets seen, with their task. A socket's name holds the pid and start time, so a
-    // restarted process is a new entry; a task that failed is forgotten to be retried.
+    // restarted process is a new entry; a task that failed is forgotten, to be retried later.
     let mut known = HashSet::new();
+    // Sockets whose task failed: when to try again, and how many times it failed.
+    let mut failed: HashMap<PathBuf, (tokio::time::Instant, u32)> = HashMap::new();
     let mut shutdown = agent.shutdown.clone();
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -61,6 +68,10 @@ pub async fn connect_mode(agent: Arc<Agent>, interval: Duration) -> anyhow::Resu
             Some(done) = tasks.join_next() => {
                 if let Ok((socket, Err(_))) = done {
                     known.remove(&socket);
+                    let (retry_at, failures) = failed.entry(socket).or_insert((tokio::time::Instant::now(), 0));
+                    let wait = interval.saturating_mul(1 << (*failures).min(16)).min(MAX_RETRY_WAIT);
+                    *retry_at = tokio::time::Instant::now() + wait;
+                    *failures += 1;
                 }
                 continue;
             }
@@ -75,7 +86,15 @@ pub async fn connect_mode(agent: Arc<Agent>, interval: Duration) -> anyhow::Resu
         };
         let present: HashSet<&PathBuf> = sockets.iter().map(|s| &s.path).collect();
         known.retain(|path| present.contains(path));
+        failed.retain(|path, _| present.contains(path));
+        let now = tokio::time::Instant::now();
         for socket in &sockets {
+            if failed
+                .get(&socket.path)
+                .is_some_and(|(retry_at, _)| *retry_at > now)
+            {
+                continue;
+            }
             // A pid filter is known before connecting: other runtimes are never asked.
             if socket.path_too_long()
                 || !agent.settings.filters.may_accept_pid(u64::from(socket.pid))

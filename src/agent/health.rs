@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use collector::activity::TrackerStats;
+use collector::nettrace::SharedBudget;
 use ui::metrics::{Counter, CounterVec, Gauge, Registry};
 
 /// How often the agent reads its own CPU time and memory.
@@ -86,6 +87,8 @@ pub struct OwnUsage {
     resident_bytes: Gauge,
     cpu_seconds: Gauge,
     memory_limit_bytes: Gauge,
+    nettrace_held_bytes: Gauge,
+    nettrace_refusals: Counter,
 }
 
 /// What the store writer reports.
@@ -157,6 +160,16 @@ impl Health {
                     "clrscope_agent_memory_limit_bytes",
                     "The memory limit of the agent's cgroup (memory.max); 0 when it has none",
                 ),
+                nettrace_held_bytes: registry.gauge(
+                    "clrscope_nettrace_held_bytes",
+                    "Memory the parsers of all sessions hold now (decoded state and input \
+                     buffers), against --nettrace-agent-budget",
+                ),
+                nettrace_refusals: registry.counter(
+                    "clrscope_nettrace_budget_refusals_total",
+                    "Sessions stopped because their parser would have taken all parsers past \
+                     --nettrace-agent-budget",
+                ),
             },
             store: StoreHealth {
                 bytes: registry.gauge("clrscope_store_bytes", "Bytes of profile blocks on disk"),
@@ -179,15 +192,43 @@ impl Health {
 }
 
 impl OwnUsage {
-    /// Reads the agent's usage every few seconds until `stop` resolves.
-    pub async fn watch(self, stop: impl std::future::Future<Output = ()>) {
+    /// Reads the agent's usage, and what its parsers hold of `budget`, every few seconds until
+    /// `stop` resolves.
+    pub async fn watch(
+        self,
+        budget: Option<SharedBudget>,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
         let mut tick = tokio::time::interval(SELF_WATCH_INTERVAL);
         tokio::pin!(stop);
         loop {
             tokio::select! {
                 _ = &mut stop => return,
-                _ = tick.tick() => self.read(),
+                _ = tick.tick() => {
+                    self.read();
+                    if let Some(budget) = &budget {
+                        self.read_budget(budget);
+                    }
+                }
             }
+        }
+    }
+
+    fn read_budget(&self, budget: &SharedBudget) {
+        self.nettrace_held_bytes.set(budget.held() as f64);
+        let refused = budget
+            .refusals()
+            .saturating_sub(self.nettrace_refusals.get());
+        if refused > 0 {
+            self.nettrace_refusals.add(refused);
+            tracing::warn!(
+                refused,
+                held_bytes = budget.held(),
+                limit_bytes = budget.limit(),
+                "the sessions' parsers together reached --nettrace-agent-budget: the sessions \
+                 that asked for more were stopped (their processes' logs say which); raise it if \
+                 genuine streams need it"
+            );
         }
     }
 

@@ -28,7 +28,7 @@ use collector::attached::AttachedProcesses;
 use collector::counters::{
     CounterSelection, CounterSessionConfig, DEFAULT_EVENT_COUNTER_SOURCES, DEFAULT_INTERVAL_SECONDS,
 };
-use collector::nettrace::ParserOptions;
+use collector::nettrace::{ParserOptions, SharedBudget};
 use collector::rules::options::{ActionKind, CollectionRule};
 use collector::sampler::DutyCycle;
 use collector::signals::{check_covered, LogsSettings, SignalLimits};
@@ -222,7 +222,18 @@ pub struct Args {
     /// Per session: the limit a target's stream may make the agent hold.
     #[command(flatten)]
     nettrace: NettraceArgs,
+    /// Most memory the parsers of all sessions together may hold (decoded state and input
+    /// buffers), e.g. 128MiB: a session that would take them past it is stopped (logged, and
+    /// counted in clrscope_nettrace_budget_refusals_total) while the others go on.
+    /// [default: 64MiB] [config: Profiling:NettraceAgentBudget]
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    nettrace_agent_budget: Option<u64>,
 }
+
+/// What all sessions' parsers may hold together unless `--nettrace-agent-budget` says otherwise:
+/// twice one session's default budget, while genuine sessions hold well under 1 MB each
+/// (BENCHMARKS.md, "A full node").
+const DEFAULT_NETTRACE_AGENT_BUDGET: u64 = 64 << 20;
 
 fn parse_log_level(text: &str) -> Result<collector::nettrace::events::LogLevel, String> {
     collector::nettrace::events::LogLevel::parse(text).ok_or_else(|| {
@@ -375,7 +386,17 @@ impl Args {
         if !(1..=86_400).contains(&counter_interval_seconds) {
             bail!("GlobalCounter:IntervalSeconds must be from 1 to 86400");
         }
-        let metrics_selection = metrics_selection(metrics, &self.meters, counter_interval_seconds);
+        let mut parser = self.nettrace.parser_options();
+        let agent_budget = self
+            .nettrace_agent_budget
+            .or(profiling.nettrace_agent_budget)
+            .unwrap_or(DEFAULT_NETTRACE_AGENT_BUDGET);
+        parser.shared_budget = Some(SharedBudget::new(
+            usize::try_from(agent_budget).unwrap_or(usize::MAX),
+        ));
+        let mut metrics_selection =
+            metrics_selection(metrics, &self.meters, counter_interval_seconds);
+        metrics_selection.session.parser = parser.clone();
         let kestrel_limits = &config.kestrel.limits;
         let limits = ui::ConnectionLimits {
             max_connections: self
@@ -430,7 +451,7 @@ impl Args {
             AuthSource::Configured(Box::new(config.authentication.clone()))
         };
         Ok(Resolved {
-            parser: self.nettrace.parser_options(),
+            parser,
             urls: self
                 .urls
                 .or_else(|| config.urls.clone())
@@ -936,7 +957,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         None => "only on the API".to_string(),
     };
-    tokio::spawn(agent.health.own.clone().watch(stopped()));
+    tokio::spawn(
+        agent
+            .health
+            .own
+            .clone()
+            .watch(agent.settings.parser.shared_budget.clone(), stopped()),
+    );
     let filtered = !agent.settings.filters.is_empty();
     let mut tasks = tokio::task::JoinSet::new();
     if settings.connect {

@@ -14,7 +14,7 @@ use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::local::LocalProcess;
 use collector::nettrace::events::{EventKind, KnownEvent, ModuleEventKind};
 use collector::nettrace::Guid;
-use collector::nettrace::{Event, ParserOptions};
+use collector::nettrace::{Event, NettraceError, ParserOptions};
 use collector::providers::{self, level};
 use collector::rules::options::ProcessFacts;
 use collector::rules::state::RuleStates;
@@ -336,6 +336,10 @@ const LINKAGE_QUIET: Duration = Duration::from_secs(2);
 
 /// The shortest time between two starts of a long-lived session that ended while its process ran.
 const SESSION_RESTART_PAUSE: Duration = Duration::from_secs(1);
+
+/// ... and after the sessions' parsers together ran out of `--nettrace-agent-budget`: room comes
+/// back as other sessions end, not at once.
+const BUDGET_RESTART_PAUSE: Duration = Duration::from_secs(30);
 
 /// How long a runtime whose light session ended may take to answer before it is taken as gone.
 const ALIVE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -669,7 +673,13 @@ async fn attach(
     // Started after the light session, so code loaded in between is named by one or the other.
     let pid32 = u32::try_from(target.pid).unwrap_or(0);
     // As anyhow, so `{:#}` shows the error's causes.
-    let rundown = session::rundown(client, pid32, profiler.observer(Stream::Rundown)).await;
+    let rundown = session::rundown(
+        client,
+        pid32,
+        profiler.observer(Stream::Rundown),
+        &agent.settings.parser,
+    )
+    .await;
     if let Err(error) = rundown.map_err(anyhow::Error::from) {
         tracing::warn!(pid = target.pid, error = %format!("{error:#}"), "rundown failed; frames of code loaded before attaching stay unnamed");
     }
@@ -830,8 +840,20 @@ async fn run_long_session(
             "a long-lived session ended while the process runs; starting a new one (what it \
              would have reported in between is lost)"
         );
+        let over_agent_budget = matches!(
+            &result,
+            Err(session::SessionError::OverLimit {
+                source: NettraceError::OverSharedBudget { .. },
+                ..
+            })
+        );
+        let pause = if over_agent_budget {
+            BUDGET_RESTART_PAUSE
+        } else {
+            SESSION_RESTART_PAUSE
+        };
         tokio::select! {
-            () = tokio::time::sleep(SESSION_RESTART_PAUSE) => {}
+            () = tokio::time::sleep(pause) => {}
             _ = long.shutdown.wait_for(|stop| *stop) => return result,
         }
     }
@@ -938,8 +960,13 @@ impl SamplingLoop<'_> {
     async fn refresh_names(&self) -> bool {
         let before = self.profiler.lock().code_map().functions().len();
         let pid = u32::try_from(self.pid).unwrap_or(0);
-        let rundown =
-            session::rundown(self.client, pid, self.profiler.observer(Stream::Rundown)).await;
+        let rundown = session::rundown(
+            self.client,
+            pid,
+            self.profiler.observer(Stream::Rundown),
+            self.parser,
+        )
+        .await;
         if let Err(error) = rundown.map_err(anyhow::Error::from) {
             tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "refreshing method names failed");
             return true;

@@ -15,7 +15,9 @@
 //! [`FrameKind`] says whether the address was in known managed code (with its JIT tier), inside a
 //! mapped module image with no known method (`module!+0xOFFSET`), or unknown (`[unknown]`).
 //! Frames point at interned [`CodeMapFunction`]s shared by every code version of a method
-//! (tier 0, tier 1, OSR, ReJIT), so a stack costs no allocation per frame.
+//! (tier 0, tier 1, OSR, ReJIT), so a stack costs no allocation per frame. Their names
+//! ([`MethodNames`]) are shared by every code map of the program: the framework's methods, the
+//! same in every process, are held once however many processes an agent profiles.
 //!
 //! # Names
 //! [`CodeMapFunction::display_name`] is the C#-like name .NET developers read:
@@ -36,6 +38,7 @@ mod error;
 mod events;
 mod images;
 mod map;
+mod method_names;
 mod names;
 pub mod nettrace;
 pub mod profiles;
@@ -53,5 +56,6 @@ pub use map::{
     CodeMap, CodeMapFunction, CodeMapStats, Frame, FrameKind, FunctionId, FunctionKey,
     FunctionKind, Module, MAX_INFERRED_EXTENT, MAX_METHOD_SIZE,
 };
+pub use method_names::MethodNames;
 pub use r2r::{ImageMethods, R2rError};
 pub use refresh::RundownRefreshPolicy;

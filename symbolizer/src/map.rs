@@ -17,7 +17,7 @@ use crate::events::{
     OptimizationTier, PdbInfo, R2rEntryPoint,
 };
 use crate::images::{file_name, ImageRange};
-use crate::names::display_name;
+use crate::method_names::{self, MethodNames};
 use crate::r2r::ImageMethods;
 
 /// Largest code size accepted for one method. RyuJIT methods stay far below; a larger value is a
@@ -106,27 +106,35 @@ pub struct CodeMapFunction {
     pub token: u32,
     /// `MethodFlags` without tier and extent.
     pub flags: MethodFlags,
-    /// Raw `MethodNamespace`.
-    pub namespace: String,
-    /// Raw `MethodName`.
-    pub name: String,
-    /// Raw `MethodSignature`.
-    pub signature: String,
-    /// Built on first use: most methods of a process never appear in a sample.
-    display: OnceLock<String>,
+    /// The raw strings and the display name, shared with every code map of the program that
+    /// knows the same method (the framework's code is the same in every process).
+    names: Arc<MethodNames>,
 }
 
 impl CodeMapFunction {
+    /// Raw `MethodNamespace`.
+    pub fn namespace(&self) -> &str {
+        self.names.namespace()
+    }
+
+    /// Raw `MethodName`.
+    pub fn name(&self) -> &str {
+        self.names.name()
+    }
+
+    /// Raw `MethodSignature`.
+    pub fn signature(&self) -> &str {
+        self.names.signature()
+    }
+
+    /// The names, shared with other code maps that know the same method.
+    pub fn names(&self) -> &Arc<MethodNames> {
+        &self.names
+    }
+
     /// The C#-like name, see the crate documentation.
     pub fn display_name(&self) -> &str {
-        self.display.get_or_init(|| match self.kind {
-            FunctionKind::Image => format!("[{}]", self.module),
-            FunctionKind::Unresolved => "[unknown]".to_string(),
-            _ if self.namespace.is_empty() && self.name.is_empty() => {
-                format!("[method {:#x}]", self.method_id)
-            }
-            _ => display_name(&self.namespace, &self.name, &self.signature),
-        })
+        self.names.display()
     }
 
     /// `module!display_name`, PerfView style; just the display name when the module is unknown.
@@ -332,10 +340,7 @@ impl CodeMap {
             method_id: 0,
             token: 0,
             flags: MethodFlags::default(),
-            namespace: String::new(),
-            name: String::new(),
-            signature: String::new(),
-            display: OnceLock::new(),
+            names: MethodNames::labelled("[unknown]".to_string()),
         };
         Self {
             functions: vec![unresolved],
@@ -838,14 +843,19 @@ impl CodeMap {
         let slot = (method.module_id, key.0);
         if let Some(&id) = self.interned.get(&slot) {
             let known = self.function(id);
-            if known.namespace == method.namespace
-                && known.name == method.name
-                && known.signature == method.signature
+            if known.namespace() == method.namespace
+                && known.name() == method.name
+                && known.signature() == method.signature
                 && (!unnamed || known.method_id == method.method_id)
             {
                 return id;
             }
         }
+        let names = if unnamed {
+            MethodNames::labelled(format!("[method {:#x}]", method.method_id))
+        } else {
+            method_names::intern(key, method.namespace, method.name, method.signature)
+        };
         let module = match self.modules.get(&method.module_id) {
             Some(module) => module.file_name.clone(),
             None => Arc::from(""),
@@ -858,10 +868,7 @@ impl CodeMap {
             method_id: method.method_id,
             token: method.token,
             flags: method.flags,
-            namespace: method.namespace.to_string(),
-            name: method.name.to_string(),
-            signature: method.signature.to_string(),
-            display: OnceLock::new(),
+            names,
         });
         // A 64-bit collision keeps the first function indexed; the second is still correct, only
         // not shared.
@@ -891,10 +898,7 @@ impl CodeMap {
             method_id: 0,
             token: 0,
             flags: MethodFlags::default(),
-            namespace: String::new(),
-            name: String::new(),
-            signature: String::new(),
-            display: OnceLock::new(),
+            names: MethodNames::labelled(format!("[{name}]")),
         });
         self.interned.entry(slot).or_insert(id);
         id

@@ -115,8 +115,8 @@ impl CallStacks {
                                 Some(name) => name.to_string(),
                                 None => map.frame_label(frame),
                             },
-                            type_name: function.namespace.clone(),
-                            method_name: function.name.clone(),
+                            type_name: function.namespace().to_string(),
+                            method_name: function.name().to_string(),
                             method_token: function.token,
                             module: function.module.to_string(),
                         }

@@ -194,7 +194,7 @@ fn check(map: &CodeMap, model: &Model, seed: u64, step: usize) {
         let frame = map.symbolize(BASE + a as u64);
         let got = match frame.kind {
             FrameKind::Managed { tier, .. } => {
-                Some((map.function(frame.function).namespace.clone(), tier))
+                Some((map.function(frame.function).namespace().to_string(), tier))
             }
             _ => None,
         };

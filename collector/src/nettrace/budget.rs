@@ -10,6 +10,8 @@ use super::cursor::{Cursor, ReadFault, ReadResult};
 use super::error::NettraceError;
 use std::fmt::Write as _;
 use std::mem::size_of;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// What the parser holds, for the budget's breakdown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,12 +61,90 @@ pub(crate) fn string_pairs(pairs: &Vec<(String, String)>) -> usize {
             .sum::<usize>()
 }
 
-/// Bytes held by the parser, by kind, against a limit.
+/// A memory budget several parsers share ([`ParserOptions::shared_budget`](super::ParserOptions::shared_budget)):
+/// what they hold together, decoded state and input buffers, stays under its limit, so an agent
+/// parsing the streams of a hundred processes holds at most this much whatever each stream's own
+/// budget allows. A parser gives back what it held when it is dropped. Cloning shares.
+#[derive(Debug, Clone)]
+pub struct SharedBudget(Arc<SharedState>);
+
+#[derive(Debug)]
+struct SharedState {
+    limit: usize,
+    held: AtomicUsize,
+    /// Streams stopped because they did not fit.
+    refusals: AtomicU64,
+}
+
+impl SharedBudget {
+    pub fn new(limit: usize) -> Self {
+        SharedBudget(Arc::new(SharedState {
+            limit,
+            held: AtomicUsize::new(0),
+            refusals: AtomicU64::new(0),
+        }))
+    }
+
+    /// The limit in bytes.
+    pub fn limit(&self) -> usize {
+        self.0.limit
+    }
+
+    /// Bytes all its parsers hold now.
+    pub fn held(&self) -> usize {
+        self.0.held.load(Ordering::Relaxed)
+    }
+
+    /// How many parsers were refused memory (each stopped its stream).
+    pub fn refusals(&self) -> u64 {
+        self.0.refusals.load(Ordering::Relaxed)
+    }
+
+    fn left(&self) -> usize {
+        self.0.limit.saturating_sub(self.held())
+    }
+
+    fn take(&self, bytes: usize) -> bool {
+        self.0
+            .held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                held.checked_add(bytes)
+                    .filter(|&total| total <= self.0.limit)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self, bytes: usize) {
+        // Never below zero, whatever the order of concurrent updates.
+        let _ = self
+            .0
+            .held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                Some(held.saturating_sub(bytes))
+            });
+    }
+}
+
+/// Two options are equal when they share the same budget.
+impl PartialEq for SharedBudget {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedBudget {}
+
+/// Bytes held by the parser, by kind, against a limit, and against the budget it shares with
+/// other parsers, if any.
 #[derive(Debug)]
 pub(crate) struct MemoryBudget {
     limit: usize,
     held: [usize; Held::ALL.len()],
     peak: usize,
+    shared: Option<SharedBudget>,
+    /// The input buffer's capacity, charged to the shared budget only (the parser's own budget
+    /// counts decoded state: its input is one block plus one fed chunk).
+    input: usize,
 }
 
 impl MemoryBudget {
@@ -73,7 +153,15 @@ impl MemoryBudget {
             limit,
             held: [0; Held::ALL.len()],
             peak: 0,
+            shared: None,
+            input: 0,
         }
+    }
+
+    /// Also charges everything to `shared`.
+    pub fn sharing(mut self, shared: Option<SharedBudget>) -> Self {
+        self.shared = shared;
+        self
     }
 
     pub fn total(&self) -> usize {
@@ -85,8 +173,29 @@ impl MemoryBudget {
         if bytes > self.limit - self.total() {
             return Err(self.exceeded(kind, offset));
         }
+        if let Some(shared) = &self.shared {
+            if !shared.take(bytes) {
+                return Err(self.shared_exceeded(kind.name(), offset));
+            }
+        }
         self.held[kind as usize] += bytes;
         self.peak = self.peak.max(self.total());
+        Ok(())
+    }
+
+    /// The input buffer now has `capacity` bytes (it is about to take input at `offset`).
+    pub fn set_input(&mut self, capacity: usize, offset: u64) -> Result<(), NettraceError> {
+        let Some(shared) = &self.shared else {
+            return Ok(());
+        };
+        if capacity > self.input {
+            if !shared.take(capacity - self.input) {
+                return Err(self.shared_exceeded("input", offset));
+            }
+        } else {
+            shared.give_back(self.input - capacity);
+        }
+        self.input = capacity;
         Ok(())
     }
 
@@ -98,19 +207,29 @@ impl MemoryBudget {
     /// Gives back the cost of an item of `kind` that was dropped.
     pub fn release(&mut self, kind: Held, bytes: usize) {
         let held = &mut self.held[kind as usize];
-        *held = held.saturating_sub(bytes);
+        let given = bytes.min(*held);
+        *held -= given;
+        if let Some(shared) = &self.shared {
+            shared.give_back(given);
+        }
     }
 
     /// Everything of `kind` was dropped.
     pub fn release_all(&mut self, kind: Held) {
-        self.held[kind as usize] = 0;
+        let given = std::mem::take(&mut self.held[kind as usize]);
+        if let Some(shared) = &self.shared {
+            shared.give_back(given);
+        }
     }
 
-    /// An allowance for decoding one item: what the budget has left.
+    /// An allowance for decoding one item: what the budget (and the shared one) has left.
     pub fn meter(&self) -> Meter {
+        let own = self.limit - self.total();
+        let shared = self.shared.as_ref().map_or(usize::MAX, SharedBudget::left);
         Meter {
-            left: self.limit - self.total(),
+            left: own.min(shared),
             over: false,
+            shared_bound: shared < own,
         }
     }
 
@@ -124,10 +243,27 @@ impl MemoryBudget {
         fault: ReadFault,
         malformed: impl FnOnce(ReadFault) -> NettraceError,
     ) -> NettraceError {
-        if meter.over {
+        if meter.over && meter.shared_bound {
+            self.shared_exceeded(kind.name(), offset)
+        } else if meter.over {
             self.exceeded(kind, offset)
         } else {
             malformed(fault)
+        }
+    }
+
+    /// The error that stops this parser's stream, counted as one refusal of the shared budget.
+    fn shared_exceeded(&self, what: &'static str, offset: u64) -> NettraceError {
+        let (limit, held_all) = self.shared.as_ref().map_or((0, 0), |s| {
+            s.0.refusals.fetch_add(1, Ordering::Relaxed);
+            (s.limit(), s.held())
+        });
+        NettraceError::OverSharedBudget {
+            what,
+            offset,
+            limit: limit as u64,
+            held_all: held_all as u64,
+            held_here: (self.total() + self.input) as u64,
         }
     }
 
@@ -152,11 +288,22 @@ impl MemoryBudget {
     }
 }
 
+/// A parser gives back all it held to the budget it shares.
+impl Drop for MemoryBudget {
+    fn drop(&mut self) {
+        if let Some(shared) = &self.shared {
+            shared.give_back(self.total() + self.input);
+        }
+    }
+}
+
 /// What one item may allocate while it is decoded.
 #[derive(Debug)]
 pub(crate) struct Meter {
     left: usize,
     over: bool,
+    /// The shared budget, not the parser's own, set `left`.
+    shared_bound: bool,
 }
 
 impl Meter {
@@ -206,6 +353,43 @@ mod tests {
         b.charge(Held::LabelLists, 60, 9).unwrap();
         b.release_all(Held::LabelLists);
         assert_eq!(b.total(), 40);
+    }
+
+    #[test]
+    fn parsers_sharing_a_budget_hold_no_more_than_it_together_and_give_back_when_dropped() {
+        let shared = SharedBudget::new(100);
+        let mut a = MemoryBudget::new(80).sharing(Some(shared.clone()));
+        let mut b = MemoryBudget::new(80).sharing(Some(shared.clone()));
+        a.charge(Held::Stacks, 60, 0).unwrap();
+        b.set_input(30, 0).unwrap();
+        assert_eq!(shared.held(), 90);
+        // Within b's own budget, over the shared one: b is refused, a keeps what it holds.
+        let e = b.charge(Held::Metadata, 20, 7).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "metadata at offset 7 do not fit in the memory budget the agent's parsers share, 100 \
+             bytes (all hold 90, this stream 30); this stream stops, the others go on: raise it if \
+             many streams need it (ParserOptions::shared_budget; clrscope agent: \
+             --nettrace-agent-budget)"
+        );
+        assert_eq!(shared.refusals(), 1);
+        // A decoder's allowance is the smaller of the two remainders, and says whose it is.
+        let mut m = b.meter();
+        let c = Cursor::new(&[], 3);
+        let f = m.spend(&c, 11).unwrap_err();
+        let e = b.decode_error(&m, Held::Threads, 3, f, |_| unreachable!());
+        assert!(matches!(e, NettraceError::OverSharedBudget { .. }), "{e}");
+        // Over its own budget first: the parser's own limit is named.
+        let e = a.charge(Held::Stacks, 21, 9).unwrap_err();
+        assert!(matches!(e, NettraceError::OverBudget { .. }), "{e}");
+        a.release(Held::Stacks, 100);
+        assert_eq!(shared.held(), 30);
+        b.set_input(10, 0).unwrap();
+        assert_eq!(shared.held(), 10);
+        drop(b);
+        assert_eq!(shared.held(), 0);
+        drop(a);
+        assert_eq!(shared.held(), 0);
     }
 
     #[test]

@@ -123,6 +123,23 @@ pub enum NettraceError {
         held: String,
     },
 
+    /// Holding one more item (or a larger input buffer) would take the parsers sharing a budget
+    /// past it ([`ParserOptions::shared_budget`](super::ParserOptions::shared_budget)): this
+    /// stream stops, the others go on.
+    #[error("{what} at offset {offset} do not fit in the memory budget the agent's parsers share, {limit} bytes (all hold {held_all}, this stream {held_here}); this stream stops, the others go on: raise it if many streams need it (ParserOptions::shared_budget; clrscope agent: --nettrace-agent-budget)")]
+    OverSharedBudget {
+        /// What the item was, as in [`OverBudget`](NettraceError::OverBudget), or "input".
+        what: &'static str,
+        /// Stream offset of the item.
+        offset: u64,
+        /// The shared budget in bytes.
+        limit: u64,
+        /// What all the sharing parsers held, in bytes.
+        held_all: u64,
+        /// What this parser held, in bytes.
+        held_here: u64,
+    },
+
     /// An event payload does not match the layout its metadata or the runtime manifest describes.
     #[error("cannot decode {event} payload at offset {offset}: {reason}")]
     Payload {
@@ -169,7 +186,9 @@ impl NettraceError {
     pub fn is_over_limit(&self) -> bool {
         matches!(
             self,
-            NettraceError::OverBudget { .. } | NettraceError::BlockTooLarge { .. }
+            NettraceError::OverBudget { .. }
+                | NettraceError::OverSharedBudget { .. }
+                | NettraceError::BlockTooLarge { .. }
         )
     }
 
@@ -186,6 +205,7 @@ impl NettraceError {
             | NettraceError::Malformed { offset, .. }
             | NettraceError::UnknownMetadata { offset, .. }
             | NettraceError::OverBudget { offset, .. }
+            | NettraceError::OverSharedBudget { offset, .. }
             | NettraceError::Payload { offset, .. }
             | NettraceError::Io { offset, .. }
             | NettraceError::Stopped { offset, .. } => Some(*offset),

@@ -101,6 +101,11 @@ pub struct Stack<'a> {
 }
 
 impl<'a> Stack<'a> {
+    /// The frames as the stream holds them (little-endian addresses of the trace's pointer size).
+    pub(crate) fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
     /// Number of frames.
     pub fn len(&self) -> usize {
         self.bytes.len() / usize::from(self.pointer_size)

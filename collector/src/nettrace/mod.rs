@@ -44,6 +44,7 @@ mod tests;
 pub(crate) mod testutil;
 
 pub use block::EventHeader;
+pub use budget::SharedBudget;
 pub use error::NettraceError;
 pub use event::{Event, Stack};
 pub use guid::Guid;

@@ -22,7 +22,7 @@ use super::block::{
     read_compressed_header, read_event_block_header, read_sequence_point, read_uncompressed_header,
     EventHeader, StackCache, UNCOMPRESSED_HEADER_SIZE,
 };
-use super::budget::{self, Held, MemoryBudget, Meter};
+use super::budget::{self, Held, MemoryBudget, Meter, SharedBudget};
 use super::cursor::{Cursor, ReadFault};
 use super::error::NettraceError;
 use super::event::{Event, StagedEvent};
@@ -34,6 +34,8 @@ use super::v6::{self, LabelCache, ThreadTable};
 use std::collections::HashMap;
 
 const MAGIC: &[u8; 8] = b"Nettrace";
+/// The input buffer is shrunk back once it is four times larger than what it holds and this.
+const IDLE_INPUT_CAPACITY: usize = 32 << 10;
 const SERIALIZATION_MAGIC: &[u8; 20] = b"!FastSerialization.1";
 const TAG_NULL_REFERENCE: u8 = 1;
 const TAG_BEGIN_PRIVATE_OBJECT: u8 = 5;
@@ -77,6 +79,10 @@ pub struct ParserOptions {
     /// needs more fails with [`NettraceError::OverBudget`]. The input buffer (one block plus
     /// one fed chunk) comes on top.
     pub memory_budget: usize,
+    /// A budget this parser shares with others (an agent's parsers of every process's
+    /// sessions): its decoded state and its input buffer are charged there too, and a stream
+    /// that does not fit fails with [`NettraceError::OverSharedBudget`].
+    pub shared_budget: Option<SharedBudget>,
 }
 
 impl ParserOptions {
@@ -100,6 +106,7 @@ impl Default for ParserOptions {
         ParserOptions {
             max_block_size: 1 << 20,
             memory_budget: Self::DEFAULT_MEMORY_BUDGET,
+            shared_budget: None,
         }
     }
 }
@@ -270,7 +277,7 @@ impl Parser {
             threads: ThreadTable::default(),
             labels: LabelCache::default(),
             drops: DropTracker::default(),
-            budget: MemoryBudget::new(opts.memory_budget),
+            budget: MemoryBudget::new(opts.memory_budget).sharing(opts.shared_budget.clone()),
             opts,
             block: None,
             header: EventHeader::default(),
@@ -299,6 +306,19 @@ impl Parser {
             let drop = drop.min(self.buf.len());
             self.buf.drain(..drop);
             self.buf_base += drop as u64;
+        }
+        let needed = self.buf.len() + data.len();
+        if self.buf.capacity() > needed.max(IDLE_INPUT_CAPACITY) * 4 {
+            // A burst (startup, a rundown) grew the buffer; a long-lived session mostly brings a
+            // few events at a time, and a node agent holds one such buffer per session.
+            self.buf.shrink_to(needed.max(IDLE_INPUT_CAPACITY));
+        }
+        self.buf.reserve(data.len());
+        let end = self.buf_base + needed as u64;
+        if let Err(error) = self.budget.set_input(self.buf.capacity(), end) {
+            // Nothing more is taken in: the stream stops here.
+            self.failed = Some((end, error.to_string()));
+            return Err(error);
         }
         self.buf.extend_from_slice(data);
         Ok(())

@@ -3,6 +3,7 @@
 //! `/exceptions` formats.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -18,10 +19,11 @@ pub const FLAG_RETHROWN: u16 = 0x4;
 /// One named frame of a throwing stack.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExceptionFrame {
-    /// The C#-style method name, `Type.Method(args)`, or `[unknown]`.
-    pub method_name: String,
+    /// The C#-style method name, `Type.Method(args)`, or `[unknown]`: shared with the code map
+    /// that named it (a process's history repeats the same throwing frames).
+    pub method_name: Arc<str>,
     /// The module's file name, empty when unknown.
-    pub module_name: String,
+    pub module_name: Arc<str>,
 }
 
 /// One thrown exception.
@@ -235,8 +237,8 @@ pub fn exception_json(record: &ExceptionRecord) -> serde_json::Value {
                 "methodName": method_name_only(method),
                 "parameterTypes": parameter_types(method),
                 "typeName": type_name,
-                "moduleName": f.module_name,
-                "fullName": f.method_name,
+                "moduleName": &*f.module_name,
+                "fullName": &*f.method_name,
             })
         })
         .collect();
@@ -244,7 +246,7 @@ pub fn exception_json(record: &ExceptionRecord) -> serde_json::Value {
         "id": record.id,
         "timestamp": iso8601(record.unix_nanos),
         "typeName": record.type_name,
-        "moduleName": record.frames.first().map(|f| f.module_name.as_str()).unwrap_or(""),
+        "moduleName": record.frames.first().map(|f| &*f.module_name).unwrap_or(""),
         "message": record.message,
         "innerExceptions": record.inner_id.map(|id| vec![serde_json::json!({"id": id})]).unwrap_or_default(),
         "stack": {"threadId": record.thread_id, "frames": frames},

@@ -95,10 +95,10 @@ impl std::fmt::Debug for SpanLookup {
 #[derive(Debug, Clone)]
 pub struct ProcessSignals {
     history: Arc<Mutex<History>>,
-    live: broadcast::Sender<Signal>,
+    live: LiveFeed<Signal>,
     /// Finished spans, on a feed of their own: a burst of spans must not push log records out
     /// of a slow reader's reach, and each loss is counted for its signal.
-    live_spans: broadcast::Sender<Arc<SpanRecord>>,
+    live_spans: LiveFeed<Arc<SpanRecord>>,
     limits: SignalLimits,
     /// What the process's session collects (`None`: no logs, only exceptions).
     logs: Option<Arc<LogsSettings>>,
@@ -119,8 +119,8 @@ impl ProcessSignals {
     pub fn new(limits: SignalLimits, logs: Option<LogsSettings>) -> Self {
         ProcessSignals {
             history: Arc::default(),
-            live: broadcast::channel(limits.live_capacity.max(1)).0,
-            live_spans: broadcast::channel(limits.live_capacity.max(1)).0,
+            live: LiveFeed::default(),
+            live_spans: LiveFeed::default(),
             limits,
             logs: logs.map(Arc::new),
             spans: Arc::default(),
@@ -137,13 +137,13 @@ impl ProcessSignals {
 
     /// Hands a finished span to the live readers (none keeps it).
     pub fn push_span(&self, record: SpanRecord) {
-        let _ = self.live_spans.send(Arc::new(record));
+        self.live_spans.send(Arc::new(record));
     }
 
     /// Finished spans from now on; a reader that falls [`SignalLimits::live_capacity`] behind
     /// is told how many it lost.
     pub fn subscribe_spans(&self) -> broadcast::Receiver<Arc<SpanRecord>> {
-        self.live_spans.subscribe()
+        self.live_spans.subscribe(self.limits.live_capacity)
     }
 
     /// Gives the process's span lookup to sessions started later; the first one given stays.
@@ -187,8 +187,7 @@ impl ProcessSignals {
                 h.logs.push_back(record.clone());
             }
         }
-        // No receiver is no error: nobody is reading live.
-        let _ = self.live.send(Signal::Log(record));
+        self.live.send(Signal::Log(record));
     }
 
     /// Keeps an exception, giving it its id and its inner exception; returns the id.
@@ -214,7 +213,7 @@ impl ProcessSignals {
             record
         };
         let id = record.id;
-        let _ = self.live.send(Signal::Exception(record));
+        self.live.send(Signal::Exception(record));
         id
     }
 
@@ -239,7 +238,34 @@ impl ProcessSignals {
     /// Records from now on; a reader that falls [`SignalLimits::live_capacity`] behind is told
     /// how many it lost (`RecvError::Lagged`).
     pub fn subscribe(&self) -> broadcast::Receiver<Signal> {
-        self.live.subscribe()
+        self.live.subscribe(self.limits.live_capacity)
+    }
+}
+
+/// A broadcast feed made at its first reader: a channel holds a slot per record of its capacity
+/// from the start (8192 slots, ~0.3 MB), which a node agent would pay for every process although
+/// most are never read live.
+#[derive(Debug, Clone)]
+struct LiveFeed<T>(Arc<OnceLock<broadcast::Sender<T>>>);
+
+impl<T> Default for LiveFeed<T> {
+    fn default() -> Self {
+        LiveFeed(Arc::default())
+    }
+}
+
+impl<T: Clone> LiveFeed<T> {
+    /// Hands `record` to the readers; without a reader nobody is reading live, and it is dropped.
+    fn send(&self, record: T) {
+        if let Some(sender) = self.0.get() {
+            let _ = sender.send(record);
+        }
+    }
+
+    fn subscribe(&self, capacity: usize) -> broadcast::Receiver<T> {
+        self.0
+            .get_or_init(|| broadcast::channel(capacity.max(1)).0)
+            .subscribe()
     }
 }
 

@@ -383,10 +383,12 @@ fn create_private(path: &Path) -> Result<File> {
 /// matters more than its size.
 const FLUSHED_ZSTD_LEVEL: i32 = 3;
 
-/// zstd level of a compacted block, written once per minute and kept for days: level 15 takes
-/// 8 % off the bytes of level 3 (functions.parquet 40 %) for ~0.2 s of CPU more per compacted
-/// minute of 3 busy processes (BENCHMARKS.md, "Store at scale").
-const COMPACTED_ZSTD_LEVEL: i32 = 15;
+/// zstd level of a compacted block, written once per minute and kept for days. Parquet starts a
+/// new zstd stream for every page it compresses, and a stream's tables grow with the level: level
+/// 15's take ~65 MB more than level 3's and are cleared for each page, which put a node agent of
+/// 110 processes at 650 MiB of RSS and a fifth of its CPU in compaction; level 9's take ~11 MB
+/// more, for nearly the same bytes (BENCHMARKS.md, "A full node").
+const COMPACTED_ZSTD_LEVEL: i32 = 9;
 
 /// Columns written plainly: their values rarely repeat within a block (every function's name is
 /// there once), so a dictionary only adds to them.

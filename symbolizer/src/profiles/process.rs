@@ -282,8 +282,8 @@ impl ProcessProfiler {
             .map(|frame| {
                 let function = map.function(frame.function);
                 ExceptionFrame {
-                    method_name: function.display_name().to_string(),
-                    module_name: function.module.to_string(),
+                    method_name: function.names().shared_display().clone(),
+                    module_name: function.module.clone(),
                 }
             })
             .collect()
