@@ -192,6 +192,8 @@ pub struct StoreConfig {
     pub data_directory: Option<PathBuf>,
     #[serde(default, deserialize_with = "lenient::opt_duration")]
     pub retention: Option<Duration>,
+    #[serde(default, deserialize_with = "lenient::opt_duration")]
+    pub full_detail_retention: Option<Duration>,
     #[serde(default, deserialize_with = "lenient::opt_bytes")]
     pub retention_size: Option<u64>,
     #[serde(default, deserialize_with = "lenient::opt_duration")]

@@ -206,6 +206,11 @@ pub struct Args {
     /// Delete profiles older than this. [default: 7d] [config: Store:Retention]
     #[arg(long, value_parser = parse_duration)]
     retention: Option<Duration>,
+    /// Keep profiles at full time detail (one-minute blocks) this long; older ones are kept
+    /// at 10-minute resolution for 3 days, then at 1 hour. [default: 1d]
+    /// [config: Store:FullDetailRetention]
+    #[arg(long, value_parser = parse_duration)]
+    full_detail_retention: Option<Duration>,
     /// Delete the oldest profiles while the store is larger than this. [default: 1GiB]
     /// [config: Store:RetentionSize]
     #[arg(long, value_parser = parse_bytes)]
@@ -499,6 +504,10 @@ impl Args {
                     .retention
                     .or(store.retention)
                     .unwrap_or(Duration::from_secs(7 * 86_400)),
+                full_detail_age: self
+                    .full_detail_retention
+                    .or(store.full_detail_retention)
+                    .unwrap_or(Duration::from_secs(86_400)),
                 retention_bytes: self
                     .retention_size
                     .or(store.retention_size)

@@ -129,7 +129,8 @@ fn report_size(store: &Store, health: &StoreHealth) {
         .set(blocks.iter().map(|b| b.bytes).sum::<u64>() as f64);
 }
 
-/// Deletes what retention says is too old or too much, then merges small blocks.
+/// Deletes what retention says is too old or too much, then merges small blocks and makes the
+/// coarser levels of closed spans.
 fn maintain(store: &mut Store, health: &StoreHealth) {
     match store.apply_retention(profile::clock::unix_nanos()) {
         Ok(deleted) if !deleted.is_empty() => {
@@ -141,8 +142,8 @@ fn maintain(store: &mut Store, health: &StoreHealth) {
             tracing::error!(%error, "applying retention failed");
         }
     }
-    if let Err(error) = store.compact() {
+    if let Err(error) = store.compact().and_then(|_| store.downsample()) {
         health.write_errors.inc();
-        tracing::error!(%error, "compacting blocks failed");
+        tracing::error!(%error, "compacting or downsampling blocks failed");
     }
 }

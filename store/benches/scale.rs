@@ -14,7 +14,8 @@
 //! load average (the machine may be shared) and the CPU time the query used.
 //!
 //! ```sh
-//! cargo bench -p store --bench scale -- [hour] [boost] [unique] [--runs 5] [--minutes 60] [--keep]
+//! cargo bench -p store --bench scale -- [hour] [boost] [unique] [week] [--runs 5] [--minutes 60]
+//!     [--days 7] [--full-hours 1] [--keep]
 //! ```
 
 mod common;
@@ -25,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use common::{fresh_dir, options, query, Rng, SECOND, T0};
 use profile::{Batch, BatchSample, CallTree, Function, LabelValue, Profile, ProfileType};
-use store::tsdb::{Query, SampleLabels, Store};
+use store::tsdb::{Query, SampleLabels, Store, StoreOptions};
 
 const SERVICE: &str = "shop-api";
 const MODULE_CORELIB: &str = "System.Private.CoreLib.dll";
@@ -469,10 +470,18 @@ impl Process {
         }
     }
 
-    /// The `cpu` and `wall` batches of one sampler window of `ticks` ticks.
-    fn window(&mut self, app: &WebApp, rng: &mut Rng, time: i64, ticks: usize) -> [Batch; 2] {
+    /// The `cpu` and `wall` batches of one sampler window of `ticks` ticks, each worth
+    /// `weight` ticks (1 but in the older hours of the `week` case).
+    fn window(
+        &mut self,
+        app: &WebApp,
+        rng: &mut Rng,
+        time: i64,
+        ticks: usize,
+        weight: i64,
+    ) -> [Batch; 2] {
         // The measured period of a 1 ms sampler is a little over 1 ms, different each window.
-        let period = 1_000_000 + rng.below(100_000) as i64;
+        let period = (1_000_000 + rng.below(100_000) as i64) * weight;
         let mut table = FunctionTable::new(app);
         let (mut cpu, mut wall) = (Vec::new(), Vec::new());
         for &(tid, name, role) in &self.threads {
@@ -742,6 +751,10 @@ struct Settings {
     minutes: i64,
     /// Leave the data directory behind, for inspection.
     keep: bool,
+    /// Length of the `week` case.
+    days: i64,
+    /// Hours at the end of the `week` case ingested at full detail.
+    full_hours: i64,
 }
 
 impl Settings {
@@ -774,7 +787,7 @@ fn hour(name: &str, processes: u32, ticks: usize, settings: &Settings) {
             // Processes started at different times, so their windows are not aligned.
             let time =
                 T0 + w * 10 * SECOND + i as i64 * 3_300_000_000 + rng.below(1_000_000) as i64;
-            let [cpu, wall] = p.window(&app, &mut rng, time, ticks);
+            let [cpu, wall] = p.window(&app, &mut rng, time, ticks, 1);
             cpu_rows += cpu.samples.len() as u64;
             wall_rows += wall.samples.len() as u64;
             windows += 1;
@@ -868,6 +881,137 @@ fn hour(name: &str, processes: u32, ticks: usize, settings: &Settings) {
     settings.done_with(&dir);
 }
 
+/// Ticks of the one sampler window each process has in an older hour of the `week` case, each
+/// worth [`WEEK_TICK_WEIGHT`] ticks: an hour at the default duty cycle has 360 windows of 1,000.
+const WEEK_TICKS: usize = 10_000;
+const WEEK_TICK_WEIGHT: i64 = 36;
+
+/// A week of the busy service as the store holds it at the week's end, with the default levels
+/// and ages: the last `--full-hours` hours ingested as the `hour` case does (a window of 1,000
+/// ticks every 10 s per process), each older hour from one window of [`WEEK_TICKS`] ticks per
+/// process at :30 (each tick worth [`WEEK_TICK_WEIGHT`], so an hour's totals are as large)
+/// and one set of event batches, through the same append, flush, compaction and downsampling;
+/// then retention at the week's end, which leaves a day of full detail, three days of 10-minute
+/// blocks and the week in hour blocks.
+fn week(settings: &Settings) {
+    let (runs, days, full) = (settings.runs, settings.days, settings.full_hours);
+    let hours = days * 24;
+    println!("\n== week: {days} days, the last {full} hours at full detail, 3 processes × {THREADS} threads ==");
+    let app = WebApp::new();
+    let dir = fresh_dir("week");
+    let mut store = Store::open(&dir, options()).expect("open");
+    let mut rng = Rng(7);
+    let mut procs: Vec<Process> = (0..3)
+        .map(|i| Process::new(4000 + 1000 * i, &app))
+        .collect();
+    let mut ingest = Ingest::default();
+    let mut ticks_sampled = 0u64;
+    let built = Instant::now();
+    for h in 0..hours {
+        let start = T0 + h * 3600 * SECOND;
+        let windows = if h < hours - full { 1 } else { 360 };
+        for w in 0..windows {
+            for (i, p) in procs.iter_mut().enumerate() {
+                let offset = i as i64 * 3_300_000_000 + rng.below(1_000_000) as i64;
+                let (time, ticks, weight) = match windows {
+                    1 => (
+                        start + 30 * 60 * SECOND + offset,
+                        WEEK_TICKS,
+                        WEEK_TICK_WEIGHT,
+                    ),
+                    _ => (start + w * 10 * SECOND + offset, 1_000, 1),
+                };
+                ticks_sampled += (ticks * THREADS) as u64;
+                for batch in p.window(&app, &mut rng, time, ticks, weight) {
+                    ingest.append(&mut store, &batch);
+                }
+                for batch in p.events(&app, &mut rng, time + 5 * SECOND) {
+                    ingest.append(&mut store, &batch);
+                }
+            }
+            ingest.flush(&mut store);
+        }
+    }
+    let end = T0 + hours * 3600 * SECOND;
+    for batch in procs[0].events(&app, &mut rng, end + 30 * SECOND) {
+        ingest.append(&mut store, &batch);
+    }
+    ingest.flush(&mut store);
+    println!("built in {:.0} s", built.elapsed().as_secs_f64());
+    print_ingest(&ingest, ticks_sampled);
+    drop(store);
+    // The store as it is at the week's end: default ages, a week and a bit kept.
+    let at_end = StoreOptions {
+        retention_age: Duration::from_secs(days as u64 * 86_400 + 3600),
+        ..StoreOptions::default()
+    };
+    let mut store = Store::open(&dir, at_end).expect("open");
+    let deleted = store.apply_retention(end + 31 * SECOND).expect("retention");
+    println!(
+        "retention at the week's end deleted {} blocks",
+        deleted.len()
+    );
+    for r in [0, 600 * SECOND, 3600 * SECOND] {
+        let level: Vec<_> = store
+            .blocks()
+            .iter()
+            .filter(|b| b.meta.resolution == r)
+            .collect();
+        println!(
+            "level of {} s: {} blocks, {} bytes, {} rows",
+            r / SECOND,
+            level.len(),
+            level.iter().map(|b| b.bytes).sum::<u64>(),
+            level.iter().map(|b| b.meta.rows.samples).sum::<u64>(),
+        );
+    }
+    common::print_sizes(&store);
+    drop(store);
+    let cpu = |from, until| query(SERVICE, "cpu", from, until);
+    let (day, hour, skew) = (86_400 * SECOND, 3600 * SECOND, 23 * 60 * SECOND);
+    let nodes = 65_536;
+    for (label, q) in [
+        (
+            "flame graph cpu, last 24 h (hour-aligned)",
+            cpu(end - day, end),
+        ),
+        (
+            "flame graph cpu, 24 h to 23 min before the end",
+            cpu(end - day - skew, end - skew),
+        ),
+        ("flame graph cpu, 7 days", cpu(end - days * day, end)),
+        ("flame graph cpu, the last hour", cpu(end - hour, end)),
+    ] {
+        measure(label, &dir, runs, flame(&q, nodes), tree_summary);
+    }
+    for (label, q) in [
+        (
+            "profile cpu with labels, the last hour",
+            cpu(end - hour, end),
+        ),
+        (
+            "profile cpu with labels, 1 h to 23 min before the end",
+            cpu(end - hour - skew, end - skew),
+        ),
+    ] {
+        measure(label, &dir, runs, profile(&q), profile_summary);
+    }
+    let all = cpu(end - days * day, end);
+    measure(
+        "series cpu, 7 days, 1 h step",
+        &dir,
+        runs,
+        |store| {
+            store
+                .series(&all, Duration::from_secs(3600))
+                .expect("series")
+        },
+        |points| format!("[{} points]", points.len()),
+    );
+    println!("peak RSS: {} MiB", peak_rss_mib());
+    settings.done_with(&dir);
+}
+
 /// 3,000,000 distinct stacks over ten minutes of one process: 60 batches of 50,000 samples, each
 /// a request stack of the web app extended by three frames of its own, so each adds three stack
 /// nodes (Pyroscope's benchmark: 3.2M stacks, 10M nodes).
@@ -947,6 +1091,8 @@ fn main() {
         runs: 5,
         minutes: 60,
         keep: false,
+        days: 7,
+        full_hours: 1,
     };
     let mut args = std::env::args().skip(1);
     let number = |args: &mut dyn Iterator<Item = String>, what: &str| {
@@ -961,9 +1107,11 @@ fn main() {
             "--runs" => settings.runs = number(&mut args, "--runs") as usize,
             "--minutes" => settings.minutes = number(&mut args, "--minutes"),
             "--keep" => settings.keep = true,
-            "hour" | "boost" | "unique" => cases.push(arg),
+            "--days" => settings.days = number(&mut args, "--days"),
+            "--full-hours" => settings.full_hours = number(&mut args, "--full-hours"),
+            "hour" | "boost" | "unique" | "week" => cases.push(arg),
             other => panic!(
-                "unknown argument {other:?}: expected hour, boost, unique, --runs N, --minutes N, --keep"
+                "unknown argument {other:?}: expected hour, boost, unique, week, --runs N, --minutes N, --days N, --full-hours N, --keep"
             ),
         }
     }
@@ -975,6 +1123,7 @@ fn main() {
         match case.as_str() {
             "hour" => hour("hour", 3, 1_000, &settings),
             "boost" => hour("boost", 3, 10_000, &settings),
+            "week" => week(&settings),
             _ => unique(&settings),
         }
     }

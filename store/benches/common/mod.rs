@@ -9,7 +9,7 @@ use std::time::Duration;
 use arrow::array::{Array, UInt32Array};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use profile::ProfileType;
-use store::tsdb::{BlockInfo, Query, QueryControl, SampleLabels, Store, StoreOptions};
+use store::tsdb::{BlockInfo, Level, Query, QueryControl, SampleLabels, Store, StoreOptions};
 
 pub const SECOND: i64 = 1_000_000_000;
 /// 2025-11-30 12:00 UTC: any fixed time works, a realistic one keeps block names realistic.
@@ -39,8 +39,14 @@ impl Rng {
 
 /// Default options, except that nothing is deleted by age or bytes: the data is in the past.
 pub fn options() -> StoreOptions {
+    let mut levels = Level::defaults();
+    for level in &mut levels {
+        level.retention_age = Duration::MAX;
+    }
     StoreOptions {
         retention_age: Duration::from_secs(1 << 40),
+        full_detail_age: Duration::from_secs(1 << 40),
+        levels,
         retention_bytes: u64::MAX,
         ..StoreOptions::default()
     }
@@ -89,14 +95,35 @@ fn unique_stacks(dir: &Path) -> u64 {
     ids.len() as u64
 }
 
-/// Bytes on disk of the compacted (closed, one-per-partition) blocks, per sample and per
-/// unique stack, as they stay on disk.
+/// Bytes on disk of the compacted (closed, one-per-partition) blocks of full detail, per
+/// sample and per unique stack, as they stay on disk; then those of each downsampled level.
 pub fn print_sizes(store: &Store) {
-    let blocks: Vec<_> = store
+    let compacted: Vec<_> = store
         .blocks()
         .iter()
-        .filter(|b| !b.meta.compacted_from.is_empty())
+        .filter(|b| !b.meta.compacted_from.is_empty() && b.meta.resolution == 0)
         .collect();
+    println!("-- full detail, compacted --");
+    print_block_sizes(&compacted);
+    let mut resolutions: Vec<i64> = store.blocks().iter().map(|b| b.meta.resolution).collect();
+    resolutions.sort_unstable();
+    resolutions.dedup();
+    for r in resolutions.into_iter().filter(|&r| r > 0) {
+        let level: Vec<_> = store
+            .blocks()
+            .iter()
+            .filter(|b| b.meta.resolution == r)
+            .collect();
+        println!(
+            "-- level of {} s (samples: those appended in its spans) --",
+            r / SECOND
+        );
+        print_block_sizes(&level);
+    }
+}
+
+/// What [`print_sizes`] prints of a set of blocks.
+fn print_block_sizes(blocks: &[&BlockInfo]) {
     let sum = |f: &dyn Fn(&BlockInfo) -> u64| blocks.iter().map(|b| f(b)).sum::<u64>();
     let appended = sum(&|b| b.meta.samples_appended);
     let rows = sum(&|b| b.meta.rows.samples);
@@ -105,7 +132,7 @@ pub fn print_sizes(store: &Store) {
     let unique = sum(&|b| unique_stacks(&b.path));
     let nodes = sum(&|b| b.meta.rows.stacks);
     let per_block = |n: u64| n / blocks.len().max(1) as u64;
-    println!("compacted blocks: {}", blocks.len());
+    println!("blocks: {}", blocks.len());
     println!("samples appended: {appended}, rows stored: {rows}");
     println!(
         "bytes on disk: {total} = {:.2} B/sample",

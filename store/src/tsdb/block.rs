@@ -24,10 +24,13 @@ use super::head::{Dicts, SampleColumns, StackNode, EMPTY_STACK, NO_PARENT};
 use super::model::Series;
 use profile::{Function, LabelValue};
 
-/// Major version this code writes and reads; a reader refuses other majors.
+/// Major version of blocks of full detail; a reader refuses majors it does not know.
 pub const FORMAT_MAJOR: u32 = 1;
 /// Minor version: additions older readers may ignore.
 pub const FORMAT_MINOR: u32 = 1;
+/// Major version of downsampled blocks (a level's): a reader of major 1 only would add their
+/// rows to those of the blocks they were made from, so it must refuse them.
+pub const FORMAT_MAJOR_DOWNSAMPLED: u32 = 2;
 /// Value of [`BlockMeta::format`].
 pub const FORMAT_NAME: &str = "clrscope-tsdb";
 
@@ -66,6 +69,28 @@ pub struct BlockMeta {
     /// Names of blocks this one replaces (compaction); those are deleted on open if still there.
     #[serde(default)]
     pub compacted_from: Vec<String>,
+    /// Of a downsampled block (format 2): its span and time resolution in nanoseconds; its
+    /// samples are all at `min_time`, the span's start. 0 in a block of full detail.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub resolution: i64,
+    /// Of a downsampled block: the sample labels removed from its rows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped_labels: Vec<String>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+impl BlockMeta {
+    /// Start and end (exclusive) of the time the block stands for: a downsampled block's
+    /// whole span, else its samples' range.
+    pub fn span(&self) -> (i64, i64) {
+        match self.resolution {
+            0 => (self.min_time, self.max_time.saturating_add(1)),
+            r => (self.min_time, self.min_time.saturating_add(r)),
+        }
+    }
 }
 
 fn read_meta(dir: &Path) -> Result<BlockMeta> {
@@ -77,7 +102,8 @@ fn read_meta(dir: &Path) -> Result<BlockMeta> {
     if name != Some(FORMAT_NAME) {
         return Err(corrupt(&path, format!("not a {FORMAT_NAME} block")));
     }
-    if major != Some(u64::from(FORMAT_MAJOR)) {
+    if major != Some(u64::from(FORMAT_MAJOR)) && major != Some(u64::from(FORMAT_MAJOR_DOWNSAMPLED))
+    {
         let minor = value.get("format_minor").and_then(|v| v.as_u64());
         return Err(StoreError::UnsupportedVersion {
             path,
@@ -86,12 +112,25 @@ fn read_meta(dir: &Path) -> Result<BlockMeta> {
                 major.map_or("?".into(), |m| m.to_string()),
                 minor.map_or("?".into(), |m| m.to_string())
             ),
-            supported: FORMAT_MAJOR,
+            supported: FORMAT_MAJOR_DOWNSAMPLED,
         });
     }
     let meta: BlockMeta = serde_json::from_value(value).map_err(|e| corrupt(&path, e))?;
     if meta.min_time > meta.max_time {
         return Err(corrupt(&path, "min_time is after max_time"));
+    }
+    let downsampled = meta.format_major == FORMAT_MAJOR_DOWNSAMPLED;
+    if downsampled != (meta.resolution > 0) || meta.resolution < 0 {
+        return Err(corrupt(
+            &path,
+            "resolution must be positive in a format 2 block and absent in format 1",
+        ));
+    }
+    if downsampled && meta.max_time != meta.min_time {
+        return Err(corrupt(
+            &path,
+            "a downsampled block's samples are all at min_time",
+        ));
     }
     Ok(meta)
 }
@@ -410,7 +449,7 @@ pub(crate) fn write(
     samples: RecordBatch,
     meta: &BlockMeta,
 ) -> Result<BlockInfo> {
-    let zstd_level = if meta.compacted_from.is_empty() {
+    let zstd_level = if meta.compacted_from.is_empty() && meta.resolution == 0 {
         FLUSHED_ZSTD_LEVEL
     } else {
         COMPACTED_ZSTD_LEVEL

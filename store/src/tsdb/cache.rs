@@ -14,6 +14,7 @@
 //! are dropped at once ([`QueryCache::forget`]), and block names are never reused by a store, so
 //! a deleted block cannot be served from the cache.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -92,7 +93,15 @@ impl Epoch {
 
     /// Which rows of a source with these ids and series the query takes, and the label set of
     /// the answer each label set's rows go to.
-    pub fn select(&self, ids: &BlockIds, series: &[Series], query: &Query) -> Result<Selection> {
+    /// Labels of `dropped` are left out of the answer's label sets (those a downsampled block
+    /// the query reads does not have), so all sources agree on the labels they group by.
+    pub fn select(
+        &self,
+        ids: &BlockIds,
+        series: &[Series],
+        query: &Query,
+        dropped: &[String],
+    ) -> Result<Selection> {
         let mut state = self.lock();
         let mut labels = Vec::with_capacity(ids.label_sets.len());
         for &id in &ids.label_sets {
@@ -101,8 +110,15 @@ impl Epoch {
                 SKIP
             } else {
                 match query.sample_labels.keep(set) {
-                    std::borrow::Cow::Borrowed(_) => id,
-                    std::borrow::Cow::Owned(kept) => state.interner.intern_label_set(&kept)?,
+                    Cow::Borrowed(kept) if !kept.iter().any(|(k, _)| dropped.contains(k)) => id,
+                    kept => {
+                        let kept: Vec<_> = kept
+                            .iter()
+                            .filter(|(k, _)| !dropped.contains(k))
+                            .cloned()
+                            .collect();
+                        state.interner.intern_label_set(&kept)?
+                    }
                 }
             });
         }

@@ -20,7 +20,7 @@ pub enum StoreError {
     #[error("block {path} is damaged ({reason}); it is skipped: move or delete that directory to silence this")]
     CorruptBlock { path: PathBuf, reason: String },
     /// A block written by a newer, incompatible clrscope.
-    #[error("block {path} has format version {found}, but this clrscope reads major version {supported}: upgrade clrscope or move the block away")]
+    #[error("block {path} has format version {found}, but this clrscope reads major versions 1 to {supported}: upgrade clrscope or move the block away")]
     UnsupportedVersion {
         path: PathBuf,
         found: String,

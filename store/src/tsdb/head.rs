@@ -152,6 +152,59 @@ pub(crate) fn renumber_stacks(rows: &RecordBatch, new_ids: &[u32]) -> RecordBatc
     RecordBatch::try_new(rows.schema(), arrays).expect("the same schema and length")
 }
 
+/// What a level's block is made with: the span and time resolution (nanoseconds) and the
+/// sample labels it leaves out.
+#[derive(Debug, Clone)]
+pub(crate) struct Downsampling {
+    pub resolution: i64,
+    pub drop_labels: Vec<String>,
+}
+
+/// `rows` (with [`samples_schema`], sorted so that equal keys are adjacent) with the rows of
+/// one series, time, stack and label set summed into one: what downsampling leaves of rows
+/// whose times and labels it made equal.
+pub(crate) fn merge_equal_rows(rows: &RecordBatch) -> RecordBatch {
+    let c = SampleColumns::of(rows).expect("a batch with the samples schema");
+    let key = |i: usize| {
+        (
+            c.series.value(i),
+            c.time.value(i),
+            c.stack.value(i),
+            c.labels.value(i),
+        )
+    };
+    let mut series = UInt32Builder::new();
+    let mut time = Int64Builder::new();
+    let mut stack = UInt32Builder::new();
+    let mut labels = UInt32Builder::new();
+    let mut value = Int64Builder::new();
+    let mut i = 0;
+    while i < rows.num_rows() {
+        let (s, t, st, l) = key(i);
+        let mut sum = 0i64;
+        while i < rows.num_rows() && key(i) == (s, t, st, l) {
+            sum = sum.saturating_add(c.value.value(i));
+            i += 1;
+        }
+        series.append_value(s);
+        time.append_value(t);
+        stack.append_value(st);
+        labels.append_value(l);
+        value.append_value(sum);
+    }
+    RecordBatch::try_new(
+        samples_schema(),
+        vec![
+            Arc::new(series.finish()),
+            Arc::new(time.finish()),
+            Arc::new(stack.finish()),
+            Arc::new(labels.finish()),
+            Arc::new(value.finish()),
+        ],
+    )
+    .expect("the samples schema and equal lengths")
+}
+
 /// Rough per-row and per-entry costs for the head's byte budget, hash maps included.
 const ROW_BYTES: usize = 28;
 const ENTRY_OVERHEAD: usize = 48;
@@ -247,6 +300,8 @@ const UNMAPPED: u32 = u32::MAX;
 /// The source's ids must be valid, as the block reader checks them.
 pub(crate) struct Remap<'a> {
     from: &'a Dicts,
+    /// Sample labels left out of the label sets mapped (downsampling).
+    drop_labels: &'a [String],
     functions: Vec<u32>,
     nodes: Vec<u32>,
     label_sets: Vec<u32>,
@@ -259,6 +314,7 @@ impl<'a> Remap<'a> {
     pub fn new(from: &'a Dicts) -> Self {
         Remap {
             from,
+            drop_labels: &[],
             functions: vec![UNMAPPED; from.functions.len()],
             nodes: vec![UNMAPPED; from.stacks.len()],
             label_sets: vec![UNMAPPED; from.label_sets.len()],
@@ -275,10 +331,28 @@ impl<'a> Remap<'a> {
         Ok(*slot)
     }
 
+    /// The same, but each label set mapped without the labels of `drop_labels`.
+    pub fn dropping(from: &'a Dicts, drop_labels: &'a [String]) -> Self {
+        Remap {
+            drop_labels,
+            ..Remap::new(from)
+        }
+    }
+
     pub fn label_set(&mut self, into: &mut Interner, id: u32) -> Result<u32> {
         let slot = &mut self.label_sets[id as usize];
         if *slot == UNMAPPED {
-            *slot = into.intern_label_set(&self.from.label_sets[id as usize])?;
+            let set = &self.from.label_sets[id as usize];
+            *slot = if self.drop_labels.is_empty() {
+                into.intern_label_set(set)?
+            } else {
+                let kept: Vec<_> = set
+                    .iter()
+                    .filter(|(key, _)| !self.drop_labels.contains(key))
+                    .cloned()
+                    .collect();
+                into.intern_label_set(&kept)?
+            };
         }
         Ok(*slot)
     }
@@ -457,14 +531,19 @@ impl Head {
         Ok(())
     }
 
-    /// Re-interns the rows of a block (validated by the reader) into this head: compaction.
+    /// Re-interns the rows of a block (validated by the reader) into this head: compaction,
+    /// or with a [`Downsampling`], each row's time moved to the start of its span and the
+    /// labels it drops left out.
     pub fn absorb(
         &mut self,
         dicts: &Dicts,
         samples: &[RecordBatch],
         samples_appended: u64,
+        downsampling: Option<&Downsampling>,
     ) -> Result<()> {
-        let mut remap = Remap::new(dicts);
+        let (resolution, drop_labels) =
+            downsampling.map_or((1, &[][..]), |d| (d.resolution, &d.drop_labels[..]));
+        let mut remap = Remap::dropping(dicts, drop_labels);
         for batch in samples {
             let Some(c) = SampleColumns::of(batch) else {
                 continue;
@@ -473,7 +552,8 @@ impl Head {
                 let series = remap.series(&mut self.interner, c.series.value(i))?;
                 let stack = remap.stack(&mut self.interner, c.stack.value(i))?;
                 let labels = remap.label_set(&mut self.interner, c.labels.value(i))?;
-                self.push_row(series, c.time.value(i), stack, labels, c.value.value(i));
+                let time = c.time.value(i).div_euclid(resolution) * resolution;
+                self.push_row(series, time, stack, labels, c.value.value(i));
             }
         }
         self.samples_appended += samples_appended;

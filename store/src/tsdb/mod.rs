@@ -16,7 +16,7 @@ mod model;
 mod query;
 mod tree;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -29,13 +29,16 @@ use arrow::array::UInt32Array;
 use arrow::compute::take_record_batch;
 use arrow::record_batch::RecordBatch;
 
-pub use block::{BlockInfo, BlockMeta, BlockRows, FORMAT_MAJOR, FORMAT_MINOR, FORMAT_NAME};
+pub use block::{
+    BlockInfo, BlockMeta, BlockRows, FORMAT_MAJOR, FORMAT_MAJOR_DOWNSAMPLED, FORMAT_MINOR,
+    FORMAT_NAME,
+};
 pub use error::{Result, StoreError};
-pub use model::{parse_selector, Query, QueryControl, SampleLabels, Series, StoreOptions};
+pub use model::{parse_selector, Level, Query, QueryControl, SampleLabels, Series, StoreOptions};
 
 use cache::{BlockIds, QueryCache};
 use error::io;
-use head::{Dicts, Head, SampleColumns};
+use head::{Dicts, Downsampling, Head, SampleColumns};
 use profile::{Batch, CallTree, LabelValue, Profile, ProfileType, ValueType};
 use query::{ProfileMerge, Selection, SKIP};
 use tree::TreeMerge;
@@ -46,6 +49,13 @@ pub const MAX_SERIES_POINTS: u64 = 1_000_000;
 /// Most threads one query reads and merges blocks on (one per core up to this). Each holds a
 /// block and a partial answer, so this also bounds what a query can take in memory.
 pub const MAX_QUERY_THREADS: usize = 4;
+
+/// What a query reads: see [`Store::plan`].
+struct Plan<'a> {
+    blocks: Vec<&'a BlockInfo>,
+    /// Spans the downsampled blocks of `blocks` answer for.
+    downsampled: Vec<(i64, i64)>,
+}
 
 /// A block that was skipped because it could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -291,10 +301,10 @@ impl Store {
             match self.write_block(
                 head.dicts(),
                 taken,
-                min_time,
-                max_time,
+                (min_time, max_time),
                 samples_appended,
                 Vec::new(),
+                None,
             ) {
                 Ok(()) => written += 1,
                 Err(e) if written == 0 => {
@@ -304,8 +314,9 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
-        self.apply_retention(profile::clock::unix_nanos())?;
         self.compact()?;
+        self.downsample()?;
+        self.apply_retention(profile::clock::unix_nanos())?;
         Ok(())
     }
 
@@ -313,17 +324,23 @@ impl Store {
         &mut self,
         dicts: &Dicts,
         samples: RecordBatch,
-        min_time: i64,
-        max_time: i64,
+        (min_time, max_time): (i64, i64),
         samples_appended: u64,
         compacted_from: Vec<String>,
+        downsampling: Option<&Downsampling>,
     ) -> Result<()> {
         let name = format!("{min_time:020}-{:06}", self.next_sequence);
         self.next_sequence += 1;
         let meta = BlockMeta {
             format: FORMAT_NAME.to_string(),
-            format_major: FORMAT_MAJOR,
-            format_minor: FORMAT_MINOR,
+            format_major: match downsampling {
+                None => FORMAT_MAJOR,
+                Some(_) => FORMAT_MAJOR_DOWNSAMPLED,
+            },
+            format_minor: match downsampling {
+                None => FORMAT_MINOR,
+                Some(_) => 0,
+            },
             min_time,
             max_time,
             samples_appended,
@@ -335,6 +352,8 @@ impl Store {
             },
             series: dicts.series.clone(),
             compacted_from,
+            resolution: downsampling.map_or(0, |d| d.resolution),
+            dropped_labels: downsampling.map_or_else(Vec::new, |d| d.drop_labels.clone()),
         };
         let info = block::write(&self.dir, &name, dicts, samples, &meta)?;
         let at = self
@@ -344,32 +363,52 @@ impl Store {
         Ok(())
     }
 
-    /// Deletes blocks whose newest sample is older than `retention_age` before `now`, then the
-    /// oldest while all blocks exceed `retention_bytes`, always keeping the newest block.
-    /// Returns the names of the deleted blocks. Flushing calls this with the current time.
+    /// Deletes blocks past their age, then while all blocks exceed `retention_bytes` the
+    /// oldest of those a coarser block covers, then the oldest of the rest, always keeping one
+    /// block. A block's age is `retention_age` at most; one a coarser block covers goes
+    /// sooner, after `full_detail_age` (full detail) or its level's `retention_age`, so data
+    /// leaves a level only once a coarser copy holds it. Returns the names of the deleted
+    /// blocks. Flushing calls this with the current time.
     pub fn apply_retention(&mut self, now_unix_nanos: i64) -> Result<Vec<String>> {
-        let cutoff = now_unix_nanos.saturating_sub(nanos(self.options.retention_age));
-        let mut by_age: Vec<usize> = (0..self.blocks.len()).collect();
-        by_age.sort_by_key(|&i| {
-            (
-                self.blocks[i].meta.max_time,
-                self.blocks[i].meta.min_time,
-                i,
-            )
-        });
+        let horizon = now_unix_nanos.saturating_sub(nanos(self.options.retention_age));
+        let level_cutoff = |resolution: i64| {
+            let age = match resolution {
+                0 => Some(self.options.full_detail_age),
+                r => self
+                    .options
+                    .levels
+                    .iter()
+                    .find(|l| nanos(l.resolution) == r)
+                    .map(|l| l.retention_age),
+            };
+            age.map_or(horizon, |age| {
+                horizon.max(now_unix_nanos.saturating_sub(nanos(age)))
+            })
+        };
+        let covered = self.covered_by_coarser();
         let mut doomed = HashSet::new();
         let mut total: u64 = self.blocks.iter().map(|b| b.bytes).sum();
-        let mut left = self.blocks.len();
+        for (i, b) in self.blocks.iter().enumerate() {
+            let end = b.meta.span().1;
+            if end <= horizon || (covered[i] && end <= level_cutoff(b.meta.resolution)) {
+                doomed.insert(i);
+                total -= b.bytes;
+            }
+        }
+        let mut by_age: Vec<usize> = (0..self.blocks.len()).collect();
+        by_age.sort_by_key(|&i| {
+            let meta = &self.blocks[i].meta;
+            (!covered[i], meta.max_time, meta.min_time, i)
+        });
+        let mut left = self.blocks.len() - doomed.len();
         for &i in &by_age {
-            let b = &self.blocks[i];
-            let too_old = b.meta.max_time < cutoff;
-            let too_big = total > self.options.retention_bytes && left > 1;
-            if !too_old && !too_big {
+            if total <= self.options.retention_bytes || left <= 1 {
                 break;
             }
-            doomed.insert(i);
-            total -= b.bytes;
-            left -= 1;
+            if doomed.insert(i) {
+                total -= self.blocks[i].bytes;
+                left -= 1;
+            }
         }
         let mut deleted = Vec::new();
         for &i in &by_age {
@@ -384,6 +423,32 @@ impl Store {
             !doomed.contains(&(i - 1))
         });
         Ok(deleted)
+    }
+
+    /// Per block: whether a block of a coarser level holds its span.
+    fn covered_by_coarser(&self) -> Vec<bool> {
+        let coarse: HashSet<(i64, i64)> = self
+            .blocks
+            .iter()
+            .filter(|b| b.meta.resolution > 0)
+            .map(|b| (b.meta.resolution, b.meta.min_time))
+            .collect();
+        let mut resolutions: Vec<i64> = coarse.iter().map(|&(r, _)| r).collect();
+        resolutions.sort_unstable();
+        resolutions.dedup();
+        self.blocks
+            .iter()
+            .map(|b| {
+                let (start, end) = b.meta.span();
+                resolutions
+                    .iter()
+                    .filter(|&&r| r > b.meta.resolution)
+                    .any(|&r| {
+                        let at = start.div_euclid(r) * r;
+                        end <= at.saturating_add(r) && coarse.contains(&(r, at))
+                    })
+            })
+            .collect()
     }
 
     /// Renames first, so a crash mid-delete leaves a temp directory (removed on open), never a
@@ -410,7 +475,7 @@ impl Store {
             return Ok(0);
         };
         let mut groups: HashMap<i64, Vec<BlockInfo>> = HashMap::new();
-        for b in &self.blocks {
+        for b in self.blocks.iter().filter(|b| b.meta.resolution == 0) {
             let part = b.meta.min_time.div_euclid(partition);
             if part < newest {
                 groups.entry(part).or_default().push(b.clone());
@@ -428,7 +493,7 @@ impl Store {
                     .and_then(|d| block::read_samples(info, &|_| true).map(|s| (d, s)))
                 {
                     Ok((dicts, samples)) => {
-                        head.absorb(&dicts, &samples, info.meta.samples_appended)?;
+                        head.absorb(&dicts, &samples, info.meta.samples_appended, None)?;
                         readable.push(info.clone());
                     }
                     Err(e) => self.report(info, e),
@@ -444,7 +509,8 @@ impl Store {
             let order = UInt32Array::from(block_order(&rows, partition));
             let rows = take_record_batch(&rows, &order).expect("indices are in range");
             let (min, max) = (head.min_time, head.max_time);
-            self.write_block(&dicts, rows, min, max, head.samples_appended, names.clone())?;
+            let appended = head.samples_appended;
+            self.write_block(&dicts, rows, (min, max), appended, names.clone(), None)?;
             for b in &readable {
                 self.delete_block(b)?;
             }
@@ -452,6 +518,101 @@ impl Store {
             replaced += readable.len();
         }
         Ok(replaced)
+    }
+
+    /// Makes each level's blocks (see [`Level`]) from the next finer level's blocks once their
+    /// span is closed (the newest block of full detail is in a later partition), and makes a
+    /// level's block again when the finer blocks of its span hold samples it lacks (data that
+    /// came late). Returns how many blocks it wrote. Flushing calls this after compaction.
+    pub fn downsample(&mut self) -> Result<usize> {
+        let partition = nanos(self.options.partition);
+        let Some(closed) = self
+            .blocks
+            .iter()
+            .filter(|b| b.meta.resolution == 0)
+            .map(|b| b.meta.max_time.div_euclid(partition) * partition)
+            .max()
+        else {
+            return Ok(0);
+        };
+        let mut written = 0;
+        let mut finer = 0;
+        for level in self.options.levels.clone() {
+            let resolution = nanos(level.resolution);
+            let mut groups: BTreeMap<i64, Vec<BlockInfo>> = BTreeMap::new();
+            for b in &self.blocks {
+                let start = b.meta.min_time.div_euclid(resolution) * resolution;
+                if b.meta.resolution == finer
+                    && start.saturating_add(resolution) <= closed
+                    && !self.is_bad(b)
+                {
+                    groups.entry(start).or_default().push(b.clone());
+                }
+            }
+            finer = resolution;
+            for (start, inputs) in groups {
+                let appended: u64 = inputs.iter().map(|b| b.meta.samples_appended).sum();
+                let existing = self
+                    .blocks
+                    .iter()
+                    .find(|b| b.meta.resolution == resolution && b.meta.min_time == start)
+                    .cloned();
+                if existing
+                    .as_ref()
+                    .is_some_and(|e| e.meta.samples_appended >= appended)
+                {
+                    continue;
+                }
+                let mut drop_labels = level.drop_labels.clone();
+                for input in &inputs {
+                    drop_labels.extend(input.meta.dropped_labels.iter().cloned());
+                }
+                drop_labels.sort();
+                drop_labels.dedup();
+                let downsampling = Downsampling {
+                    resolution,
+                    drop_labels,
+                };
+                let mut head = Head::new();
+                for info in &inputs {
+                    match block::read_dicts(info)
+                        .and_then(|d| block::read_samples(info, &|_| true).map(|s| (d, s)))
+                    {
+                        Ok((dicts, samples)) => head.absorb(
+                            &dicts,
+                            &samples,
+                            info.meta.samples_appended,
+                            Some(&downsampling),
+                        )?,
+                        Err(e) => self.report(info, e),
+                    }
+                }
+                if head.is_empty() {
+                    continue;
+                }
+                let mut dicts = std::mem::take(&mut head.interner.dicts);
+                let rows = head::renumber_stacks(&head.record_batch(), &dicts.breadth_first());
+                let order = UInt32Array::from(block_order(&rows, partition));
+                let rows = take_record_batch(&rows, &order).expect("indices are in range");
+                let rows = head::merge_equal_rows(&rows);
+                let replaced: Vec<String> = existing.iter().map(|b| b.name.clone()).collect();
+                let appended = head.samples_appended;
+                self.write_block(
+                    &dicts,
+                    rows,
+                    (start, start),
+                    appended,
+                    replaced,
+                    Some(&downsampling),
+                )?;
+                written += 1;
+                if let Some(old) = existing {
+                    self.delete_block(&old)?;
+                    self.blocks.retain(|b| b.name != old.name);
+                }
+            }
+        }
+        Ok(written)
     }
 
     fn report(&self, info: &BlockInfo, e: StoreError) {
@@ -482,6 +643,94 @@ impl Store {
         &self.blocks
     }
 
+    /// The blocks a query reads, at the coarsest level that answers each part of its range
+    /// exactly, and the spans the downsampled ones among them answer for:
+    ///
+    /// 1. coarsest level first, each downsampled block whose whole span lies in the range
+    ///    (and, for a timeline, in one step) and no chosen block's span overlaps;
+    /// 2. the blocks of full detail in the range outside those spans (the range's edges, and
+    ///    what no level holds yet);
+    /// 3. finest level first, each downsampled block that is not in the range whole but whose
+    ///    start is, where no finer block of its span is left (older than the finer levels
+    ///    keep): its rows count at that start.
+    ///
+    /// A block whose level dropped a label the query's sample matchers name is not read.
+    fn plan(&self, query: &Query, step: Option<i64>) -> Plan<'_> {
+        let usable = |b: &BlockInfo| {
+            b.meta
+                .series
+                .iter()
+                .any(|s| s.matches(&query.profile_type, &query.matchers))
+                && !query
+                    .sample_matchers
+                    .iter()
+                    .any(|(key, _)| b.meta.dropped_labels.contains(key))
+                && !self.is_bad(b)
+        };
+        let overlaps = |spans: &[(i64, i64)], (start, end): (i64, i64)| {
+            spans.iter().any(|&(s, e)| start < e && s < end)
+        };
+        let in_one_step = |(start, end): (i64, i64)| {
+            step.is_none_or(|step| {
+                (start - query.from).div_euclid(step) == (end - 1 - query.from).div_euclid(step)
+            })
+        };
+        let mut resolutions: Vec<i64> = self
+            .blocks
+            .iter()
+            .map(|b| b.meta.resolution)
+            .filter(|&r| r > 0)
+            .collect();
+        resolutions.sort_unstable();
+        resolutions.dedup();
+        let mut plan = Plan {
+            blocks: Vec::new(),
+            downsampled: Vec::new(),
+        };
+        for &r in resolutions.iter().rev() {
+            for b in self.blocks.iter().filter(|b| b.meta.resolution == r) {
+                let span = b.meta.span();
+                if span.0 >= query.from
+                    && span.1 <= query.until
+                    && in_one_step(span)
+                    && !overlaps(&plan.downsampled, span)
+                    && usable(b)
+                {
+                    plan.blocks.push(b);
+                    plan.downsampled.push(span);
+                }
+            }
+        }
+        for b in self.blocks.iter().filter(|b| b.meta.resolution == 0) {
+            if b.meta.max_time >= query.from
+                && b.meta.min_time < query.until
+                && !overlaps(&plan.downsampled, b.meta.span())
+                && usable(b)
+            {
+                plan.blocks.push(b);
+            }
+        }
+        for &r in &resolutions {
+            for b in self.blocks.iter().filter(|b| b.meta.resolution == r) {
+                let span = b.meta.span();
+                let finer_left = self
+                    .blocks
+                    .iter()
+                    .any(|f| f.meta.resolution < r && overlaps(&[span], f.meta.span()));
+                if (query.from..query.until).contains(&span.0)
+                    && (span.1 > query.until || !in_one_step(span))
+                    && !finer_left
+                    && !overlaps(&plan.downsampled, span)
+                    && usable(b)
+                {
+                    plan.blocks.push(b);
+                    plan.downsampled.push(span);
+                }
+            }
+        }
+        plan
+    }
+
     /// Whether the head may hold rows for the query.
     fn head_selected(&self, query: &Query) -> bool {
         !self.head.is_empty()
@@ -506,21 +755,12 @@ impl Store {
     fn fold_blocks<S: Send, P>(
         &self,
         query: &Query,
+        blocks: &[&BlockInfo],
         init: impl Fn() -> S + Sync,
         prepare: impl Fn(&BlockInfo) -> Result<P> + Sync,
         visit: impl Fn(&mut S, &BlockInfo, P, &[RecordBatch]) -> Result<()> + Sync,
     ) -> Result<Vec<S>> {
         let selects = |series: &Series| series.matches(&query.profile_type, &query.matchers);
-        let blocks: Vec<&BlockInfo> = self
-            .blocks
-            .iter()
-            .filter(|b| {
-                b.meta.max_time >= query.from
-                    && b.meta.min_time < query.until
-                    && b.meta.series.iter().any(selects)
-                    && !self.is_bad(b)
-            })
-            .collect();
         let stripes = std::thread::available_parallelism()
             .map_or(1, usize::from)
             .clamp(1, MAX_QUERY_THREADS)
@@ -597,16 +837,26 @@ impl Store {
     /// and processes, so no single period is true of a merged range and nothing needs scaling.
     pub fn profile(&self, query: &Query) -> Result<Profile> {
         query.check()?;
+        let plan = self.plan(query, None);
+        let mut dropped: Vec<String> = plan
+            .blocks
+            .iter()
+            .flat_map(|b| b.meta.dropped_labels.iter().cloned())
+            .collect();
+        dropped.sort();
+        dropped.dedup();
         let epoch = self.cache.epoch();
-        let add = |merge: &mut ProfileMerge, ids: &BlockIds, series: &[Series], rows: &[_]| {
-            merge.add(&epoch.select(ids, series, query)?, &ids.nodes, rows, query)
-        };
+        let select = |ids: &BlockIds, series: &[Series]| epoch.select(ids, series, query, &dropped);
         let mut parts = self
             .fold_blocks(
                 query,
+                &plan.blocks,
                 ProfileMerge::default,
                 |info| epoch.block_ids(info),
-                |merge, info, ids, rows| add(merge, &ids, &info.meta.series, rows),
+                |merge, info, ids, rows| {
+                    let selection = select(&ids, &info.meta.series)?;
+                    merge.add(&selection, &ids.nodes, rows, query)
+                },
             )?
             .into_iter();
         let mut merge = parts.next().unwrap_or_default();
@@ -616,7 +866,9 @@ impl Store {
         if self.head_selected(query) {
             let dicts = self.head.dicts();
             let rows = [self.head.record_batch()];
-            add(&mut merge, &epoch.map(dicts)?, &dicts.series, &rows)?;
+            let ids = epoch.map(dicts)?;
+            let selection = select(&ids, &dicts.series)?.excluding(&plan.downsampled);
+            merge.add(&selection, &ids.nodes, &rows, query)?;
         }
         let value_type = ValueType::new(&query.profile_type.name, &query.profile_type.unit);
         let state = epoch.lock();
@@ -641,12 +893,14 @@ impl Store {
             ));
         }
         let value_type = ValueType::new(&query.profile_type.name, &query.profile_type.unit);
+        let plan = self.plan(query, None);
         let mut parts = self
             .fold_blocks(
                 query,
+                &plan.blocks,
                 || TreeMerge::new(&value_type),
                 block::read_dicts,
-                |merge, _, dicts, rows| merge.add(&dicts, rows, query, max_nodes),
+                |merge, _, dicts, rows| merge.add(&dicts, rows, query, max_nodes, &[]),
             )?
             .into_iter();
         let mut merge = parts.next().unwrap_or_else(|| TreeMerge::new(&value_type));
@@ -655,7 +909,8 @@ impl Store {
         }
         if self.head_selected(query) {
             let rows = [self.head.record_batch()];
-            merge.add(self.head.dicts(), &rows, query, max_nodes)?;
+            let head = self.head.dicts();
+            merge.add(head, &rows, query, max_nodes, &plan.downsampled)?;
         }
         Ok(merge.build(
             max_nodes,
@@ -689,18 +944,20 @@ impl Store {
             };
             (!query.sample_matchers.is_empty()).then(|| label_sets.iter().map(matches).collect())
         };
-        let add = |totals: &mut Vec<i64>, series: &[Series], labels, rows: &[_]| {
-            let selection = Selection::new(series, query, labels);
+        let plan = self.plan(query, Some(step));
+        let add = |totals: &mut Vec<i64>, series: &[Series], labels, rows: &[_], excluded| {
+            let selection = Selection::new(series, query, labels).excluding(excluded);
             query::add_timeline(totals, step, &selection, rows, query)
         };
         let parts = self.fold_blocks(
             query,
+            &plan.blocks,
             || vec![0; points as usize],
             |info| match query.sample_matchers.is_empty() {
                 true => Ok(None),
                 false => block::read_dicts(info).map(|d| matching(&d.label_sets)),
             },
-            |totals, info, labels, rows| add(totals, &info.meta.series, labels, rows),
+            |totals, info, labels, rows| add(totals, &info.meta.series, labels, rows, &[]),
         )?;
         let mut totals = vec![0i64; points as usize];
         for part in parts {
@@ -716,6 +973,7 @@ impl Store {
                 &dicts.series,
                 labels,
                 &[self.head.record_batch()],
+                &plan.downsampled,
             )?;
         }
         Ok(totals

@@ -155,9 +155,15 @@ pub struct StoreOptions {
     /// Time span of a partition; a block never straddles two, and compaction merges the
     /// blocks of one partition into one.
     pub partition: Duration,
-    /// Blocks whose newest sample is older than this are deleted.
+    /// Blocks whose newest sample is older than this are deleted, at every level.
     pub retention_age: Duration,
-    /// Oldest blocks are deleted while the blocks take more bytes than this (never the newest).
+    /// Blocks of full detail (one partition each, sample times as appended) whose newest sample
+    /// is older than this are deleted; the levels of [`StoreOptions::levels`] keep their time.
+    pub full_detail_age: Duration,
+    /// Coarser copies of the data, finest first (see [`Level`]); empty: none.
+    pub levels: Vec<Level>,
+    /// While the blocks take more bytes than this, blocks are deleted: first those a coarser
+    /// block covers, oldest first, then the oldest of the rest; never the newest block.
     pub retention_bytes: u64,
     /// The head is flushed early once its estimated size passes this many bytes.
     pub head_bytes: usize,
@@ -167,12 +173,52 @@ pub struct StoreOptions {
     pub query_cache_bytes: usize,
 }
 
+/// A coarser copy of the data (a "level"): once a span of `resolution` is closed, the blocks
+/// of the next finer level in it are merged into one block whose sample times are the span's
+/// start, one row per series, stack and sample label set, with the labels of `drop_labels`
+/// removed. Values are summed, so the total of any span equals the finer data's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Level {
+    /// Span of one block and the time resolution of its samples: a multiple of the next finer
+    /// level's (of [`StoreOptions::partition`] for the first level).
+    pub resolution: Duration,
+    /// Blocks of this level whose span ended longer ago than this are deleted.
+    pub retention_age: Duration,
+    /// Sample labels not kept at this level (nor at coarser ones): those of per-sample
+    /// cardinality that would keep rows apart which a long range merges anyway.
+    pub drop_labels: Vec<String>,
+}
+
+impl Level {
+    /// The default levels: 10 minutes kept 3 days without trace and span ids (span names
+    /// stay); 1 hour kept as long as the store keeps anything, without thread ids either
+    /// (thread names stay).
+    pub fn defaults() -> Vec<Level> {
+        use profile::labels::{SPAN_ID, THREAD_ID, TRACE_ID};
+        let traces = [TRACE_ID, SPAN_ID].map(String::from).to_vec();
+        vec![
+            Level {
+                resolution: Duration::from_secs(600),
+                retention_age: Duration::from_secs(3 * 24 * 3600),
+                drop_labels: traces.clone(),
+            },
+            Level {
+                resolution: Duration::from_secs(3600),
+                retention_age: Duration::MAX,
+                drop_labels: [traces, vec![THREAD_ID.to_string()]].concat(),
+            },
+        ]
+    }
+}
+
 impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             flush_interval: Duration::from_secs(10),
             partition: Duration::from_secs(60),
             retention_age: Duration::from_secs(7 * 24 * 3600),
+            full_detail_age: Duration::from_secs(24 * 3600),
+            levels: Level::defaults(),
             retention_bytes: 1 << 30,
             head_bytes: 64 << 20,
             query_cache_bytes: 32 << 20,
@@ -188,6 +234,17 @@ impl StoreOptions {
         }
         if self.partition.as_nanos() == 0 || self.partition.as_nanos() > i64::MAX as u128 {
             return fail("partition must be between 1 ns and 292 years (one minute is usual)");
+        }
+        let mut finer = self.partition;
+        for level in &self.levels {
+            let (coarse, fine) = (level.resolution.as_nanos(), finer.as_nanos());
+            if coarse <= fine || coarse % fine != 0 || coarse > i64::MAX as u128 {
+                return fail(
+                    "each level's resolution must be a larger multiple of the next finer one's \
+                     (the partition's for the first), e.g. 1 min, 10 min, 1 h",
+                );
+            }
+            finer = level.resolution;
         }
         if self.head_bytes == 0 {
             return fail("head_bytes must be positive");

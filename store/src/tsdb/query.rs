@@ -19,6 +19,9 @@ pub(crate) struct Selection {
     /// fewer labels), or [`SKIP`] when the query's sample matchers exclude it. `None`: every
     /// label set, as it is (a timeline without sample matchers, which needs no dictionary).
     labels: Option<Vec<u32>>,
+    /// Time spans whose rows are not selected: those downsampled blocks answer for (the head's
+    /// rows of a span a level's block holds already came late and are counted there).
+    excluded: Vec<(i64, i64)>,
 }
 
 impl Selection {
@@ -29,7 +32,13 @@ impl Selection {
                 .map(|s| s.matches(&query.profile_type, &query.matchers))
                 .collect(),
             labels,
+            excluded: Vec::new(),
         }
+    }
+
+    pub fn excluding(mut self, spans: &[(i64, i64)]) -> Self {
+        self.excluded = spans.to_vec();
+        self
     }
 }
 
@@ -68,6 +77,8 @@ pub(crate) fn for_each_row(
             if selection.series.get(s as usize) == Some(&true)
                 && t >= query.from
                 && t < query.until
+                && (selection.excluded.is_empty()
+                    || !selection.excluded.iter().any(|&(s, e)| s <= t && t < e))
                 && selection
                     .labels
                     .as_ref()

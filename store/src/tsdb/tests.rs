@@ -1,4 +1,4 @@
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -37,6 +37,7 @@ fn keep_all() -> StoreOptions {
         retention_age: Duration::from_secs(1 << 40),
         retention_bytes: u64::MAX,
         partition: Duration::from_secs(3600),
+        levels: Vec::new(),
         ..StoreOptions::default()
     }
 }
@@ -415,7 +416,7 @@ fn damaged_blocks_are_reported_and_skipped_on_open() {
     let text = fs::read_to_string(&meta).unwrap();
     fs::write(
         &meta,
-        text.replace("\"format_major\": 1", "\"format_major\": 2"),
+        text.replace("\"format_major\": 1", "\"format_major\": 3"),
     )
     .unwrap();
 
@@ -435,7 +436,7 @@ fn damaged_blocks_are_reported_and_skipped_on_open() {
         message(&names[1])
     );
     assert!(
-        message(&names[2]).contains(&format!("format version 2.{FORMAT_MINOR}")),
+        message(&names[2]).contains(&format!("format version 3.{FORMAT_MINOR}")),
         "{}",
         message(&names[2])
     );
@@ -1144,6 +1145,8 @@ fn crafted_block(dir: &Path, name: &str, dicts: &head::Dicts, stack: u32) {
         },
         series: dicts.series.clone(),
         compacted_from: Vec::new(),
+        resolution: 0,
+        dropped_labels: Vec::new(),
     };
     block::write(dir, name, dicts, h.record_batch(), &meta).unwrap();
 }
@@ -1338,4 +1341,361 @@ fn a_data_directory_others_may_write_or_own_is_refused_one_they_may_read_is_made
         let err = Store::open(&dir.0, keep_all()).unwrap_err();
         assert!(err.to_string().contains("owned by uid 65534"), "{err}");
     }
+}
+
+const SECOND: i64 = 1_000_000_000;
+
+/// Minute blocks, then the default levels (10 minutes without span ids, 1 hour without thread
+/// ids either), nothing deleted unless a test says so.
+fn level_options() -> StoreOptions {
+    let mut levels = Level::defaults();
+    for level in &mut levels {
+        level.retention_age = Duration::MAX;
+    }
+    StoreOptions {
+        partition: Duration::from_secs(60),
+        levels,
+        full_detail_age: Duration::from_secs(1 << 40),
+        ..keep_all()
+    }
+}
+
+/// Three hours of two cpu batches a minute (at :07 and :37), three stacks on two threads each,
+/// values that differ every batch, a `span_id` on some samples; then one batch at 3h+5s that
+/// closes the last hour.
+fn three_hours_of_batches() -> Vec<Batch> {
+    let mut out = Vec::new();
+    for m in 0..180 {
+        for k in 0..2 {
+            let time = m * MINUTE + k * 30 * SECOND + 7 * SECOND;
+            let mut samples = Vec::new();
+            for j in 0..3i64 {
+                for thread in 0..2i64 {
+                    let value = 1 + (m * 7 + k * 3 + j * 5 + thread) % 11;
+                    let mut labels = vec![
+                        tid(100 + thread),
+                        ("thread_name", LabelValue::Str(format!("worker-{thread}"))),
+                    ];
+                    if (m + j) % 4 == 0 {
+                        labels.push(("span_id", LabelValue::Str(format!("{m:016x}"))));
+                    }
+                    samples.push((j, value, labels));
+                }
+            }
+            let names = [
+                ["Leaf0", "Mid0", "Main"],
+                ["Leaf1", "Mid1", "Main"],
+                ["Leaf2", "Mid0", "Main"],
+            ];
+            let samples: Vec<TestSample> = samples
+                .iter()
+                .map(|(j, value, labels)| (&names[*j as usize][..], *value, &labels[..]))
+                .collect();
+            out.push(batch("api", "cpu", time, &samples));
+        }
+    }
+    out.push(batch(
+        "api",
+        "cpu",
+        3 * HOUR + 5 * SECOND,
+        &[(&["Main"], 1, &[])],
+    ));
+    out
+}
+
+/// The sum of the values of the batches' samples in `[from, until)`: the ground truth.
+fn appended_total(batches: &[Batch], from: i64, until: i64) -> i64 {
+    batches
+        .iter()
+        .filter(|b| (from..until).contains(&b.timestamp_unix_nanos))
+        .flat_map(|b| b.samples.iter().map(|s| s.value))
+        .sum()
+}
+
+/// A store with `options` holding `batches`, flushed every ten minutes of data.
+fn store_of(name: &str, options: StoreOptions, batches: &[Batch]) -> (TempDir, Store) {
+    let dir = TempDir::new(name);
+    let mut store = Store::open(&dir.0, options).unwrap();
+    for (i, b) in batches.iter().enumerate() {
+        store.append(b).unwrap();
+        if i % 20 == 19 {
+            store.flush().unwrap();
+        }
+    }
+    store.flush().unwrap();
+    (dir, store)
+}
+
+fn resolutions(blocks: &[&BlockInfo]) -> Vec<i64> {
+    blocks.iter().map(|b| b.meta.resolution).collect()
+}
+
+fn count(v: &[i64], r: i64) -> usize {
+    v.iter().filter(|&&x| x == r).count()
+}
+
+fn thread_names_only(q: &Query) -> Query {
+    Query {
+        sample_labels: SampleLabels::Only(vec!["thread_name".into()]),
+        ..q.clone()
+    }
+}
+
+#[test]
+fn levels_answer_with_the_totals_of_the_fine_data_over_any_range() {
+    let batches = three_hours_of_batches();
+    let (_dir, store) = store_of("levels", level_options(), &batches);
+    let fine_options = StoreOptions {
+        levels: Vec::new(),
+        ..level_options()
+    };
+    let (_fine_dir, fine) = store_of("fine", fine_options, &batches);
+    let all: Vec<&BlockInfo> = store.blocks().iter().collect();
+    let r = resolutions(&all);
+    assert_eq!(count(&r, 600 * SECOND), 18, "18 ten-minute blocks");
+    assert_eq!(count(&r, HOUR), 3, "3 hour blocks");
+    for b in store.blocks().iter().filter(|b| b.meta.resolution > 0) {
+        assert_eq!(b.meta.format_major, FORMAT_MAJOR_DOWNSAMPLED);
+        assert_eq!(
+            (b.meta.min_time, b.meta.max_time),
+            (b.meta.min_time, b.meta.min_time)
+        );
+    }
+    let hour_block = store
+        .blocks()
+        .iter()
+        .find(|b| b.meta.resolution == HOUR)
+        .unwrap();
+    assert_eq!(
+        hour_block.meta.dropped_labels,
+        vec!["span_id", "thread_id", "trace_id"]
+    );
+    let ranges = [
+        (0, 3 * HOUR),
+        (HOUR, 2 * HOUR),
+        (10 * MINUTE, 50 * MINUTE),
+        (7 * MINUTE + 30 * SECOND, 2 * HOUR + 13 * MINUTE),
+        (59 * MINUTE, 61 * MINUTE + 20 * SECOND),
+        (5 * SECOND, 3 * HOUR - 5 * SECOND),
+        (HOUR + 37 * SECOND, HOUR + 38 * SECOND),
+    ];
+    for (from, until) in ranges {
+        let q = query(Some("api"), "cpu", from, until);
+        let truth = appended_total(&batches, from, until);
+        let what = format!("[{from}, {until})");
+        assert_eq!(store.profile(&q).unwrap().total(0), truth, "profile {what}");
+        assert_eq!(
+            store.call_tree(&q, 1000).unwrap().total(),
+            truth,
+            "call tree {what}"
+        );
+        for step in [10 * SECOND, 10 * 60 * SECOND, HOUR] {
+            let points = store.series(&q, Duration::from_nanos(step as u64)).unwrap();
+            let fine_points = fine.series(&q, Duration::from_nanos(step as u64)).unwrap();
+            assert_eq!(points, fine_points, "series {what} step {step}");
+        }
+        // Stack by stack, grouped by the labels every level keeps.
+        let q = thread_names_only(&q);
+        assert_eq!(
+            flat(&store.profile(&q).unwrap()),
+            flat(&fine.profile(&q).unwrap()),
+            "profile by thread name {what}"
+        );
+    }
+}
+
+#[test]
+fn queries_read_the_coarsest_level_the_range_and_step_allow() {
+    let batches = three_hours_of_batches();
+    let (_dir, store) = store_of("choice", level_options(), &batches);
+    let plan = |from, until, step: Option<i64>, thread: bool| {
+        let mut q = query(Some("api"), "cpu", from, until);
+        if thread {
+            q.sample_matchers = vec![("thread_id".into(), LabelValue::Num(100))];
+        }
+        resolutions(&store.plan(&q, step).blocks)
+    };
+    let ten = 600 * SECOND;
+    // Three whole hours: the hour blocks, nothing else.
+    assert_eq!(plan(0, 3 * HOUR, None, false), vec![HOUR; 3]);
+    assert_eq!(plan(0, 3 * HOUR, Some(HOUR), false), vec![HOUR; 3]);
+    // Steps of ten minutes: ten-minute blocks; of 10 s: minute blocks.
+    assert_eq!(plan(0, 3 * HOUR, Some(ten), false), vec![ten; 18]);
+    assert_eq!(plan(0, 3 * HOUR, Some(10 * SECOND), false), vec![0; 180]);
+    // Unaligned edges: minutes at the edges, ten-minute blocks, the hour in the middle.
+    let r = plan(55 * MINUTE, 2 * HOUR + 12 * MINUTE, None, false);
+    assert_eq!((count(&r, HOUR), count(&r, ten), count(&r, 0)), (1, 1, 7));
+    // One minute: its minute block.
+    assert_eq!(plan(HOUR, HOUR + MINUTE, None, false), vec![0]);
+    // A thread id to match: not the hour level, which dropped it.
+    assert_eq!(plan(0, 3 * HOUR, None, true), vec![ten; 18]);
+    let mut q = query(Some("api"), "cpu", 0, 3 * HOUR);
+    q.sample_matchers = vec![("thread_id".into(), LabelValue::Num(100))];
+    let truth: i64 = batches
+        .iter()
+        .filter(|b| b.timestamp_unix_nanos < 3 * HOUR)
+        .flat_map(|b| &b.samples)
+        .filter(|s| {
+            s.labels
+                .contains(&("thread_id".to_string(), LabelValue::Num(100)))
+        })
+        .map(|s| s.value)
+        .sum();
+    assert_eq!(store.profile(&q).unwrap().total(0), truth);
+    // An answer that reads the hour level has the labels it keeps, from every source alike.
+    let p = store
+        .profile(&query(Some("api"), "cpu", 30 * MINUTE, 3 * HOUR))
+        .unwrap();
+    let keys: BTreeSet<String> = p
+        .samples
+        .iter()
+        .flat_map(|s| s.labels.iter().map(|(k, _)| k.clone()))
+        .collect();
+    assert_eq!(keys, BTreeSet::from(["thread_name".to_string()]));
+}
+
+#[test]
+fn retention_keeps_totals_across_levels_and_deletes_covered_detail_first() {
+    let batches = three_hours_of_batches();
+    let (dir, store) = store_of("retention", level_options(), &batches);
+    drop(store);
+    // Full detail for an hour, ten minutes for two, hours for ever.
+    let mut levels = level_options().levels;
+    levels[0].retention_age = Duration::from_secs(2 * 3600);
+    let options = StoreOptions {
+        full_detail_age: Duration::from_secs(3600),
+        levels,
+        ..level_options()
+    };
+    let mut store = Store::open(&dir.0, options.clone()).unwrap();
+    let now = 3 * HOUR + 10 * SECOND;
+    store.apply_retention(now).unwrap();
+    for b in store.blocks() {
+        let end = b.meta.span().1;
+        match b.meta.resolution {
+            // The minute of the closing batch is covered by no level: it stays.
+            0 => assert!(end > 2 * HOUR || b.meta.min_time >= 3 * HOUR, "{}", b.name),
+            r if r == 600 * SECOND => assert!(end > HOUR, "{}", b.name),
+            _ => {}
+        }
+    }
+    for (from, until) in [(0, 3 * HOUR), (HOUR, 2 * HOUR + 17 * MINUTE + 3 * SECOND)] {
+        let q = query(Some("api"), "cpu", from, until);
+        let truth = appended_total(&batches, from, until);
+        assert_eq!(
+            store.profile(&q).unwrap().total(0),
+            truth,
+            "[{from}, {until})"
+        );
+        assert_eq!(store.call_tree(&q, 100).unwrap().total(), truth);
+    }
+    // Past what finer levels keep, a range's edge counts whole coarse spans that start in it.
+    let q = query(Some("api"), "cpu", 25 * MINUTE, 3 * HOUR);
+    assert_eq!(
+        store.profile(&q).unwrap().total(0),
+        appended_total(&batches, HOUR, 3 * HOUR)
+    );
+    let q = query(Some("api"), "cpu", 0, 90 * MINUTE + 7 * SECOND);
+    assert_eq!(
+        store.profile(&q).unwrap().total(0),
+        appended_total(&batches, 0, 100 * MINUTE)
+    );
+    // The byte budget takes the blocks a coarser one covers first, the oldest first.
+    let hours: u64 = store
+        .blocks()
+        .iter()
+        .filter(|b| b.meta.resolution == HOUR || b.meta.min_time >= 3 * HOUR)
+        .map(|b| b.bytes)
+        .sum();
+    drop(store);
+    let mut store = Store::open(
+        &dir.0,
+        StoreOptions {
+            retention_bytes: hours,
+            ..options
+        },
+    )
+    .unwrap();
+    let before: Vec<BlockInfo> = store.blocks().to_vec();
+    let deleted = store.apply_retention(now).unwrap();
+    let gone: Vec<&BlockInfo> = before
+        .iter()
+        .filter(|b| deleted.contains(&b.name))
+        .collect();
+    assert!(
+        gone.iter().all(|b| b.meta.resolution < HOUR),
+        "only covered detail went"
+    );
+    assert_eq!(
+        resolutions(&store.blocks().iter().collect::<Vec<_>>()),
+        vec![HOUR, HOUR, HOUR, 0]
+    );
+    let q = query(Some("api"), "cpu", 0, 3 * HOUR);
+    assert_eq!(
+        store.profile(&q).unwrap().total(0),
+        appended_total(&batches, 0, 3 * HOUR)
+    );
+    // Age at the horizon takes every level.
+    store.options.retention_age = Duration::from_secs(3600);
+    let deleted = store.apply_retention(now + 2 * HOUR).unwrap();
+    assert_eq!(deleted.len(), 4);
+}
+
+#[test]
+fn late_data_remakes_the_levels_it_falls_in() {
+    let mut batches = three_hours_of_batches();
+    let (dir, mut store) = store_of("late", level_options(), &batches);
+    let late = batch(
+        "api",
+        "cpu",
+        70 * MINUTE + 3 * SECOND,
+        &[(&["Late"], 1000, &[])],
+    );
+    store.append(&late).unwrap();
+    store.flush().unwrap();
+    batches.push(late);
+    let downsampled = store
+        .blocks()
+        .iter()
+        .filter(|b| b.meta.resolution > 0)
+        .count();
+    assert_eq!(downsampled, 21, "remade, not added");
+    drop(store);
+    let store = Store::open(&dir.0, level_options()).unwrap();
+    for (from, until) in [(0, 3 * HOUR), (HOUR, 2 * HOUR), (70 * MINUTE, 80 * MINUTE)] {
+        let q = query(Some("api"), "cpu", from, until);
+        assert_eq!(
+            store.profile(&q).unwrap().total(0),
+            appended_total(&batches, from, until)
+        );
+    }
+}
+
+#[test]
+fn a_downsampled_block_that_says_it_is_of_full_detail_is_refused() {
+    let batches = three_hours_of_batches();
+    let (dir, store) = store_of("format2", level_options(), &batches);
+    let b = store
+        .blocks()
+        .iter()
+        .find(|b| b.meta.resolution > 0)
+        .unwrap()
+        .clone();
+    drop(store);
+    let path = b.path.join(block::META);
+    let text = fs::read_to_string(&path).unwrap();
+    fs::write(
+        &path,
+        text.replace("\"format_major\": 2", "\"format_major\": 1"),
+    )
+    .unwrap();
+    let store = Store::open(&dir.0, level_options()).unwrap();
+    let problems = store.problems();
+    assert_eq!(problems.len(), 1);
+    assert_eq!(problems[0].path, b.path);
+    assert!(
+        problems[0].message.contains("resolution"),
+        "{}",
+        problems[0].message
+    );
 }

@@ -55,13 +55,15 @@ impl TreeMerge {
         }
     }
 
-    /// Adds the rows of one source (`dicts` and the `rows` that refer to them) the query selects.
+    /// Adds the rows of one source (`dicts` and the `rows` that refer to them) the query selects,
+    /// but none in the `excluded` spans.
     pub fn add(
         &mut self,
         dicts: &Dicts,
         rows: &[RecordBatch],
         query: &Query,
         max_nodes: usize,
+        excluded: &[(i64, i64)],
     ) -> Result<()> {
         let labels = (!query.sample_matchers.is_empty()).then(|| {
             let keep = |set: &Vec<_>| {
@@ -73,7 +75,7 @@ impl TreeMerge {
             };
             dicts.label_sets.iter().map(keep).collect()
         });
-        let selection = Selection::new(&dicts.series, query, labels);
+        let selection = Selection::new(&dicts.series, query, labels).excluding(excluded);
         let mut scratch = std::mem::take(&mut self.scratch);
         let nodes = dicts.stacks.len();
         let self_value = &mut scratch.self_value;
