@@ -104,9 +104,10 @@ async fn framework_names_are_shared_between_processes_and_name_code_as_the_runti
         let Some(fb) = named_b.get(key) else {
             continue;
         };
-        both += 1;
+        // Equal names are held once, also those of code compiled into each app (the test
+        // bed's common `Testbed.*`), which are other methods in other modules.
         assert!(Arc::ptr_eq(fa.names(), fb.names()), "{key:?} is held twice");
-        assert_eq!(fa.module, fb.module, "{key:?}");
+        both += usize::from(fa.module == fb.module);
     }
     let corelib = named_a
         .iter()
