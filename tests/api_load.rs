@@ -90,7 +90,8 @@ fn history() -> &'static Path {
             store.append(&batch).expect("append history");
             store.flush().expect("flush history");
         }
-        assert_eq!(store.blocks().len() as i64, HISTORY_BLOCKS);
+        // One block per minute, plus the coarser copies of the closed 10-minute spans and hours.
+        assert!(store.blocks().len() as i64 > HISTORY_BLOCKS);
         dir
     })
 }
@@ -318,12 +319,13 @@ fn a_query_whose_client_goes_away_stops_reading_blocks() {
     let running = by_class("clrscope_api_queries_running", "profile");
     let cancelled = by_class("clrscope_api_queries_cancelled_total", "profile");
 
-    // Answered in full, the query reads every block of the history.
+    // Answered in full, the query reads the blocks that cover the history (coarser copies where
+    // they hold whole spans of the range).
     let started = Instant::now();
     let (status, text) = Pending::send(&agent, &history_query()).answer();
     assert_eq!(status, 200, "{text}");
     let full = metric(&agent, &blocks_read);
-    assert_eq!(full, HISTORY_BLOCKS as f64, "blocks a whole query reads");
+    assert!(full > 0.0, "blocks a whole query reads: {full}");
     eprintln!(
         "the whole query took {:?} over {full} blocks",
         started.elapsed()
