@@ -310,6 +310,19 @@ fn asyncweb_spans_reach_an_otlp_receiver() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An agent following `pid` with trace linkage, exporting as `config` says.
+fn linkage_agent(data: &Path, pid: u32, config: &Path) -> Agent {
+    Agent::start(
+        data,
+        &[
+            &format!("--pid={pid}"),
+            "--trace-linkage",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    )
+}
+
 /// The receiver is down for two minutes under a steady stream of spans: the agent's memory stays
 /// bounded, the spans it gives up are counted as spans (`clrscope_export_dropped_spans_total`),
 /// and the queued requests are delivered when the receiver is back.
@@ -329,15 +342,7 @@ fn an_outage_of_the_trace_receiver_costs_bounded_memory() {
                           "Interval": "2s", "QueueSize": "4", "MaxRetryDelay": "4s",
                           "Timeout": "2s", "Signals": ["Traces"]}}),
     );
-    let agent = Agent::start(
-        &dir.join("data"),
-        &[
-            &format!("--pid={}", target.pid()),
-            "--trace-linkage",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let agent = linkage_agent(&dir.join("data"), target.pid(), &config);
     receiver.collect_until(Duration::from_secs(60), |got| {
         got.iter().filter(|r| r["kind"] == "otlp-traces").count() >= 2
     });
@@ -404,15 +409,7 @@ fn diagnostic_listener_activities_are_exported_when_recorded() {
                         "Endpoint": format!("http://127.0.0.1:{}", receiver.grpc_port),
                         "Interval": "2s", "Signals": ["Traces"]}}),
     );
-    let agent = Agent::start(
-        &dir.join("store"),
-        &[
-            &format!("--pid={}", target.pid()),
-            "--trace-linkage",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
+    let agent = linkage_agent(&dir.join("store"), target.pid(), &config);
     // Iterations that began after the agent listened: those printed after the first exported
     // span, plus a margin.
     let mut iterations: Vec<Value> = Vec::new();
