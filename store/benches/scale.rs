@@ -15,7 +15,7 @@
 //!
 //! ```sh
 //! cargo bench -p store --bench scale -- [hour] [boost] [unique] [week] [--runs 5] [--minutes 60]
-//!     [--days 7] [--full-hours 1] [--keep]
+//!     [--days 7] [--full-hours 1] [--keep] [--week-dir DIR] [--no-levels]
 //! ```
 
 mod common;
@@ -643,6 +643,8 @@ fn peak_rss_mib() -> u64 {
 struct Ingest {
     cpu: Duration,
     samples: u64,
+    /// The flush that took longest: the agent's writer holds the store for its length.
+    longest_flush: Duration,
 }
 
 impl Ingest {
@@ -656,7 +658,9 @@ impl Ingest {
     fn flush(&mut self, store: &mut Store) {
         let start = cpu_time();
         store.flush().expect("flush");
-        self.cpu += cpu_time() - start;
+        let took = cpu_time() - start;
+        self.cpu += took;
+        self.longest_flush = self.longest_flush.max(took);
     }
 }
 
@@ -668,6 +672,10 @@ fn print_ingest(ingest: &Ingest, ticks_sampled: u64) {
         ingest.cpu.as_secs_f64(),
         ingest.samples as f64 / ingest.cpu.as_secs_f64(),
         ticks_sampled as f64 / ingest.cpu.as_secs_f64(),
+    );
+    println!(
+        "longest flush (compaction and levels included): {:.0} CPU-ms",
+        ingest.longest_flush.as_secs_f64() * 1000.0
     );
 }
 
@@ -755,6 +763,10 @@ struct Settings {
     days: i64,
     /// Hours at the end of the `week` case ingested at full detail.
     full_hours: i64,
+    /// A week a `week --keep` run left, to query rather than build.
+    week_dir: Option<std::path::PathBuf>,
+    /// Build the `hour` and `boost` cases without coarser levels, as the store was before them.
+    no_levels: bool,
 }
 
 impl Settings {
@@ -771,10 +783,19 @@ impl Settings {
 /// 10 s (1,000 at the default duty cycle, 10,000 when boosted), event profiles every 10 s.
 fn hour(name: &str, processes: u32, ticks: usize, settings: &Settings) {
     let (runs, minutes) = (settings.runs, settings.minutes);
-    println!("\n== {name}: {minutes} minutes, {processes} processes × {THREADS} threads ({BUSY_THREADS} busy), {ticks} ticks per 10 s window ==");
+    let levels = if settings.no_levels {
+        "no levels"
+    } else {
+        "default levels"
+    };
+    println!("\n== {name}: {minutes} minutes, {processes} processes × {THREADS} threads ({BUSY_THREADS} busy), {ticks} ticks per 10 s window, {levels} ==");
     let app = WebApp::new();
     let dir = fresh_dir(name);
-    let mut store = Store::open(&dir, options()).expect("open");
+    let mut build_options = options();
+    if settings.no_levels {
+        build_options.levels.clear();
+    }
+    let mut store = Store::open(&dir, build_options).expect("open");
     let mut rng = Rng(7);
     let mut procs: Vec<Process> = (0..processes)
         .map(|i| Process::new(4000 + 1000 * i, &app))
@@ -892,9 +913,72 @@ const WEEK_TICK_WEIGHT: i64 = 36;
 /// process at :30 (each tick worth [`WEEK_TICK_WEIGHT`], so an hour's totals are as large)
 /// and one set of event batches, through the same append, flush, compaction and downsampling;
 /// then retention at the week's end, which leaves a day of full detail, three days of 10-minute
-/// blocks and the week in hour blocks.
+/// blocks and the week in hour and day blocks. With `--week-dir`, the queries of a week an
+/// earlier `week --keep` run built (the same `--days`).
 fn week(settings: &Settings) {
-    let (runs, days, full) = (settings.runs, settings.days, settings.full_hours);
+    let (runs, days) = (settings.runs, settings.days);
+    let end = T0 + days * 24 * 3600 * SECOND;
+    let dir = match &settings.week_dir {
+        Some(dir) => {
+            println!("\n== week: {days} days kept in {} ==", dir.display());
+            dir.clone()
+        }
+        None => build_week(settings),
+    };
+    let cpu = |from, until| query(SERVICE, "cpu", from, until);
+    let (day, hour, skew) = (86_400 * SECOND, 3600 * SECOND, 23 * 60 * SECOND);
+    let nodes = 65_536;
+    for (label, q) in [
+        (
+            "flame graph cpu, last 24 h (hour-aligned)",
+            cpu(end - day, end),
+        ),
+        (
+            "flame graph cpu, 24 h to 23 min before the end",
+            cpu(end - day - skew, end - skew),
+        ),
+        ("flame graph cpu, 7 days", cpu(end - days * day, end)),
+        (
+            "flame graph cpu, 7 days to 23 min before the end",
+            cpu(end - days * day - skew, end - skew),
+        ),
+        ("flame graph cpu, the last hour", cpu(end - hour, end)),
+    ] {
+        measure(label, &dir, runs, flame(&q, nodes), tree_summary);
+    }
+    for (label, q) in [
+        (
+            "profile cpu with labels, the last hour",
+            cpu(end - hour, end),
+        ),
+        (
+            "profile cpu with labels, 1 h to 23 min before the end",
+            cpu(end - hour - skew, end - skew),
+        ),
+    ] {
+        measure(label, &dir, runs, profile(&q), profile_summary);
+    }
+    let all = cpu(end - days * day, end);
+    measure(
+        "series cpu, 7 days, 1 h step",
+        &dir,
+        runs,
+        |store| {
+            store
+                .series(&all, Duration::from_secs(3600))
+                .expect("series")
+        },
+        |points| format!("[{} points]", points.len()),
+    );
+    println!("peak RSS: {} MiB", peak_rss_mib());
+    if settings.week_dir.is_none() {
+        settings.done_with(&dir);
+    }
+}
+
+/// Builds the week of [`week`] and returns its directory.
+fn build_week(settings: &Settings) -> std::path::PathBuf {
+    let (days, full) = (settings.days, settings.full_hours);
     let hours = days * 24;
     println!("\n== week: {days} days, the last {full} hours at full detail, 3 processes × {THREADS} threads ==");
     let app = WebApp::new();
@@ -951,7 +1035,7 @@ fn week(settings: &Settings) {
         "retention at the week's end deleted {} blocks",
         deleted.len()
     );
-    for r in [0, 600 * SECOND, 3600 * SECOND] {
+    for r in [0, 600 * SECOND, 3600 * SECOND, 86_400 * SECOND] {
         let level: Vec<_> = store
             .blocks()
             .iter()
@@ -966,50 +1050,7 @@ fn week(settings: &Settings) {
         );
     }
     common::print_sizes(&store);
-    drop(store);
-    let cpu = |from, until| query(SERVICE, "cpu", from, until);
-    let (day, hour, skew) = (86_400 * SECOND, 3600 * SECOND, 23 * 60 * SECOND);
-    let nodes = 65_536;
-    for (label, q) in [
-        (
-            "flame graph cpu, last 24 h (hour-aligned)",
-            cpu(end - day, end),
-        ),
-        (
-            "flame graph cpu, 24 h to 23 min before the end",
-            cpu(end - day - skew, end - skew),
-        ),
-        ("flame graph cpu, 7 days", cpu(end - days * day, end)),
-        ("flame graph cpu, the last hour", cpu(end - hour, end)),
-    ] {
-        measure(label, &dir, runs, flame(&q, nodes), tree_summary);
-    }
-    for (label, q) in [
-        (
-            "profile cpu with labels, the last hour",
-            cpu(end - hour, end),
-        ),
-        (
-            "profile cpu with labels, 1 h to 23 min before the end",
-            cpu(end - hour - skew, end - skew),
-        ),
-    ] {
-        measure(label, &dir, runs, profile(&q), profile_summary);
-    }
-    let all = cpu(end - days * day, end);
-    measure(
-        "series cpu, 7 days, 1 h step",
-        &dir,
-        runs,
-        |store| {
-            store
-                .series(&all, Duration::from_secs(3600))
-                .expect("series")
-        },
-        |points| format!("[{} points]", points.len()),
-    );
-    println!("peak RSS: {} MiB", peak_rss_mib());
-    settings.done_with(&dir);
+    dir
 }
 
 /// 3,000,000 distinct stacks over ten minutes of one process: 60 batches of 50,000 samples, each
@@ -1093,6 +1134,8 @@ fn main() {
         keep: false,
         days: 7,
         full_hours: 1,
+        week_dir: None,
+        no_levels: false,
     };
     let mut args = std::env::args().skip(1);
     let number = |args: &mut dyn Iterator<Item = String>, what: &str| {
@@ -1107,11 +1150,15 @@ fn main() {
             "--runs" => settings.runs = number(&mut args, "--runs") as usize,
             "--minutes" => settings.minutes = number(&mut args, "--minutes"),
             "--keep" => settings.keep = true,
+            "--no-levels" => settings.no_levels = true,
             "--days" => settings.days = number(&mut args, "--days"),
             "--full-hours" => settings.full_hours = number(&mut args, "--full-hours"),
+            "--week-dir" => {
+                settings.week_dir = Some(args.next().expect("--week-dir takes a directory").into())
+            }
             "hour" | "boost" | "unique" | "week" => cases.push(arg),
             other => panic!(
-                "unknown argument {other:?}: expected hour, boost, unique, week, --runs N, --minutes N, --days N, --full-hours N, --keep"
+                "unknown argument {other:?}: expected hour, boost, unique, week, --runs N, --minutes N, --days N, --full-hours N, --keep, --week-dir DIR, --no-levels"
             ),
         }
     }

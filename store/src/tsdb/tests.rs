@@ -1554,6 +1554,95 @@ fn queries_read_the_coarsest_level_the_range_and_step_allow() {
     assert_eq!(keys, BTreeSet::from(["thread_name".to_string()]));
 }
 
+/// Two days and two hours of one batch every 20 minutes (at :07, :27, :47), two stacks on two
+/// threads with values that differ every batch; then one batch at 50 h + 5 s.
+fn two_days_of_sparse_batches() -> Vec<Batch> {
+    let mut out = Vec::new();
+    for i in 0..150i64 {
+        let time = i * 20 * MINUTE + 7 * MINUTE;
+        let labels = |thread: i64| {
+            vec![
+                tid(100 + thread),
+                ("thread_name", LabelValue::Str(format!("worker-{thread}"))),
+            ]
+        };
+        let (a, b) = (labels(0), labels(1));
+        let samples: Vec<TestSample> = vec![
+            (&["Leaf0", "Main"][..], 1 + i % 13, &a[..]),
+            (&["Leaf1", "Main"][..], 2 + i % 5, &b[..]),
+            (&["Leaf0", "Main"][..], 3 + i % 7, &b[..]),
+        ];
+        out.push(batch("api", "cpu", time, &samples));
+    }
+    out.push(batch(
+        "api",
+        "cpu",
+        50 * HOUR + 5 * SECOND,
+        &[(&["Main"], 1, &[])],
+    ));
+    out
+}
+
+#[test]
+fn a_day_level_answers_ranges_of_days_with_the_same_totals() {
+    const DAY: i64 = 24 * HOUR;
+    let batches = two_days_of_sparse_batches();
+    let (_dir, store) = store_of("days", level_options(), &batches);
+    let fine_options = StoreOptions {
+        levels: Vec::new(),
+        ..level_options()
+    };
+    let (_fine_dir, fine) = store_of("days-fine", fine_options, &batches);
+    let all: Vec<&BlockInfo> = store.blocks().iter().collect();
+    let r = resolutions(&all);
+    assert_eq!(count(&r, HOUR), 50, "50 hour blocks");
+    assert_eq!(count(&r, DAY), 2, "the two closed days, not the open third");
+    let plan = |from, until, step: Option<i64>| {
+        resolutions(
+            &store
+                .plan(&query(Some("api"), "cpu", from, until), step)
+                .blocks,
+        )
+    };
+    assert_eq!(plan(0, 2 * DAY, None), vec![DAY; 2]);
+    // A day's timeline in hours reads hours; in days, days.
+    assert_eq!(plan(0, 2 * DAY, Some(HOUR)), vec![HOUR; 48]);
+    assert_eq!(plan(0, 2 * DAY, Some(DAY)), vec![DAY; 2]);
+    // Unaligned: the whole day inside, hours around it, then finer levels at the edges.
+    let r = plan(3 * HOUR + 7 * MINUTE, DAY + 30 * HOUR, None);
+    assert_eq!((count(&r, DAY), count(&r, HOUR)), (1, 20 + 2));
+    for (from, until) in [
+        (0, 2 * DAY),
+        (0, 50 * HOUR + MINUTE),
+        (3 * HOUR + 7 * MINUTE, DAY + 30 * HOUR),
+        (DAY - 20 * MINUTE, DAY + 20 * MINUTE),
+    ] {
+        let q = query(Some("api"), "cpu", from, until);
+        let truth = appended_total(&batches, from, until);
+        let what = format!("[{from}, {until})");
+        assert_eq!(store.profile(&q).unwrap().total(0), truth, "profile {what}");
+        assert_eq!(
+            store.call_tree(&q, 100).unwrap().total(),
+            truth,
+            "tree {what}"
+        );
+        for step in [HOUR, DAY] {
+            let step = Duration::from_nanos(step as u64);
+            assert_eq!(
+                store.series(&q, step).unwrap(),
+                fine.series(&q, step).unwrap(),
+                "series {what} step {step:?}"
+            );
+        }
+        let q = thread_names_only(&q);
+        assert_eq!(
+            flat(&store.profile(&q).unwrap()),
+            flat(&fine.profile(&q).unwrap()),
+            "profile by thread name {what}"
+        );
+    }
+}
+
 #[test]
 fn retention_keeps_totals_across_levels_and_deletes_covered_detail_first() {
     let batches = three_hours_of_batches();
