@@ -967,8 +967,9 @@ impl SamplingLoop<'_> {
             self.parser,
         )
         .await;
+        self.profiler.lock().rundown_done(rundown.is_ok());
         if let Err(error) = rundown.map_err(anyhow::Error::from) {
-            tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "refreshing method names failed");
+            tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "refreshing method names failed; retried later, at longer intervals");
             return true;
         }
         let named = self.profiler.lock().code_map().functions().len() - before;

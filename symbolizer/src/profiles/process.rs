@@ -399,6 +399,15 @@ impl ProcessProfiler {
         self.refresh.should_refresh(now_ns)
     }
 
+    /// How the rundown [`Self::wants_rundown`] asked for went: a failed one is retried later
+    /// and later (see [`crate::refresh`]).
+    pub fn rundown_done(&mut self, succeeded: bool) {
+        match succeeded {
+            true => self.refresh.record_success(),
+            false => self.refresh.record_failure(),
+        }
+    }
+
     fn finish(
         &self,
         table: FunctionTable,
