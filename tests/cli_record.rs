@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use support::Target;
+use support::{pprof_top, Target};
 
 fn clrscope(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_clrscope"))
@@ -35,46 +35,6 @@ fn out_dir(name: &str) -> PathBuf {
 
 fn path_str(path: &Path) -> &str {
     path.to_str().unwrap()
-}
-
-/// `go tool pprof -top` of one sample type: flat value per function name.
-fn pprof_top(file: &Path, sample_index: &str) -> HashMap<String, f64> {
-    let output = Command::new("go")
-        .args(["tool", "pprof", "-top", "-nodecount=1000"])
-        .arg(format!("-sample_index={sample_index}"))
-        .arg(file)
-        .output()
-        .expect("go tool pprof (installed by `make setup`)");
-    assert!(output.status.success(), "{output:?}");
-    let text = String::from_utf8(output.stdout).unwrap();
-    let mut flat = HashMap::new();
-    let mut in_table = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("flat") {
-            in_table = true;
-            continue;
-        }
-        if !in_table {
-            continue;
-        }
-        // flat flat% sum% cum cum% name…
-        let mut fields = line.split_whitespace();
-        let value = fields.next().unwrap();
-        let name: Vec<&str> = fields.skip(4).collect();
-        flat.insert(name.join(" "), parse_pprof_value(value));
-    }
-    assert!(!flat.is_empty(), "no rows in\n{text}");
-    flat
-}
-
-/// pprof prints times with units (`1.23s`, `450ms`, `12us`) and counts bare.
-fn parse_pprof_value(text: &str) -> f64 {
-    for (unit, scale) in [("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9), ("s", 1.0)] {
-        if let Some(number) = text.strip_suffix(unit) {
-            return number.parse::<f64>().unwrap() * scale;
-        }
-    }
-    text.parse().unwrap()
 }
 
 /// Folded stacks: total per frame name, counting each frame once per line.
@@ -111,7 +71,7 @@ fn cpu_split_holds_and_pprof_reads_the_file() {
     let dir = out_dir("split");
     let file = dir.join("cpu.pb.gz");
     let pid = target.pid().to_string();
-    let cpu_before = target.thread_cpu_ticks();
+    let cpu = support::ThreadCpuLog::start(&target);
     let output = clrscope(&[
         "record",
         "--pid",
@@ -121,11 +81,13 @@ fn cpu_split_holds_and_pprof_reads_the_file() {
         "-o",
         path_str(&file),
     ]);
-    let cpu_after = target.thread_cpu_ticks();
+    let cpu = cpu.finish();
     assert!(output.status.success(), "{output:?}");
-    // The truth is what the kernel gave each thread meanwhile: on a loaded machine it is not the
-    // split CpuHot intends.
-    let used = |name: &str| (cpu_after[name] - cpu_before[name]) as f64;
+    // The truth is what the kernel gave each thread while the profile's samples were taken: on a
+    // loaded machine it is not the split CpuHot intends, nor the split of the seconds around.
+    let (from, until) = support::pprof_span(&file);
+    let cpu = cpu.between(from, until);
+    let used = |name: &str| cpu[name] as f64;
     let accounted = used("SpinAlpha") + used("SpinBravo") + used("SpinCharlie");
     assert!(accounted > 0.0, "no CPU accounted to CpuHot's threads");
 

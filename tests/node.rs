@@ -156,8 +156,8 @@ fn an_agent_wide_nettrace_budget_stops_the_sessions_over_it_and_leaves_the_targe
     // The sessions were stopped in the runtime, not abandoned: the target runs on and a new
     // session samples it, its split as the kernel measures it.
     assert!(support::process_alive(cpuhot.pid()));
-    let before = cpuhot.thread_cpu_ticks();
-    let folded = std::env::temp_dir().join(format!("clrscope-budget-{pid}.folded"));
+    let cpu = support::ThreadCpuLog::start(&cpuhot);
+    let file = std::env::temp_dir().join(format!("clrscope-budget-{pid}.pb.gz"));
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_clrscope"))
         .args([
             "record",
@@ -169,29 +169,30 @@ fn an_agent_wide_nettrace_budget_stops_the_sessions_over_it_and_leaves_the_targe
             "cpu",
             "-o",
         ])
-        .arg(&folded)
+        .arg(&file)
         .status()
         .unwrap();
+    let cpu = cpu.finish();
     assert!(status.success());
-    let after = cpuhot.thread_cpu_ticks();
-    let text = std::fs::read_to_string(&folded).unwrap();
-    let _ = std::fs::remove_file(&folded);
+    // The kernel's account over the span the samples cover, not the seconds of attach and
+    // rundown around it: at load the split drifts from one second to the next.
+    let (from, until) = support::pprof_span(&file);
+    let used = cpu.between(from, until);
+    let flat = support::pprof_top(&file, "cpu");
+    let _ = std::fs::remove_file(&file);
     let spin = |thread: &str| -> f64 {
-        text.lines()
-            .filter(|l| l.contains(&format!("CpuHot.Program.{thread}(")))
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        flat.iter()
+            .filter(|(f, _)| f.starts_with(&format!("CpuHot.Program.{thread}(")))
+            .map(|(_, v)| v)
             .sum()
     };
     let threads = ["SpinAlpha", "SpinBravo", "SpinCharlie"];
     let profiled: f64 = threads.iter().map(|t| spin(t)).sum();
-    let kernel: f64 = threads
-        .iter()
-        .map(|t| (after[*t] - before[*t]) as f64)
-        .sum();
-    assert!(profiled > 0.0 && kernel > 0.0, "{text}");
+    let kernel: f64 = threads.iter().map(|t| used[*t] as f64).sum();
+    assert!(profiled > 0.0 && kernel > 0.0, "{flat:?}");
     for thread in threads {
         let share = 100.0 * spin(thread) / profiled;
-        let truth = 100.0 * (after[thread] - before[thread]) as f64 / kernel;
+        let truth = 100.0 * used[thread] as f64 / kernel;
         eprintln!("{thread}: {share:.1} % recorded, {truth:.1} % by the kernel");
         assert!(
             (share - truth).abs() <= 5.0,

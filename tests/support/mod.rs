@@ -23,7 +23,7 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -563,6 +563,14 @@ impl Target {
     /// and `.tid`, as CpuHot prints them), in clock ticks: the ground truth a profile's split is
     /// judged against, whatever the machine's load made of the target's intended split.
     pub fn thread_cpu_ticks(&self) -> HashMap<String, u64> {
+        self.threads()
+            .into_iter()
+            .map(|(name, tid)| (name, thread_cpu_ticks(self.pid(), tid)))
+            .collect()
+    }
+
+    /// The threads the ready line lists: (name, tid).
+    pub fn threads(&self) -> Vec<(String, u64)> {
         let threads = self
             .ready_fact("/threads")
             .and_then(Value::as_array)
@@ -571,8 +579,7 @@ impl Target {
             .iter()
             .map(|t| {
                 let name = t["name"].as_str().expect("thread name").to_string();
-                let tid = t["tid"].as_u64().expect("thread tid");
-                (name, thread_cpu_ticks(self.pid(), tid))
+                (name, t["tid"].as_u64().expect("thread tid"))
             })
             .collect()
     }
@@ -722,6 +729,156 @@ impl Drop for Target {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The kernel's CPU account of a target's threads ([`Target::threads`]), read every 50 ms on a
+/// thread of its own until [`ThreadCpuLog::finish`]: the ground truth over whatever span a
+/// profile turns out to cover, which a command's own start and stop would otherwise blur (on a
+/// loaded machine the split drifts from second to second).
+pub struct ThreadCpuLog {
+    stop: Arc<AtomicBool>,
+    reader: Option<thread::JoinHandle<Vec<Reading>>>,
+}
+
+/// (unix nanos, CPU ticks per thread name).
+type Reading = (i64, HashMap<String, u64>);
+
+impl ThreadCpuLog {
+    pub fn start(target: &Target) -> Self {
+        let (pid, threads) = (target.pid(), target.threads());
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let reader = thread::spawn(move || {
+            let mut readings = Vec::new();
+            loop {
+                let last = stopped.load(Ordering::Relaxed);
+                let ticks = threads
+                    .iter()
+                    .map(|(name, tid)| (name.clone(), thread_cpu_ticks(pid, *tid)))
+                    .collect();
+                readings.push((receiver::unix_nanos() as i64, ticks));
+                if last {
+                    return readings;
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+        });
+        ThreadCpuLog {
+            stop,
+            reader: Some(reader),
+        }
+    }
+
+    /// Stops reading: the readings so far.
+    pub fn finish(mut self) -> CpuReadings {
+        self.stop.store(true, Ordering::Relaxed);
+        let reader = self.reader.take().expect("finished once");
+        CpuReadings(reader.join().expect("the CPU reader does not panic"))
+    }
+}
+
+impl Drop for ThreadCpuLog {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// What a [`ThreadCpuLog`] read.
+pub struct CpuReadings(Vec<Reading>);
+
+impl CpuReadings {
+    /// Ticks each thread got between the readings nearest to `from` and to `until` (unix
+    /// nanos), which the readings must span.
+    pub fn between(&self, from: i64, until: i64) -> HashMap<String, u64> {
+        let (first, last) = (self.0[0].0, self.0[self.0.len() - 1].0);
+        assert!(
+            first <= from && until <= last,
+            "CPU read from {first} to {last}, asked for {from}..{until}"
+        );
+        let nearest = |t: i64| {
+            &self
+                .0
+                .iter()
+                .min_by_key(|(at, _)| (at - t).abs())
+                .expect("readings")
+                .1
+        };
+        let (start, end) = (nearest(from), nearest(until));
+        end.iter()
+            .map(|(name, ticks)| (name.clone(), ticks - start[name]))
+            .collect()
+    }
+}
+
+/// `go tool pprof -top` of one sample type: flat value per function name (times in seconds).
+pub fn pprof_top(file: &Path, sample_index: &str) -> HashMap<String, f64> {
+    let output = Command::new("go")
+        .args(["tool", "pprof", "-top", "-nodecount=1000"])
+        .arg(format!("-sample_index={sample_index}"))
+        .arg(file)
+        .output()
+        .expect("go tool pprof (installed by `make setup`)");
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    let mut flat = HashMap::new();
+    let mut in_table = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("flat") {
+            in_table = true;
+            continue;
+        }
+        if !in_table {
+            continue;
+        }
+        // flat flat% sum% cum cum% name…
+        let mut fields = line.split_whitespace();
+        let value = fields.next().unwrap();
+        let name: Vec<&str> = fields.skip(4).collect();
+        flat.insert(name.join(" "), parse_pprof_value(value));
+    }
+    assert!(!flat.is_empty(), "no rows in\n{text}");
+    flat
+}
+
+/// pprof prints times with units (`1.23s`, `450ms`, `12us`) and counts bare.
+pub fn parse_pprof_value(text: &str) -> f64 {
+    for (unit, scale) in [("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9), ("s", 1.0)] {
+        if let Some(number) = text.strip_suffix(unit) {
+            return number.parse::<f64>().unwrap() * scale;
+        }
+    }
+    text.parse().unwrap()
+}
+
+/// The span a pprof file says its samples cover, in unix nanos, as `go tool pprof -raw` reads
+/// its `time_nanos` and `duration_nanos` (`Time: 2026-11-30 12:17:01.248587341 +0000 UTC` and
+/// `Duration: 5.00`, the first four characters of Go's duration, in seconds for 1–999 s).
+pub fn pprof_span(file: &Path) -> (i64, i64) {
+    let output = Command::new("go")
+        .args(["tool", "pprof", "-raw"])
+        .arg(file)
+        .output()
+        .expect("go tool pprof (installed by `make setup`)");
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+            .trim()
+            .to_string()
+    };
+    let time = field("Time:");
+    // Go adds the zone's abbreviation after the offset.
+    let (time, _zone) = time.rsplit_once(' ').unwrap();
+    let start = chrono::DateTime::parse_from_str(time, "%Y-%m-%d %H:%M:%S%.f %z")
+        .unwrap_or_else(|e| panic!("{time:?}: {e}"))
+        .timestamp_nanos_opt()
+        .unwrap();
+    let seconds: f64 = field("Duration:")
+        .parse()
+        .expect("a duration of at least a second");
+    (start, start + (seconds * 1e9) as i64)
 }
 
 /// User plus system CPU of one thread so far, in clock ticks (`/proc/PID/task/TID/stat` fields 14
