@@ -78,9 +78,18 @@ fn one_pid_and_a_pid_that_is_not_dotnet() {
 #[test]
 fn a_stale_socket_is_listed_with_the_reason() {
     // A socket file whose process is alive but not listening on it: we fake it with a live
-    // process of ours (this test) and a socket nobody accepts on.
+    // process of ours (this test) and a socket nobody accepts on, named with this process's
+    // start time as a runtime names its own (a socket with another key is an earlier process's).
     let pid = std::process::id();
-    let path = std::env::temp_dir().join(format!("dotnet-diagnostic-{pid}-1-socket"));
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let start = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(19)
+        .unwrap();
+    let path = std::env::temp_dir().join(format!("dotnet-diagnostic-{pid}-{start}-socket"));
     let _ = std::fs::remove_file(&path);
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
     let output = clrscope(&["ps", "--json"]);

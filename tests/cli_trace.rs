@@ -133,8 +133,25 @@ fn bad_arguments_name_the_problem() {
         String::from_utf8_lossy(&output.stderr).into_owned()
     };
     let own = std::process::id().to_string();
-    assert!(run(&["trace", "--pid", &own, "--duration", "1s"]).contains("no diagnostic socket"));
-    assert!(run(&["trace", "--pid", "1", "--profile", "Disk"]).contains("unknown trace profile"));
-    assert!(run(&["trace", "--pid", "1", "--providers", "P:xyz"]).contains("not a hex number"));
-    assert!(run(&["trace", "--pid", "1", "--duration", "soon"]).contains("invalid duration"));
+    for (args, says) in [
+        (
+            &["trace", "--pid", &own, "--duration", "1s"][..],
+            "no diagnostic socket",
+        ),
+        (
+            &["trace", "--pid", "1", "--profile", "Disk"],
+            "unknown trace profile",
+        ),
+        (
+            &["trace", "--pid", "1", "--providers", "P:xyz"],
+            "not a hex number",
+        ),
+        (
+            &["trace", "--pid", "1", "--duration", "soon"],
+            "invalid duration",
+        ),
+    ] {
+        let stderr = run(args);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
 }

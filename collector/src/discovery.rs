@@ -9,8 +9,11 @@
 //! `dotnet-diagnostic-{pid}-…-socket` in a shared `/tmp`, and a process listening on it would
 //! otherwise be taken for another user's runtime ([`socket_trusted`]).
 //!
-//! Where several sockets match a pid (a stale file left by an earlier process that had the same
-//! pid), the one whose key equals the process's start time wins, then the newest by mtime.
+//! A socket whose key is not the process's start time was left by an earlier process that had the
+//! same pid (a runtime killed before it could remove its socket): it is not this process's, and
+//! connecting to it would only be refused. Sockets pile up where runtimes are SIGKILLed, and pids
+//! are reused, so a process that is not .NET at all may find one with its pid. Only when the
+//! start time cannot be read does the newest socket of the pid stand in.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -165,7 +168,7 @@ pub fn find_socket_in(proc_root: &Path, pid: u32) -> Result<DiagnosticSocket, Di
     }
     match entries
         .iter()
-        .find(|entry| entry.pid == location.namespace_pid)
+        .find(|entry| entry.pid == location.namespace_pid && !socket_trusted(&location, entry))
     {
         Some(untrusted) => Err(DiscoveryError::UntrustedSocket {
             pid,
@@ -250,7 +253,8 @@ fn pick_socket(location: &ProcessLocation, entries: &[SocketEntry]) -> Option<Di
     entries
         .iter()
         .filter(|entry| entry.pid == location.namespace_pid && socket_trusted(location, entry))
-        .max_by_key(|entry| (Some(entry.key) == location.start_time, entry.modified))
+        .filter(|entry| location.start_time.is_none_or(|start| entry.key == start))
+        .max_by_key(|entry| entry.modified)
         .map(|entry| DiagnosticSocket {
             pid: location.pid,
             namespace_pid: location.namespace_pid,
@@ -422,6 +426,13 @@ mod tests {
         let found = find_socket_in(&proc_root, 500).unwrap();
         assert_eq!(found.path, tmp.join("dotnet-diagnostic-500-1111-socket"));
         assert_eq!(found.namespace_pid, 500);
+        // Only an earlier process's socket left: this process has none.
+        fs::remove_file(tmp.join("dotnet-diagnostic-500-1111-socket")).unwrap();
+        assert!(matches!(
+            find_socket_in(&proc_root, 500),
+            Err(DiscoveryError::NoSocket { pid: 500, .. })
+        ));
+        assert!(scan(&proc_root).unwrap().is_empty());
         fs::remove_dir_all(&base).unwrap();
     }
 
