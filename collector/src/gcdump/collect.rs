@@ -62,14 +62,32 @@ pub async fn snapshot(
     let started = Instant::now();
     let (mut builder, mut pointer_size) =
         walk_heap(client, options, started, &mut progress).await?;
-    let unnamed = builder.unnamed_types();
-    if unnamed > 0 {
-        tracing::info!(
-            unnamed,
-            "type names missing (an earlier heap walk named them for a session that had stopped): \
-             taking the snapshot again"
-        );
+    // A session that stopped before its walk was done (a snapshot that timed out) leaves two
+    // traps for the next: its induced GC may start as the next session is enabled, which then
+    // takes that GC for its own and sees it walk nothing (the runtime induces no second GC); and
+    // types its walk named are not named again. Either way a fresh session walks again.
+    for _ in 0..2 {
+        let unnamed = builder.unnamed_types();
+        if builder.node_count() == 0 {
+            tracing::info!(
+                "the induced GC walked no object for this session (it was induced for one that \
+                 had stopped): taking the snapshot again"
+            );
+        } else if unnamed > 0 {
+            tracing::info!(
+                unnamed,
+                "type names missing (an earlier heap walk named them for a session that had \
+                 stopped): taking the snapshot again"
+            );
+        } else {
+            break;
+        }
         (builder, pointer_size) = walk_heap(client, options, started, &mut progress).await?;
+    }
+    if builder.node_count() == 0 {
+        return Err(GcDumpError::Incomplete(
+            "the runtime's heap walks held no object".into(),
+        ));
     }
     builder.finish(pointer_size)
 }
