@@ -330,8 +330,10 @@ async fn an_upload_cut_off_mid_way_retries_fails_clearly_and_leaves_no_blob() {
     // Uploaded blocks are not the blob: nothing is under its name until they are committed.
     let url = format!("{}/artifacts/{name}", azurite.blob_uri());
     assert_eq!(azurite.blob(&url), Err(404));
-    azurite.stop();
+    // The clock starts before the service goes away: a block in flight fails, and its first
+    // back-off starts, while `stop` is still waiting for Azurite to exit.
     let started = Instant::now();
+    azurite.stop();
     let written = upload.write_all(&bytes[3 << 20..]).await;
     let error = match written {
         Ok(()) => upload.finish().await.unwrap_err(),
@@ -339,7 +341,7 @@ async fn an_upload_cut_off_mid_way_retries_fails_clearly_and_leaves_no_blob() {
     };
     let message = error.to_string();
     eprintln!(
-        "failed after {:.1} s: {message}",
+        "failed after {:.3} s: {message}",
         started.elapsed().as_secs_f64()
     );
     assert!(matches!(error, EgressError::AzureBlob { .. }), "{message}");
