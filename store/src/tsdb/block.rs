@@ -365,6 +365,27 @@ pub(crate) fn read_samples(
     Ok(batches)
 }
 
+/// Sample rows per series of a block (by `meta.json` index), from its row groups' metadata
+/// alone: a row group that holds several series, or has no statistics, counts for each of them.
+pub(crate) fn rows_per_series(info: &BlockInfo) -> Result<Vec<u64>> {
+    let path = info.path.join(SAMPLES);
+    let f = File::open(&path).map_err(|e| corrupt(&path, e))?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| corrupt(&path, e))?;
+    let mut rows = vec![0u64; info.meta.series.len()];
+    for group in builder.metadata().row_groups() {
+        let (min, max) = series_range(group).unwrap_or((0, u32::MAX));
+        let n = u64::try_from(group.num_rows()).unwrap_or(0);
+        for count in rows
+            .iter_mut()
+            .take((max as usize).saturating_add(1))
+            .skip(min as usize)
+        {
+            *count += n;
+        }
+    }
+    Ok(rows)
+}
+
 /// Integer columns stored as deltas rather than through a dictionary: they ascend in small
 /// steps (sorted times and stack ids, breadth-first parents) or run along chains of new nodes.
 const DELTA_COLUMNS: [&str; 4] = ["parent", "function", "time", "stack"];

@@ -160,49 +160,102 @@ pub(crate) struct Downsampling {
     pub drop_labels: Vec<String>,
 }
 
-/// `rows` (with [`samples_schema`], sorted so that equal keys are adjacent) with the rows of
-/// one series, time, stack and label set summed into one: what downsampling leaves of rows
-/// whose times and labels it made equal.
-pub(crate) fn merge_equal_rows(rows: &RecordBatch) -> RecordBatch {
-    let c = SampleColumns::of(rows).expect("a batch with the samples schema");
-    let key = |i: usize| {
-        (
-            c.series.value(i),
-            c.time.value(i),
-            c.stack.value(i),
-            c.labels.value(i),
-        )
-    };
-    let mut series = UInt32Builder::new();
-    let mut time = Int64Builder::new();
-    let mut stack = UInt32Builder::new();
-    let mut labels = UInt32Builder::new();
-    let mut value = Int64Builder::new();
-    let mut i = 0;
-    while i < rows.num_rows() {
-        let (s, t, st, l) = key(i);
-        let mut sum = 0i64;
-        while i < rows.num_rows() && key(i) == (s, t, st, l) {
-            sum = sum.saturating_add(c.value.value(i));
-            i += 1;
+/// A level's block being made: the rows of the finer blocks of its span summed per series,
+/// stack and label set, as their times all become the span's start. Inputs are read a few
+/// series at a time (a pass, see [`LevelMerge::end_pass`]), so the sums held at once are
+/// bounded by the rows of one pass, not by the millions a 10-minute span of a busy node holds.
+pub(crate) struct LevelMerge<'a> {
+    interner: Interner,
+    /// One per input block, by its index in the slice given to [`LevelMerge::new`].
+    inputs: Vec<Remap<'a>>,
+    /// The current pass: sums by (series, stack, labels) ids in `interner`.
+    sums: IdMap<(u32, u32, u32), i64>,
+    /// The passes done, one row per sum.
+    rows: Vec<(u32, u32, u32, i64)>,
+}
+
+impl<'a> LevelMerge<'a> {
+    /// A merge of blocks with `inputs` as their dictionaries, leaving out the labels of
+    /// `drop_labels`.
+    pub fn new(inputs: &'a [Dicts], drop_labels: &'a [String]) -> Self {
+        LevelMerge {
+            interner: Interner::default(),
+            inputs: inputs
+                .iter()
+                .map(|dicts| Remap::dropping(dicts, drop_labels))
+                .collect(),
+            sums: IdMap::default(),
+            rows: Vec::new(),
         }
-        series.append_value(s);
-        time.append_value(t);
-        stack.append_value(st);
-        labels.append_value(l);
-        value.append_value(sum);
     }
-    RecordBatch::try_new(
-        samples_schema(),
-        vec![
-            Arc::new(series.finish()),
-            Arc::new(time.finish()),
-            Arc::new(stack.finish()),
-            Arc::new(labels.finish()),
-            Arc::new(value.finish()),
-        ],
-    )
-    .expect("the samples schema and equal lengths")
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty() && self.sums.is_empty()
+    }
+
+    /// Adds the rows of input `input` (validated by the reader) whose series id `wanted`
+    /// accepts: a row group may hold series of another pass.
+    pub fn absorb(
+        &mut self,
+        input: usize,
+        samples: &[RecordBatch],
+        wanted: impl Fn(u32) -> bool,
+    ) -> Result<()> {
+        let remap = &mut self.inputs[input];
+        for batch in samples {
+            let Some(c) = SampleColumns::of(batch) else {
+                continue;
+            };
+            for i in 0..batch.num_rows() {
+                if !wanted(c.series.value(i)) {
+                    continue;
+                }
+                let series = remap.series(&mut self.interner, c.series.value(i))?;
+                let stack = remap.stack(&mut self.interner, c.stack.value(i))?;
+                let labels = remap.label_set(&mut self.interner, c.labels.value(i))?;
+                let sum = self.sums.entry((series, stack, labels)).or_insert(0);
+                *sum = sum.saturating_add(c.value.value(i));
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends a pass: every input gave the rows of its series, so their sums are final.
+    pub fn end_pass(&mut self) {
+        self.rows.extend(
+            self.sums
+                .drain()
+                .map(|((series, stack, labels), value)| (series, stack, labels, value)),
+        );
+        self.sums.shrink_to_fit();
+    }
+
+    /// The block's dictionaries, stack nodes numbered breadth first, and its rows at `time`
+    /// in block order (series, stack, labels).
+    pub fn finish(mut self, time: i64) -> (Dicts, RecordBatch) {
+        self.end_pass();
+        let mut dicts = self.interner.dicts;
+        let new_ids = dicts.breadth_first();
+        let mut rows = self.rows;
+        for row in &mut rows {
+            row.1 = new_ids.get(row.1 as usize).copied().unwrap_or(EMPTY_STACK);
+        }
+        rows.sort_unstable();
+        let column =
+            |f: fn(&(u32, u32, u32, i64)) -> u32| -> UInt32Array { rows.iter().map(f).collect() };
+        let batch = RecordBatch::try_new(
+            samples_schema(),
+            vec![
+                Arc::new(column(|r| r.0)),
+                Arc::new(Int64Array::from(vec![time; rows.len()])),
+                Arc::new(column(|r| r.1)),
+                Arc::new(column(|r| r.2)),
+                Arc::new(rows.iter().map(|r| r.3).collect::<Int64Array>()),
+            ],
+        )
+        .expect("the samples schema and equal lengths");
+        (dicts, batch)
+    }
 }
 
 /// Rough per-row and per-entry costs for the head's byte budget, hash maps included.
@@ -531,19 +584,14 @@ impl Head {
         Ok(())
     }
 
-    /// Re-interns the rows of a block (validated by the reader) into this head: compaction,
-    /// or with a [`Downsampling`], each row's time moved to the start of its span and the
-    /// labels it drops left out.
+    /// Re-interns the rows of a block (validated by the reader) into this head: compaction.
     pub fn absorb(
         &mut self,
         dicts: &Dicts,
         samples: &[RecordBatch],
         samples_appended: u64,
-        downsampling: Option<&Downsampling>,
     ) -> Result<()> {
-        let (resolution, drop_labels) =
-            downsampling.map_or((1, &[][..]), |d| (d.resolution, &d.drop_labels[..]));
-        let mut remap = Remap::dropping(dicts, drop_labels);
+        let mut remap = Remap::new(dicts);
         for batch in samples {
             let Some(c) = SampleColumns::of(batch) else {
                 continue;
@@ -552,8 +600,7 @@ impl Head {
                 let series = remap.series(&mut self.interner, c.series.value(i))?;
                 let stack = remap.stack(&mut self.interner, c.stack.value(i))?;
                 let labels = remap.label_set(&mut self.interner, c.labels.value(i))?;
-                let time = c.time.value(i).div_euclid(resolution) * resolution;
-                self.push_row(series, time, stack, labels, c.value.value(i));
+                self.push_row(series, c.time.value(i), stack, labels, c.value.value(i));
             }
         }
         self.samples_appended += samples_appended;

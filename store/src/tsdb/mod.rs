@@ -38,7 +38,7 @@ pub use model::{parse_selector, Level, Query, QueryControl, SampleLabels, Series
 
 use cache::{BlockIds, QueryCache};
 use error::io;
-use head::{Dicts, Downsampling, Head, SampleColumns};
+use head::{Dicts, Downsampling, Head, LevelMerge, SampleColumns};
 use profile::{Batch, CallTree, LabelValue, Profile, ProfileType, ValueType};
 use query::{ProfileMerge, Selection, SKIP};
 use tree::TreeMerge;
@@ -493,7 +493,7 @@ impl Store {
                     .and_then(|d| block::read_samples(info, &|_| true).map(|s| (d, s)))
                 {
                     Ok((dicts, samples)) => {
-                        head.absorb(&dicts, &samples, info.meta.samples_appended, None)?;
+                        head.absorb(&dicts, &samples, info.meta.samples_appended)?;
                         readable.push(info.clone());
                     }
                     Err(e) => self.report(info, e),
@@ -523,7 +523,9 @@ impl Store {
     /// Makes each level's blocks (see [`Level`]) from the next finer level's blocks once their
     /// span is closed (the newest block of full detail is in a later partition), and makes a
     /// level's block again when the finer blocks of its span hold samples it lacks (data that
-    /// came late). Returns how many blocks it wrote. Flushing calls this after compaction.
+    /// came late), reading a few series at a time so that its memory follows
+    /// [`StoreOptions::level_pass_rows`], not the span's rows. Returns how many blocks it
+    /// wrote. Flushing calls this after compaction.
     pub fn downsample(&mut self) -> Result<usize> {
         let partition = nanos(self.options.partition);
         let Some(closed) = self
@@ -573,30 +575,12 @@ impl Store {
                     resolution,
                     drop_labels,
                 };
-                let mut head = Head::new();
-                for info in &inputs {
-                    match block::read_dicts(info)
-                        .and_then(|d| block::read_samples(info, &|_| true).map(|s| (d, s)))
-                    {
-                        Ok((dicts, samples)) => head.absorb(
-                            &dicts,
-                            &samples,
-                            info.meta.samples_appended,
-                            Some(&downsampling),
-                        )?,
-                        Err(e) => self.report(info, e),
-                    }
-                }
-                if head.is_empty() {
+                let Some((dicts, rows, appended)) =
+                    self.merge_level(&inputs, &downsampling.drop_labels, start)?
+                else {
                     continue;
-                }
-                let mut dicts = std::mem::take(&mut head.interner.dicts);
-                let rows = head::renumber_stacks(&head.record_batch(), &dicts.breadth_first());
-                let order = UInt32Array::from(block_order(&rows, partition));
-                let rows = take_record_batch(&rows, &order).expect("indices are in range");
-                let rows = head::merge_equal_rows(&rows);
+                };
                 let replaced: Vec<String> = existing.iter().map(|b| b.name.clone()).collect();
-                let appended = head.samples_appended;
                 self.write_block(
                     &dicts,
                     rows,
@@ -613,6 +597,86 @@ impl Store {
             }
         }
         Ok(written)
+    }
+
+    /// The dictionaries, rows (at `start`) and appended samples of the level block `inputs`
+    /// make, or `None` when they hold no rows or one could not be read (reported; the next
+    /// flush makes the block without it). Inputs are read a few series at a time, so that one
+    /// pass's rows stay within [`StoreOptions::level_pass_rows`] but for a series larger on
+    /// its own.
+    fn merge_level(
+        &self,
+        inputs: &[BlockInfo],
+        drop_labels: &[String],
+        start: i64,
+    ) -> Result<Option<(Dicts, RecordBatch, u64)>> {
+        let mut readable = Vec::new();
+        let mut dicts = Vec::new();
+        let mut rows = Vec::new();
+        for info in inputs {
+            match block::read_dicts(info).and_then(|d| block::rows_per_series(info).map(|r| (d, r)))
+            {
+                Ok((d, r)) => {
+                    readable.push(info);
+                    dicts.push(d);
+                    rows.push(r);
+                }
+                Err(e) => self.report(info, e),
+            }
+        }
+        // Each series once, with where it is in each input and its rows in all of them.
+        let mut where_series: HashMap<&Series, usize> = HashMap::new();
+        let mut series: Vec<(Vec<(usize, u32)>, u64)> = Vec::new();
+        for (input, info) in readable.iter().enumerate() {
+            for (id, s) in info.meta.series.iter().enumerate() {
+                let at = *where_series.entry(s).or_insert_with(|| {
+                    series.push((Vec::new(), 0));
+                    series.len() - 1
+                });
+                series[at].0.push((input, id as u32));
+                series[at].1 += rows[input][id];
+            }
+        }
+        let mut merge = LevelMerge::new(&dicts, drop_labels);
+        let mut next = 0;
+        while next < series.len() {
+            let mut end = next + 1;
+            let mut pass_rows = series[next].1;
+            while end < series.len() && pass_rows + series[end].1 <= self.options.level_pass_rows {
+                pass_rows += series[end].1;
+                end += 1;
+            }
+            // Per input, whether each of its series ids is in this pass.
+            let mut wanted: Vec<Vec<bool>> = readable
+                .iter()
+                .map(|b| vec![false; b.meta.series.len()])
+                .collect();
+            for &(input, id) in series[next..end].iter().flat_map(|(at, _)| at) {
+                wanted[input][id as usize] = true;
+            }
+            for (input, ids) in wanted.iter().enumerate() {
+                if !ids.contains(&true) {
+                    continue;
+                }
+                let info = readable[input];
+                let wants = |s: usize| ids.get(s).copied().unwrap_or(false);
+                match block::read_samples(info, &wants) {
+                    Ok(samples) => merge.absorb(input, &samples, |s| wants(s as usize))?,
+                    Err(e) => {
+                        self.report(info, e);
+                        return Ok(None);
+                    }
+                }
+            }
+            merge.end_pass();
+            next = end;
+        }
+        if merge.is_empty() {
+            return Ok(None);
+        }
+        let appended = readable.iter().map(|b| b.meta.samples_appended).sum();
+        let (dicts, rows) = merge.finish(start);
+        Ok(Some((dicts, rows, appended)))
     }
 
     fn report(&self, info: &BlockInfo, e: StoreError) {

@@ -171,6 +171,9 @@ pub struct StoreOptions {
     /// next query starts an empty cache. An hour of the busy service of `BENCHMARKS.md` takes
     /// about 17 MiB; 0 keeps nothing between queries.
     pub query_cache_bytes: usize,
+    /// Most sample rows making a level's block reads at once (a few series per pass): its
+    /// memory is ~80 bytes per row of this, whatever the span holds. Fewer means more reads.
+    pub level_pass_rows: u64,
 }
 
 /// A coarser copy of the data (a "level"): once a span of `resolution` is closed, the blocks
@@ -229,6 +232,7 @@ impl Default for StoreOptions {
             retention_bytes: 1 << 30,
             head_bytes: 64 << 20,
             query_cache_bytes: 32 << 20,
+            level_pass_rows: 1 << 18,
         }
     }
 }
@@ -255,6 +259,9 @@ impl StoreOptions {
         }
         if self.head_bytes == 0 {
             return fail("head_bytes must be positive");
+        }
+        if self.level_pass_rows == 0 {
+            return fail("level_pass_rows must be positive");
         }
         Ok(())
     }

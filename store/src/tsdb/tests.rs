@@ -1504,6 +1504,60 @@ fn levels_answer_with_the_totals_of_the_fine_data_over_any_range() {
     }
 }
 
+/// Level blocks made one series per pass (the smallest budget) answer as those made in one
+/// pass, and with the fine data's totals: no series lost, merged twice or mixed with another.
+#[test]
+fn level_blocks_made_a_series_at_a_time_answer_as_those_made_at_once() {
+    let mut batches = Vec::new();
+    for b in three_hours_of_batches() {
+        let mut web = b.clone();
+        web.series[0].1 = "web".into();
+        let mut wall = b.clone();
+        wall.profile_type = ProfileType::known("wall").unwrap();
+        batches.extend([b, web, wall]);
+    }
+    let per_series = StoreOptions {
+        level_pass_rows: 1,
+        ..level_options()
+    };
+    let (_dir, store) = store_of("passes", per_series, &batches);
+    let (_once_dir, once) = store_of("one-pass", level_options(), &batches);
+    let levels = |s: &Store| {
+        let mut v: Vec<(i64, i64, u64)> = s
+            .blocks()
+            .iter()
+            .filter(|b| b.meta.resolution > 0)
+            .map(|b| (b.meta.resolution, b.meta.min_time, b.meta.rows.samples))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(levels(&store), levels(&once));
+    assert_eq!(
+        count(
+            &resolutions(&store.blocks().iter().collect::<Vec<_>>()),
+            HOUR
+        ),
+        3
+    );
+    for (service, pt) in [("api", "cpu"), ("web", "cpu"), ("api", "wall")] {
+        // Whole hours (hour blocks) and whole ten minutes (ten-minute blocks, thread ids kept).
+        for (from, until) in [(0, 3 * HOUR), (10 * MINUTE, 50 * MINUTE)] {
+            let q = query(Some(service), pt, from, until);
+            let what = format!("{service} {pt} [{from}, {until})");
+            let truth: i64 = batches
+                .iter()
+                .filter(|b| b.series[0].1 == service && b.profile_type.name == pt)
+                .filter(|b| (from..until).contains(&b.timestamp_unix_nanos))
+                .flat_map(|b| b.samples.iter().map(|s| s.value))
+                .sum();
+            let profile = store.profile(&q).unwrap();
+            assert_eq!(profile.total(0), truth, "{what}");
+            assert_eq!(flat(&profile), flat(&once.profile(&q).unwrap()), "{what}");
+        }
+    }
+}
+
 #[test]
 fn queries_read_the_coarsest_level_the_range_and_step_allow() {
     let batches = three_hours_of_batches();
