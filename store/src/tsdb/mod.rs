@@ -50,6 +50,13 @@ pub const MAX_SERIES_POINTS: u64 = 1_000_000;
 /// block and a partial answer, so this also bounds what a query can take in memory.
 pub const MAX_QUERY_THREADS: usize = 4;
 
+/// Threads a query works on: one per core, up to [`MAX_QUERY_THREADS`].
+fn query_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .clamp(1, MAX_QUERY_THREADS)
+}
+
 /// What a query reads: see [`Store::plan`].
 struct Plan<'a> {
     blocks: Vec<&'a BlockInfo>,
@@ -825,11 +832,7 @@ impl Store {
         visit: impl Fn(&mut S, &BlockInfo, P, &[RecordBatch]) -> Result<()> + Sync,
     ) -> Result<Vec<S>> {
         let selects = |series: &Series| series.matches(&query.profile_type, &query.matchers);
-        let stripes = std::thread::available_parallelism()
-            .map_or(1, usize::from)
-            .clamp(1, MAX_QUERY_THREADS)
-            .min(blocks.len())
-            .max(1);
+        let stripes = query_threads().min(blocks.len()).max(1);
         // Set when a stripe fails, so the others stop early rather than finish for nothing.
         let failed = AtomicBool::new(false);
         let fold_stripe = |stripe: usize, state: &mut S| -> Result<()> {
@@ -938,6 +941,7 @@ impl Store {
         let state = epoch.lock();
         Ok(merge.build(
             &state.interner,
+            query_threads(),
             value_type,
             query.from,
             query.until.saturating_sub(query.from),

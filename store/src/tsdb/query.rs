@@ -1,6 +1,8 @@
 //! Query evaluation: the rows of each source (the head or a block) a query selects, merged into
 //! one profile or one timeline.
 
+use std::sync::Mutex;
+
 use arrow::record_batch::RecordBatch;
 
 use super::error::Result;
@@ -91,6 +93,9 @@ pub(crate) fn for_each_row(
     Ok(())
 }
 
+/// Fewest samples worth a thread of their own when a profile is spelled out.
+const SAMPLES_PER_THREAD: usize = 50_000;
+
 /// Values per stack, one table per label set.
 type Sums = Vec<IdMap<u32, i64>>;
 
@@ -168,43 +173,114 @@ impl ProfileMerge {
 
     /// The profile of everything added, spelled out from `interner` (the one ids refer to):
     /// one sample type, and the sample labels the query kept (see [`Profile::of_totals`]).
+    /// Spelling out is most of a large answer's cost (a vector per sample), so the label
+    /// tables are spelled out on up to `threads` threads.
     pub fn build(
         self,
         interner: &Interner,
+        threads: usize,
         value_type: ValueType,
         start_unix_nanos: i64,
         duration_nanos: i64,
     ) -> Profile {
         let dicts = &interner.dicts;
-        // The interner is shared with other queries: only the functions used go in the answer.
-        let mut index = vec![u32::MAX; dicts.functions.len()];
-        let mut functions = Vec::new();
-        let mut stack = Vec::new();
-        let mut samples = Vec::with_capacity(self.samples.values().map(IdMap::len).sum());
-        for (labels, stacks) in self.samples {
-            let labels = Labels::from(dicts.label_sets[labels as usize].as_slice());
-            // In node order, consecutive stacks share callers still in cache (nodes are numbered
-            // as blocks list them, siblings together), where hash order walks each stack from
-            // cold memory: with millions of distinct stacks this walk was most of the build.
-            let mut stacks: Vec<(u32, i64)> = stacks.into_iter().collect();
-            stacks.sort_unstable_by_key(|&(node, _)| node);
-            for (node, value) in stacks {
-                dicts.resolve(node, &mut stack);
-                for f in stack.iter_mut() {
-                    let slot = &mut index[*f as usize];
-                    if *slot == u32::MAX {
-                        *slot = functions.len() as u32;
-                        functions.push(dicts.functions[*f as usize].clone());
-                    }
-                    *f = *slot;
+        // The interner is shared with other queries: only the functions used go in the answer,
+        // numbered in the interner's order. Marking each node's callers stops at the first one
+        // marked already, so each node is visited once.
+        let mut used_nodes = vec![false; dicts.stacks.len()];
+        let mut used_functions = vec![false; dicts.functions.len()];
+        for &node in self.samples.values().flat_map(IdMap::keys) {
+            let mut node = node;
+            while let Some(n) = dicts.stacks.get(node as usize) {
+                if std::mem::replace(&mut used_nodes[node as usize], true) {
+                    break;
                 }
-                samples.push(Sample {
-                    stack: stack.clone(),
-                    values: vec![value],
-                    labels: labels.clone(),
-                });
+                used_functions[n.function as usize] = true;
+                node = n.parent;
             }
         }
+        drop(used_nodes);
+        let mut index = vec![u32::MAX; dicts.functions.len()];
+        let mut functions = Vec::new();
+        for (f, _) in used_functions.iter().enumerate().filter(|(_, &used)| used) {
+            index[f] = functions.len() as u32;
+            functions.push(dicts.functions[f].clone());
+        }
+        // Tables dealt out so that each thread spells out about as many samples.
+        let total: usize = self.samples.values().map(IdMap::len).sum();
+        let threads = threads.clamp(1, total.div_ceil(SAMPLES_PER_THREAD).max(1));
+        let mut shares: Vec<(usize, Vec<(u32, IdMap<u32, i64>)>)> =
+            (0..threads).map(|_| (0, Vec::new())).collect();
+        let mut tables: Vec<(u32, IdMap<u32, i64>)> = self.samples.into_iter().collect();
+        tables.sort_unstable_by_key(|(labels, stacks)| (std::cmp::Reverse(stacks.len()), *labels));
+        for table in tables {
+            let share = shares
+                .iter_mut()
+                .min_by_key(|(len, _)| *len)
+                .expect("at least one thread");
+            share.0 += table.1.len();
+            share.1.push(table);
+        }
+        // Behind a lock each, so a share whose thread could not start is spelled out here.
+        let shares: Vec<Mutex<Vec<(u32, IdMap<u32, i64>)>>> = shares
+            .into_iter()
+            .map(|(_, tables)| Mutex::new(tables))
+            .collect();
+        let spell = |share: &Mutex<Vec<(u32, IdMap<u32, i64>)>>| -> Vec<Sample> {
+            let tables = std::mem::take(&mut *share.lock().unwrap_or_else(|p| p.into_inner()));
+            let mut stack = Vec::new();
+            // A stack recurs in many label sets (once per thread): spelled out once, as a range
+            // of `spelled`.
+            let mut spelled = Vec::new();
+            let mut ranges: IdMap<u32, (usize, usize)> = IdMap::default();
+            let mut samples = Vec::with_capacity(tables.iter().map(|(_, t)| t.len()).sum());
+            for (labels, stacks) in tables {
+                let labels = Labels::from(dicts.label_sets[labels as usize].as_slice());
+                // In node order, consecutive stacks share callers still in cache (nodes are
+                // numbered as blocks list them, siblings together), where hash order walks each
+                // stack from cold memory.
+                let mut stacks: Vec<(u32, i64)> = stacks.into_iter().collect();
+                stacks.sort_unstable_by_key(|&(node, _)| node);
+                for (node, value) in stacks {
+                    let (from, to) = *ranges.entry(node).or_insert_with(|| {
+                        dicts.resolve(node, &mut stack);
+                        let from = spelled.len();
+                        spelled.extend(stack.iter().map(|&f| index[f as usize]));
+                        (from, spelled.len())
+                    });
+                    samples.push(Sample {
+                        stack: spelled[from..to].to_vec(),
+                        values: vec![value],
+                        labels: labels.clone(),
+                    });
+                }
+            }
+            samples
+        };
+        let samples = std::thread::scope(|scope| {
+            let spell = &spell;
+            let helpers: Vec<_> = shares[1..]
+                .iter()
+                .map(|share| {
+                    std::thread::Builder::new()
+                        .name("store-query".into())
+                        .spawn_scoped(scope, move || spell(share))
+                        .map_err(|_| share)
+                })
+                .collect();
+            let mut samples = spell(&shares[0]);
+            samples.reserve(total - samples.len());
+            for helper in helpers {
+                samples.extend(match helper {
+                    Ok(thread) => thread
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    // No thread to spare: this one spells that share out too.
+                    Err(share) => spell(share),
+                });
+            }
+            samples
+        });
         Profile::of_totals(
             value_type,
             functions,

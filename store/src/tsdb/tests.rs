@@ -759,6 +759,59 @@ fn profiles_merge_equal_samples_across_many_blocks() {
     assert_eq!(p.total(0), 9 * 111);
 }
 
+/// An answer large enough to be spelled out on several threads has every sample once, and
+/// exactly the functions its samples use.
+#[test]
+fn a_large_profile_spelled_out_on_several_threads_has_every_sample_once() {
+    let dir = TempDir::new("large");
+    let mut store = Store::open(&dir.0, keep_all()).unwrap();
+    // A function no sample of the answer uses, interned first.
+    store
+        .append(&batch("other", "cpu", MINUTE, &[(&["Unused"], 1, &[])]))
+        .unwrap();
+    let names: Vec<[String; 3]> = (0..300)
+        .map(|j| {
+            [
+                format!("Leaf{j}"),
+                format!("Mid{}", j % 7),
+                "Main".to_string(),
+            ]
+        })
+        .collect();
+    let stacks: Vec<Vec<&str>> = names
+        .iter()
+        .map(|n| n.iter().map(String::as_str).collect())
+        .collect();
+    let labels: Vec<[(&str, LabelValue); 1]> = (0..400).map(|t| [tid(t)]).collect();
+    let mut expected = Flat::new();
+    for minute in 1..3 {
+        let mut samples: Vec<TestSample> = Vec::new();
+        for (j, stack) in stacks.iter().enumerate() {
+            for (t, labels) in labels.iter().enumerate() {
+                let value = 1 + ((j * 31 + t * 7 + minute) % 13) as i64;
+                samples.push((stack, value, labels));
+                *expected.entry(entry(stack, labels, 0).0).or_insert(0) += value;
+            }
+        }
+        store
+            .append(&batch("api", "cpu", minute as i64 * MINUTE, &samples))
+            .unwrap();
+    }
+    store.flush().unwrap();
+    let p = store.profile(&query(Some("api"), "cpu", 0, HOUR)).unwrap();
+    assert_eq!(p.samples.len(), 120_000);
+    assert_eq!(flat(&p), expected);
+    let mut used: Vec<&str> = p.functions.iter().map(|f| f.name.as_str()).collect();
+    used.sort_unstable();
+    used.dedup();
+    assert_eq!(
+        (used.len(), p.functions.len()),
+        (308, 308),
+        "each used function once"
+    );
+    assert!(!used.contains(&"Unused"));
+}
+
 #[test]
 fn only_the_sample_labels_asked_for_are_kept() {
     let dir = TempDir::new("keep");
