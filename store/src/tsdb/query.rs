@@ -96,6 +96,9 @@ pub(crate) fn for_each_row(
 /// Fewest samples worth a thread of their own when a profile is spelled out.
 const SAMPLES_PER_THREAD: usize = 50_000;
 
+/// Values per stack of some label sets, each with its label set's id.
+type LabelTables = Vec<(u32, IdMap<u32, i64>)>;
+
 /// Values per stack, one table per label set.
 type Sums = Vec<IdMap<u32, i64>>;
 
@@ -209,9 +212,8 @@ impl ProfileMerge {
         // Tables dealt out so that each thread spells out about as many samples.
         let total: usize = self.samples.values().map(IdMap::len).sum();
         let threads = threads.clamp(1, total.div_ceil(SAMPLES_PER_THREAD).max(1));
-        let mut shares: Vec<(usize, Vec<(u32, IdMap<u32, i64>)>)> =
-            (0..threads).map(|_| (0, Vec::new())).collect();
-        let mut tables: Vec<(u32, IdMap<u32, i64>)> = self.samples.into_iter().collect();
+        let mut shares: Vec<(usize, LabelTables)> = (0..threads).map(|_| (0, Vec::new())).collect();
+        let mut tables: LabelTables = self.samples.into_iter().collect();
         tables.sort_unstable_by_key(|(labels, stacks)| (std::cmp::Reverse(stacks.len()), *labels));
         for table in tables {
             let share = shares
@@ -222,11 +224,11 @@ impl ProfileMerge {
             share.1.push(table);
         }
         // Behind a lock each, so a share whose thread could not start is spelled out here.
-        let shares: Vec<Mutex<Vec<(u32, IdMap<u32, i64>)>>> = shares
+        let shares: Vec<Mutex<LabelTables>> = shares
             .into_iter()
             .map(|(_, tables)| Mutex::new(tables))
             .collect();
-        let spell = |share: &Mutex<Vec<(u32, IdMap<u32, i64>)>>| -> Vec<Sample> {
+        let spell = |share: &Mutex<LabelTables>| -> Vec<Sample> {
             let tables = std::mem::take(&mut *share.lock().unwrap_or_else(|p| p.into_inner()));
             let mut stack = Vec::new();
             // A stack recurs in many label sets (once per thread): spelled out once, as a range
