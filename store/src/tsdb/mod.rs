@@ -510,8 +510,9 @@ impl Store {
                 continue;
             }
             let names: Vec<String> = readable.iter().map(|b| b.name.clone()).collect();
-            // Compaction writes the block that stays: worth numbering its nodes to compress.
+            // Compaction writes the block that stays: worth ordering its dictionaries to compress.
             let mut dicts = std::mem::take(&mut head.interner.dicts);
+            dicts.sort_functions();
             let rows = head::renumber_stacks(&head.record_batch(), &dicts.breadth_first());
             let order = UInt32Array::from(block_order(&rows, partition));
             let rows = take_record_batch(&rows, &order).expect("indices are in range");

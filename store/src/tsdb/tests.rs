@@ -613,6 +613,14 @@ fn compacted_blocks_are_sorted_with_a_row_group_per_series() {
         "{rows:?}"
     );
     assert_eq!(groups, vec![9, 9, 9], "one row group per series");
+    // Functions by name, though the first flush saw C first.
+    let names: Vec<String> = block::read_dicts(compacted)
+        .unwrap()
+        .functions
+        .into_iter()
+        .map(|f| f.name)
+        .collect();
+    assert_eq!(names, ["A", "B", "C", "Main"]);
     // Each series answers alone, its row group read and the others skipped.
     let total = |service, pt| {
         store
