@@ -170,20 +170,6 @@ fn metric(agent: &Agent, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// User and system CPU time of a process so far.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
-}
-
 fn by_class(name: &str, class: &str) -> String {
     format!("{name}{{route_class=\"{class}\"}}")
 }
@@ -338,9 +324,10 @@ fn a_query_whose_client_goes_away_stops_reading_blocks() {
     wait_until(&agent, "the second query running", || {
         metric(&agent, &running) == 1.0
     });
-    let cpu_at_start = cpu_seconds(agent.pid());
+    let cpu_ms = || support::process_cpu_ms(&agent.pid().to_string());
+    let cpu_at_start = cpu_ms();
     wait_until(&agent, "the second query at work", || {
-        cpu_seconds(agent.pid()) > cpu_at_start + 1.0
+        cpu_ms() > cpu_at_start + 1000.0
     });
     pending.stream.shutdown(Shutdown::Both).unwrap();
     drop(pending);
