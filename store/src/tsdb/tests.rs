@@ -1487,6 +1487,15 @@ fn store_of(name: &str, options: StoreOptions, batches: &[Batch]) -> (TempDir, S
     (dir, store)
 }
 
+/// The same store without levels: the fine data levels are judged against.
+fn fine_store_of(name: &str, batches: &[Batch]) -> (TempDir, Store) {
+    let options = StoreOptions {
+        levels: Vec::new(),
+        ..level_options()
+    };
+    store_of(name, options, batches)
+}
+
 fn resolutions(blocks: &[&BlockInfo]) -> Vec<i64> {
     blocks.iter().map(|b| b.meta.resolution).collect()
 }
@@ -1506,11 +1515,7 @@ fn thread_names_only(q: &Query) -> Query {
 fn levels_answer_with_the_totals_of_the_fine_data_over_any_range() {
     let batches = three_hours_of_batches();
     let (_dir, store) = store_of("levels", level_options(), &batches);
-    let fine_options = StoreOptions {
-        levels: Vec::new(),
-        ..level_options()
-    };
-    let (_fine_dir, fine) = store_of("fine", fine_options, &batches);
+    let (_fine_dir, fine) = fine_store_of("fine", &batches);
     let all: Vec<&BlockInfo> = store.blocks().iter().collect();
     let r = resolutions(&all);
     assert_eq!(count(&r, 600 * SECOND), 18, "18 ten-minute blocks");
@@ -1703,11 +1708,7 @@ fn a_day_level_answers_ranges_of_days_with_the_same_totals() {
     const DAY: i64 = 24 * HOUR;
     let batches = two_days_of_sparse_batches();
     let (_dir, store) = store_of("days", level_options(), &batches);
-    let fine_options = StoreOptions {
-        levels: Vec::new(),
-        ..level_options()
-    };
-    let (_fine_dir, fine) = store_of("days-fine", fine_options, &batches);
+    let (_fine_dir, fine) = fine_store_of("days-fine", &batches);
     let all: Vec<&BlockInfo> = store.blocks().iter().collect();
     let r = resolutions(&all);
     assert_eq!(count(&r, HOUR), 50, "50 hour blocks");
