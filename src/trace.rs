@@ -159,6 +159,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     bar.finish_and_clear();
+    if result.is_err() && out.buffer().is_empty() {
+        // The session never sent a byte: no file rather than an empty one.
+        if std::fs::metadata(&output).is_ok_and(|m| m.len() == 0) {
+            let _ = std::fs::remove_file(&output);
+        }
+    }
     let summary = result.with_context(|| format!("tracing pid {}", args.pid))?;
     let how = match summary.end {
         TraceEnd::Duration | TraceEnd::Stopped | TraceEnd::StoppingEvent => "stopped",

@@ -122,6 +122,37 @@ fn ctrl_c_stops_cleanly_with_rundown() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A session that cannot start (a socket nobody listens on, named as a runtime in a child
+/// process of ours would name it) fails clearly and leaves no empty trace file behind.
+#[test]
+fn a_session_that_cannot_start_leaves_no_file() {
+    let mut child = Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = child.id();
+    let start = collector::discovery::locate(Path::new("/proc"), pid)
+        .unwrap()
+        .start_time
+        .unwrap();
+    let socket = std::env::temp_dir().join(format!("dotnet-diagnostic-{pid}-{start}-socket"));
+    let _ = std::fs::remove_file(&socket);
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let dir = std::env::temp_dir().join(format!("clrscope-trace-nofile-{pid}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_clrscope"))
+        .args(["trace", "--pid", &pid.to_string(), "--duration", "1s"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&socket);
+    let _ = child.kill();
+    let _ = child.wait();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("nobody listens"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
 #[test]
 fn bad_arguments_name_the_problem() {
     let run = |args: &[&str]| {
