@@ -1,15 +1,14 @@
 //! Method tables read from real ReadyToRun images of the test bed's runtime, and what a damaged
 //! or hostile image does to the reader (nothing: an error, never a panic or a blow-up).
 
+mod support;
+
 use symbolizer::{ImageMethods, R2rError};
 
-/// The test bed's shared framework directory (`make setup` writes `.testbed/runtime.env`).
+/// A file of the test bed's shared framework directory (`make setup` writes `runtime.env`).
 fn framework_file(name: &str) -> Vec<u8> {
-    let env = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../.testbed/runtime.env"
-    ))
-    .expect(".testbed/runtime.env (run `make setup`)");
+    let env = std::fs::read_to_string(support::testbed_dir().join("runtime.env"))
+        .expect("the test bed's runtime.env (run `make setup`)");
     let dir = env
         .lines()
         .find_map(|l| l.strip_prefix("NETCORE_DIR="))
