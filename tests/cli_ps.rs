@@ -81,13 +81,7 @@ fn a_stale_socket_is_listed_with_the_reason() {
     // process of ours (this test) and a socket nobody accepts on, named with this process's
     // start time as a runtime names its own (a socket with another key is an earlier process's).
     let pid = std::process::id();
-    let start = collector::discovery::locate(std::path::Path::new("/proc"), pid)
-        .unwrap()
-        .start_time
-        .unwrap();
-    let path = std::env::temp_dir().join(format!("dotnet-diagnostic-{pid}-{start}-socket"));
-    let _ = std::fs::remove_file(&path);
-    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let path = support::deaf_socket(pid);
     let output = clrscope(&["ps", "--json"]);
     let _ = std::fs::remove_file(&path);
     assert!(output.status.success(), "{output:?}");

@@ -128,13 +128,7 @@ fn ctrl_c_stops_cleanly_with_rundown() {
 fn a_session_that_cannot_start_leaves_no_file() {
     let mut child = Command::new("sleep").arg("60").spawn().unwrap();
     let pid = child.id();
-    let start = collector::discovery::locate(Path::new("/proc"), pid)
-        .unwrap()
-        .start_time
-        .unwrap();
-    let socket = std::env::temp_dir().join(format!("dotnet-diagnostic-{pid}-{start}-socket"));
-    let _ = std::fs::remove_file(&socket);
-    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let socket = support::deaf_socket(pid);
     let dir = std::env::temp_dir().join(format!("clrscope-trace-nofile-{pid}"));
     std::fs::create_dir_all(&dir).unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_clrscope"))

@@ -139,6 +139,20 @@ pub fn wait_for_diagnostic_socket(pid: u32, timeout: Duration) -> Option<PathBuf
     }
 }
 
+/// Makes a diagnostic socket for `pid` that nobody listens on, named as a runtime in that process
+/// would name its own (with the process's start time as the key), and returns its path: a
+/// process that looks like a runtime gone deaf. The caller removes it.
+pub fn deaf_socket(pid: u32) -> PathBuf {
+    let start = collector::discovery::locate(Path::new("/proc"), pid)
+        .expect("the process is alive")
+        .start_time
+        .expect("its start time is readable");
+    let path = std::env::temp_dir().join(format!("dotnet-diagnostic-{pid}-{start}-socket"));
+    let _ = std::fs::remove_file(&path);
+    drop(std::os::unix::net::UnixListener::bind(&path).expect("binding the socket"));
+    path
+}
+
 /// Whether a process `pid` exists (and is not a zombie).
 pub fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
