@@ -246,14 +246,14 @@ impl<'a> LevelMerge<'a> {
         Ok(())
     }
 
-    /// Ends a pass: every input gave the rows of its series, so their sums are final.
+    /// Ends a pass: every input gave the rows of its series, so their sums are final. The table
+    /// keeps its capacity for the next pass, which the pass budget bounds.
     pub fn end_pass(&mut self) {
         self.rows.extend(
             self.sums
                 .drain()
                 .map(|((series, stack, labels), value)| (series, stack, labels, value)),
         );
-        self.sums.shrink_to_fit();
     }
 
     /// The block's dictionaries, stack nodes numbered breadth first, and its rows at `time`
