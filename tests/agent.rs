@@ -5,6 +5,7 @@
 mod support;
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
@@ -201,7 +202,6 @@ fn three_targets_profiled_continuously_and_kept_across_a_kill() {
     agent.wait_attached(cpuhot.pid(), true, Duration::from_secs(15));
     cpuhot.kill();
     agent.wait_attached(cpuhot.pid(), false, Duration::from_secs(15));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -273,7 +273,6 @@ fn processes_that_start_late_exit_and_restart_are_followed() {
     assert_eq!(connect.processes().len(), 1, "{:?}", connect.processes());
     drop(connect);
     drop(listen);
-    let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&socket);
 }
 
@@ -366,8 +365,6 @@ fn samples_carry_the_span_of_the_request_they_ran_for() {
         );
         assert!(sample.labels.contains_key("trace_id") && sample.labels.contains_key("span_name"));
     }
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The share of frames, weighted by sample value, that are unnamed: `[unknown]` (an address in
@@ -393,10 +390,9 @@ fn unnamed_share(samples: &[TracedSample]) -> (f64, Vec<String>) {
     (unnamed / frames.max(f64::MIN_POSITIVE), examples)
 }
 
-/// An agent in listen mode only (2 s sampler period) on a socket of its own, with `extra`
-/// arguments: the agent, its data folder and the socket runtimes dial.
-fn listen_agent(name: &str, extra: &[&str]) -> (Agent, std::path::PathBuf, std::path::PathBuf) {
-    let dir = data_dir(name);
+/// An agent in listen mode only (2 s sampler period) on a socket of its own beside `dir`, with
+/// `extra` arguments: the agent and the socket runtimes dial.
+fn listen_agent(dir: &Path, extra: &[&str]) -> (Agent, PathBuf) {
     let socket = dir.with_extension("sock");
     let mut args = vec![
         "--no-connect",
@@ -407,13 +403,14 @@ fn listen_agent(name: &str, extra: &[&str]) -> (Agent, std::path::PathBuf, std::
     ];
     args.extend_from_slice(extra);
     let agent = Agent::start(&dir.join("agent"), &args);
-    (agent, dir, socket)
+    (agent, socket)
 }
 
 #[test]
 fn listen_mode_names_every_frame() {
-    let (agent, dir, socket) = listen_agent(
-        "listen-named",
+    let dir = data_dir("listen-named");
+    let (agent, socket) = listen_agent(
+        &dir,
         &["--log", "clrscope=info,clrscope::agent::process=debug"],
     );
     let socket_arg = socket.to_str().unwrap();
@@ -477,13 +474,13 @@ fn listen_mode_names_every_frame() {
         );
     }
     drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&socket);
 }
 
 #[test]
 fn listen_mode_cpu_split_holds_against_the_kernel() {
-    let (agent, dir, socket) = listen_agent("listen-split", &[]);
+    let dir = data_dir("listen-split");
+    let (agent, socket) = listen_agent(&dir, &[]);
     let socket_arg = socket.to_str().unwrap();
     let cpuhot = Target::builder("CpuHot")
         .args(["--split", "60,30,10"])
@@ -539,7 +536,6 @@ fn listen_mode_cpu_split_holds_against_the_kernel() {
         );
     }
     drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&socket);
 }
 
@@ -642,8 +638,6 @@ fn totals_estimate_real_time_at_any_duty_cycle() {
     };
     let boosted = spin_seconds(&agent, &spinner, boost, 40_500);
     assert_spin_true(&boosted, "boosted");
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A listen-mode runtime in a pid namespace of its own (pid 1 there, as in a container) is
@@ -701,6 +695,5 @@ fn listen_mode_reads_the_proc_of_a_runtime_in_another_pid_namespace() {
     );
     drop(service);
     drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&socket);
 }

@@ -8,14 +8,13 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use profile::{Batch, BatchSample, Function, LabelValue, ProfileType};
 use store::tsdb::{Store, StoreOptions};
 use support::agent::{data_dir, encode, Agent};
-use support::{http_request, Target};
+use support::{http_request, ScratchDir, Target};
 
 const SECOND: i64 = 1_000_000_000;
 const MINUTE: i64 = 60 * SECOND;
@@ -47,65 +46,49 @@ impl Rng {
     }
 }
 
-/// A store directory holding [`HISTORY_BLOCKS`] minutes of a busy service's cpu profile, the
-/// newest an hour old, written once per test run (as an agent would have written it, through
-/// the store) and copied for each agent.
-fn history() -> &'static Path {
-    static HISTORY: OnceLock<PathBuf> = OnceLock::new();
-    HISTORY.get_or_init(|| {
-        let dir = data_dir("api-load-history");
-        let mut store = Store::open(&dir, StoreOptions::default()).expect("open the history");
-        let functions: Vec<Function> = (0..400)
-            .map(|i| Function {
-                name: format!("History.Service.Handler{}.Step{}()", i / 20, i % 20),
-                module: "History.dll".into(),
+/// An agent's data folder holding [`HISTORY_BLOCKS`] minutes of a busy service's cpu profile, the
+/// newest an hour old, written as an agent would have written it, through the store.
+fn data_dir_with_history(name: &str) -> ScratchDir {
+    let dir = data_dir(name);
+    let mut store =
+        Store::open(dir.to_path_buf(), StoreOptions::default()).expect("open the history");
+    let functions: Vec<Function> = (0..400)
+        .map(|i| Function {
+            name: format!("History.Service.Handler{}.Step{}()", i / 20, i % 20),
+            module: "History.dll".into(),
+        })
+        .collect();
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let start = unix_nanos() - 60 * MINUTE - HISTORY_BLOCKS * MINUTE;
+    for minute in 0..HISTORY_BLOCKS {
+        let samples = (0..STACKS_PER_BLOCK)
+            .map(|_| BatchSample {
+                stack: (0..8 + rng.below(12))
+                    .map(|_| rng.below(functions.len()) as u32)
+                    .collect(),
+                value: 1_000_000 * (1 + rng.below(20) as i64),
+                labels: vec![(
+                    "thread_id".into(),
+                    LabelValue::Num(1000 + rng.below(16) as i64),
+                )],
             })
             .collect();
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-        let start = unix_nanos() - 60 * MINUTE - HISTORY_BLOCKS * MINUTE;
-        for minute in 0..HISTORY_BLOCKS {
-            let samples = (0..STACKS_PER_BLOCK)
-                .map(|_| BatchSample {
-                    stack: (0..8 + rng.below(12))
-                        .map(|_| rng.below(functions.len()) as u32)
-                        .collect(),
-                    value: 1_000_000 * (1 + rng.below(20) as i64),
-                    labels: vec![(
-                        "thread_id".into(),
-                        LabelValue::Num(1000 + rng.below(16) as i64),
-                    )],
-                })
-                .collect();
-            let batch = Batch {
-                series: vec![
-                    ("service_name".into(), HISTORY_SERVICE.into()),
-                    ("process_id".into(), "7".into()),
-                    ("host_name".into(), "node-1".into()),
-                ],
-                profile_type: ProfileType::known("cpu").unwrap(),
-                timestamp_unix_nanos: start + minute * MINUTE,
-                functions: functions.clone(),
-                samples,
-            };
-            store.append(&batch).expect("append history");
-            store.flush().expect("flush history");
-        }
-        // One block per minute, plus the coarser copies of the closed 10-minute spans and hours.
-        assert!(store.blocks().len() as i64 > HISTORY_BLOCKS);
-        dir
-    })
-}
-
-/// A copy of [`history`] for one agent.
-fn data_dir_with_history(name: &str) -> PathBuf {
-    let dir = data_dir(name);
-    let status = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(history())
-        .arg(&dir)
-        .status()
-        .expect("cp");
-    assert!(status.success());
+        let batch = Batch {
+            series: vec![
+                ("service_name".into(), HISTORY_SERVICE.into()),
+                ("process_id".into(), "7".into()),
+                ("host_name".into(), "node-1".into()),
+            ],
+            profile_type: ProfileType::known("cpu").unwrap(),
+            timestamp_unix_nanos: start + minute * MINUTE,
+            functions: functions.clone(),
+            samples,
+        };
+        store.append(&batch).expect("append history");
+        store.flush().expect("flush history");
+    }
+    // One block per minute, plus the coarser copies of the closed 10-minute spans and hours.
+    assert!(store.blocks().len() as i64 > HISTORY_BLOCKS);
     dir
 }
 
@@ -186,8 +169,8 @@ fn wait_until(agent: &Agent, what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// Two live targets and an agent profiling only them over a copy of the history.
-fn agent_with_targets(name: &str, extra: &[&str]) -> (Agent, Vec<Target>) {
+/// Two live targets and an agent profiling only them, its data folder `dir` (with the history).
+fn agent_with_targets(dir: &Path, extra: &[&str]) -> (Agent, Vec<Target>) {
     let targets = vec![
         Target::builder("CpuHot")
             .args(["--split", "60,40", "--cores", "0.2"])
@@ -201,7 +184,7 @@ fn agent_with_targets(name: &str, extra: &[&str]) -> (Agent, Vec<Target>) {
     for pid in &pids {
         args.extend(["--pid", pid]);
     }
-    let agent = Agent::start(&data_dir_with_history(name), &args);
+    let agent = Agent::start(dir, &args);
     for target in &targets {
         agent.wait_attached(target.pid(), true, TIMEOUT);
     }
@@ -224,8 +207,9 @@ fn a_full_route_class_refuses_with_retry_after_while_others_answer() {
     if !support::testbed_available() {
         return;
     }
+    let dir = data_dir_with_history("api-load-admission");
     let (agent, targets) = agent_with_targets(
-        "api-load-admission",
+        &dir,
         &["--max-running-queries", "1", "--max-queued-queries", "1"],
     );
     let samples_before = metric(&agent, "clrscope_samples_total");
@@ -300,7 +284,8 @@ fn a_query_whose_client_goes_away_stops_reading_blocks() {
     if !support::testbed_available() {
         return;
     }
-    let (agent, _targets) = agent_with_targets("api-load-cancel", &[]);
+    let dir = data_dir_with_history("api-load-cancel");
+    let (agent, _targets) = agent_with_targets(&dir, &[]);
     let blocks_read = by_class("clrscope_api_query_blocks_read_total", "profile");
     let running = by_class("clrscope_api_queries_running", "profile");
     let cancelled = by_class("clrscope_api_queries_cancelled_total", "profile");

@@ -38,10 +38,9 @@ fn expect(response: HttpResponse, status: u16, what: &str, agent: &Agent) -> Htt
     agent.expect_status(response, status, what)
 }
 
-/// A settings.json for the agent, in a fresh folder; returns its path.
-fn settings(name: &str, settings: Value) -> PathBuf {
-    let dir = data_dir(&format!("{name}-config"));
-    std::fs::create_dir_all(&dir).unwrap();
+/// A settings.json for the agent, in `dir`; returns its path.
+fn settings(dir: &Path, settings: Value) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
     let path = dir.join("settings.json");
     std::fs::write(&path, settings.to_string()).unwrap();
     path
@@ -398,7 +397,7 @@ fn egress_to_a_folder_limits_and_cancellation() {
     let dir = data_dir("monitor-egress");
     let out = dir.join("artifacts");
     let config = settings(
-        "monitor-egress",
+        &dir,
         json!({"Egress": {"FileSystem": {"local": {
             "DirectoryPath": out,
             "IntermediateDirectoryPath": dir.join("partial"),
@@ -541,7 +540,7 @@ fn the_disk_budget_is_never_exceeded() {
     // Room for two or three traces of a second; ten are written.
     let budget: u64 = 600_000;
     let config = settings(
-        "monitor-budget",
+        &dir,
         json!({"Egress": {
             "FileSystem": {"local": {"DirectoryPath": out}},
             "DiskBudget": {"MaxBytes": budget.to_string()},
@@ -682,7 +681,7 @@ fn egress_to_s3_lands_objects_named_as_artifacts() {
     let pid = target.pid();
     let dir = data_dir("monitor-s3");
     let config = settings(
-        "monitor-s3",
+        &dir,
         json!({"Egress": {"S3Storage": {
             "bucket": {
                 "endpoint": format!("http://127.0.0.1:{}", moto.port),
@@ -772,7 +771,7 @@ fn location_names_the_apis_own_url_never_the_clients_host() {
     let pid = target.pid();
     let dir = data_dir("monitor-location");
     let config = settings(
-        "monitor-location",
+        &dir,
         json!({"Egress": {"FileSystem": {"local": {"DirectoryPath": dir.join("out")}}}}),
     );
     let agent = agent_with_config(&dir, pid, &config);
@@ -812,7 +811,7 @@ fn a_failed_s3_upload_keeps_its_credentials_out_of_answers_and_logs() {
     let pid = target.pid();
     let dir = data_dir("monitor-s3-failure");
     let config = settings(
-        "monitor-s3-failure",
+        &dir,
         json!({"Egress": {"S3Storage": {"bucket": {
             "endpoint": format!("http://127.0.0.1:{closed}"),
             "bucketName": "clrscope-artifacts",

@@ -158,9 +158,6 @@ fn every_api_route_needs_the_configured_keys_token() {
         elsewhere.status, 404,
         "the metrics listener serves /metrics only"
     );
-    drop(agent);
-    drop(expired_agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -174,8 +171,6 @@ fn without_a_key_every_request_is_refused_and_the_log_says_how_to_configure_one(
     assert!(detail.contains("--temp-apikey"), "{detail}");
     let log = agent.log();
     assert!(log.contains("no usable API key is configured"), "{log}");
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -188,8 +183,6 @@ fn no_auth_answers_anyone_and_warns() {
         "{}",
         agent.log()
     );
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -220,8 +213,6 @@ fn a_temporary_key_is_printed_and_accepted() {
     );
     assert_eq!(answer.status, 200, "{}", answer.body);
     assert_eq!(agent.request("GET", "/api/v1/processes").status, 401);
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Decodes unpadded base64url (a JWT's parts).
@@ -291,8 +282,6 @@ fn a_temporary_key_can_go_to_a_private_file_with_a_shorter_expiry() {
         .as_secs() as i64;
     let left = claims["exp"].as_i64().unwrap() - now;
     assert!((3500..=3600).contains(&left), "expires in {left} s");
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -348,6 +337,4 @@ fn https_serves_the_configured_certificate_and_still_asks_for_the_token() {
         "200"
     );
     assert!(agent.log().contains("API on https://"), "{}", agent.log());
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }

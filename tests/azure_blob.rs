@@ -10,7 +10,7 @@
 mod support;
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -21,7 +21,7 @@ use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
 use sha2::Sha256;
 use support::agent::{data_dir, Agent};
-use support::{http_request, testbed_dir, HttpResponse, Target};
+use support::{http_request, testbed_dir, HttpResponse, ScratchDir, Target};
 use tokio::io::AsyncWriteExt;
 
 /// Azurite's well-known account and key (its docs and `src/common/utils/constants.ts`).
@@ -37,12 +37,13 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Azurite's blob and queue services, storing under a fresh folder; killed on drop.
+/// Azurite's blob and queue services, storing under a fresh folder; killed on drop (and then the
+/// folder removed).
 struct Azurite {
     child: Option<Child>,
     blob_port: u16,
     queue_port: u16,
-    location: PathBuf,
+    location: ScratchDir,
 }
 
 impl Azurite {
@@ -68,7 +69,7 @@ impl Azurite {
         std::fs::create_dir_all(&self.location).unwrap();
         let child = Command::new(bin)
             .args(["--silent", "--disableTelemetry", "--location"])
-            .arg(&self.location)
+            .arg(self.location.as_os_str())
             .args(["--blobHost", "127.0.0.1", "--blobPort"])
             .arg(self.blob_port.to_string())
             .args(["--queueHost", "127.0.0.1", "--queuePort"])
@@ -257,7 +258,7 @@ async fn blobs_hold_what_a_folder_holds_with_shared_key_and_sas() {
     let azurite = Azurite::start("bytes");
     let dir = data_dir("azure-bytes-folder");
     let egress = egress(json!({
-        "FileSystem": {"folder": {"DirectoryPath": dir}},
+        "FileSystem": {"folder": {"DirectoryPath": &*dir}},
         "AzureBlobStorage": {
             "keyed": {
                 "accountUri": azurite.blob_uri(),
@@ -374,11 +375,10 @@ fn count_uncommitted(azurite: &Azurite, name: &str) -> usize {
     response.body.matches("<Block>").count()
 }
 
-/// A settings.json with Azure Blob providers `keyed` (Shared Key, queue) and `signed` (SAS), and
-/// a rule collecting a 5 s trace into `keyed` once the process is attached.
-fn agent_settings(name: &str, azurite: &Azurite, pid: u32) -> PathBuf {
-    let dir = data_dir(&format!("{name}-config"));
-    std::fs::create_dir_all(&dir).unwrap();
+/// A settings.json in `dir` with Azure Blob providers `keyed` (Shared Key, queue) and `signed`
+/// (SAS), and a rule collecting a 5 s trace into `keyed` once the process is attached.
+fn agent_settings(dir: &Path, azurite: &Azurite, pid: u32) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
     let path = dir.join("settings.json");
     let settings = json!({
         "Egress": {"AzureBlobStorage": {
@@ -407,10 +407,11 @@ fn agent_settings(name: &str, azurite: &Azurite, pid: u32) -> PathBuf {
     path
 }
 
-fn start_agent(name: &str, azurite: &Azurite, pid: u32) -> Agent {
-    let config = agent_settings(name, azurite, pid);
+/// An agent with its data and [`agent_settings`] in `dir`.
+fn start_agent(dir: &Path, azurite: &Azurite, pid: u32) -> Agent {
+    let config = agent_settings(dir, azurite, pid);
     Agent::start(
-        &data_dir(name),
+        dir,
         &[
             "--pid",
             &pid.to_string(),
@@ -467,7 +468,8 @@ fn the_agents_gcdump_dump_and_rule_trace_land_as_blobs() {
     let azurite = Azurite::start("agent");
     let target = Target::builder("Alloc").start();
     let pid = target.pid();
-    let agent = start_agent("azure-agent", &azurite, pid);
+    let dir = data_dir("azure-agent");
+    let agent = start_agent(&dir, &azurite, pid);
     agent.wait_attached(pid, true, Duration::from_secs(120));
 
     let gcdump = run_operation(
@@ -572,7 +574,8 @@ fn a_1_gib_dump_streams_with_the_agents_rss_bounded() {
         ])
         .start();
     let pid = target.pid();
-    let agent = start_agent("azure-large", &azurite, pid);
+    let dir = data_dir("azure-large");
+    let agent = start_agent(&dir, &azurite, pid);
     agent.wait_attached(pid, true, Duration::from_secs(120));
     let mut peak_kib = 0;
     let started = Instant::now();
@@ -633,7 +636,7 @@ fn exceptions_egressed_as_a_blob_equal_the_folders_and_carry_metadata() {
     let folder = data_dir("azure-metadata-folder");
     let config = dir.join("settings.json");
     let settings = json!({"Egress": {
-        "FileSystem": {"folder": {"DirectoryPath": folder}},
+        "FileSystem": {"folder": {"DirectoryPath": &*folder}},
         "AzureBlobStorage": {"keyed": {
             "accountUri": azurite.blob_uri(),
             "containerName": "exceptions",
@@ -642,8 +645,9 @@ fn exceptions_egressed_as_a_blob_equal_the_folders_and_carry_metadata() {
         }},
     }});
     std::fs::write(&config, settings.to_string()).unwrap();
+    let data = data_dir("azure-metadata");
     let agent = Agent::start(
-        &data_dir("azure-metadata"),
+        &data,
         &[
             "--pid",
             &pid.to_string(),

@@ -3,10 +3,10 @@
 mod support;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-use support::{pprof_top, Target};
+use support::{pprof_top, ScratchDir, Target};
 
 fn clrscope(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_clrscope"))
@@ -27,8 +27,8 @@ fn trace_beside(args: &[&str]) -> std::thread::JoinHandle<Output> {
     })
 }
 
-fn out_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("clrscope-record-{name}-{}", std::process::id()));
+fn out_dir(name: &str) -> ScratchDir {
+    let dir = ScratchDir::new(&format!("record-{name}"));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -114,7 +114,6 @@ fn cpu_split_holds_and_pprof_reads_the_file() {
              (designed {designed}%): {flat:?}"
         );
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -155,7 +154,6 @@ fn frames_of_every_target_resolve() {
             );
         }
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Precompiled code no event names (only other precompiled code calls it) is named from the image
@@ -259,7 +257,6 @@ fn ready_to_run_methods_are_named_as_the_runtime_names_them() {
         mismatches.len(),
         &mismatches[..mismatches.len().min(20)]
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -313,7 +310,6 @@ fn late_tiered_and_framework_methods_resolve() {
         loads >= 2,
         "LateHelper compiled {loads} time(s) while recording"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -360,7 +356,6 @@ fn ready_to_run_framework_code_resolves() {
     );
     assert!(unnamed.is_empty(), "unnamed System.Linq code: {unnamed:?}");
     assert!(method_percent(&output.stderr) >= 99.0);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -434,7 +429,6 @@ fn convert_of_a_trace_gives_the_same_top_functions_as_record() {
             );
         }
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// How many MethodLoadVerbose events name `method` in a trace.

@@ -24,7 +24,7 @@ fn make_demo_fires_both_rules_and_shows_the_hot_path() {
         .env("DEMO_CHECK", "1")
         .env("DEMO_PORT", "0")
         .env("DEMO_METRICS_PORT", "0")
-        .env("DEMO_DIR", &dir)
+        .env("DEMO_DIR", dir.as_os_str())
         .env("CLRSCOPE", env!("CARGO_BIN_EXE_clrscope"))
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())

@@ -204,7 +204,6 @@ fn the_sidecar_manifest_fits_together_and_the_agent_starts_with_its_arguments() 
     let _ = child.wait();
     assert_eq!(answer.status, 200);
     assert!(!log.contains("no usable API key"), "{log}");
-    let _ = std::fs::remove_dir_all(&scratch);
 }
 
 /// The host pid of `wrapper`'s only child: the .NET process `unshare --fork` started.
@@ -354,5 +353,4 @@ fn the_node_agent_manifest_profiles_a_process_in_another_container() {
         alpha * 100 / total >= 40,
         "SpinAlpha has {alpha} of {total} ns: {folded:?}"
     );
-    let _ = std::fs::remove_dir_all(&scratch);
 }

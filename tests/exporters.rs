@@ -374,9 +374,6 @@ fn otlp_and_pyroscope_exports_reach_real_receivers() {
     assert_eq!(ingest["query"]["format"], "pprof");
     let top = go_pprof("top", ingest["pprof"].as_str().unwrap());
     assert!(!top.is_empty());
-
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// What the log says was dropped: (requests, samples), summed over the drop lines.
@@ -477,8 +474,6 @@ fn an_outage_of_the_receiver_costs_bounded_memory_and_is_reported() {
         (first.saturating_sub(oldest)) / 1_000_000
     );
     assert!(plain_log(&agent).contains("the backend takes profiles again"));
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The `export requests prepared` debug lines of an agent log: (exporter, CPU µs, bytes).
@@ -582,7 +577,6 @@ fn export_cost() {
                 wire.len()
             );
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -649,6 +643,4 @@ fn tls_endpoints_are_verified_against_the_configured_ca() {
             .any(|l| l.contains("exporter=untrusted") && l.contains("did not take profiles")),
         "{log}"
     );
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -7,14 +7,14 @@ mod support;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use support::agent::{data_dir, Agent, ApiKey};
-use support::{http_raw, http_request, http_request_with_body, HttpResponse};
+use support::{http_raw, http_request, http_request_with_body, HttpResponse, ScratchDir};
 
-/// An agent on free loopback ports that profiles nothing, with `key` (None: `--no-auth`).
-fn agent(name: &str, key: Option<ApiKey>, extra: &[&str]) -> (Agent, PathBuf) {
+/// An agent on free loopback ports that profiles nothing, with `key` (None: `--no-auth`), after
+/// its data folder (bound first, the folder outlives the agent).
+fn agent(name: &str, key: Option<ApiKey>, extra: &[&str]) -> (ScratchDir, Agent) {
     let dir = data_dir(name);
     std::fs::create_dir_all(&dir).unwrap();
     let socket = dir.join("diag.sock");
@@ -30,7 +30,8 @@ fn agent(name: &str, key: Option<ApiKey>, extra: &[&str]) -> (Agent, PathBuf) {
     args.extend_from_slice(extra);
     let args: Vec<String> = args.into_iter().map(str::to_string).collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    (Agent::start_with_key(&dir, &args, key), dir)
+    let agent = Agent::start_with_key(&dir, &args, key);
+    (dir, agent)
 }
 
 /// `GET path` with exactly `host` as its Host (and the agent's token, if any).
@@ -56,7 +57,7 @@ fn expect(response: &HttpResponse, status: u16, what: &str, agent: &Agent) {
 fn a_foreign_host_is_refused_with_and_without_auth() {
     for key in [None, Some(ApiKey::generate(&[]))] {
         let authenticated = key.is_some();
-        let (agent, _dir) = agent("hostile-host", key, &[]);
+        let (_dir, agent) = agent("hostile-host", key, &[]);
         for (port, path) in [
             (agent.port, "/api/v1/processes"),
             (agent.port, "/"),
@@ -99,7 +100,7 @@ fn a_foreign_host_is_refused_with_and_without_auth() {
         }
     }
     // A configured name is answered.
-    let (agent, _dir) = agent(
+    let (_dir, agent) = agent(
         "hostile-host-allowed",
         None,
         &["--allowed-hosts", "clrscope.example;*.svc.local"],
@@ -123,7 +124,7 @@ fn a_foreign_host_is_refused_with_and_without_auth() {
 #[test]
 fn cross_site_requests_that_change_state_are_refused() {
     for key in [None, Some(ApiKey::generate(&[]))] {
-        let (agent, _dir) = agent("hostile-origin", key.clone(), &[]);
+        let (_dir, agent) = agent("hostile-origin", key.clone(), &[]);
         let port = agent.port;
         let bearer = key.as_ref().map(|k| format!("Bearer {}", k.token));
         let send = |method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]| {
@@ -257,7 +258,7 @@ fn wait_closed(
 
 #[test]
 fn idle_and_slow_header_connections_are_closed_after_their_timeouts() {
-    let (agent, _dir) = agent(
+    let (_dir, agent) = agent(
         "hostile-timeouts",
         None,
         &[
@@ -332,7 +333,7 @@ fn agent_sockets(agent: &Agent) -> usize {
 fn the_connection_cap_holds_and_the_api_still_answers() {
     const CAP: usize = 8;
     const FLOOD: usize = 100;
-    let (agent, _dir) = agent(
+    let (_dir, agent) = agent(
         "hostile-cap",
         Some(ApiKey::generate(&[])),
         &["--max-connections", &CAP.to_string()],
@@ -404,7 +405,7 @@ fn wait_unread(port: u16, client: &TcpStream, condition: impl Fn(u32) -> bool, w
 
 #[test]
 fn at_the_cap_a_new_connection_waits_while_every_connection_is_answering() {
-    let (agent, _dir) = agent("hostile-cap-busy", None, &["--max-connections", "1"]);
+    let (_dir, agent) = agent("hostile-cap-busy", None, &["--max-connections", "1"]);
     let port = agent.port;
     // The only slot answers a request whose body has not all come: in flight, not idle, so it
     // cannot be closed for the next connection, which waits.

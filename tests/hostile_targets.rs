@@ -15,6 +15,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use support::agent::{data_dir, Agent};
+use support::ScratchDir;
 
 /// The most the agent may hold at its peak, whatever a target sends.
 const PEAK_RSS_LIMIT_KIB: u64 = 256 * 1024;
@@ -42,9 +43,8 @@ fn python_as_nobody() -> Option<Command> {
 
 /// A scratch directory the fake runtime (as `nobody`) can write: its TMPDIR, holding its socket
 /// and a copy of its script.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("clrscope-hostile-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+fn scratch(name: &str) -> ScratchDir {
+    let dir = ScratchDir::new(&format!("hostile-{name}"));
     std::fs::create_dir_all(&dir).unwrap();
     if running_as_root() {
         std::os::unix::fs::chown(&dir, Some(NOBODY), Some(NOBODY)).unwrap();
@@ -128,11 +128,8 @@ fn forward_lines(stdout: ChildStdout) -> mpsc::Receiver<String> {
 
 /// An agent that profiles only `pid` (connect mode) and has runtime counters on, so every kind
 /// of session it starts meets the target.
-fn agent_for(name: &str, pid: u32) -> (Agent, PathBuf) {
-    let dir = data_dir(name);
-    let pid = pid.to_string();
-    let agent = Agent::start(&dir, &["--pid", &pid, "--rescan-interval", "1s"]);
-    (agent, dir)
+fn agent_for(dir: &Path, pid: u32) -> Agent {
+    Agent::start(dir, &["--pid", &pid.to_string(), "--rescan-interval", "1s"])
 }
 
 /// A root-only file's identity and state: what must not change.
@@ -205,7 +202,8 @@ fn a_planted_link_or_fifo_is_refused_as_the_dump() {
         ("fifo", "it is not a regular file"),
     ] {
         let runtime = FakeRuntime::start(&dir, &["--dump", plant], &[]);
-        let (agent, data) = agent_for("hostile-dump", runtime.pid());
+        let data = data_dir("hostile-dump");
+        let agent = agent_for(&data, runtime.pid());
         let started = Instant::now();
         let answer = agent.request("GET", &format!("/dump?pid={}&type=Mini", runtime.pid()));
         let body = answer.body.clone();
@@ -230,8 +228,6 @@ fn a_planted_link_or_fifo_is_refused_as_the_dump() {
             dumps_before,
             "{plant}: a dump directory was left"
         );
-        drop(agent);
-        let _ = std::fs::remove_dir_all(&data);
     }
     assert_eq!(
         file_state(&secret),
@@ -241,7 +237,8 @@ fn a_planted_link_or_fifo_is_refused_as_the_dump() {
 
     // A genuine dump still comes back whole, through the directory given to nobody.
     let runtime = FakeRuntime::start(&dir, &["--dump", "ok"], &[]);
-    let (agent, data) = agent_for("hostile-dump-ok", runtime.pid());
+    let data = data_dir("hostile-dump-ok");
+    let agent = agent_for(&data, runtime.pid());
     let answer = agent.request("GET", &format!("/dump?pid={}&type=Mini", runtime.pid()));
     assert_eq!(
         answer.status,
@@ -252,9 +249,6 @@ fn a_planted_link_or_fifo_is_refused_as_the_dump() {
     );
     assert_eq!(answer.body, "FAKE-DUMP".repeat(100));
     assert_eq!(dump_directories(), dumps_before);
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&data);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -268,7 +262,7 @@ fn a_socket_planted_for_another_users_process_is_not_trusted() {
     let victim = KillOnDrop(
         Command::new("sleep")
             .arg("300")
-            .env("TMPDIR", &dir)
+            .env("TMPDIR", dir.as_os_str())
             .spawn()
             .unwrap(),
     );
@@ -299,7 +293,8 @@ fn a_socket_planted_for_another_users_process_is_not_trusted() {
         "{refusal}"
     );
 
-    let (agent, data) = agent_for("hostile-spoof", victim_pid);
+    let data = data_dir("hostile-spoof");
+    let agent = agent_for(&data, victim_pid);
     let answer = agent.request("GET", &format!("/dump?pid={victim_pid}"));
     assert_ne!(answer.status, 200);
     assert!(
@@ -308,10 +303,6 @@ fn a_socket_planted_for_another_users_process_is_not_trusted() {
     );
     assert!(agent.attached(victim_pid).is_none());
     expect_up_and_small(&agent, "spoofed socket");
-    drop(victim);
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&data);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A crafted stream from `benches/hostile_nettrace.py`.
@@ -338,7 +329,8 @@ fn crafted_nettrace_sessions_end_with_an_error_and_the_agent_stays_small() {
     ] {
         let stream = crafted_stream(&dir, kind, mib);
         let runtime = FakeRuntime::start(&dir, &["--trace", stream.to_str().unwrap()], &[]);
-        let (agent, data) = agent_for("hostile-nettrace", runtime.pid());
+        let data = data_dir("hostile-nettrace");
+        let agent = agent_for(&data, runtime.pid());
         let deadline = Instant::now() + Duration::from_secs(120);
         while !agent.log().contains(error) {
             assert!(
@@ -353,8 +345,5 @@ fn crafted_nettrace_sessions_end_with_an_error_and_the_agent_stays_small() {
         let peak = expect_up_and_small(&agent, kind);
         eprintln!("crafted {kind} ({mib} MiB per session): peak {peak} KiB");
         let _ = std::fs::remove_file(&stream);
-        drop(agent);
-        let _ = std::fs::remove_dir_all(&data);
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,7 +9,7 @@ use collector::client::{ClientError, DiagnosticsClient};
 use collector::discovery;
 use collector::ipc::{CollectTracing, CoreDump, DumpType, Hresult, PerfMapType, ProviderConfig};
 use collector::listen::{ListenOptions, ListenServer, RuntimeEvent};
-use support::Target;
+use support::{ScratchDir, Target};
 use tokio::io::AsyncReadExt;
 
 const READY: Duration = Duration::from_secs(30);
@@ -18,10 +18,13 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
     tokio::task::block_in_place(f)
 }
 
-fn private_socket(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("clrscope-it-{}", std::process::id()));
+/// A socket path `NAME.sock` in a fresh folder of its own, and the folder (bound first, it
+/// outlives what listens there).
+fn private_socket(name: &str) -> (ScratchDir, PathBuf) {
+    let dir = ScratchDir::new(&format!("it-{name}"));
     std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    let path = dir.join(format!("{name}.sock"));
+    (dir, path)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -145,7 +148,7 @@ async fn unknown_command_error_is_explained() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listen_mode_holds_a_suspended_runtime_until_resumed() {
-    let path = private_socket("suspend.sock");
+    let (_dir, path) = private_socket("suspend");
     let server = ListenServer::bind(
         &path,
         ListenOptions {
@@ -201,7 +204,7 @@ async fn listen_mode_holds_a_suspended_runtime_until_resumed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listen_mode_resumes_on_attach_by_default() {
-    let path = private_socket("resume.sock");
+    let (_dir, path) = private_socket("resume");
     let server = ListenServer::bind(&path, ListenOptions::default())
         .await
         .unwrap();
@@ -218,8 +221,7 @@ async fn listen_mode_resumes_on_attach_by_default() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nosuspend_port_starts_at_once_without_a_listener() {
-    let path = private_socket("nobody-listens.sock");
-    let _ = std::fs::remove_file(&path);
+    let (_dir, path) = private_socket("nobody-listens");
     let mut target = Target::builder("CpuHot")
         .args(["--split", "100"])
         .env(
@@ -233,10 +235,9 @@ async fn nosuspend_port_starts_at_once_without_a_listener() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn triage_core_dump_through_the_runtime() {
     let target = Target::builder("CpuHot").args(["--split", "100"]).start();
-    let dir = std::env::temp_dir().join(format!("clrscope-dump-{}", std::process::id()));
+    let dir = ScratchDir::new("dump");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("triage.dmp");
-    let _ = std::fs::remove_file(&path);
     let client = DiagnosticsClient::for_pid(target.pid()).unwrap();
     let dump = CoreDump::new(path.to_str().unwrap(), DumpType::Triage);
     client
@@ -245,5 +246,4 @@ async fn triage_core_dump_through_the_runtime() {
         .unwrap();
     let bytes = std::fs::read(&path).expect("createdump wrote the file");
     assert_eq!(&bytes[..4], b"\x7fELF", "a core file is an ELF image");
-    std::fs::remove_dir_all(&dir).unwrap();
 }

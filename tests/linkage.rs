@@ -946,6 +946,4 @@ fn linkage_through_the_agent_survives_lost_sessions() {
     assert!(all.precision() >= 90.0 && all.recall() >= 90.0, "{all:?}");
     assert!(restarts >= 2.0, "the stopped sessions were started again");
     assert!(refreshes >= 1.0, "the linkage session was renewed");
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::agent::{data_dir, encode, Agent};
-use support::{http_get, Target};
+use support::{http_get, ScratchDir, Target};
 
 /// A `prometheus` server, killed on drop.
 struct Prometheus {
     child: Child,
     port: u16,
-    dir: std::path::PathBuf,
+    /// Its config and storage: removed once the server is killed (fields drop after `drop`).
+    _dir: ScratchDir,
 }
 
 impl Prometheus {
@@ -54,7 +55,11 @@ impl Prometheus {
             .stderr(Stdio::null())
             .spawn()
             .expect("prometheus (Debian prometheus, installed by `make setup`)");
-        Prometheus { child, port, dir }
+        Prometheus {
+            child,
+            port,
+            _dir: dir,
+        }
     }
 
     /// The values of an instant query's vector result.
@@ -99,7 +104,6 @@ impl Drop for Prometheus {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -203,8 +207,6 @@ fn prometheus_scrapes_the_agents_health_and_promtool_accepts_it() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -254,9 +256,7 @@ fn go_tool_pprof_reads_the_agents_own_cpu_profile() {
             .any(|l| l.contains("ui::") || l.contains("axum::") || l.contains("hyper::")),
         "{text}"
     );
-    drop(agent);
     let _ = std::fs::remove_file(&file);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The names of the agent's metrics (`clrscope_…`) and of the runtime's that it exports
@@ -365,6 +365,4 @@ fn alerts_and_the_dashboard_query_what_the_agent_exports() {
         "queried but never exported: {missing:?}\n{}",
         agent.log()
     );
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }

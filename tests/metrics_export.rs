@@ -258,7 +258,6 @@ fn post(agent: &Agent, path: &str, body: &Value) -> HttpResponse {
 #[test]
 fn meters_reach_otlp_livemetrics_and_rules_with_the_values_recorded() {
     let dir = data_dir("metrics-export");
-    let _ = std::fs::remove_dir_all(&dir);
     let receiver = Receiver::start(&dir.join("received"), 0, 0);
     let mut target = Target::builder("Meters")
         .args(["--steps", "8", "--step-ms", "1500"])
@@ -572,8 +571,6 @@ fn meters_reach_otlp_livemetrics_and_rules_with_the_values_recorded() {
         matched >= 6,
         "CollectLiveMetrics: {matched} records matched"
     );
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The receiver is down for a minute: the metrics queue stays at its bound, the agent's memory
@@ -582,7 +579,6 @@ fn meters_reach_otlp_livemetrics_and_rules_with_the_values_recorded() {
 #[test]
 fn a_metrics_receiver_outage_is_bounded_and_counted() {
     let dir = data_dir("metrics-outage");
-    let _ = std::fs::remove_dir_all(&dir);
     let out = dir.join("received");
     let mut receiver = Receiver::start(&out, 0, 0);
     let http_port = receiver.http_port;
@@ -659,6 +655,4 @@ fn a_metrics_receiver_outage_is_bounded_and_counted() {
         .min()
         .expect("points after the outage");
     assert!(oldest < back_at, "the queued points were lost");
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -199,5 +199,4 @@ fn an_agent_wide_nettrace_budget_stops_the_sessions_over_it_and_leaves_the_targe
             "{thread}: {share:.1} % recorded, {truth:.1} % by the kernel"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -163,8 +163,7 @@ fn every_readme_command_runs_as_written() {
     assert!(runnable >= 2, "README.md has {runnable} runnable sh blocks");
     support::dotnet_host(); // the blocks use the test bed: say so early if it is missing
 
-    let dir = std::env::temp_dir().join(format!("clrscope-readme-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = support::ScratchDir::new("readme");
     std::fs::create_dir_all(&dir).unwrap();
     std::os::unix::fs::symlink(support::testbed_dir(), dir.join(".testbed")).unwrap();
     let bin = Path::new(env!("CARGO_BIN_EXE_clrscope")).parent().unwrap();
@@ -179,7 +178,6 @@ fn every_readme_command_runs_as_written() {
             None => run_block(block, &dir, &path_var),
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use collector::nettrace::NettraceReader;
 use serde_json::{json, Value};
 use support::agent::{data_dir, Agent};
-use support::Target;
+use support::{ScratchDir, Target};
 
 /// A settings.json with one FileSystem egress provider `artifacts` into `artifacts`.
 fn settings(dir: &Path, artifacts: &Path, rules: Value, budget: Option<u64>) -> PathBuf {
@@ -28,7 +28,14 @@ fn settings(dir: &Path, artifacts: &Path, rules: Value, budget: Option<u64>) -> 
     file
 }
 
-fn start_agent(name: &str, pid: u32, rules: Value, budget: Option<u64>) -> (Agent, PathBuf) {
+/// An agent profiling `pid` with `rules`, after its data folder (bound first, the folder outlives
+/// the agent); and where its artifacts go.
+fn start_agent(
+    name: &str,
+    pid: u32,
+    rules: Value,
+    budget: Option<u64>,
+) -> (ScratchDir, Agent, PathBuf) {
     let dir = data_dir(name);
     let artifacts = dir.join("artifacts");
     let config = settings(&dir.join("config"), &artifacts, rules, budget);
@@ -40,7 +47,7 @@ fn start_agent(name: &str, pid: u32, rules: Value, budget: Option<u64>) -> (Agen
             config.to_str().unwrap(),
         ],
     );
-    (agent, artifacts)
+    (dir, agent, artifacts)
 }
 
 fn artifacts(dir: &Path) -> Vec<(String, u64)> {
@@ -128,7 +135,7 @@ fn the_seed_rules_fire_write_one_artifact_each_and_throttle() {
             "Limits": once_an_hour
         }
     });
-    let (agent, dir) = start_agent("rules-seed", pid, rules, None);
+    let (_data, agent, dir) = start_agent("rules-seed", pid, rules, None);
     let states = wait_rules(&agent, pid, Duration::from_secs(120), |rules| {
         rules
             .as_object()
@@ -250,7 +257,7 @@ fn a_pre_trigger_trace_starts_ten_seconds_before_its_trigger() {
             "Limits": {"ActionCount": 1}
         }
     });
-    let (agent, dir) = start_agent("rules-pretrigger", pid, rules, None);
+    let (_data, agent, dir) = start_agent("rules-pretrigger", pid, rules, None);
     wait_rules(&agent, pid, Duration::from_secs(120), |rules| {
         rules["Before"]["state"] == "Finished"
     });
@@ -331,7 +338,7 @@ fn a_rule_firing_every_second_stays_within_the_disk_budget() {
             "Limits": {"ActionCount": 1000000}
         }
     });
-    let (agent, dir) = start_agent("rules-budget", pid, rules, Some(budget));
+    let (_data, agent, dir) = start_agent("rules-budget", pid, rules, Some(budget));
     let started = Instant::now();
     let mut most = 0u64;
     while started.elapsed() < Duration::from_secs(seconds) {
@@ -380,7 +387,7 @@ fn a_scheduled_gcdump_every_20_seconds_keeps_to_its_limits() {
         "Actions": [{"Type": "CollectGCDump", "Settings": {"Egress": "artifacts"}}],
         "Limits": {"ActionCount": 5}
     }});
-    let (agent, dir) = start_agent("rules-schedule", pid, rules, None);
+    let (_data, agent, dir) = start_agent("rules-schedule", pid, rules, None);
     wait_rules(&agent, pid, Duration::from_secs(120), |rules| {
         rules.get("Every20s").is_some()
     });

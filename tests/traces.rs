@@ -127,7 +127,7 @@ fn asyncweb_spans_reach_an_otlp_receiver() {
     );
     // The HTTP exporter comes from OpenTelemetry's variables: a signal endpoint is used as it is.
     let traces_url = format!("http://127.0.0.1:{}/custom/traces", receiver.http_port);
-    let agent = Agent::start_with_env(
+    let _agent = Agent::start_with_env(
         &dir.join("store"),
         &[
             "--pid",
@@ -306,8 +306,6 @@ fn asyncweb_spans_reach_an_otlp_receiver() {
         links.len() - missing.len(),
         attached_at.elapsed()
     );
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// An agent following `pid` with trace linkage, exporting as `config` says.
@@ -386,8 +384,6 @@ fn an_outage_of_the_trace_receiver_costs_bounded_memory() {
          queued requests were lost",
         (first.saturating_sub(oldest)) / 1_000_000
     );
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Activities created by a constructor and started through a DiagnosticListener (no
@@ -409,7 +405,7 @@ fn diagnostic_listener_activities_are_exported_when_recorded() {
                         "Endpoint": format!("http://127.0.0.1:{}", receiver.grpc_port),
                         "Interval": "2s", "Signals": ["Traces"]}}),
     );
-    let agent = linkage_agent(&dir.join("store"), target.pid(), &config);
+    let _agent = linkage_agent(&dir.join("store"), target.pid(), &config);
     // Iterations that began after the agent listened: those printed after the first exported
     // span, plus a margin.
     let mut iterations: Vec<Value> = Vec::new();
@@ -532,8 +528,6 @@ fn diagnostic_listener_activities_are_exported_when_recorded() {
          {} unrecorded ones not exported",
         unrecorded.len()
     );
-    drop(agent);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Requests AsyncWeb has answered so far, from its next progress line.
@@ -677,5 +671,4 @@ fn export_cost() {
             column(5)
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -491,10 +491,26 @@ mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
 
-    fn temp_socket(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("clrscope-listen-{}", std::process::id()));
+    /// A test's folder, removed on drop unless the test failed.
+    struct TempDir(PathBuf);
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            if !std::thread::panicking() {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    /// A socket path `name` in a fresh folder of its own, and the folder (bound first, it
+    /// outlives the server).
+    fn temp_socket(name: &str) -> (TempDir, PathBuf) {
+        let dir =
+            std::env::temp_dir().join(format!("clrscope-listen-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        dir.join(name)
+        let path = dir.join(name);
+        (TempDir(dir), path)
     }
 
     async fn fake_runtime(path: &Path, cookie: u8, pid: u64) -> UnixStream {
@@ -509,8 +525,7 @@ mod tests {
 
     #[tokio::test]
     async fn socket_is_private_and_stale_file_is_replaced() {
-        let path = temp_socket("private.sock");
-        let _ = std::fs::remove_file(&path);
+        let (_dir, path) = temp_socket("private.sock");
         // A socket file nobody listens on, as a crashed agent leaves behind.
         drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
         let server = ListenServer::bind(&path, ListenOptions::default())
@@ -527,17 +542,16 @@ mod tests {
 
     #[tokio::test]
     async fn refuses_to_replace_a_regular_file() {
-        let path = temp_socket("regular-file");
+        let (_dir, path) = temp_socket("regular-file");
         std::fs::write(&path, b"keep me").unwrap();
         let result = ListenServer::bind(&path, ListenOptions::default()).await;
         assert!(matches!(result, Err(ListenError::NotASocket { .. })));
         assert_eq!(std::fs::read(&path).unwrap(), b"keep me");
-        std::fs::remove_file(&path).unwrap();
     }
 
     #[tokio::test]
     async fn pools_connections_and_drops_a_runtime_that_hangs_up() {
-        let path = temp_socket("pool.sock");
+        let (_dir, path) = temp_socket("pool.sock");
         let options = ListenOptions {
             resume_on_attach: false,
             ..ListenOptions::default()
@@ -583,7 +597,7 @@ mod tests {
 
     #[tokio::test]
     async fn garbage_advertisement_is_not_admitted() {
-        let path = temp_socket("garbage.sock");
+        let (_dir, path) = temp_socket("garbage.sock");
         let server = ListenServer::bind(&path, ListenOptions::default())
             .await
             .unwrap();
@@ -595,7 +609,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_claiming_a_known_cookie_for_another_pid_is_refused() {
-        let path = temp_socket("claim.sock");
+        let (_dir, path) = temp_socket("claim.sock");
         let options = ListenOptions {
             resume_on_attach: false,
             ..ListenOptions::default()
@@ -630,7 +644,7 @@ mod tests {
 
     #[tokio::test]
     async fn runtimes_beyond_the_cap_are_refused() {
-        let path = temp_socket("cap.sock");
+        let (_dir, path) = temp_socket("cap.sock");
         let options = ListenOptions {
             resume_on_attach: false,
             max_runtimes: 2,

@@ -314,13 +314,16 @@ def compile_push_proto():
     """push_pb2 from tests/otlp/push.proto, compiled with grpcio-tools' bundled protoc."""
     from grpc_tools import protoc
 
-    out = tempfile.mkdtemp(prefix="clrscope-push-proto-")
-    rc = protoc.main(["protoc", "-I" + HERE, "--python_out=" + out, os.path.join(HERE, "push.proto")])
-    if rc != 0:
-        raise SystemExit("protoc failed on push.proto")
-    sys.path.insert(0, out)
-    import push_pb2  # noqa: E402
-
+    # Gone once the module is loaded: the tests kill the receiver, so nothing later would remove it.
+    with tempfile.TemporaryDirectory(prefix="clrscope-push-proto-") as out:
+        rc = protoc.main(["protoc", "-I" + HERE, "--python_out=" + out, os.path.join(HERE, "push.proto")])
+        if rc != 0:
+            raise SystemExit("protoc failed on push.proto")
+        sys.path.insert(0, out)
+        try:
+            import push_pb2  # noqa: E402
+        finally:
+            sys.path.remove(out)
     return push_pb2
 
 

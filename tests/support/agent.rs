@@ -3,14 +3,14 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{http_request, HttpResponse};
+use super::{http_request, HttpResponse, ScratchDir};
 
 /// A key made by `clrscope generatekey`: what the agent is configured with, and the token.
 #[derive(Debug, Clone)]
@@ -347,10 +347,9 @@ pub fn encode(text: &str) -> String {
         .collect()
 }
 
-pub fn data_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("clrscope-agent-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// An agent's data folder, `$TMP/clrscope-agent-NAME-PID`, removed when the test passes.
+pub fn data_dir(name: &str) -> ScratchDir {
+    ScratchDir::new(&format!("agent-{name}"))
 }
 
 /// `go tool pprof -REPORT` of a pprof file, as text.

@@ -153,6 +153,47 @@ pub fn deaf_socket(pid: u32) -> PathBuf {
     path
 }
 
+/// A test's scratch directory, `$TMP/clrscope-NAME-PID` (not created here; an earlier run's
+/// leftover is removed). Dropping it removes the directory, unless the test is failing: then it
+/// stays, for the evidence, and its path goes to stderr. Declare it before the agent or process
+/// that writes into it, so that it is dropped after them.
+pub struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    pub fn new(name: &str) -> ScratchDir {
+        let path = std::env::temp_dir().join(format!("clrscope-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        ScratchDir(path)
+    }
+}
+
+impl std::ops::Deref for ScratchDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for ScratchDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            eprintln!(
+                "kept the failed test's scratch directory {}",
+                self.0.display()
+            );
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
 /// Whether a process `pid` exists (and is not a zombie).
 pub fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
