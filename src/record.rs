@@ -97,11 +97,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             samples.load(Ordering::Relaxed)
         ));
     };
+    let cpu_before = local.as_ref().map(LocalProcess::thread_cpu);
+    let mut cpu_at_stop = None;
     let stop = async {
         tokio::select! {
             () = tokio::time::sleep(duration) => {}
             _ = tokio::signal::ctrl_c() => {}
         }
+        // When sampling stops, not after the rundown that follows.
+        cpu_at_stop = local.as_ref().map(LocalProcess::thread_cpu);
     };
     let summary = session::run(
         &client,
@@ -122,6 +126,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (_, Counting { mut recorder, .. }) = sink.into_parts();
     if let Some(trace) = &trace {
         recorder.set_trace(trace);
+    }
+    if let (Some(before), Some(after)) = (&cpu_before, &cpu_at_stop) {
+        recorder.set_thread_cpu(&after.cores_since(before));
     }
     // Threads that started while sampling are named now; ones that ended keep their earlier name.
     thread_names.extend(thread_names_now());

@@ -101,6 +101,15 @@ fn cpu_split_holds_and_pprof_reads_the_file() {
     let (alpha, bravo, charlie) = (spin("SpinAlpha"), spin("SpinBravo"), spin("SpinCharlie"));
     let total = alpha + bravo + charlie;
     assert!(total > 0.0, "{flat:?}");
+    // In seconds too: the CPU the kernel gave the threads, not the time they spent runnable in
+    // managed code, which with other work on the machine is more.
+    let clock_ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let kernel_seconds = accounted / clock_ticks;
+    eprintln!("cpu of the spinning threads: {total:.2} s, {kernel_seconds:.2} s by the kernel");
+    assert!(
+        (total - kernel_seconds).abs() <= 0.1 * kernel_seconds,
+        "{total:.2} s of cpu, {kernel_seconds:.2} s by the kernel: {flat:?}"
+    );
     for (share, thread, designed) in [
         (alpha, "SpinAlpha", 60.0),
         (bravo, "SpinBravo", 30.0),

@@ -315,6 +315,15 @@ pub(crate) fn parse_start_time(stat: &str) -> Option<u64> {
     after_comm.split_whitespace().nth(22 - 3)?.parse().ok()
 }
 
+/// utime + stime (fields 14 and 15) of a `/proc/PID/stat` or `/proc/PID/task/TID/stat`, in clock
+/// ticks: the CPU time the kernel accounted to the process or thread so far.
+pub fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace().skip(14 - 3);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    user.checked_add(system)
+}
+
 /// One variable of a NUL-separated `/proc/PID/environ`.
 fn environ_var(environ: &[u8], name: &[u8]) -> Option<PathBuf> {
     environ.split(|&b| b == 0).find_map(|entry| {
@@ -356,12 +365,15 @@ mod tests {
     }
 
     #[test]
-    fn start_time_skips_names_with_spaces_and_parens() {
+    fn stat_fields_skip_names_with_spaces_and_parens() {
         let stat =
             "4242 (my (odd) app) S 1 4242 4242 0 -1 4194560 1 0 0 0 5 2 0 0 20 0 7 0 987654 1 2";
         assert_eq!(parse_start_time(stat), Some(987654));
         assert_eq!(parse_start_time("4242 (short) S 1 2"), None);
         assert_eq!(parse_start_time("no paren"), None);
+        assert_eq!(parse_cpu_ticks(stat), Some(5 + 2));
+        assert_eq!(parse_cpu_ticks("4242 (short) S 1 2"), None);
+        assert_eq!(parse_cpu_ticks("no paren"), None);
     }
 
     #[test]

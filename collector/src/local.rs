@@ -8,13 +8,15 @@
 //! the one the runtime reports, and exactly one process here is so; each later read checks that
 //! the process has not been replaced since (its start time).
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
+use std::time::Instant;
 
 use crate::client::DiagnosticsClient;
-use crate::discovery::{parse_nspid, parse_start_time};
+use crate::discovery::{parse_cpu_ticks, parse_nspid, parse_start_time};
 
 /// At most this many bytes of one `/proc` file are read (`maps` of a big process is ~100 KB).
 const MAX_PROC_FILE: u64 = 16 << 20;
@@ -128,15 +130,33 @@ impl LocalProcess {
         Ok(bytes)
     }
 
-    /// Thread names by tid as the runtime reports it (its innermost `NSpid` in a nested pid
-    /// namespace), from `/proc/PID/task/*/comm` (the runtime names OS threads after managed
-    /// ones); empty once the process is gone.
-    pub fn thread_names(&self) -> std::collections::HashMap<u64, String> {
+    /// Thread names by tid as the runtime reports it, from `/proc/PID/task/*/comm` (the runtime
+    /// names OS threads after managed ones); empty once the process is gone.
+    pub fn thread_names(&self) -> HashMap<u64, String> {
+        self.read_tasks("comm", |comm| {
+            Some(String::from_utf8_lossy(comm).trim_end().to_string())
+        })
+    }
+
+    /// The CPU time the kernel has accounted to each thread so far, read now: two readings give
+    /// the share of a core each thread ran between them ([`ThreadCpu::cores_since`]).
+    pub fn thread_cpu(&self) -> ThreadCpu {
+        let at = Instant::now();
+        let ticks = self.read_tasks("stat", |stat| {
+            parse_cpu_ticks(&String::from_utf8_lossy(stat))
+        });
+        ThreadCpu { at, ticks }
+    }
+
+    /// One file of every thread (`/proc/PID/task/TID/<name>`), parsed, by tid as the runtime
+    /// reports it (its innermost `NSpid` in a nested pid namespace); empty once the process is
+    /// gone.
+    fn read_tasks<T>(&self, name: &str, parse: impl Fn(&[u8]) -> Option<T>) -> HashMap<u64, T> {
         let dir = Path::new("/proc").join(self.pid.to_string());
         let Ok(tasks) = std::fs::read_dir(dir.join("task")) else {
-            return Default::default();
+            return HashMap::new();
         };
-        let names = tasks
+        let read = tasks
             .take(MAX_THREADS)
             .filter_map(|task| {
                 let task = task.ok()?;
@@ -146,14 +166,13 @@ impl LocalProcess {
                     let nspids = parse_nspid(&String::from_utf8_lossy(&status))?;
                     tid = u64::from(*nspids.last()?);
                 }
-                let comm = read_limited(&task.path().join("comm")).ok()?;
-                let comm = String::from_utf8_lossy(&comm);
-                Some((tid, comm.trim_end().to_string()))
+                let value = parse(&read_limited(&task.path().join(name)).ok()?)?;
+                Some((tid, value))
             })
             .collect();
         match self.check(&dir) {
-            Ok(()) => names,
-            Err(_) => Default::default(),
+            Ok(()) => read,
+            Err(_) => HashMap::new(),
         }
     }
 
@@ -172,6 +191,35 @@ impl LocalProcess {
                 format!("pid {} is no longer the runtime's process", self.pid),
             ))
         }
+    }
+}
+
+/// Each thread's CPU time at one instant, in clock ticks, by tid as the runtime reports it.
+#[derive(Debug, Clone)]
+pub struct ThreadCpu {
+    at: Instant,
+    ticks: HashMap<u64, u64>,
+}
+
+impl ThreadCpu {
+    /// The share of one core each thread ran from `earlier` to this reading (1.0: a whole core
+    /// all the time), for threads in both readings.
+    pub fn cores_since(&self, earlier: &ThreadCpu) -> HashMap<u64, f64> {
+        let seconds = self.at.saturating_duration_since(earlier.at).as_secs_f64();
+        // SAFETY: sysconf has no preconditions.
+        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        if seconds <= 0.0 || ticks_per_second <= 0 {
+            return HashMap::new();
+        }
+        let tick_seconds = 1.0 / ticks_per_second as f64;
+        self.ticks
+            .iter()
+            .filter_map(|(tid, &now)| {
+                let before = *earlier.ticks.get(tid)?;
+                let used = now.checked_sub(before)? as f64 * tick_seconds;
+                Some((*tid, used / seconds))
+            })
+            .collect()
     }
 }
 

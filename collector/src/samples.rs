@@ -95,6 +95,10 @@ pub struct SampleAggregator {
     last_tick_ns: Option<i64>,
     /// The stretch of time the window's samples stand for, when longer than the window.
     stands_for_ns: Option<i64>,
+    /// By thread: the fraction of its managed samples that the kernel's CPU accounting bears
+    /// out, for threads sampled in managed code more often than they ran
+    /// ([`SampleAggregator::set_thread_cpu`]).
+    cpu_scale: HashMap<u64, f64>,
 }
 
 impl SampleAggregator {
@@ -224,6 +228,39 @@ impl SampleAggregator {
         i64::try_from(weight).unwrap_or(i64::MAX)
     }
 
+    /// Weighs each thread's `cpu` by the CPU the kernel gave it: `cores_by_thread` is the share of
+    /// a core each thread ran over the time the window stands for, measured from `/proc`
+    /// ([`crate::local::ThreadCpu`]). The runtime's sampler takes every thread that is in managed
+    /// code, a runnable thread waiting for a core among them, so on an oversubscribed machine the
+    /// samples show the CPU threads ask for, not what they got. A thread sampled in managed code
+    /// at a larger share of ticks than the share of a core it ran is worth that much less a
+    /// sample; none is worth more, since its CPU also counts native code, which `cpu` leaves out.
+    pub fn set_thread_cpu(&mut self, cores_by_thread: &HashMap<u64, f64>) {
+        let mut managed: HashMap<u64, u64> = HashMap::new();
+        for (key, count) in self.stacks().filter(|(key, _)| key.managed) {
+            *managed.entry(key.thread_id).or_default() += count;
+        }
+        let ticks = self.ticks.max(1) as f64;
+        self.cpu_scale = managed
+            .into_iter()
+            .filter_map(|(thread_id, samples)| {
+                let cores = cores_by_thread.get(&thread_id)?.max(0.0);
+                let sampled = samples as f64 / ticks;
+                (cores < sampled).then(|| (thread_id, cores / sampled))
+            })
+            .collect();
+    }
+
+    /// What one sample of `thread_id` in managed code is worth in CPU time: [`Self::weight_ns`],
+    /// scaled to what the kernel ran the thread ([`Self::set_thread_cpu`]).
+    pub fn cpu_weight_ns(&self, thread_id: u64) -> i64 {
+        let weight = self.weight_ns();
+        match self.cpu_scale.get(&thread_id) {
+            Some(scale) => (weight as f64 * scale).round() as i64,
+            None => weight,
+        }
+    }
+
     /// The time the ticks span, Unix nanoseconds: (first tick, last tick + one period).
     pub fn time_range(&self) -> Option<(i64, i64)> {
         let first = self.first_tick_ns?;
@@ -321,5 +358,23 @@ mod tests {
         agg.set_stands_for(std::time::Duration::from_nanos((end - first) as u64 * 10));
         let weight = agg.weight_ns();
         assert!((weight - 10 * period).abs() <= 10, "{weight} vs {period}");
+
+        // The spinning thread was in managed code at nearly every tick: had the kernel run it
+        // for a third of a core, each of its samples is worth a third of the weight, over
+        // whatever share of ticks it was sampled at; the thread it did not measure is unchanged.
+        let mut managed_by_thread: HashMap<u64, u64> = HashMap::new();
+        for (key, count) in agg.stacks().filter(|(key, _)| key.managed) {
+            *managed_by_thread.entry(key.thread_id).or_default() += count;
+        }
+        let (&spinner, &spun) = managed_by_thread.iter().max_by_key(|(_, &n)| n).unwrap();
+        let other = *agg.thread_ids().iter().find(|&&t| t != spinner).unwrap();
+        let sampled = spun as f64 / agg.ticks() as f64;
+        agg.set_thread_cpu(&HashMap::from([(spinner, sampled / 3.0)]));
+        let scaled = agg.cpu_weight_ns(spinner);
+        assert!((scaled - weight / 3).abs() <= 1, "{scaled} vs {weight} / 3");
+        assert_eq!(agg.cpu_weight_ns(other), weight);
+        // A thread that ran more than its managed samples show (native code too) is not raised.
+        agg.set_thread_cpu(&HashMap::from([(spinner, 1.0), (other, 1.0)]));
+        assert_eq!(agg.cpu_weight_ns(spinner), weight);
     }
 }

@@ -246,18 +246,12 @@ impl OwnUsage {
         {
             self.resident_bytes.set(pages * page as f64);
         }
-        // utime and stime, fields 14 and 15, after the parenthesised command name.
         if let Some(cpu_ticks) = std::fs::read_to_string("/proc/self/stat")
             .ok()
-            .and_then(|t| {
-                let mut fields = t.rsplit_once(')')?.1.split_whitespace().skip(11);
-                let user: f64 = fields.next()?.parse().ok()?;
-                let system: f64 = fields.next()?.parse().ok()?;
-                Some(user + system)
-            })
+            .and_then(|stat| collector::discovery::parse_cpu_ticks(&stat))
         {
             if ticks > 0 {
-                self.cpu_seconds.set(cpu_ticks / ticks as f64);
+                self.cpu_seconds.set(cpu_ticks as f64 / ticks as f64);
             }
         }
         self.memory_limit_bytes

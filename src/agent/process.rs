@@ -11,7 +11,7 @@ use collector::activity::{Span, TrackerLimits, TrackerStats};
 use collector::attached::AttachedProcess;
 use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, ProviderConfig};
-use collector::local::LocalProcess;
+use collector::local::{LocalProcess, ThreadCpu};
 use collector::nettrace::events::{EventKind, KnownEvent, ModuleEventKind};
 use collector::nettrace::Guid;
 use collector::nettrace::{Event, NettraceError, ParserOptions};
@@ -220,6 +220,11 @@ impl SharedProfiler {
             .as_deref()
             .map(LocalProcess::thread_names)
             .unwrap_or_default()
+    }
+
+    /// Its threads' CPU time now, when its `/proc` may be read.
+    fn thread_cpu(&self) -> Option<ThreadCpu> {
+        self.local.as_deref().map(LocalProcess::thread_cpu)
     }
 }
 
@@ -697,6 +702,7 @@ async fn attach(
         parser: &agent.settings.parser,
         renew_linkage,
         published: Published::default(),
+        cpu_at_last_stop: None,
     };
     let result = tokio::select! {
         result = sampling.run() => result,
@@ -883,6 +889,8 @@ struct SamplingLoop<'a> {
     renew_linkage: Option<Arc<Notify>>,
     /// What was last added to the loss metrics.
     published: Published,
+    /// The threads' CPU time when the last window stopped.
+    cpu_at_last_stop: Option<ThreadCpu>,
 }
 
 /// The totals of a process's losses already added to `/metrics`.
@@ -1000,11 +1008,20 @@ impl SamplingLoop<'_> {
         let mut shutdown = self.shutdown.clone();
         let _open = GaugeGuard::new(&self.health.sessions);
         let opened_unix_ms = profile::clock::unix_millis();
+        // A window stands for the time since the last one stopped (its duty period), so each
+        // thread's CPU is measured over that time: within the window itself the sampler's
+        // suspensions hold threads back, less so outside it.
+        let cpu_since = self
+            .cpu_at_last_stop
+            .take()
+            .or_else(|| self.profiler.thread_cpu());
+        let mut cpu_at_stop = None;
         let stop = async {
             tokio::select! {
                 () = tokio::time::sleep_until(until) => {}
                 _ = shutdown.wait_for(|stop| *stop) => {}
             }
+            cpu_at_stop = self.profiler.thread_cpu();
         };
         session::run(
             self.client,
@@ -1037,6 +1054,10 @@ impl SamplingLoop<'_> {
         if let Some(interval) = interval {
             samples.set_expected_interval(interval);
         }
+        if let (Some(since), Some(now)) = (&cpu_since, &cpu_at_stop) {
+            samples.set_thread_cpu(&now.cores_since(since));
+        }
+        self.cpu_at_last_stop = cpu_at_stop;
         Ok(samples)
     }
 

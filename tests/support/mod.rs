@@ -936,6 +936,37 @@ pub fn pprof_span(file: &Path) -> (i64, i64) {
     (start, start + (seconds * 1e9) as i64)
 }
 
+/// Makes a CpuHot's spinning threads wait for a core: all of them onto the first CPU, `niced` at
+/// nice 10. The kernel then runs them about 9:1 (CFS weights 1024 and 110), while the runtime's
+/// sampler finds each in managed code at every tick: runnable is not running.
+pub fn crowd_onto_one_core(target: &Target, niced: &str) {
+    for (name, tid) in target.threads() {
+        let tid = tid as libc::pid_t;
+        // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET and sched_setaffinity only read it.
+        let pinned = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set)
+        };
+        assert_eq!(
+            pinned,
+            0,
+            "pin {name} ({tid}): {}",
+            std::io::Error::last_os_error()
+        );
+        if name == niced {
+            // SAFETY: setpriority has no memory preconditions; on Linux a tid names one thread.
+            let reniced = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10) };
+            assert_eq!(
+                reniced,
+                0,
+                "renice {name}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
 /// User plus system CPU of one thread so far, in clock ticks (`/proc/PID/task/TID/stat` fields 14
 /// and 15); 0 once the thread is gone.
 pub fn thread_cpu_ticks(pid: u32, tid: u64) -> u64 {
@@ -956,20 +987,10 @@ pub fn mean_and_range(values: &[f64]) -> String {
     format!("{mean:.3} ({min:.3}–{max:.3})")
 }
 
-/// utime + stime of a `stat` file of procfs, in clock ticks.
+/// utime + stime of a `stat` file of procfs, in clock ticks; 0 once it is gone.
 fn cpu_ticks(path: &str) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(path) else {
-        return 0;
-    };
-    // The command name (field 2) may hold spaces and parentheses: count fields after its ')'.
-    let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    // fields[0] is field 3 (state), so utime (14) and stime (15) are fields[11] and fields[12].
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    ticks(11) + ticks(12)
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|stat| collector::discovery::parse_cpu_ticks(&stat))
+        .unwrap_or(0)
 }

@@ -138,8 +138,8 @@ impl ProcessSymbolizer {
         }
     }
 
-    /// The named samples of a sampler window in `types`, by the cpu/wall rule, sorted so equal
-    /// input gives equal output. With trace linkage on and the window's sample times kept, a
+    /// The named samples of a sampler window in `types`, by the cpu/wall rule (`cpu` weighed by
+    /// the kernel's CPU of each thread, where measured), sorted so equal input gives equal output. With trace linkage on and the window's sample times kept, a
     /// stack's samples split by the span their thread ran at each sample's time.
     fn time_samples(
         &self,
@@ -170,13 +170,15 @@ impl ProcessSymbolizer {
                         ),
                     ]);
                 }
-                let time = (count as i64).saturating_mul(period);
+                let count_ns = |weight: i64| (count as i64).saturating_mul(weight);
                 TimeSample {
                     stack: table.stack(&self.map, &key.ips, count),
                     labels,
                     count,
-                    cpu: key.managed.then_some(time),
-                    wall: time,
+                    cpu: key
+                        .managed
+                        .then(|| count_ns(samples.cpu_weight_ns(key.thread_id))),
+                    wall: count_ns(period),
                 }
             })
             .collect()

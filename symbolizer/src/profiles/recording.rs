@@ -37,6 +37,12 @@ impl Recorder {
             .set_expected_interval(trace.expected_cpu_sampling_rate);
     }
 
+    /// The share of a core each thread ran while sampled, measured from `/proc`: weighs its `cpu`
+    /// ([`SampleAggregator::set_thread_cpu`]). Call once every sample is in.
+    pub fn set_thread_cpu(&mut self, cores_by_thread: &HashMap<u64, f64>) {
+        self.samples.set_thread_cpu(cores_by_thread);
+    }
+
     /// The process's mapped images, so addresses in no known method still name their module.
     pub fn set_images(&mut self, images: Vec<ImageRange>) {
         self.symbolizer.set_images(images);
