@@ -20,6 +20,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use tracing_subscriber::EnvFilter;
 
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// `clrscope --version`: the package version and the git revision it was built from (build.rs).
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("BUILD_REVISION"), ")");
 
