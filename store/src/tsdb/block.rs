@@ -400,9 +400,12 @@ fn create_private(path: &Path) -> Result<File> {
         .map_err(io(path))
 }
 
-/// zstd level of a flushed block: it lives until its minute is compacted, so writing it cheaply
-/// matters more than its size.
-const FLUSHED_ZSTD_LEVEL: i32 = 3;
+/// Codec of a flushed block: it lives until its minute is compacted, so writing and reading it
+/// cheaply matters more than its size. Parquet makes a zstd compression and a decompression
+/// context for every column chunk it writes or reads (a row group per series: thousands of
+/// chunks a flush on a node), and making them took a fifth of a node agent's CPU; Snappy keeps
+/// no context.
+const FLUSHED_CODEC: Compression = Compression::SNAPPY;
 
 /// zstd level of a compacted block, written once per minute and kept for days. Parquet starts a
 /// new zstd stream for every page it compresses, and a stream's tables grow with the level: level
@@ -426,14 +429,12 @@ fn write_table(
     file: &str,
     schema: SchemaRef,
     groups: &[RecordBatch],
-    zstd_level: i32,
+    codec: Compression,
 ) -> Result<()> {
     let path = dir.join(file);
     let f = create_private(&path)?;
     let mut props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(
-            ZstdLevel::try_new(zstd_level).unwrap_or_default(),
-        ))
+        .set_compression(codec)
         .set_max_row_group_row_count(Some(1 << 20));
     // Sorted or chained ids: deltas are near zero.
     for name in DELTA_COLUMNS {
@@ -483,10 +484,10 @@ pub(crate) fn write(
     samples: RecordBatch,
     meta: &BlockMeta,
 ) -> Result<BlockInfo> {
-    let zstd_level = if meta.compacted_from.is_empty() && meta.resolution == 0 {
-        FLUSHED_ZSTD_LEVEL
+    let codec = if meta.compacted_from.is_empty() && meta.resolution == 0 {
+        FLUSHED_CODEC
     } else {
-        COMPACTED_ZSTD_LEVEL
+        Compression::ZSTD(ZstdLevel::try_new(COMPACTED_ZSTD_LEVEL).unwrap_or_default())
     };
     let tmp = root.join(format!("{name}{TEMP_SUFFIX}"));
     let dir = root.join(name);
@@ -499,14 +500,14 @@ pub(crate) fn write(
         SAMPLES,
         samples.schema(),
         &by_series(&samples),
-        zstd_level,
+        codec,
     )?;
     for (file, table) in [
         (FUNCTIONS, functions_batch(dicts)),
         (STACKS, stacks_batch(dicts)),
         (LABELS, labels_batch(dicts)),
     ] {
-        write_table(&tmp, file, table.schema(), &[table], zstd_level)?;
+        write_table(&tmp, file, table.schema(), &[table], codec)?;
     }
     let path = tmp.join(META);
     let mut f = create_private(&path)?;
