@@ -25,6 +25,7 @@ use collector::signals::{ProcessSignals, SignalCollector, SpanLookup, SpanSource
 use exporter::remote::otel_env::parse_pairs;
 use profile::labels;
 use symbolizer::profiles::process::{Batches, EventProfiles, ProcessProfiler};
+use symbolizer::ImageRange;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
@@ -124,6 +125,8 @@ struct SharedProfiler {
     /// A module loaded since `/proc/PID/maps` was last read: the next ReadyToRun entry point
     /// may lie in an image the code map does not know yet.
     images_stale: Arc<AtomicBool>,
+    /// The mapped images the code map was last given.
+    images: Arc<Mutex<Vec<ImageRange>>>,
     light: Arc<StreamProgress>,
     /// With trace linkage: the linkage session's stream.
     linkage: Option<Arc<StreamProgress>>,
@@ -140,6 +143,7 @@ impl SharedProfiler {
             profiler: Arc::new(Mutex::new(profiler)),
             local: local.map(Arc::new),
             images_stale: Arc::new(AtomicBool::new(false)),
+            images: Arc::default(),
             light: StreamProgress::new(),
             linkage,
             span_start_ms: Arc::new(AtomicU64::new(0)),
@@ -176,7 +180,12 @@ impl SharedProfiler {
     /// file the map does not know would stay `[unknown]`.
     fn refresh_images(&self) {
         self.images_stale.store(false, Ordering::Relaxed);
-        if let Some(Ok(images)) = self.local.as_deref().map(symbolizer::read_proc_maps) {
+        let Some(local) = self.local.as_deref() else {
+            return;
+        };
+        let mut known = self.images.lock().unwrap_or_else(|p| p.into_inner());
+        if let Ok(Some(images)) = symbolizer::reread_proc_maps(local, &known) {
+            *known = images.clone();
             self.lock().set_images(images);
         }
     }

@@ -38,16 +38,37 @@ pub struct ImageRange {
 /// [`parse_proc_maps`]), with the precompiled methods of each ReadyToRun image; read only while
 /// the pid is that runtime ([`LocalProcess::read`]).
 pub fn read_proc_maps(process: &LocalProcess) -> std::io::Result<Vec<ImageRange>> {
+    Ok(reread_proc_maps(process, &[])?.unwrap_or_default())
+}
+
+/// [`read_proc_maps`] again, given what an earlier reading of the same process found (`known`):
+/// `None` when the process maps the same images, having opened none of them; else the images,
+/// the methods of those already known taken from `known`. An agent reads a process's maps for
+/// every sampler window, and listing `map_files` and opening every managed image each time was
+/// a tenth of a node agent's CPU.
+pub fn reread_proc_maps(
+    process: &LocalProcess,
+    known: &[ImageRange],
+) -> std::io::Result<Option<Vec<ImageRange>>> {
     let text = process.read("maps")?;
     let mut images = parse_proc_maps(&String::from_utf8_lossy(&text));
+    let same_mapping = |a: &ImageRange, b: &ImageRange| {
+        (a.start, a.end, a.file, &a.path) == (b.start, b.end, b.file, &b.path)
+    };
+    if images.len() == known.len() && images.iter().zip(known).all(|(a, b)| same_mapping(a, b)) {
+        return Ok(None);
+    }
     let pid = process.pid;
-    let mapped = mapped_files(pid);
+    let mut mapped = None;
     for image in images.iter_mut().filter(|i| is_managed_image(&i.path)) {
-        image.methods = image_methods(pid, image, &mapped);
+        image.methods = match known.iter().find(|k| same_mapping(k, image)) {
+            Some(earlier) => earlier.methods.clone(),
+            None => image_methods(pid, image, mapped.get_or_insert_with(|| mapped_files(pid))),
+        };
     }
     // The images were opened through the pid: it must still be the runtime's.
     process.verify()?;
-    Ok(images)
+    Ok(Some(images))
 }
 
 /// .NET modules are `.dll` (or `.exe`) files; the runtime's own code lives in `.so` files.
@@ -314,6 +335,12 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0  [vsyscall]
         let images = read_proc_maps(&me).unwrap();
         let this = std::env::current_exe().unwrap();
         assert!(images.iter().any(|i| std::path::Path::new(&i.path) == this));
+
+        // Read again with what was found: the same images, so nothing new.
+        assert_eq!(reread_proc_maps(&me, &images).unwrap(), None);
+        // With one image unknown, all of them again.
+        let fewer = &images[1..];
+        assert_eq!(reread_proc_maps(&me, fewer).unwrap(), Some(images));
     }
 
     #[test]

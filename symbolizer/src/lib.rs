@@ -51,7 +51,7 @@ pub use events::{
     LoadSource, MethodFlags, MethodLoad, MethodUnload, ModuleFlags, ModuleLoad, ModuleUnload,
     OptimizationTier, PdbInfo, R2rEntryPoint,
 };
-pub use images::{parse_proc_maps, read_proc_maps, ImageRange};
+pub use images::{parse_proc_maps, read_proc_maps, reread_proc_maps, ImageRange};
 pub use map::{
     CodeMap, CodeMapFunction, CodeMapStats, Frame, FrameKind, FunctionId, FunctionKey,
     FunctionKind, Module, MAX_INFERRED_EXTENT, MAX_METHOD_SIZE,
