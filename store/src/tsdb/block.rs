@@ -495,13 +495,7 @@ pub(crate) fn write(
         .mode(0o700)
         .create(&tmp)
         .map_err(io(&tmp))?;
-    write_table(
-        &tmp,
-        SAMPLES,
-        samples.schema(),
-        &by_series(&samples),
-        codec,
-    )?;
+    write_table(&tmp, SAMPLES, samples.schema(), &by_series(&samples), codec)?;
     for (file, table) in [
         (FUNCTIONS, functions_batch(dicts)),
         (STACKS, stacks_batch(dicts)),
