@@ -15,7 +15,7 @@
 //! are reused, so a process that is not .NET at all may find one with its pid. Only when the
 //! start time cannot be read does the newest socket of the pid stand in.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
@@ -152,17 +152,20 @@ pub fn find_socket(pid: u32) -> Result<DiagnosticSocket, DiscoveryError> {
 /// [`find_socket`] with another procfs root (for tests).
 pub fn find_socket_in(proc_root: &Path, pid: u32) -> Result<DiagnosticSocket, DiscoveryError> {
     let location = locate(proc_root, pid)?;
-    let entries = list_sockets(&location.socket_dir).map_err(|source| match source.kind() {
-        io::ErrorKind::PermissionDenied => DiscoveryError::Access {
-            pid,
-            path: location.socket_dir.clone(),
-            source,
-        },
-        _ => DiscoveryError::NoSocket {
-            pid,
-            dir: location.socket_dir.clone(),
-        },
-    })?;
+    let entries =
+        list_sockets(&location.socket_dir, |p| p == location.namespace_pid).map_err(|source| {
+            match source.kind() {
+                io::ErrorKind::PermissionDenied => DiscoveryError::Access {
+                    pid,
+                    path: location.socket_dir.clone(),
+                    source,
+                },
+                _ => DiscoveryError::NoSocket {
+                    pid,
+                    dir: location.socket_dir.clone(),
+                },
+            }
+        })?;
     if let Some(socket) = pick_socket(&location, &entries) {
         return Ok(socket);
     }
@@ -187,23 +190,73 @@ pub fn find_socket_in(proc_root: &Path, pid: u32) -> Result<DiagnosticSocket, Di
 ///
 /// Each socket directory is listed once, however many processes share it.
 pub fn scan(proc_root: &Path) -> Result<Vec<DiagnosticSocket>, DiscoveryError> {
-    let pids = list_pids(proc_root)?;
-    let mut listings: HashMap<PathBuf, Vec<SocketEntry>> = HashMap::new();
-    let mut found = Vec::new();
-    for pid in pids {
-        // Processes that vanish or hide mid-scan are simply not .NET processes we can reach.
-        let Ok(location) = locate(proc_root, pid) else {
-            continue;
-        };
-        let entries = listings
-            .entry(location.socket_dir.clone())
-            .or_insert_with(|| list_sockets(&location.socket_dir).unwrap_or_default());
-        if let Some(socket) = pick_socket(&location, entries) {
-            found.push(socket);
+    Scanner::new(proc_root).scan()
+}
+
+/// [`scan`] again and again (the agent's discovery): a process's location is read once for each
+/// process (its pid and start time), not on every scan, so a scan of a node reads one `/proc`
+/// file per process.
+#[derive(Debug)]
+pub struct Scanner {
+    proc_root: PathBuf,
+    /// Where each process seen last time is reached, by pid.
+    located: HashMap<u32, ProcessLocation>,
+}
+
+impl Scanner {
+    pub fn new(proc_root: &Path) -> Scanner {
+        Scanner {
+            proc_root: proc_root.to_path_buf(),
+            located: HashMap::new(),
         }
     }
-    found.sort_by_key(|socket| socket.pid);
-    Ok(found)
+
+    /// Every process that has a diagnostic socket now.
+    pub fn scan(&mut self) -> Result<Vec<DiagnosticSocket>, DiscoveryError> {
+        let pids = list_pids(&self.proc_root)?;
+        let mut located = HashMap::with_capacity(pids.len());
+        for pid in pids {
+            // A pid whose start time is unchanged is the same process: its location stands.
+            let start_time = read_start_time(&self.proc_root, pid);
+            let known = self
+                .located
+                .remove(&pid)
+                .filter(|known| start_time.is_some() && known.start_time == start_time);
+            // Processes that vanish or hide mid-scan are simply not .NET processes we can reach.
+            if let Some(location) = known.or_else(|| locate(&self.proc_root, pid).ok()) {
+                located.insert(pid, location);
+            }
+        }
+        self.located = located;
+        // Only the sockets of pids located in a directory are looked at: a shared `/tmp` can
+        // hold thousands that SIGKILLed runtimes left.
+        let mut wanted: HashMap<&Path, HashSet<u32>> = HashMap::new();
+        for location in self.located.values() {
+            wanted
+                .entry(&location.socket_dir)
+                .or_default()
+                .insert(location.namespace_pid);
+        }
+        let listings: HashMap<&Path, Vec<SocketEntry>> = wanted
+            .into_iter()
+            .map(|(dir, pids)| {
+                let entries = list_sockets(dir, |pid| pids.contains(&pid)).unwrap_or_default();
+                (dir, entries)
+            })
+            .collect();
+        let mut found: Vec<DiagnosticSocket> = self
+            .located
+            .values()
+            .filter_map(|location| pick_socket(location, listings.get(&*location.socket_dir)?))
+            .collect();
+        found.sort_by_key(|socket| socket.pid);
+        Ok(found)
+    }
+}
+
+fn read_start_time(proc_root: &Path, pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
+    parse_start_time(&stat)
 }
 
 /// A `dotnet-diagnostic-{pid}-{key}-socket` socket (not a link to one).
@@ -217,13 +270,17 @@ struct SocketEntry {
     owner: u32,
 }
 
-fn list_sockets(dir: &Path) -> io::Result<Vec<SocketEntry>> {
+/// The sockets in `dir` of the pids `wanted` says.
+fn list_sockets(dir: &Path, wanted: impl Fn(u32) -> bool) -> io::Result<Vec<SocketEntry>> {
     let mut entries = Vec::new();
     for entry in fs::read_dir(dir)? {
         let entry = entry?;
         let Some((pid, key)) = parse_socket_name(&entry.file_name()) else {
             continue;
         };
+        if !wanted(pid) {
+            continue;
+        }
         // `DirEntry::metadata` does not follow links: a link named like a socket is skipped.
         let Ok(meta) = entry.metadata() else {
             continue;
@@ -322,6 +379,12 @@ pub fn parse_cpu_ticks(stat: &str) -> Option<u64> {
     let user: u64 = fields.next()?.parse().ok()?;
     let system: u64 = fields.next()?.parse().ok()?;
     user.checked_add(system)
+}
+
+/// Field 2 (`comm`) of a `/proc/PID/stat` or `/proc/PID/task/TID/stat`: the name the
+/// `comm` file holds, between the first `(` and the last `)` since it may hold either.
+pub(crate) fn parse_comm(stat: &str) -> Option<&str> {
+    stat.get(stat.find('(')? + 1..stat.rfind(')')?)
 }
 
 /// One variable of a NUL-separated `/proc/PID/environ`.
@@ -465,6 +528,45 @@ mod tests {
         let all = scan(&proc_root).unwrap();
         assert_eq!(all, vec![found]);
         fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_scanner_locates_each_process_once_until_its_start_time_changes() {
+        let base = temp_dir("scanner");
+        let proc_root = base.join("proc");
+        let (first, second) = (base.join("first"), base.join("second"));
+        fs::create_dir_all(&first).unwrap();
+        fs::create_dir_all(&second).unwrap();
+        fake_proc(&proc_root, 800, "800", Some(&first), 3);
+        let _in_first = UnixListener::bind(first.join("dotnet-diagnostic-800-3-socket")).unwrap();
+        let _in_second = UnixListener::bind(second.join("dotnet-diagnostic-800-4-socket")).unwrap();
+        let mut scanner = Scanner::new(&proc_root);
+        let found = scanner.scan().unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].path, first.join("dotnet-diagnostic-800-3-socket"));
+
+        // The same process (same start time): its environment is not read again.
+        fake_proc(&proc_root, 800, "800", Some(&second), 3);
+        assert_eq!(scanner.scan().unwrap(), found);
+        // Another process under the pid: located anew.
+        fake_proc(&proc_root, 800, "800", Some(&second), 4);
+        let found = scanner.scan().unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].path, second.join("dotnet-diagnostic-800-4-socket"));
+        // Gone: forgotten.
+        fs::remove_dir_all(proc_root.join("800")).unwrap();
+        assert!(scanner.scan().unwrap().is_empty());
+        assert!(scanner.located.is_empty());
+        fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn comm_of_a_stat_line() {
+        assert_eq!(parse_comm("12 (dotnet) S 1 2"), Some("dotnet"));
+        assert_eq!(parse_comm("12 (a) (b)) R 1"), Some("a) (b)"));
+        assert_eq!(parse_comm("12 () S"), Some(""));
+        assert_eq!(parse_comm("12 dotnet S"), None);
+        assert_eq!(parse_comm("12 )x( S"), None);
     }
 
     #[test]

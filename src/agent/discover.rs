@@ -60,6 +60,7 @@ pub async fn connect_mode(agent: Arc<Agent>, interval: Duration) -> anyhow::Resu
     // Sockets whose task failed: when to try again, and how many times it failed.
     let mut failed: HashMap<PathBuf, (tokio::time::Instant, u32)> = HashMap::new();
     let mut shutdown = agent.shutdown.clone();
+    let mut scanner = discovery::Scanner::new(Path::new("/proc"));
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -77,7 +78,7 @@ pub async fn connect_mode(agent: Arc<Agent>, interval: Duration) -> anyhow::Resu
             }
             _ = shutdown.wait_for(|stop| *stop) => break,
         }
-        let sockets = match discovery::scan(Path::new("/proc")) {
+        let sockets = match scanner.scan() {
             Ok(sockets) => sockets,
             Err(error) => {
                 tracing::warn!(%error, "scanning for .NET processes failed");
