@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use crate::client::DiagnosticsClient;
-use crate::discovery::{parse_cpu_ticks, parse_nspid, parse_start_time};
+use crate::discovery::{parse_comm, parse_cpu_ticks, parse_nspid, parse_start_time};
 
 /// At most this many bytes of one `/proc` file are read (`maps` of a big process is ~100 KB).
 const MAX_PROC_FILE: u64 = 16 << 20;
@@ -130,22 +130,28 @@ impl LocalProcess {
         Ok(bytes)
     }
 
-    /// Thread names by tid as the runtime reports it, from `/proc/PID/task/*/comm` (the runtime
-    /// names OS threads after managed ones); empty once the process is gone.
+    /// Thread names by tid as the runtime reports it (the runtime names OS threads after
+    /// managed ones); empty once the process is gone.
     pub fn thread_names(&self) -> HashMap<u64, String> {
-        self.read_tasks("comm", |comm| {
-            Some(String::from_utf8_lossy(comm).trim_end().to_string())
-        })
+        self.thread_cpu().names
     }
 
-    /// The CPU time the kernel has accounted to each thread so far, read now: two readings give
-    /// the share of a core each thread ran between them ([`ThreadCpu::cores_since`]).
+    /// The CPU time the kernel has accounted to each thread so far, and each thread's name, read
+    /// now from `/proc/PID/task/*/stat`: two readings give the share of a core each thread ran
+    /// between them ([`ThreadCpu::cores_since`]).
     pub fn thread_cpu(&self) -> ThreadCpu {
         let at = Instant::now();
-        let ticks = self.read_tasks("stat", |stat| {
-            parse_cpu_ticks(&String::from_utf8_lossy(stat))
+        let threads = self.read_tasks("stat", |stat| {
+            let stat = String::from_utf8_lossy(stat);
+            Some((parse_cpu_ticks(&stat)?, parse_comm(&stat)?.to_string()))
         });
-        ThreadCpu { at, ticks }
+        let mut ticks = HashMap::with_capacity(threads.len());
+        let mut names = HashMap::with_capacity(threads.len());
+        for (tid, (cpu, name)) in threads {
+            ticks.insert(tid, cpu);
+            names.insert(tid, name);
+        }
+        ThreadCpu { at, ticks, names }
     }
 
     /// One file of every thread (`/proc/PID/task/TID/<name>`), parsed, by tid as the runtime
@@ -194,14 +200,21 @@ impl LocalProcess {
     }
 }
 
-/// Each thread's CPU time at one instant, in clock ticks, by tid as the runtime reports it.
+/// Each thread's CPU time at one instant, in clock ticks, and its name, by tid as the runtime
+/// reports it.
 #[derive(Debug, Clone)]
 pub struct ThreadCpu {
     at: Instant,
     ticks: HashMap<u64, u64>,
+    names: HashMap<u64, String>,
 }
 
 impl ThreadCpu {
+    /// Each thread's name at this reading.
+    pub fn names(&self) -> &HashMap<u64, String> {
+        &self.names
+    }
+
     /// The share of one core each thread ran from `earlier` to this reading (1.0: a whole core
     /// all the time), for threads in both readings.
     pub fn cores_since(&self, earlier: &ThreadCpu) -> HashMap<u64, f64> {

@@ -15,8 +15,10 @@ use crate::ipc::{CollectTracing, CollectTracingVersion, ProviderConfig};
 use crate::nettrace::{Event, NettraceError, Parser, ParserOptions};
 use crate::providers::{level, RUNTIME};
 
-/// How much of the stream is copied at a time.
+/// The most of a stream read at a time ...
 const CHUNK: usize = 64 * 1024;
+/// ... and the least (see [`ReadBuffer`]).
+const FIRST_CHUNK: usize = 4 * 1024;
 /// How long a rundown-only session may take to list a process's code.
 const RUNDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -151,7 +153,7 @@ pub async fn run<W: AsyncWrite + Unpin>(
     let (session, version) = start(client, config).await?;
     let session_id = session.id;
     let mut stream = session.stream;
-    let mut buf = vec![0u8; CHUNK];
+    let mut buf = ReadBuffer::new();
     let mut bytes = 0u64;
     tokio::pin!(stop);
     // Enabled: the runtime records the session's events from now on (a runtime suspended at
@@ -168,13 +170,13 @@ pub async fn run<W: AsyncWrite + Unpin>(
         let n = tokio::select! {
             biased;
             () = &mut stop => break,
-            read = stream.read(&mut buf) => read.map_err(|source| SessionError::Read { bytes, source })?,
+            read = stream.read(buf.space()) => read.map_err(|source| SessionError::Read { bytes, source })?,
         };
         if n == 0 {
             let end = SessionEnd::EndedByRuntime;
             return finish(out, bytes, session_id, version, started, end).await;
         }
-        write(out, &buf[..n], &mut bytes).await?;
+        write(out, buf.filled(n), &mut bytes).await?;
         progress(SessionProgress {
             session_id,
             bytes,
@@ -194,13 +196,13 @@ pub async fn run<W: AsyncWrite + Unpin>(
     let drain = async {
         loop {
             let n = stream
-                .read(&mut buf)
+                .read(buf.space())
                 .await
                 .map_err(|source| SessionError::Read { bytes, source })?;
             if n == 0 {
                 return Ok::<_, SessionError>(());
             }
-            write(out, &buf[..n], &mut bytes).await?;
+            write(out, buf.filled(n), &mut bytes).await?;
             progress(SessionProgress {
                 session_id,
                 bytes,
@@ -222,6 +224,35 @@ pub async fn run<W: AsyncWrite + Unpin>(
         SessionEnd::Stopped,
     )
     .await
+}
+
+/// The buffer a stream is read into: [`FIRST_CHUNK`] while reads bring little (a long-lived
+/// session of a quiet process gets a few events at a time, and a node agent holds one buffer
+/// per session), doubled up to [`CHUNK`] whenever a read fills it.
+struct ReadBuffer {
+    bytes: Vec<u8>,
+}
+
+impl ReadBuffer {
+    fn new() -> ReadBuffer {
+        ReadBuffer {
+            bytes: vec![0; FIRST_CHUNK],
+        }
+    }
+
+    /// Where the next read goes.
+    fn space(&mut self) -> &mut [u8] {
+        &mut self.bytes
+    }
+
+    /// The `n` bytes a read just brought; the buffer grows for the next read when they filled it.
+    fn filled(&mut self, n: usize) -> &[u8] {
+        if n == self.bytes.len() && n < CHUNK {
+            let read = std::mem::replace(&mut self.bytes, vec![0; (2 * n).min(CHUNK)]);
+            self.bytes[..n].copy_from_slice(&read);
+        }
+        &self.bytes[..n]
+    }
 }
 
 async fn write<W: AsyncWrite + Unpin>(
@@ -451,5 +482,30 @@ impl<W: AsyncWrite + Unpin, O: EventObserver + Unpin> AsyncWrite for ParsingWrit
         cx: &mut TaskContext<'_>,
     ) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_read_buffer_grows_only_when_reads_fill_it() {
+        let mut buf = ReadBuffer::new();
+        assert_eq!(buf.space().len(), FIRST_CHUNK);
+        buf.space()[..3].copy_from_slice(b"abc");
+        assert_eq!(buf.filled(3), b"abc");
+        assert_eq!(buf.space().len(), FIRST_CHUNK);
+        let mut size = FIRST_CHUNK;
+        while size < CHUNK {
+            buf.space().fill(7);
+            // What was read stays readable while the buffer grows.
+            assert!(buf.filled(size).iter().all(|&b| b == 7));
+            assert_eq!(buf.filled(size).len(), size);
+            size *= 2;
+            assert_eq!(buf.space().len(), size);
+        }
+        buf.filled(CHUNK);
+        assert_eq!(buf.space().len(), CHUNK);
     }
 }

@@ -125,8 +125,10 @@ struct SharedProfiler {
     /// A module loaded since `/proc/PID/maps` was last read: the next ReadyToRun entry point
     /// may lie in an image the code map does not know yet.
     images_stale: Arc<AtomicBool>,
-    /// The mapped images the code map was last given.
-    images: Arc<Mutex<Vec<ImageRange>>>,
+    /// A window named since then had frames in no known code or image.
+    unresolved_seen: Arc<AtomicBool>,
+    /// The mapped images the code map was last given, and when they were read.
+    images: Arc<Mutex<MappedImages>>,
     light: Arc<StreamProgress>,
     /// With trace linkage: the linkage session's stream.
     linkage: Option<Arc<StreamProgress>>,
@@ -143,6 +145,7 @@ impl SharedProfiler {
             profiler: Arc::new(Mutex::new(profiler)),
             local: local.map(Arc::new),
             images_stale: Arc::new(AtomicBool::new(false)),
+            unresolved_seen: Arc::new(AtomicBool::new(false)),
             images: Arc::default(),
             light: StreamProgress::new(),
             linkage,
@@ -177,17 +180,40 @@ impl SharedProfiler {
 
     /// Reads the process's mapped files again: modules and native libraries load all along (a
     /// listen-mode runtime is attached before its first assembly is mapped), and a frame in a
-    /// file the map does not know would stay `[unknown]`.
-    fn refresh_images(&self) {
+    /// file the map does not know would stay `[unknown]`. True when they changed.
+    fn refresh_images(&self) -> bool {
         self.images_stale.store(false, Ordering::Relaxed);
+        self.unresolved_seen.store(false, Ordering::Relaxed);
         let Some(local) = self.local.as_deref() else {
-            return;
+            return false;
         };
-        let mut known = self.images.lock().unwrap_or_else(|p| p.into_inner());
-        if let Ok(Some(images)) = symbolizer::reread_proc_maps(local, &known) {
-            *known = images.clone();
-            self.lock().set_images(images);
+        let mut mapped = self.images.lock().unwrap_or_else(|p| p.into_inner());
+        mapped.read_at = Some(Instant::now());
+        match symbolizer::reread_proc_maps(local, &mapped.known) {
+            Ok(Some(images)) => {
+                mapped.known = images.clone();
+                self.lock().set_images(images);
+                true
+            }
+            _ => false,
         }
+    }
+
+    /// [`SharedProfiler::refresh_images`] before a window is named, when [`images_due`] says
+    /// its images may have changed: reading `/proc/PID/maps` for every window of every process
+    /// was the largest share of a node agent's CPU. True when they were read and had changed.
+    fn refresh_images_if_due(&self) -> bool {
+        let since_read = self
+            .images
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .read_at
+            .map_or(Duration::MAX, |at| at.elapsed());
+        images_due(
+            self.images_stale.load(Ordering::Relaxed),
+            self.unresolved_seen.load(Ordering::Relaxed),
+            since_read,
+        ) && self.refresh_images()
     }
 
     /// Waits until the long-lived sessions have delivered events up to `until_ns` (Unix ns), or
@@ -279,6 +305,29 @@ impl SpanSource for LightSpans {
             .or_else(|| spans.span_at(thread, timestamp))
             .cloned()
     }
+}
+
+/// A process's mapped images as last read.
+#[derive(Default)]
+struct MappedImages {
+    known: Vec<ImageRange>,
+    read_at: Option<Instant>,
+}
+
+/// Without a module load, a window with frames in no known code or image has the images read
+/// again at most this often (a native library loaded without an event, or code outside every
+/// file, such as the runtime's stubs, which no reading names) ...
+const MAPS_RECHECK_UNRESOLVED: Duration = Duration::from_secs(30);
+/// ... and every window at least this often.
+const MAPS_RECHECK: Duration = Duration::from_secs(300);
+
+/// Whether a process's mapped images are read again before naming a window: after a module
+/// load (its image is mapped), when frames went unresolved and [`MAPS_RECHECK_UNRESOLVED`] has
+/// passed, or after [`MAPS_RECHECK`].
+fn images_due(module_loaded: bool, unresolved_seen: bool, since_read: Duration) -> bool {
+    module_loaded
+        || since_read >= MAPS_RECHECK
+        || (unresolved_seen && since_read >= MAPS_RECHECK_UNRESOLVED)
 }
 
 /// Feeds one long-lived session's events to the shared profiler, and keeps that stream's
@@ -694,6 +743,7 @@ async fn attach(
         &agent.settings.parser,
     )
     .await;
+    profiler.lock().shrink_to_fit();
     if let Err(error) = rundown.map_err(anyhow::Error::from) {
         tracing::warn!(pid = target.pid, error = %format!("{error:#}"), "rundown failed; frames of code loaded before attaching stay unnamed");
     }
@@ -931,7 +981,7 @@ impl SamplingLoop<'_> {
                     // Before the window, so that a window is linked again once a loss is seen.
                     self.check_losses().await;
                     match self.window(until).await {
-                        Ok(mut samples) => {
+                        Ok((mut samples, thread_names)) => {
                             self.sampler
                                 .observe_window(samples.samples(), samples.ticks());
                             // Duty-cycled, the window stands for its whole period; boosted,
@@ -939,7 +989,7 @@ impl SamplingLoop<'_> {
                             if !boosted {
                                 samples.set_stands_for(self.sampler.status().duty.period);
                             }
-                            self.symbolize_later(samples);
+                            self.symbolize_later(samples, thread_names);
                         }
                         Err(error) => {
                             tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "sampler window failed; trying again next period");
@@ -953,12 +1003,15 @@ impl SamplingLoop<'_> {
                     }
                 }
                 SamplerStep::Pause { until } => {
-                    let names = self.profiler.thread_names();
-                    send(
-                        &self.sink,
-                        self.profiler.lock().take_event_batches(&names),
-                        0,
-                    );
+                    // Thread names are read only for events to name: most processes have none.
+                    if self.profiler.lock().has_event_samples() {
+                        let names = self.profiler.thread_names();
+                        send(
+                            &self.sink,
+                            self.profiler.lock().take_event_batches(&names),
+                            0,
+                        );
+                    }
                     if until <= now {
                         period_start = now;
                         continue;
@@ -984,7 +1037,11 @@ impl SamplingLoop<'_> {
             self.parser,
         )
         .await;
-        self.profiler.lock().rundown_done(rundown.is_ok());
+        {
+            let mut profiler = self.profiler.lock();
+            profiler.rundown_done(rundown.is_ok());
+            profiler.shrink_to_fit();
+        }
         if let Err(error) = rundown.map_err(anyhow::Error::from) {
             tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "refreshing method names failed; retried later, at longer intervals");
             return true;
@@ -1003,8 +1060,12 @@ impl SamplingLoop<'_> {
         }
     }
 
-    /// Runs one sampler session until `until` or the agent's stop.
-    async fn window(&mut self, until: Instant) -> anyhow::Result<SampleAggregator> {
+    /// Runs one sampler session until `until` or the agent's stop; its samples, and the names of
+    /// the process's threads as it stopped.
+    async fn window(
+        &mut self,
+        until: Instant,
+    ) -> anyhow::Result<(SampleAggregator, HashMap<u64, String>)> {
         let mut samples = SampleAggregator::new(0);
         if self.keep_times {
             samples = samples.keep_times();
@@ -1066,8 +1127,12 @@ impl SamplingLoop<'_> {
         if let (Some(since), Some(now)) = (&cpu_since, &cpu_at_stop) {
             samples.set_thread_cpu(&now.cores_since(since));
         }
+        let thread_names = cpu_at_stop
+            .as_ref()
+            .map(|reading| reading.names().clone())
+            .unwrap_or_default();
         self.cpu_at_last_stop = cpu_at_stop;
-        Ok(samples)
+        Ok((samples, thread_names))
     }
 
     /// Adds what the long-lived sessions and linkage lost since last time to `/metrics`; with
@@ -1121,7 +1186,7 @@ impl SamplingLoop<'_> {
     }
 
     /// Names the window's stacks once the light session has caught up, and stores them.
-    fn symbolize_later(&self, samples: SampleAggregator) {
+    fn symbolize_later(&self, samples: SampleAggregator, thread_names: HashMap<u64, String>) {
         if samples.samples() == 0 {
             return;
         }
@@ -1133,9 +1198,15 @@ impl SamplingLoop<'_> {
             tokio::time::sleep(SYMBOLIZE_DELAY).await;
             let window_end = samples.time_range().map_or(i64::MIN, |(_, end)| end);
             profiler.caught_up(window_end).await;
-            profiler.refresh_images();
-            let names = profiler.thread_names();
-            let batches = profiler.lock().sample_batches(&samples, &names);
+            profiler.refresh_images_if_due();
+            let mut batches = profiler.lock().sample_batches(&samples, &thread_names);
+            if batches.resolution.unresolved > 0 {
+                profiler.unresolved_seen.store(true, Ordering::Relaxed);
+                // A library mapped since the last reading is named in this window already.
+                if profiler.refresh_images_if_due() {
+                    batches = profiler.lock().sample_batches(&samples, &thread_names);
+                }
+            }
             let light_latest = profiler.light.latest_ns.load(Ordering::Relaxed);
             tracing::debug!(
                 pid,
@@ -1158,6 +1229,19 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn images_are_read_again_after_a_module_load_or_when_frames_went_unresolved() {
+        let moment = Duration::from_secs(1);
+        assert!(images_due(true, false, moment));
+        assert!(!images_due(false, false, moment));
+        assert!(!images_due(false, true, moment));
+        assert!(images_due(false, true, MAPS_RECHECK_UNRESOLVED));
+        assert!(!images_due(false, false, MAPS_RECHECK_UNRESOLVED));
+        assert!(images_due(false, false, MAPS_RECHECK));
+        // Never read yet.
+        assert!(images_due(false, false, Duration::MAX));
     }
 
     #[test]

@@ -473,6 +473,22 @@ impl CodeMap {
         }
     }
 
+    /// Gives back what the tables grew beyond what they hold: a rundown lists thousands of
+    /// methods at once, and tables grown by doubling keep up to half their room empty, per
+    /// process a node agent follows.
+    pub fn shrink_to_fit(&mut self) {
+        self.functions.shrink_to_fit();
+        self.interned.shrink_to_fit();
+        self.by_method.shrink_to_fit();
+        self.awaiting_module.shrink_to_fit();
+        self.codes.shrink_to_fit();
+        self.free_codes.shrink_to_fit();
+        self.code_index.shrink_to_fit();
+        self.modules.shrink_to_fit();
+        self.module_by_path.shrink_to_fit();
+        self.images.shrink_to_fit();
+    }
+
     /// Counters.
     pub fn stats(&self) -> CodeMapStats {
         let mut stats = self.stats;

@@ -34,8 +34,8 @@ use super::v6::{self, LabelCache, ThreadTable};
 use std::collections::HashMap;
 
 const MAGIC: &[u8; 8] = b"Nettrace";
-/// The input buffer is shrunk back once it is four times larger than what it holds and this.
-const IDLE_INPUT_CAPACITY: usize = 32 << 10;
+/// The input buffer is shrunk back once it is twice as large as what it holds and this.
+const IDLE_INPUT_CAPACITY: usize = 16 << 10;
 const SERIALIZATION_MAGIC: &[u8; 20] = b"!FastSerialization.1";
 const TAG_NULL_REFERENCE: u8 = 1;
 const TAG_BEGIN_PRIVATE_OBJECT: u8 = 5;
@@ -308,7 +308,7 @@ impl Parser {
             self.buf_base += drop as u64;
         }
         let needed = self.buf.len() + data.len();
-        if self.buf.capacity() > needed.max(IDLE_INPUT_CAPACITY) * 4 {
+        if self.buf.capacity() > needed.max(IDLE_INPUT_CAPACITY) * 2 {
             // A burst (startup, a rundown) grew the buffer; a long-lived session mostly brings a
             // few events at a time, and a node agent holds one such buffer per session.
             self.buf.shrink_to(needed.max(IDLE_INPUT_CAPACITY));

@@ -56,6 +56,9 @@ pub struct Resolution {
     /// Frames in native code (the runtime's `.so` files) between managed frames: not managed
     /// frames, so never nameable from method events.
     pub native: u64,
+    /// Frames in no known code and no known image: code the map has not heard of, such as a
+    /// native library loaded since the process's images were last read.
+    pub unresolved: u64,
 }
 
 impl Resolution {
@@ -289,7 +292,10 @@ impl FunctionTable {
                     }
                     Some(offset)
                 }
-                FrameKind::Unresolved => None,
+                FrameKind::Unresolved => {
+                    self.resolution.unresolved += weight;
+                    None
+                }
             };
             let functions = &mut self.functions;
             let index = *self

@@ -307,6 +307,12 @@ impl ProcessProfiler {
         self.events_since.get_or_insert(at_unix_nanos);
     }
 
+    /// Whether event profiles counted anything since [`ProcessProfiler::take_event_batches`]
+    /// was last called.
+    pub fn has_event_samples(&self) -> bool {
+        self.events_since.is_some()
+    }
+
     /// The batches of the event profiles counted since the last call, then starts afresh.
     pub fn take_event_batches(&mut self, thread_names: &HashMap<u64, String>) -> Batches {
         let events = std::mem::take(&mut self.events);
@@ -406,6 +412,12 @@ impl ProcessProfiler {
             true => self.refresh.record_success(),
             false => self.refresh.record_failure(),
         }
+    }
+
+    /// Gives back the room the code map's tables grew beyond what they hold (call after a
+    /// rundown; see [`CodeMap::shrink_to_fit`]).
+    pub fn shrink_to_fit(&mut self) {
+        self.symbolizer.map.shrink_to_fit();
     }
 
     fn finish(
