@@ -49,6 +49,7 @@ numbers.
 """
 
 import argparse
+import glob
 import json
 import os
 import queue
@@ -194,14 +195,22 @@ class Target:
             if kind in line and arrived >= not_before:
                 return line
 
-    def stop(self):
+    def stop(self, timeout=10):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
-                self.proc.wait(10)
+                self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+                # A killed runtime cannot remove its diagnostic socket and debugger pipes.
+                tmp = os.environ.get("TMPDIR") or "/tmp"
+                for pattern in (f"dotnet-diagnostic-{self.proc.pid}-*-socket", f"clr-debug-pipe-{self.proc.pid}-*"):
+                    for path in glob.glob(os.path.join(tmp, pattern)):
+                        try:
+                            os.remove(path)
+                        except OSError:
+                            pass
         self.stderr.close()
 
 
