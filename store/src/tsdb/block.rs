@@ -386,10 +386,6 @@ pub(crate) fn rows_per_series(info: &BlockInfo) -> Result<Vec<u64>> {
     Ok(rows)
 }
 
-/// Integer columns stored as deltas rather than through a dictionary: they ascend in small
-/// steps (sorted times and stack ids, breadth-first parents) or run along chains of new nodes.
-const DELTA_COLUMNS: [&str; 4] = ["parent", "function", "time", "stack"];
-
 /// Creates a file only this user can read, as profiles name code and carry trace ids.
 fn create_private(path: &Path) -> Result<File> {
     OpenOptions::new()
@@ -414,14 +410,23 @@ const FLUSHED_CODEC: Compression = Compression::SNAPPY;
 /// more, for nearly the same bytes (BENCHMARKS.md, "A full node").
 const COMPACTED_ZSTD_LEVEL: i32 = 9;
 
-/// Columns written plainly: their values rarely repeat within a block (every function's name is
-/// there once), so a dictionary only adds to them.
-const PLAIN_COLUMNS: [&str; 1] = ["name"];
-
-/// Integer columns split into byte streams: a sample's label set is one of a few hundred, in no
-/// order, so its high bytes are zero runs that zstd takes for nearly nothing; 9 % smaller than
-/// through a dictionary in a busy service's compacted minute (BENCHMARKS.md, "Store").
-const BYTE_STREAM_SPLIT_COLUMNS: [&str; 1] = ["labels"];
+/// Columns written without a dictionary, in their own encoding (`None`: plain); every other
+/// column goes through a dictionary.
+const COLUMN_ENCODINGS: [(&str, Option<Encoding>); 6] = [
+    // Integers that ascend in small steps (sorted times and stack ids, breadth-first parents) or
+    // run along chains of new nodes: deltas are near zero.
+    ("parent", Some(Encoding::DELTA_BINARY_PACKED)),
+    ("function", Some(Encoding::DELTA_BINARY_PACKED)),
+    ("time", Some(Encoding::DELTA_BINARY_PACKED)),
+    ("stack", Some(Encoding::DELTA_BINARY_PACKED)),
+    // Values that rarely repeat within a block (every function's name is there once): a
+    // dictionary only adds to them.
+    ("name", None),
+    // A sample's label set is one of a few hundred, in no order, so its high bytes are zero runs
+    // that zstd takes for nearly nothing; 9 % smaller than through a dictionary in a busy
+    // service's compacted minute (BENCHMARKS.md, "Store").
+    ("labels", Some(Encoding::BYTE_STREAM_SPLIT)),
+];
 
 /// Writes a table, each of `groups` as row groups of its own (split further past 2^20 rows).
 fn write_table(
@@ -436,26 +441,13 @@ fn write_table(
     let mut props = WriterProperties::builder()
         .set_compression(codec)
         .set_max_row_group_row_count(Some(1 << 20));
-    // Sorted or chained ids: deltas are near zero.
-    for name in DELTA_COLUMNS {
+    for (name, encoding) in COLUMN_ENCODINGS {
         if schema.column_with_name(name).is_some() {
             let col = ColumnPath::from(name);
-            props = props
-                .set_column_dictionary_enabled(col.clone(), false)
-                .set_column_encoding(col, Encoding::DELTA_BINARY_PACKED);
-        }
-    }
-    for name in PLAIN_COLUMNS {
-        if schema.column_with_name(name).is_some() {
-            props = props.set_column_dictionary_enabled(ColumnPath::from(name), false);
-        }
-    }
-    for name in BYTE_STREAM_SPLIT_COLUMNS {
-        if schema.column_with_name(name).is_some() {
-            let col = ColumnPath::from(name);
-            props = props
-                .set_column_dictionary_enabled(col.clone(), false)
-                .set_column_encoding(col, Encoding::BYTE_STREAM_SPLIT);
+            props = props.set_column_dictionary_enabled(col.clone(), false);
+            if let Some(encoding) = encoding {
+                props = props.set_column_encoding(col, encoding);
+            }
         }
     }
     let props = props.build();
@@ -603,4 +595,72 @@ fn labels_batch(dicts: &Dicts) -> RecordBatch {
             Arc::new(nums),
         ],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each column is written in the encoding [`COLUMN_ENCODINGS`] gives it, as the file's own
+    /// metadata says; other columns through a dictionary.
+    #[test]
+    fn columns_are_written_in_their_encodings() {
+        let dir = std::env::temp_dir().join(format!("clrscope-block-enc-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let rows = 1000u32;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("stack", DataType::UInt32, false),
+            Field::new("labels", DataType::UInt32, false),
+            Field::new("name", DataType::Utf8, false),
+            Field::new("value", DataType::Int64, false),
+        ]));
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(UInt32Array::from_iter_values(0..rows)),
+            Arc::new(UInt32Array::from_iter_values(
+                (0..rows).map(|i| i * 7 % 300),
+            )),
+            Arc::new(StringArray::from_iter_values(
+                (0..rows).map(|i| format!("Method{i}")),
+            )),
+            Arc::new(Int64Array::from_iter_values(
+                (0..rows).map(|i| i64::from(i % 5)),
+            )),
+        ];
+        let batch = RecordBatch::try_new(schema.clone(), columns).unwrap();
+        write_table(&dir, "t.parquet", schema, &[batch], Compression::SNAPPY).unwrap();
+
+        let file = File::open(dir.join("t.parquet")).unwrap();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+        let group = reader.metadata().row_group(0);
+        let encodings = |name: &str| {
+            let column = group
+                .columns()
+                .iter()
+                .find(|c| c.column_path().string() == name)
+                .unwrap();
+            column.encodings().collect::<Vec<Encoding>>()
+        };
+        let dictionary = |e: &Vec<Encoding>| {
+            e.contains(&Encoding::RLE_DICTIONARY) || e.contains(&Encoding::PLAIN_DICTIONARY)
+        };
+        let stack = encodings("stack");
+        assert!(
+            stack.contains(&Encoding::DELTA_BINARY_PACKED) && !dictionary(&stack),
+            "{stack:?}"
+        );
+        let labels = encodings("labels");
+        assert!(
+            labels.contains(&Encoding::BYTE_STREAM_SPLIT) && !dictionary(&labels),
+            "{labels:?}"
+        );
+        let name = encodings("name");
+        assert!(
+            name.contains(&Encoding::PLAIN) && !dictionary(&name),
+            "{name:?}"
+        );
+        let value = encodings("value");
+        assert!(dictionary(&value), "{value:?}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }
