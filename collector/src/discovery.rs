@@ -217,7 +217,7 @@ impl Scanner {
         let mut located = HashMap::with_capacity(pids.len());
         for pid in pids {
             // A pid whose start time is unchanged is the same process: its location stands.
-            let start_time = read_start_time(&self.proc_root, pid);
+            let start_time = crate::local::start_time(&self.proc_root.join(pid.to_string()));
             let known = self
                 .located
                 .remove(&pid)
@@ -252,11 +252,6 @@ impl Scanner {
         found.sort_by_key(|socket| socket.pid);
         Ok(found)
     }
-}
-
-fn read_start_time(proc_root: &Path, pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
-    parse_start_time(&stat)
 }
 
 /// A `dotnet-diagnostic-{pid}-{key}-socket` socket (not a link to one).

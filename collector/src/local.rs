@@ -236,7 +236,8 @@ impl ThreadCpu {
     }
 }
 
-fn start_time(dir: &Path) -> Option<u64> {
+/// Field 22 of `dir/stat` (a `/proc/PID` directory): the process's start time.
+pub(crate) fn start_time(dir: &Path) -> Option<u64> {
     let stat = read_limited(&dir.join("stat")).ok()?;
     parse_start_time(&String::from_utf8_lossy(&stat))
 }
