@@ -8,8 +8,11 @@
 //! memory is reused or [`CodeMap::prune_unloaded`] drops it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+
+use hashbrown::hash_table::{Entry, HashTable};
 
 use crate::error::EventError;
 use crate::events::{
@@ -233,23 +236,79 @@ pub struct CodeMapStats {
 /// Orders code versions: later timestamp wins, arrival order breaks ties.
 type Rank = (u64, u64);
 
+/// `(method_id, start, rejit_id)`: how load and unload events name a code version.
+type CodeIdentity = (u64, u64, u64);
+
+/// One code version, in 64 bytes: a node agent keeps a few thousand per process it follows.
 #[derive(Clone, Debug)]
 struct CodeVersion {
     function: FunctionId,
-    /// `(method_id, start, rejit_id)`: how load and unload events name this version.
-    identity: (u64, u64, u64),
-    start: u64,
-    end: u64,
-    tier: OptimizationTier,
-    rank: Rank,
-    unloaded_at: Option<u64>,
+    /// How many segments it owns; a version that owns none is freed.
     segments: u32,
+    method_id: u64,
+    start: u64,
+    rejit_id: u64,
+    rank: Rank,
+    /// When an unload event named it, or [`NOT_UNLOADED`].
+    unloaded_at: u64,
+    /// At most [`MAX_METHOD_SIZE`], checked before a version is made.
+    size: u32,
+    tier: OptimizationTier,
 }
 
+/// [`CodeVersion::unloaded_at`] of a version no unload named (an unload stamped with this very
+/// value is kept as one tick earlier).
+const NOT_UNLOADED: u64 = u64::MAX;
+
+impl CodeVersion {
+    fn identity(&self) -> CodeIdentity {
+        (self.method_id, self.start, self.rejit_id)
+    }
+
+    fn end(&self) -> u64 {
+        self.start.saturating_add(u64::from(self.size))
+    }
+
+    fn unloaded(&self) -> Option<u64> {
+        (self.unloaded_at != NOT_UNLOADED).then_some(self.unloaded_at)
+    }
+}
+
+/// The live code version in slot `c`, if any.
+fn code_in(codes: &[Option<CodeVersion>], c: u32) -> Option<&CodeVersion> {
+    codes.get(c as usize).and_then(Option::as_ref)
+}
+
+/// Pushes, growing by an eighth rather than doubling: the code tables grow for as long as a
+/// process runs (tiering, late loads), and doubling would leave up to half of each one empty in
+/// every process a node agent follows.
+fn push_compact<T>(items: &mut Vec<T>, item: T) {
+    if items.len() == items.capacity() {
+        items.reserve_exact(items.len() / 8 + 16);
+    }
+    items.push(item);
+}
+
+/// Addresses `[start, start + len)` of code version `code`, filed under `start`. A segment lies
+/// within its code version, so its length fits the 32 bits of a method's size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Segment {
-    end: u64,
+    len: u32,
     code: u32,
+}
+
+impl Segment {
+    fn new(start: u64, end: u64, code: u32) -> Segment {
+        debug_assert!(end - start <= u64::from(MAX_METHOD_SIZE));
+        Segment {
+            len: u32::try_from(end.saturating_sub(start)).unwrap_or(MAX_METHOD_SIZE),
+            code,
+        }
+    }
+
+    fn end(&self, start: u64) -> u64 {
+        start.saturating_add(u64::from(self.len))
+    }
 }
 
 /// What a lookup needs from a segment, flattened so one probe answers it.
@@ -303,15 +362,19 @@ struct Image {
 #[derive(Debug)]
 pub struct CodeMap {
     functions: Vec<CodeMapFunction>,
-    /// `(module_id, key)` → function, to share one function among code versions.
-    interned: HashMap<(u64, u64), FunctionId>,
+    /// Functions by `(module_id, key)`, to share one function among code versions. The tables
+    /// hold bare indexes and hash what they point at: a few bytes per entry, not a key's 24.
+    interned: HashTable<FunctionId>,
     /// Latest function seen per `MethodID` (finds the module of an R2R entry point).
     by_method: HashMap<u64, FunctionId>,
     /// Functions created before their module's load event.
     awaiting_module: HashMap<u64, Vec<FunctionId>>,
     codes: Vec<Option<CodeVersion>>,
     free_codes: Vec<u32>,
-    code_index: HashMap<(u64, u64, u64), u32>,
+    /// Code versions by [`CodeIdentity`].
+    code_index: HashTable<u32>,
+    /// Seeded per map, so a target cannot choose colliding identities.
+    hasher: RandomState,
     segments: BTreeMap<u64, Segment>,
     entries: BTreeMap<u64, EntryPoint>,
     modules: HashMap<u64, Module>,
@@ -344,12 +407,13 @@ impl CodeMap {
         };
         Self {
             functions: vec![unresolved],
-            interned: HashMap::new(),
+            interned: HashTable::new(),
             by_method: HashMap::new(),
             awaiting_module: HashMap::new(),
             codes: Vec::new(),
             free_codes: Vec::new(),
-            code_index: HashMap::new(),
+            code_index: HashTable::new(),
+            hasher: RandomState::new(),
             segments: BTreeMap::new(),
             entries: BTreeMap::new(),
             modules: HashMap::new(),
@@ -478,12 +542,16 @@ impl CodeMap {
     /// process a node agent follows.
     pub fn shrink_to_fit(&mut self) {
         self.functions.shrink_to_fit();
-        self.interned.shrink_to_fit();
+        let (functions, hasher) = (&self.functions, &self.hasher);
+        self.interned
+            .shrink_to_fit(|&id| function_hash(hasher, &functions[id.index()]));
+        let codes = &self.codes;
+        self.code_index
+            .shrink_to_fit(|&c| code_hash(hasher, codes, c));
         self.by_method.shrink_to_fit();
         self.awaiting_module.shrink_to_fit();
         self.codes.shrink_to_fit();
         self.free_codes.shrink_to_fit();
-        self.code_index.shrink_to_fit();
         self.modules.shrink_to_fit();
         self.module_by_path.shrink_to_fit();
         self.images.shrink_to_fit();
@@ -498,7 +566,7 @@ impl CodeMap {
             .codes
             .iter()
             .flatten()
-            .filter(|c| c.unloaded_at.is_some())
+            .filter(|c| c.unloaded().is_some())
             .count();
         stats.segments = self.segments.len();
         stats.entry_points = self.entries.len();
@@ -515,13 +583,14 @@ impl CodeMap {
         if stale >= self.segments.len() as u64 / 8 + 64 {
             return self.index.get_or_init(|| self.build_index()).lookup(ip);
         }
-        let (_, segment) = self.segments.range(..=ip).next_back()?;
-        if ip >= segment.end {
+        let (&start, segment) = self.segments.range(..=ip).next_back()?;
+        let end = segment.end(start);
+        if ip >= end {
             return None;
         }
         let code = self.code(segment.code)?;
         Some(Slot {
-            end: segment.end,
+            end,
             function: code.function,
             tier: code.tier,
         })
@@ -536,7 +605,7 @@ impl CodeMap {
             if let Some(code) = self.code(segment.code) {
                 index.starts.push(start);
                 index.slots.push(Slot {
-                    end: segment.end,
+                    end: segment.end(start),
                     function: code.function,
                     tier: code.tier,
                 });
@@ -563,9 +632,10 @@ impl CodeMap {
             }
         }
         // Known code covering the entry point bounds the guess too.
-        if let Some((_, segment)) = self.segments.range(..=entry).next_back() {
-            if segment.end > entry {
-                limit = limit.min(segment.end);
+        if let Some((&start, segment)) = self.segments.range(..=entry).next_back() {
+            let end = segment.end(start);
+            if end > entry {
+                limit = limit.min(end);
             }
         }
         if let Some(image) = self.image_at(entry) {
@@ -643,9 +713,7 @@ impl CodeMap {
         }
         let identity = (event.method_id, event.start_address, event.rejit_id);
         let existing = self
-            .code_index
-            .get(&identity)
-            .copied()
+            .find_code(identity)
             .filter(|&c| self.code(c).is_some_and(|code| code.function == function));
         let code = match existing {
             Some(c) => {
@@ -654,10 +722,10 @@ impl CodeMap {
                 self.unpaint(c);
                 if let Some(Some(code)) = self.codes.get_mut(c as usize) {
                     code.rank = code.rank.max(rank);
-                    code.end = end;
+                    code.size = event.size;
                     code.tier = tier;
-                    if code.unloaded_at.is_some_and(|t| t <= event.timestamp) {
-                        code.unloaded_at = None;
+                    if code.unloaded().is_some_and(|t| t <= event.timestamp) {
+                        code.unloaded_at = NOT_UNLOADED;
                     }
                 }
                 c
@@ -665,15 +733,16 @@ impl CodeMap {
             None => {
                 let c = self.allocate_code(CodeVersion {
                     function,
-                    identity,
-                    start: event.start_address,
-                    end,
-                    tier,
-                    rank,
-                    unloaded_at: None,
                     segments: 0,
+                    method_id: event.method_id,
+                    start: event.start_address,
+                    rejit_id: event.rejit_id,
+                    rank,
+                    unloaded_at: NOT_UNLOADED,
+                    size: event.size,
+                    tier,
                 });
-                self.code_index.insert(identity, c);
+                self.index_code(c);
                 c
             }
         };
@@ -728,11 +797,11 @@ impl CodeMap {
     pub fn unload_method(&mut self, event: &MethodUnload) -> bool {
         let identity = (event.method_id, event.start_address, event.rejit_id);
         let mut matched = false;
-        if let Some(&c) = self.code_index.get(&identity) {
+        if let Some(c) = self.find_code(identity) {
             if let Some(Some(code)) = self.codes.get_mut(c as usize) {
                 // An unload older than the load it names is stale (events from two sessions).
                 if code.rank.0 <= event.timestamp {
-                    code.unloaded_at = Some(event.timestamp);
+                    code.unloaded_at = event.timestamp.min(NOT_UNLOADED - 1);
                     matched = true;
                 }
             }
@@ -756,7 +825,7 @@ impl CodeMap {
             .enumerate()
             .filter_map(|(i, code)| {
                 let code = code.as_ref()?;
-                (code.unloaded_at? < timestamp).then_some(i as u32)
+                (code.unloaded()? < timestamp).then_some(i as u32)
             })
             .collect();
         for &c in &doomed {
@@ -856,8 +925,7 @@ impl CodeMap {
                 ],
             )
         };
-        let slot = (method.module_id, key.0);
-        if let Some(&id) = self.interned.get(&slot) {
+        if let Some(id) = self.interned_function(method.module_id, key) {
             let known = self.function(id);
             if known.namespace() == method.namespace
                 && known.name() == method.name
@@ -886,9 +954,6 @@ impl CodeMap {
             flags: method.flags,
             names,
         });
-        // A 64-bit collision keeps the first function indexed; the second is still correct, only
-        // not shared.
-        self.interned.entry(slot).or_insert(id);
         if method.module_id != 0 && !self.modules.contains_key(&method.module_id) {
             self.awaiting_module
                 .entry(method.module_id)
@@ -900,8 +965,7 @@ impl CodeMap {
 
     fn intern_image(&mut self, name: &str) -> FunctionId {
         let key = FunctionKey::hash(b'i', &[name.as_bytes()]);
-        let slot = (0, key.0);
-        if let Some(&id) = self.interned.get(&slot) {
+        if let Some(id) = self.interned_function(0, key) {
             if self.function(id).module.as_ref() == name {
                 return id;
             }
@@ -916,15 +980,70 @@ impl CodeMap {
             flags: MethodFlags::default(),
             names: MethodNames::labelled(format!("[{name}]")),
         });
-        self.interned.entry(slot).or_insert(id);
         id
     }
 
+    /// Adds a function and indexes it by `(module_id, key)`. A 64-bit collision keeps the first
+    /// function indexed; the second is still correct, only not shared.
     fn push_function(&mut self, function: CodeMapFunction) -> FunctionId {
         // u32::MAX functions would need hundreds of GiB of names; saturate instead of wrapping.
         let id = FunctionId(u32::try_from(self.functions.len()).unwrap_or(u32::MAX));
-        self.functions.push(function);
+        let (module_id, key) = (function.module_id, function.key);
+        push_compact(&mut self.functions, function);
+        let hash = interned_hash(&self.hasher, module_id, key);
+        let (functions, hasher) = (&self.functions, &self.hasher);
+        if let Entry::Vacant(vacant) = self.interned.entry(
+            hash,
+            |&known| {
+                let known = &functions[known.index()];
+                (known.module_id, known.key) == (module_id, key)
+            },
+            |&known| function_hash(hasher, &functions[known.index()]),
+        ) {
+            vacant.insert(id);
+        }
         id
+    }
+
+    /// The function first indexed under `(module_id, key)`.
+    fn interned_function(&self, module_id: u64, key: FunctionKey) -> Option<FunctionId> {
+        let hash = interned_hash(&self.hasher, module_id, key);
+        self.interned
+            .find(hash, |&known| {
+                let known = self.function(known);
+                (known.module_id, known.key) == (module_id, key)
+            })
+            .copied()
+    }
+
+    /// The code version indexed under `identity`.
+    fn find_code(&self, identity: CodeIdentity) -> Option<u32> {
+        let hash = self.hasher.hash_one(identity);
+        self.code_index
+            .find(hash, |&c| {
+                code_in(&self.codes, c).is_some_and(|code| code.identity() == identity)
+            })
+            .copied()
+    }
+
+    /// Indexes code version `c` under its identity, in place of any other version of the same
+    /// identity.
+    fn index_code(&mut self, c: u32) {
+        let Some(identity) = self.code(c).map(CodeVersion::identity) else {
+            return;
+        };
+        let hash = self.hasher.hash_one(identity);
+        let (codes, hasher) = (&self.codes, &self.hasher);
+        match self.code_index.entry(
+            hash,
+            |&known| code_in(codes, known).is_some_and(|code| code.identity() == identity),
+            |&known| code_hash(hasher, codes, known),
+        ) {
+            Entry::Occupied(mut occupied) => *occupied.get_mut() = c,
+            Entry::Vacant(vacant) => {
+                vacant.insert(c);
+            }
+        }
     }
 
     // ----- segments ------------------------------------------------------------------------
@@ -935,7 +1054,7 @@ impl CodeMap {
     }
 
     fn code(&self, c: u32) -> Option<&CodeVersion> {
-        self.codes.get(c as usize).and_then(Option::as_ref)
+        code_in(&self.codes, c)
     }
 
     fn rank_of(&self, c: u32) -> Rank {
@@ -955,21 +1074,22 @@ impl CodeMap {
                 c
             }
             None => {
-                self.codes.push(Some(code));
+                push_compact(&mut self.codes, Some(code));
                 (self.codes.len() - 1) as u32
             }
         }
     }
 
     fn free_code(&mut self, c: u32) {
-        if let Some(slot) = self.codes.get_mut(c as usize) {
-            if let Some(code) = slot.take() {
-                if self.code_index.get(&code.identity) == Some(&c) {
-                    self.code_index.remove(&code.identity);
-                }
-                self.free_codes.push(c);
-            }
+        let Some(identity) = self.code(c).map(CodeVersion::identity) else {
+            return;
+        };
+        let hash = self.hasher.hash_one(identity);
+        if let Ok(indexed) = self.code_index.find_entry(hash, |&known| known == c) {
+            indexed.remove();
         }
+        self.codes[c as usize] = None;
+        self.free_codes.push(c);
     }
 
     fn add_entry(&mut self, address: u64, entry: EntryPoint) {
@@ -987,17 +1107,14 @@ impl CodeMap {
         let Some((&start, &segment)) = self.segments.range(..at).next_back() else {
             return;
         };
-        if segment.end <= at {
+        let end = segment.end(start);
+        if end <= at {
             return;
         }
-        self.segments.insert(
-            start,
-            Segment {
-                end: at,
-                code: segment.code,
-            },
-        );
-        self.segments.insert(at, segment);
+        self.segments
+            .insert(start, Segment::new(start, at, segment.code));
+        self.segments
+            .insert(at, Segment::new(at, end, segment.code));
         self.adjust_segments(segment.code, 1);
     }
 
@@ -1007,7 +1124,7 @@ impl CodeMap {
         if self.is_free(start, end) {
             // The common case: fresh code in fresh memory. Nothing to merge: `c` owns no other
             // segment (new, or just unpainted) and the neighbours belong to other code.
-            self.segments.insert(start, Segment { end, code: c });
+            self.segments.insert(start, Segment::new(start, end, c));
             self.adjust_segments(c, 1);
             return;
         }
@@ -1030,15 +1147,15 @@ impl CodeMap {
                 self.segments.remove(&s);
                 self.adjust_segments(segment.code, -1);
                 losers.push(segment.code);
-                claimed.push((s, segment.end));
+                claimed.push((s, segment.end(s)));
             }
-            cursor = segment.end;
+            cursor = segment.end(s);
         }
         if cursor < end {
             claimed.push((cursor, end));
         }
         for (s, e) in claimed {
-            self.segments.insert(s, Segment { end: e, code: c });
+            self.segments.insert(s, Segment::new(s, e, c));
             self.adjust_segments(c, 1);
         }
         self.coalesce(start, end);
@@ -1058,7 +1175,7 @@ impl CodeMap {
             .segments
             .range(..start)
             .next_back()
-            .is_none_or(|(_, segment)| segment.end <= start);
+            .is_none_or(|(&s, segment)| segment.end(s) <= start);
         before_ends_in_time && self.segments.range(start..end).next().is_none()
     }
 
@@ -1070,7 +1187,7 @@ impl CodeMap {
         };
         let owned: Vec<u64> = self
             .segments
-            .range(code.start..code.end)
+            .range(code.start..code.end())
             .filter(|(_, segment)| segment.code == c)
             .map(|(&s, _)| s)
             .collect();
@@ -1096,15 +1213,10 @@ impl CodeMap {
                 if let (Some(&before), Some(&this)) =
                     (self.segments.get(&p), self.segments.get(&key))
                 {
-                    if before.end == key && before.code == this.code {
+                    if before.end(p) == key && before.code == this.code {
                         self.segments.remove(&key);
-                        self.segments.insert(
-                            p,
-                            Segment {
-                                end: this.end,
-                                code: this.code,
-                            },
-                        );
+                        self.segments
+                            .insert(p, Segment::new(p, this.end(key), this.code));
                         self.adjust_segments(this.code, -1);
                         continue;
                     }
@@ -1113,6 +1225,20 @@ impl CodeMap {
             previous = Some(key);
         }
     }
+}
+
+/// The hash [`CodeMap::interned`] files a function of `module_id` and `key` under.
+fn interned_hash(hasher: &RandomState, module_id: u64, key: FunctionKey) -> u64 {
+    hasher.hash_one((module_id, key.0))
+}
+
+fn function_hash(hasher: &RandomState, function: &CodeMapFunction) -> u64 {
+    interned_hash(hasher, function.module_id, function.key)
+}
+
+/// The hash [`CodeMap::code_index`] files code version `c` under.
+fn code_hash(hasher: &RandomState, codes: &[Option<CodeVersion>], c: u32) -> u64 {
+    code_in(codes, c).map_or(0, |code| hasher.hash_one(code.identity()))
 }
 
 /// The parts of a method event that identify its function.
@@ -1146,4 +1272,25 @@ fn validate_range(method_id: u64, start: u64, size: u32) -> Result<u64, EventErr
             start,
             size,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A node agent keeps a few thousand code versions for each of up to a hundred processes.
+    #[test]
+    fn a_code_version_slot_takes_64_bytes_and_a_segment_8() {
+        assert!(std::mem::size_of::<Option<CodeVersion>>() <= 64);
+        assert_eq!(std::mem::size_of::<Segment>(), 8);
+    }
+
+    #[test]
+    fn tables_grow_by_an_eighth() {
+        let mut items: Vec<u64> = Vec::new();
+        for i in 0..10_000 {
+            push_compact(&mut items, i);
+        }
+        assert!(items.capacity() <= items.len() + items.len() / 8 + 16);
+    }
 }
