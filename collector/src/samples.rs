@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use crate::nettrace::events::{SampleKind, ThreadSample};
-use crate::nettrace::Event;
+use crate::nettrace::{Event, Stack, StackIdentity};
 
 /// The sampler interval assumed when the trace does not state one (the runtime's default).
 pub const DEFAULT_INTERVAL_NS: i64 = 1_000_000;
@@ -65,6 +65,18 @@ fn stack_hash(thread_id: u64, managed: bool, bytes: &[u8]) -> u64 {
     hash
 }
 
+/// Slots of [`SampleAggregator::remembered`].
+const REMEMBERED_STACKS: usize = 256;
+
+/// A stack id of the stream, and the stack of `keys` it named for one thread and mode.
+#[derive(Debug, Clone, Copy)]
+struct RememberedStack {
+    stack: StackIdentity,
+    thread_id: u64,
+    managed: bool,
+    index: u32,
+}
+
 /// When one sample was taken: an index into [`SampleAggregator::stacks_by_index`] and the
 /// sample's raw timestamp (the runtime's QPC ticks, shared by all sessions of one process).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +96,10 @@ pub struct SampleAggregator {
     by_hash: HashMap<u64, u32>,
     /// Stacks whose hash an earlier different stack holds in `by_hash`.
     collided: HashMap<StackKey, u32>,
+    /// The index the stream's stack ids last led to, by thread and mode: a waiting thread is
+    /// sampled with the same stack id tick after tick, counted then without hashing its frames.
+    /// Direct-mapped ([`REMEMBERED_STACKS`] slots); empty until the first sample.
+    remembered: Vec<Option<RememberedStack>>,
     counts: Vec<u64>,
     /// Every sample's time, when asked for ([`SampleAggregator::keep_times`]).
     times: Option<Vec<SampleTime>>,
@@ -143,8 +159,48 @@ impl SampleAggregator {
         self.samples += 1;
         let thread_id = event.header.thread_id;
         let managed = sample.kind == SampleKind::Managed;
+        let identity = event.stack_identity();
+        let slot = identity.map(|identity| {
+            (identity.id() as usize ^ thread_id as usize ^ usize::from(managed)) % REMEMBERED_STACKS
+        });
+        let remembered = slot
+            .and_then(|slot| self.remembered.get(slot).copied().flatten())
+            .filter(|r| {
+                Some(r.stack) == identity && r.thread_id == thread_id && r.managed == managed
+            });
+        let index = match remembered {
+            Some(remembered) => remembered.index,
+            None => {
+                let index = self.index_of(event, sample, stack);
+                if let (Some(slot), Some(stack)) = (slot, identity) {
+                    if self.remembered.is_empty() {
+                        self.remembered = vec![None; REMEMBERED_STACKS];
+                    }
+                    self.remembered[slot] = Some(RememberedStack {
+                        stack,
+                        thread_id,
+                        managed,
+                        index,
+                    });
+                }
+                index
+            }
+        };
+        self.counts[index as usize] += 1;
+        if let Some(times) = &mut self.times {
+            times.push(SampleTime {
+                stack: index,
+                timestamp: event.header.timestamp,
+            });
+        }
+    }
+
+    /// The index of a sample's stack in `keys`, added if new.
+    fn index_of(&mut self, event: &Event<'_>, sample: &ThreadSample, stack: Stack<'_>) -> u32 {
+        let thread_id = event.header.thread_id;
+        let managed = sample.kind == SampleKind::Managed;
         let hash = stack_hash(thread_id, managed, stack.bytes());
-        let index = match self.by_hash.get(&hash) {
+        match self.by_hash.get(&hash) {
             Some(&index) => {
                 let key = &self.keys[index as usize];
                 if key.thread_id == thread_id
@@ -161,13 +217,6 @@ impl SampleAggregator {
                 self.by_hash.insert(hash, index);
                 index
             }
-        };
-        self.counts[index as usize] += 1;
-        if let Some(times) = &mut self.times {
-            times.push(SampleTime {
-                stack: index,
-                timestamp: event.header.timestamp,
-            });
         }
     }
 
@@ -301,6 +350,40 @@ mod tests {
     use super::*;
     use crate::nettrace::events::KnownEvent;
     use crate::nettrace::NettraceReader;
+
+    /// Samples counted through remembered stack ids come to what counting every sample's own
+    /// frames gives, over traces of real runtimes with many sequence points (ids restart).
+    #[test]
+    fn remembered_stacks_count_as_the_frames_do() {
+        let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+        let mut traces = 0;
+        for entry in std::fs::read_dir(fixtures).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().and_then(|e| e.to_str()) != Some("nettrace") {
+                continue;
+            }
+            let mut reader = NettraceReader::new(std::fs::File::open(&path).unwrap());
+            let mut agg = SampleAggregator::new(1_000_000);
+            let mut naive: HashMap<StackKey, u64> = HashMap::new();
+            // Fixtures of damaged streams end early; what came before still counts.
+            while let Ok(Some(event)) = reader.next_event() {
+                if let Ok(Some(KnownEvent::ThreadSample(sample))) = event.known() {
+                    agg.add(&event, &sample);
+                    if event.stack().is_some_and(|s| !s.is_empty()) {
+                        *naive.entry(StackKey::of(&event, &sample)).or_default() += 1;
+                    }
+                }
+            }
+            if naive.is_empty() {
+                continue;
+            }
+            traces += 1;
+            let counted: HashMap<StackKey, u64> =
+                agg.stacks().map(|(key, n)| (key.clone(), n)).collect();
+            assert_eq!(counted, naive, "{}", path.display());
+        }
+        assert!(traces >= 2, "fixtures with samples: {traces}");
+    }
 
     #[test]
     fn period_is_measured_from_a_real_trace() {

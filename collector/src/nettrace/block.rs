@@ -6,6 +6,7 @@ use super::cursor::{Cursor, ReadFault, ReadResult};
 use super::error::NettraceError;
 use super::guid::Guid;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Header of one event blob, after decompression.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -147,13 +148,49 @@ pub(crate) fn read_event_block_header(c: &mut Cursor<'_>) -> ReadResult<bool> {
 ///
 /// Ids restart after every sequence point, so the cache is cleared there. Ids within a region are
 /// handed out consecutively, so they index a vector; anything else goes to a map.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct StackCache {
     bytes: Vec<u8>,
     base_id: u32,
     ranges: Vec<(u32, u32)>,
     scattered: HashMap<u32, (u32, u32)>,
     count: u64,
+    /// This cache among all of the program's (see [`StackIdentity`]).
+    instance: u64,
+    /// Changes whenever an id may come to name other frames: at a sequence point, and when a
+    /// stream defines an id a second time.
+    generation: u64,
+}
+
+/// Names one stack of one stream for as long as the same id names the same frames: two events
+/// with equal identities have equal stacks, so a consumer can remember what it made of one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StackIdentity {
+    instance: u64,
+    generation: u64,
+    id: u32,
+}
+
+impl StackIdentity {
+    /// The stream's stack id: dense from the region's first, so fit to index a small table.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+impl Default for StackCache {
+    fn default() -> Self {
+        static INSTANCES: AtomicU64 = AtomicU64::new(0);
+        StackCache {
+            bytes: Vec::new(),
+            base_id: 0,
+            ranges: Vec::new(),
+            scattered: HashMap::new(),
+            count: 0,
+            instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
+            generation: 0,
+        }
+    }
 }
 
 impl StackCache {
@@ -163,6 +200,17 @@ impl StackCache {
         self.ranges = Vec::new();
         self.scattered = HashMap::new();
         self.base_id = 0;
+        self.generation += 1;
+    }
+
+    /// The identity of stack `id` as it is now defined.
+    #[inline]
+    pub fn identity(&self, id: u32) -> StackIdentity {
+        StackIdentity {
+            instance: self.instance,
+            generation: self.generation,
+            id,
+        }
     }
 
     /// Stacks added since the parser started.
@@ -213,8 +261,8 @@ impl StackCache {
                 && id.wrapping_sub(self.base_id) as usize == self.ranges.len()
             {
                 self.ranges.push(range);
-            } else {
-                self.scattered.insert(id, range);
+            } else if self.scattered.insert(id, range).is_some() {
+                self.generation += 1;
             }
             id = id.wrapping_add(1);
             self.count += 1;
@@ -340,6 +388,49 @@ mod tests {
         body.extend(1u32.to_le_bytes());
         body.extend(u32::MAX.to_le_bytes());
         assert!(s.add_block(Cursor::new(&body, 0), 8, &mut budget).is_err());
+    }
+
+    #[test]
+    fn a_stack_identity_changes_when_its_id_may_name_other_frames() {
+        let block = |first: u32, ip: u32| {
+            let mut body = Vec::new();
+            body.extend(first.to_le_bytes());
+            body.extend(1u32.to_le_bytes());
+            body.extend(4u32.to_le_bytes());
+            body.extend(ip.to_le_bytes());
+            body
+        };
+        let mut budget = MemoryBudget::new(1 << 20);
+        let mut s = StackCache::default();
+        s.add_block(Cursor::new(&block(1, 0x10), 0), 4, &mut budget)
+            .unwrap();
+        let first = s.identity(1);
+        s.add_block(Cursor::new(&block(2, 0x20), 0), 4, &mut budget)
+            .unwrap();
+        assert_eq!(
+            s.identity(1),
+            first,
+            "a new id leaves the others as they were"
+        );
+        // Ids restart after a sequence point.
+        s.clear();
+        s.add_block(Cursor::new(&block(1, 0x30), 0), 4, &mut budget)
+            .unwrap();
+        let after_clear = s.identity(1);
+        assert_ne!(after_clear, first);
+        // A hostile stream defines an id again.
+        s.add_block(Cursor::new(&block(9, 0x40), 0), 4, &mut budget)
+            .unwrap();
+        let nine = s.identity(9);
+        s.add_block(Cursor::new(&block(9, 0x50), 0), 4, &mut budget)
+            .unwrap();
+        assert_eq!(s.get(9).unwrap(), 0x50u32.to_le_bytes());
+        assert_ne!(s.identity(9), nine);
+        // Another stream's cache never shares an identity.
+        assert_ne!(
+            StackCache::default().identity(1),
+            StackCache::default().identity(1)
+        );
     }
 
     #[test]

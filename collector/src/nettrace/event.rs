@@ -1,6 +1,6 @@
 //! One decoded event, borrowing its payload, metadata and stack from the parser.
 
-use super::block::{EventHeader, StackCache};
+use super::block::{EventHeader, StackCache, StackIdentity};
 use super::error::NettraceError;
 use super::events::{decode_known, KnownEvent};
 use super::metadata::EventMetadata;
@@ -49,6 +49,13 @@ impl<'a> Event<'a> {
             bytes,
             pointer_size: self.pointer_size,
         })
+    }
+
+    /// Names the event's stack for as long as its id names the same frames (see
+    /// [`StackIdentity`]); `None` when it has no stack.
+    #[inline]
+    pub fn stack_identity(&self) -> Option<StackIdentity> {
+        (self.header.stack_id != 0).then(|| self.stacks.identity(self.header.stack_id))
     }
 
     /// V6: the Thread-table row of the thread the event is about (name, OS process and thread).

@@ -43,7 +43,7 @@ mod tests;
 #[cfg(test)]
 pub(crate) mod testutil;
 
-pub use block::EventHeader;
+pub use block::{EventHeader, StackIdentity};
 pub use budget::SharedBudget;
 pub use error::NettraceError;
 pub use event::{Event, Stack};
