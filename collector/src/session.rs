@@ -228,15 +228,22 @@ pub async fn run<W: AsyncWrite + Unpin>(
 
 /// The buffer a stream is read into: [`FIRST_CHUNK`] while reads bring little (a long-lived
 /// session of a quiet process gets a few events at a time, and a node agent holds one buffer
-/// per session), doubled up to [`CHUNK`] whenever a read fills it.
+/// per session), doubled up to [`CHUNK`] whenever a read fills it, and halved again after
+/// [`SHRINK_AFTER`] reads in a row used a quarter of it at most (a burst at startup or a
+/// rundown is over).
 struct ReadBuffer {
     bytes: Vec<u8>,
+    small_reads: u32,
 }
+
+/// Reads in a row that used at most a quarter of the buffer before it is halved.
+const SHRINK_AFTER: u32 = 16;
 
 impl ReadBuffer {
     fn new() -> ReadBuffer {
         ReadBuffer {
             bytes: vec![0; FIRST_CHUNK],
+            small_reads: 0,
         }
     }
 
@@ -245,11 +252,23 @@ impl ReadBuffer {
         &mut self.bytes
     }
 
-    /// The `n` bytes a read just brought; the buffer grows for the next read when they filled it.
+    /// The `n` bytes a read just brought; the buffer is resized for the next read when they
+    /// filled it, or after a run of small reads.
     fn filled(&mut self, n: usize) -> &[u8] {
-        if n == self.bytes.len() && n < CHUNK {
-            let read = std::mem::replace(&mut self.bytes, vec![0; (2 * n).min(CHUNK)]);
-            self.bytes[..n].copy_from_slice(&read);
+        let size = self.bytes.len();
+        let resize = if n == size && n < CHUNK {
+            Some((2 * n).min(CHUNK))
+        } else if n <= size / 4 && size > FIRST_CHUNK {
+            self.small_reads += 1;
+            (self.small_reads >= SHRINK_AFTER).then_some(size / 2)
+        } else {
+            self.small_reads = 0;
+            None
+        };
+        if let Some(size) = resize {
+            let read = std::mem::replace(&mut self.bytes, vec![0; size]);
+            self.bytes[..n].copy_from_slice(&read[..n]);
+            self.small_reads = 0;
         }
         &self.bytes[..n]
     }
@@ -490,7 +509,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_read_buffer_grows_only_when_reads_fill_it() {
+    fn a_read_buffer_grows_when_reads_fill_it_and_shrinks_after_a_burst() {
         let mut buf = ReadBuffer::new();
         assert_eq!(buf.space().len(), FIRST_CHUNK);
         buf.space()[..3].copy_from_slice(b"abc");
@@ -507,5 +526,26 @@ mod tests {
         }
         buf.filled(CHUNK);
         assert_eq!(buf.space().len(), CHUNK);
+        // Small reads after the burst: the buffer halves after enough of them in a row, keeping
+        // what the last read brought.
+        for _ in 0..SHRINK_AFTER - 1 {
+            buf.filled(100);
+        }
+        buf.filled(CHUNK / 2);
+        for _ in 0..SHRINK_AFTER - 1 {
+            buf.filled(100);
+        }
+        assert_eq!(
+            buf.space().len(),
+            CHUNK,
+            "a larger read in between starts the count again"
+        );
+        buf.space()[..3].copy_from_slice(b"xyz");
+        assert_eq!(buf.filled(3), b"xyz");
+        assert_eq!(buf.space().len(), CHUNK / 2);
+        for _ in 0..10 * SHRINK_AFTER {
+            buf.filled(1);
+        }
+        assert_eq!(buf.space().len(), FIRST_CHUNK, "never below the first size");
     }
 }

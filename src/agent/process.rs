@@ -28,6 +28,7 @@ use symbolizer::profiles::process::{Batches, EventProfiles, ProcessProfiler};
 use symbolizer::ImageRange;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
+use ui::metrics::Counter;
 
 use super::health::{GaugeGuard, Health};
 use super::runtime_counters;
@@ -762,6 +763,7 @@ async fn attach(
         renew_linkage,
         published: Published::default(),
         cpu_at_last_stop: None,
+        dropped_events: HashMap::new(),
     };
     let result = tokio::select! {
         result = sampling.run() => result,
@@ -950,6 +952,9 @@ struct SamplingLoop<'a> {
     published: Published,
     /// The threads' CPU time when the last window stopped.
     cpu_at_last_stop: Option<ThreadCpu>,
+    /// This process's series of the dropped-events counter, by stream: looked up once, since a
+    /// lookup builds the label values and searches every process's series.
+    dropped_events: HashMap<&'static str, Counter>,
 }
 
 /// The totals of a process's losses already added to `/metrics`.
@@ -1114,11 +1119,9 @@ impl SamplingLoop<'_> {
         if let Some(error) = sink.error() {
             anyhow::bail!("the sampler's stream did not parse: {error}");
         }
-        let pid = self.pid.to_string();
         let dropped = sink.parser().dropped_events();
         // Added even when 0: the series exists before its first loss (see run_long_session).
-        let counter = self.health.losses.dropped_events.with(&[&pid, "sampler"]);
-        counter.add(dropped);
+        self.dropped_events_counter("sampler").add(dropped);
         let interval = sink.parser().trace().map(|t| t.expected_cpu_sampling_rate);
         let (_, WindowSamples { mut samples, .. }) = sink.into_parts();
         if let Some(interval) = interval {
@@ -1139,19 +1142,21 @@ impl SamplingLoop<'_> {
     /// trace linkage, renews its session when no span has started for [`LINKAGE_QUIET`], so that
     /// linkage comes back within one sampler period of losing its providers' arguments.
     async fn check_losses(&mut self) {
+        for stream in [Stream::Light, Stream::Linkage] {
+            let Some(progress) = self.profiler.progress(stream) else {
+                continue;
+            };
+            let dropped = progress.dropped.load(Ordering::Relaxed);
+            let published = match stream {
+                Stream::Light => &mut self.published.light_dropped,
+                Stream::Linkage => &mut self.published.linkage_dropped,
+                Stream::Rundown => continue,
+            };
+            let delta = dropped - std::mem::replace(published, dropped);
+            self.dropped_events_counter(stream.name()).add(delta);
+        }
         let pid = self.pid.to_string();
         let losses = &self.health.losses;
-        for (stream, published) in [
-            (Stream::Light, &mut self.published.light_dropped),
-            (Stream::Linkage, &mut self.published.linkage_dropped),
-        ] {
-            if let Some(progress) = self.profiler.progress(stream) {
-                let dropped = progress.dropped.load(Ordering::Relaxed);
-                let counter = losses.dropped_events.with(&[&pid, stream.name()]);
-                counter.add(dropped - *published);
-                *published = dropped;
-            }
-        }
         let Some(renew) = &self.renew_linkage else {
             return;
         };
@@ -1183,6 +1188,14 @@ impl SamplingLoop<'_> {
         }
         // A new session applies the providers' arguments again when it enables them.
         renew.notify_one();
+    }
+
+    /// This process's series of `clrscope_eventpipe_dropped_events_total` for `stream`.
+    fn dropped_events_counter(&mut self, stream: &'static str) -> &Counter {
+        let (family, pid) = (&self.health.losses.dropped_events, self.pid);
+        self.dropped_events
+            .entry(stream)
+            .or_insert_with(|| family.with(&[&pid.to_string(), stream]))
     }
 
     /// Names the window's stacks once the light session has caught up, and stores them.

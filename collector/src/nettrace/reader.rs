@@ -35,7 +35,7 @@ use std::collections::HashMap;
 
 const MAGIC: &[u8; 8] = b"Nettrace";
 /// The input buffer is shrunk back once it is twice as large as what it holds and this.
-const IDLE_INPUT_CAPACITY: usize = 16 << 10;
+const IDLE_INPUT_CAPACITY: usize = 4 << 10;
 const SERIALIZATION_MAGIC: &[u8; 20] = b"!FastSerialization.1";
 const TAG_NULL_REFERENCE: u8 = 1;
 const TAG_BEGIN_PRIVATE_OBJECT: u8 = 5;
