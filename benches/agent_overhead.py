@@ -171,7 +171,14 @@ class Target:
                                      stderr=self.stderr, env=env, text=True, preexec_fn=pin)
         self.lines = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
-        self.ready = self.next_line(ready_timeout, "ready")
+        try:
+            self.ready = self.next_line(ready_timeout, "ready")
+        except SetupError:
+            # Not left running: a node run that tolerates a failed restart would otherwise go on
+            # with a process it does not count, which the agent still profiles.
+            self.proc.kill()
+            self.proc.wait()
+            raise
         self.pid = self.proc.pid
 
     def _read(self):
