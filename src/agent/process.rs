@@ -2,6 +2,7 @@
 //! batches they yield, until the process exits or the agent stops.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -126,8 +127,6 @@ struct SharedProfiler {
     /// A module loaded since `/proc/PID/maps` was last read: the next ReadyToRun entry point
     /// may lie in an image the code map does not know yet.
     images_stale: Arc<AtomicBool>,
-    /// A window named since then had frames in no known code or image.
-    unresolved_seen: Arc<AtomicBool>,
     /// The mapped images the code map was last given, and when they were read.
     images: Arc<Mutex<MappedImages>>,
     light: Arc<StreamProgress>,
@@ -146,7 +145,6 @@ impl SharedProfiler {
             profiler: Arc::new(Mutex::new(profiler)),
             local: local.map(Arc::new),
             images_stale: Arc::new(AtomicBool::new(false)),
-            unresolved_seen: Arc::new(AtomicBool::new(false)),
             images: Arc::default(),
             light: StreamProgress::new(),
             linkage,
@@ -183,13 +181,22 @@ impl SharedProfiler {
     /// listen-mode runtime is attached before its first assembly is mapped), and a frame in a
     /// file the map does not know would stay `[unknown]`. True when they changed.
     fn refresh_images(&self) -> bool {
+        let mapped = self.images.lock().unwrap_or_else(|p| p.into_inner());
+        self.read_images(mapped)
+    }
+
+    /// [`SharedProfiler::refresh_images`] with the images' lock held.
+    fn read_images(&self, mut mapped: MutexGuard<'_, MappedImages>) -> bool {
         self.images_stale.store(false, Ordering::Relaxed);
-        self.unresolved_seen.store(false, Ordering::Relaxed);
+        let now = Instant::now();
+        if mapped.unresolved_seen {
+            mapped.unresolved_read_at = Some(now);
+            mapped.unresolved_seen = false;
+        }
+        mapped.read_at = Some(now);
         let Some(local) = self.local.as_deref() else {
             return false;
         };
-        let mut mapped = self.images.lock().unwrap_or_else(|p| p.into_inner());
-        mapped.read_at = Some(Instant::now());
         match symbolizer::reread_proc_maps(local, &mapped.known) {
             Ok(Some(images)) => {
                 mapped.known = images.clone();
@@ -203,18 +210,18 @@ impl SharedProfiler {
     /// [`SharedProfiler::refresh_images`] before a window is named, when [`images_due`] says
     /// its images may have changed: reading `/proc/PID/maps` for every window of every process
     /// was the largest share of a node agent's CPU. True when they were read and had changed.
-    fn refresh_images_if_due(&self) -> bool {
-        let since_read = self
-            .images
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .read_at
-            .map_or(Duration::MAX, |at| at.elapsed());
-        images_due(
+    /// `unresolved` says the window about to be named had frames in no known code or image.
+    fn refresh_images_if_due(&self, unresolved: bool) -> bool {
+        let mut mapped = self.images.lock().unwrap_or_else(|p| p.into_inner());
+        mapped.unresolved_seen |= unresolved;
+        let since = |at: Option<Instant>| at.map_or(Duration::MAX, |at| at.elapsed());
+        let due = images_due(
             self.images_stale.load(Ordering::Relaxed),
-            self.unresolved_seen.load(Ordering::Relaxed),
-            since_read,
-        ) && self.refresh_images()
+            mapped.unresolved_seen,
+            since(mapped.read_at),
+            since(mapped.unresolved_read_at),
+        );
+        due && self.read_images(mapped)
     }
 
     /// Waits until the long-lived sessions have delivered events up to `until_ns` (Unix ns), or
@@ -313,22 +320,33 @@ impl SpanSource for LightSpans {
 struct MappedImages {
     known: Vec<ImageRange>,
     read_at: Option<Instant>,
+    /// A window named since `read_at` had frames in no known code or image.
+    unresolved_seen: bool,
+    /// When unresolved frames last had the images read again.
+    unresolved_read_at: Option<Instant>,
 }
 
-/// Without a module load, a window with frames in no known code or image has the images read
-/// again at most this often (a native library loaded without an event, or code outside every
-/// file, such as the runtime's stubs, which no reading names) ...
+/// Without a module load, unresolved frames have the images read again at once, and then at most
+/// this often while frames stay unresolved: code outside every file, such as the runtime's
+/// stubs, is named by no reading ...
 const MAPS_RECHECK_UNRESOLVED: Duration = Duration::from_secs(30);
 /// ... and every window at least this often.
 const MAPS_RECHECK: Duration = Duration::from_secs(300);
 
 /// Whether a process's mapped images are read again before naming a window: after a module
-/// load (its image is mapped), when frames went unresolved and [`MAPS_RECHECK_UNRESOLVED`] has
-/// passed, or after [`MAPS_RECHECK`].
-fn images_due(module_loaded: bool, unresolved_seen: bool, since_read: Duration) -> bool {
+/// load (its image is mapped), after [`MAPS_RECHECK`], or when frames went unresolved and the
+/// last re-reading for unresolved frames is [`MAPS_RECHECK_UNRESOLVED`] ago. That bound runs
+/// from the re-reading unresolved frames caused, not from any reading: a listen-mode runtime maps
+/// its libraries after the attach-time reading, and its first window must see them.
+fn images_due(
+    module_loaded: bool,
+    unresolved_seen: bool,
+    since_read: Duration,
+    since_unresolved_read: Duration,
+) -> bool {
     module_loaded
         || since_read >= MAPS_RECHECK
-        || (unresolved_seen && since_read >= MAPS_RECHECK_UNRESOLVED)
+        || (unresolved_seen && since_unresolved_read >= MAPS_RECHECK_UNRESOLVED)
 }
 
 /// Feeds one long-lived session's events to the shared profiler, and keeps that stream's
@@ -469,10 +487,7 @@ fn linkage_session(
     CollectTracing::v2(session).with_rundown(false)
 }
 
-/// The sampler, plus GC allocation ticks when the alloc profiles are on. Each tick walks the
-/// allocating thread's stack, on that thread, once per ~100 KB allocated: measured at 4–5 % of an
-/// allocation-heavy service's CPU when always on (BENCHMARKS.md), so ticks are duty-cycled with
-/// the sampler instead of riding the light session.
+/// The sampler, plus GC allocation ticks when `alloc` (see [`alloc_provider`]).
 fn sampler_session(alloc: bool) -> CollectTracing {
     let mut session = vec![ProviderConfig::new(
         providers::SAMPLE_PROFILER,
@@ -480,14 +495,26 @@ fn sampler_session(alloc: bool) -> CollectTracing {
         level::INFORMATIONAL,
     )];
     if alloc {
-        // GCAllocationTick is a Verbose event of the GC keyword.
-        session.push(ProviderConfig::new(
-            providers::RUNTIME,
-            providers::RUNTIME_GC_KEYWORD,
-            level::VERBOSE,
-        ));
+        session.push(alloc_provider());
     }
     CollectTracing::v2(session).with_rundown(false)
+}
+
+/// GC allocation ticks alone: see [`SamplingLoop::alloc_window`].
+fn alloc_session() -> CollectTracing {
+    CollectTracing::v2(vec![alloc_provider()]).with_rundown(false)
+}
+
+/// GCAllocationTick, a Verbose event of the GC keyword, for the alloc profiles. Each tick walks
+/// the allocating thread's stack, on that thread, once per ~100 KB allocated: measured at 4–5 % of
+/// an allocation-heavy service's CPU when always on (BENCHMARKS.md), so ticks are duty-cycled
+/// with the sampler instead of riding the light session.
+fn alloc_provider() -> ProviderConfig {
+    ProviderConfig::new(
+        providers::RUNTIME,
+        providers::RUNTIME_GC_KEYWORD,
+        level::VERBOSE,
+    )
 }
 
 /// The service name OpenTelemetry SDKs in the process would report: `OTEL_SERVICE_NAME`, else
@@ -942,7 +969,8 @@ struct SamplingLoop<'a> {
     shutdown: watch::Receiver<bool>,
     /// Keep each sample's time, to join it to the span its thread ran.
     keep_times: bool,
-    /// Take allocation ticks during sampler windows.
+    /// Take allocation ticks: in a window of their own after the sampler's (see
+    /// [`SamplingLoop::alloc_window`]), or in the sampler's when boosted.
     alloc: bool,
     health: Health,
     parser: &'a ParserOptions,
@@ -985,16 +1013,28 @@ impl SamplingLoop<'_> {
                     }
                     // Before the window, so that a window is linked again once a loss is seen.
                     self.check_losses().await;
-                    match self.window(until).await {
+                    let opened = Instant::now();
+                    let period = self.sampler.status().duty.period;
+                    // Boosted, or without room in the period, ticks share the sampler's window.
+                    let alloc_apart = self.alloc
+                        && !boosted
+                        && until.saturating_duration_since(opened) * 2 <= period;
+                    match self.window(until, self.alloc && !alloc_apart).await {
                         Ok((mut samples, thread_names)) => {
                             self.sampler
                                 .observe_window(samples.samples(), samples.ticks());
                             // Duty-cycled, the window stands for its whole period; boosted,
                             // windows follow each other and stand for themselves.
                             if !boosted {
-                                samples.set_stands_for(self.sampler.status().duty.period);
+                                samples.set_stands_for(period);
                             }
                             self.symbolize_later(samples, thread_names);
+                            if alloc_apart {
+                                let until = Instant::now() + opened.elapsed();
+                                if let Err(error) = self.alloc_window(until).await {
+                                    tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "allocation window failed; trying again next period");
+                                }
+                            }
                         }
                         Err(error) => {
                             tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "sampler window failed; trying again next period");
@@ -1065,23 +1105,17 @@ impl SamplingLoop<'_> {
         }
     }
 
-    /// Runs one sampler session until `until` or the agent's stop; its samples, and the names of
-    /// the process's threads as it stopped.
+    /// Runs one sampler session until `until` or the agent's stop, with allocation ticks when
+    /// `alloc`; its samples, and the names of the process's threads as it stopped.
     async fn window(
         &mut self,
         until: Instant,
+        alloc: bool,
     ) -> anyhow::Result<(SampleAggregator, HashMap<u64, String>)> {
         let mut samples = SampleAggregator::new(0);
         if self.keep_times {
             samples = samples.keep_times();
         }
-        let window = WindowSamples {
-            samples,
-            profiler: self.profiler.clone(),
-        };
-        let mut sink = ParsingWriter::with_options(tokio::io::sink(), window, self.parser.clone());
-        let mut shutdown = self.shutdown.clone();
-        let _open = GaugeGuard::new(&self.health.sessions);
         let opened_unix_ms = profile::clock::unix_millis();
         // A window stands for the time since the last one stopped (its duty period), so each
         // thread's CPU is measured over that time: within the window itself the sampler's
@@ -1091,23 +1125,14 @@ impl SamplingLoop<'_> {
             .take()
             .or_else(|| self.profiler.thread_cpu());
         let mut cpu_at_stop = None;
+        let (profiler, stop_at) = (self.profiler.clone(), self.stop_at(until));
         let stop = async {
-            tokio::select! {
-                () = tokio::time::sleep_until(until) => {}
-                _ = shutdown.wait_for(|stop| *stop) => {}
-            }
-            cpu_at_stop = self.profiler.thread_cpu();
+            stop_at.await;
+            cpu_at_stop = profiler.thread_cpu();
         };
-        session::run(
-            self.client,
-            sampler_session(self.alloc),
-            &mut sink,
-            stop,
-            STOP_TIMEOUT,
-            |_| {},
-        )
-        .await
-        .context("sampling")?;
+        let sink = self
+            .run_window(sampler_session(alloc), samples, stop)
+            .await?;
         // When the target was sampled, on the wall clock: what benches/agent_overhead.py
         // lines up with the target's own throughput to see what a window costs.
         tracing::debug!(
@@ -1116,12 +1141,6 @@ impl SamplingLoop<'_> {
             closed_unix_ms = profile::clock::unix_millis(),
             "sampler window closed"
         );
-        if let Some(error) = sink.error() {
-            anyhow::bail!("the sampler's stream did not parse: {error}");
-        }
-        let dropped = sink.parser().dropped_events();
-        // Added even when 0: the series exists before its first loss (see run_long_session).
-        self.dropped_events_counter("sampler").add(dropped);
         let interval = sink.parser().trace().map(|t| t.expected_cpu_sampling_rate);
         let (_, WindowSamples { mut samples, .. }) = sink.into_parts();
         if let Some(interval) = interval {
@@ -1136,6 +1155,54 @@ impl SamplingLoop<'_> {
             .unwrap_or_default();
         self.cpu_at_last_stop = cpu_at_stop;
         Ok((samples, thread_names))
+    }
+
+    /// Takes allocation ticks until `until` or the agent's stop, in a session of their own right
+    /// after the sampler's window: the GC keyword they need also brings the GCSuspendEE and
+    /// GCRestartEE events of every sampler tick (four events a tick, more than the samples),
+    /// which the runtime would write and the agent parse for nothing.
+    async fn alloc_window(&mut self, until: Instant) -> anyhow::Result<()> {
+        let stop = self.stop_at(until);
+        self.run_window(alloc_session(), SampleAggregator::new(0), stop)
+            .await?;
+        Ok(())
+    }
+
+    /// Resolves at `until` or at the agent's stop.
+    fn stop_at(&self, until: Instant) -> impl Future<Output = ()> + use<> {
+        let mut shutdown = self.shutdown.clone();
+        async move {
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {}
+                _ = shutdown.wait_for(|stop| *stop) => {}
+            }
+        }
+    }
+
+    /// Runs one duty-cycled session until `stop`: its samples into `samples`, its other events
+    /// (allocation ticks) to the profiler.
+    async fn run_window(
+        &mut self,
+        config: CollectTracing,
+        samples: SampleAggregator,
+        stop: impl Future<Output = ()>,
+    ) -> anyhow::Result<ParsingWriter<tokio::io::Sink, WindowSamples>> {
+        let window = WindowSamples {
+            samples,
+            profiler: self.profiler.clone(),
+        };
+        let mut sink = ParsingWriter::with_options(tokio::io::sink(), window, self.parser.clone());
+        let _open = GaugeGuard::new(&self.health.sessions);
+        session::run(self.client, config, &mut sink, stop, STOP_TIMEOUT, |_| {})
+            .await
+            .context("sampling")?;
+        if let Some(error) = sink.error() {
+            anyhow::bail!("the sampler's stream did not parse: {error}");
+        }
+        let dropped = sink.parser().dropped_events();
+        // Added even when 0: the series exists before its first loss (see run_long_session).
+        self.dropped_events_counter("sampler").add(dropped);
+        Ok(sink)
     }
 
     /// Adds what the long-lived sessions and linkage lost since last time to `/metrics`; with
@@ -1211,12 +1278,11 @@ impl SamplingLoop<'_> {
             tokio::time::sleep(SYMBOLIZE_DELAY).await;
             let window_end = samples.time_range().map_or(i64::MIN, |(_, end)| end);
             profiler.caught_up(window_end).await;
-            profiler.refresh_images_if_due();
+            profiler.refresh_images_if_due(false);
             let mut batches = profiler.lock().sample_batches(&samples, &thread_names);
             if batches.resolution.unresolved > 0 {
-                profiler.unresolved_seen.store(true, Ordering::Relaxed);
                 // A library mapped since the last reading is named in this window already.
-                if profiler.refresh_images_if_due() {
+                if profiler.refresh_images_if_due(true) {
                     batches = profiler.lock().sample_batches(&samples, &thread_names);
                 }
             }
@@ -1246,15 +1312,18 @@ mod tests {
 
     #[test]
     fn images_are_read_again_after_a_module_load_or_when_frames_went_unresolved() {
-        let moment = Duration::from_secs(1);
-        assert!(images_due(true, false, moment));
-        assert!(!images_due(false, false, moment));
-        assert!(!images_due(false, true, moment));
-        assert!(images_due(false, true, MAPS_RECHECK_UNRESOLVED));
-        assert!(!images_due(false, false, MAPS_RECHECK_UNRESOLVED));
-        assert!(images_due(false, false, MAPS_RECHECK));
+        let (moment, never) = (Duration::from_secs(1), Duration::MAX);
+        assert!(images_due(true, false, moment, moment));
+        assert!(!images_due(false, false, moment, moment));
+        // The first unresolved frames since any reading have the images read at once ...
+        assert!(images_due(false, true, moment, never));
+        // ... and then at most every MAPS_RECHECK_UNRESOLVED.
+        assert!(!images_due(false, true, moment, moment));
+        assert!(images_due(false, true, moment, MAPS_RECHECK_UNRESOLVED));
+        assert!(!images_due(false, false, MAPS_RECHECK_UNRESOLVED, never));
+        assert!(images_due(false, false, MAPS_RECHECK, moment));
         // Never read yet.
-        assert!(images_due(false, false, Duration::MAX));
+        assert!(images_due(false, false, never, never));
     }
 
     #[test]
