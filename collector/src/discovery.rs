@@ -101,8 +101,8 @@ impl DiagnosticSocket {
 /// Reads how to reach `pid`'s socket from `/proc`.
 pub fn locate(proc_root: &Path, pid: u32) -> Result<ProcessLocation, DiscoveryError> {
     let proc_dir = proc_root.join(pid.to_string());
-    let status = match fs::read_to_string(proc_dir.join("status")) {
-        Ok(status) => status,
+    let status = match crate::local::read_proc_file(&proc_dir.join("status")) {
+        Ok(status) => String::from_utf8_lossy(&status).into_owned(),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             return Err(DiscoveryError::NoSuchProcess { pid })
         }
@@ -121,7 +121,7 @@ pub fn locate(proc_root: &Path, pid: u32) -> Result<ProcessLocation, DiscoveryEr
 
     // The target's own TMPDIR decides where its runtime put the socket. When its environment is
     // unreadable (another user), fall back to ours, as the official client does.
-    let tmp_dir = fs::read(proc_dir.join("environ"))
+    let tmp_dir = crate::local::read_proc_file(&proc_dir.join("environ"))
         .ok()
         .and_then(|environ| environ_var(&environ, b"TMPDIR"))
         .filter(|dir| !dir.as_os_str().is_empty())
@@ -132,9 +132,7 @@ pub fn locate(proc_root: &Path, pid: u32) -> Result<ProcessLocation, DiscoveryEr
     } else {
         tmp_dir
     };
-    let start_time = fs::read_to_string(proc_dir.join("stat"))
-        .ok()
-        .and_then(|stat| parse_start_time(&stat));
+    let start_time = crate::local::start_time(&proc_dir);
     Ok(ProcessLocation {
         pid,
         namespace_pid,
@@ -194,20 +192,29 @@ pub fn scan(proc_root: &Path) -> Result<Vec<DiagnosticSocket>, DiscoveryError> {
 }
 
 /// [`scan`] again and again (the agent's discovery): a process's location is read once for each
-/// process (its pid and start time), not on every scan, so a scan of a node reads one `/proc`
-/// file per process.
+/// process (its pid and start time), not on every scan, and a known pid's start time is read
+/// again every [`RECHECK_SCANS`] scans, so a scan of a node reads a `/proc` file for a fifth of
+/// its processes.
 #[derive(Debug)]
 pub struct Scanner {
     proc_root: PathBuf,
     /// Where each process seen last time is reached, by pid.
     located: HashMap<u32, ProcessLocation>,
+    scans: u64,
 }
+
+/// A known pid's start time is read again on one scan in this many (staggered by pid), which is
+/// how late a process that took over an exited one's pid is located. Reading every process's
+/// `stat` on every scan, which makes the kernel add up the CPU time of all its threads, was most
+/// of a node agent's discovery.
+pub const RECHECK_SCANS: u64 = 5;
 
 impl Scanner {
     pub fn new(proc_root: &Path) -> Scanner {
         Scanner {
             proc_root: proc_root.to_path_buf(),
             located: HashMap::new(),
+            scans: 0,
         }
     }
 
@@ -215,13 +222,16 @@ impl Scanner {
     pub fn scan(&mut self) -> Result<Vec<DiagnosticSocket>, DiscoveryError> {
         let pids = list_pids(&self.proc_root)?;
         let mut located = HashMap::with_capacity(pids.len());
+        self.scans += 1;
         for pid in pids {
             // A pid whose start time is unchanged is the same process: its location stands.
-            let start_time = crate::local::start_time(&self.proc_root.join(pid.to_string()));
-            let known = self
-                .located
-                .remove(&pid)
-                .filter(|known| start_time.is_some() && known.start_time == start_time);
+            let recheck = (u64::from(pid) + self.scans) % RECHECK_SCANS == 0;
+            let known = self.located.remove(&pid).filter(|known| {
+                known.start_time.is_some()
+                    && (!recheck
+                        || crate::local::start_time(&self.proc_root.join(pid.to_string()))
+                            == known.start_time)
+            });
             // Processes that vanish or hide mid-scan are simply not .NET processes we can reach.
             if let Some(location) = known.or_else(|| locate(&self.proc_root, pid).ok()) {
                 located.insert(pid, location);
@@ -543,9 +553,12 @@ mod tests {
         // The same process (same start time): its environment is not read again.
         fake_proc(&proc_root, 800, "800", Some(&second), 3);
         assert_eq!(scanner.scan().unwrap(), found);
-        // Another process under the pid: located anew.
+        // Another process under the pid: located anew within RECHECK_SCANS scans.
         fake_proc(&proc_root, 800, "800", Some(&second), 4);
-        let found = scanner.scan().unwrap();
+        let found = (0..RECHECK_SCANS)
+            .map(|_| scanner.scan().unwrap())
+            .last()
+            .unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].path, second.join("dotnet-diagnostic-800-4-socket"));
         // Gone: forgotten.

@@ -20,6 +20,9 @@ use crate::discovery::{parse_comm, parse_cpu_ticks, parse_nspid, parse_start_tim
 
 /// At most this many bytes of one `/proc` file are read (`maps` of a big process is ~100 KB).
 const MAX_PROC_FILE: u64 = 16 << 20;
+/// The first read of a `/proc` file takes this much: a `stat` or `status` in one read (and one
+/// more to see the end), where a growing buffer took six; a node agent reads thousands a minute.
+const PROC_FILE_FIRST_READ: usize = 4096;
 /// At most this many threads' names are read.
 const MAX_THREADS: usize = 100_000;
 
@@ -101,7 +104,7 @@ impl LocalProcess {
         reported_command_line: &str,
     ) -> Option<LocalProcess> {
         let dir = proc_root.join(pid.to_string());
-        let status = String::from_utf8(read_limited(&dir.join("status")).ok()?).ok()?;
+        let status = String::from_utf8(read_proc_file(&dir.join("status")).ok()?).ok()?;
         let nspids = parse_nspid(&status).unwrap_or_else(|| vec![pid]);
         let innermost = nspids.last().copied().unwrap_or(pid);
         if innermost != runtime_pid {
@@ -109,7 +112,7 @@ impl LocalProcess {
         }
         let start_time = start_time(&dir)?;
         let command_line = same_command_line(
-            &read_limited(&dir.join("cmdline")).ok()?,
+            &read_proc_file(&dir.join("cmdline")).ok()?,
             reported_command_line,
         )?;
         // Read again: the checks above were of one process, not of a pid reused in between.
@@ -125,7 +128,7 @@ impl LocalProcess {
     /// runtime after reading it.
     pub fn read(&self, name: &str) -> io::Result<Vec<u8>> {
         let dir = Path::new("/proc").join(self.pid.to_string());
-        let bytes = read_limited(&dir.join(name))?;
+        let bytes = read_proc_file(&dir.join(name))?;
         self.check(&dir)?;
         Ok(bytes)
     }
@@ -168,11 +171,11 @@ impl LocalProcess {
                 let task = task.ok()?;
                 let mut tid = task.file_name().to_str()?.parse().ok()?;
                 if self.nested {
-                    let status = read_limited(&task.path().join("status")).ok()?;
+                    let status = read_proc_file(&task.path().join("status")).ok()?;
                     let nspids = parse_nspid(&String::from_utf8_lossy(&status))?;
                     tid = u64::from(*nspids.last()?);
                 }
-                let value = parse(&read_limited(&task.path().join(name)).ok()?)?;
+                let value = parse(&read_proc_file(&task.path().join(name)).ok()?)?;
                 Some((tid, value))
             })
             .collect();
@@ -238,17 +241,18 @@ impl ThreadCpu {
 
 /// Field 22 of `dir/stat` (a `/proc/PID` directory): the process's start time.
 pub(crate) fn start_time(dir: &Path) -> Option<u64> {
-    let stat = read_limited(&dir.join("stat")).ok()?;
+    let stat = read_proc_file(&dir.join("stat")).ok()?;
     parse_start_time(&String::from_utf8_lossy(&stat))
 }
 
-/// Opened without following links (a target can touch the files under its own `/proc`).
-fn read_limited(path: &Path) -> io::Result<Vec<u8>> {
+/// Reads a `/proc` file, [`MAX_PROC_FILE`] bytes at most, opened without following links (a
+/// target can touch the files under its own `/proc`).
+pub(crate) fn read_proc_file(path: &Path) -> io::Result<Vec<u8>> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)?;
-    let mut bytes = Vec::new();
+    let mut bytes = Vec::with_capacity(PROC_FILE_FIRST_READ);
     File::take(file, MAX_PROC_FILE).read_to_end(&mut bytes)?;
     Ok(bytes)
 }

@@ -152,8 +152,9 @@ async fn reachable_listen(server: &ListenServer, timeout: Duration) -> Vec<Reach
 }
 
 async fn describe_socket(socket: DiagnosticSocket, timeout: Duration) -> ReachableProcess {
-    let name = std::fs::read_to_string(format!("/proc/{}/comm", socket.pid))
-        .map(|comm| comm.trim_end().to_string())
+    let comm = Path::new("/proc").join(socket.pid.to_string()).join("comm");
+    let name = crate::local::read_proc_file(&comm)
+        .map(|comm| String::from_utf8_lossy(&comm).trim_end().to_string())
         .unwrap_or_default();
     let mut summary =
         ProcessSummary::new(u64::from(socket.pid), name, "connect", socket.path.clone());
