@@ -13,15 +13,17 @@
 //! The same values go, as OTLP metric points ([`exporter::otlp_metrics`]), to the exporters that
 //! send `Metrics`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
 use collector::client::DiagnosticsClient;
 use collector::counters::{self, CounterSample, CounterSelection, CounterUpdate, CounterValue};
 use exporter::otlp_metrics::{Cumulative, MetricExport};
+use hashbrown::HashTable;
 use tokio::sync::mpsc;
-use ui::metrics::{Counter, CounterVec, GaugeVec, Registry};
+use ui::metrics::{Counter, CounterVec, Gauge, GaugeVec, Registry};
 
 use super::export::ExportTaps;
 
@@ -102,11 +104,61 @@ struct Recorder {
     process: [String; 2],
     /// The families this process wrote to, by name.
     families: HashMap<String, GaugeVec>,
-    /// Every series this process made: (family, label values).
-    series: HashSet<(String, Vec<String>)>,
+    /// Every series this process made, found by the sample that makes it: a value costs a hash
+    /// and a compare, not the Prometheus names and labels it was made with.
+    series: HashTable<Series>,
+    series_hasher: RandomState,
     /// The family of [`DROPPED_SERIES`], and this process's series in it.
     dropped_family: CounterVec,
     dropped: Counter,
+}
+
+/// A series of one process: what identifies its samples, and its gauge.
+struct Series {
+    provider: String,
+    name: String,
+    unit: String,
+    tags: Vec<(String, String)>,
+    /// A histogram's percentile (`f64` bits).
+    percentile: Option<u64>,
+    /// `None` when the series cannot be exported.
+    gauge: Option<Gauge>,
+    /// Turns the runtime's unit into the Prometheus base unit.
+    scale: f64,
+}
+
+impl Series {
+    fn identity(&self) -> SampleIdentity<'_> {
+        SampleIdentity {
+            provider: &self.provider,
+            name: &self.name,
+            unit: &self.unit,
+            tags: &self.tags,
+            percentile: self.percentile,
+        }
+    }
+}
+
+/// What makes a sample's value one series: everything its family name and labels come from.
+#[derive(PartialEq, Hash)]
+struct SampleIdentity<'a> {
+    provider: &'a str,
+    name: &'a str,
+    unit: &'a str,
+    tags: &'a [(String, String)],
+    percentile: Option<u64>,
+}
+
+impl<'a> SampleIdentity<'a> {
+    fn of(sample: &'a CounterSample, percentile: Option<f64>) -> Self {
+        SampleIdentity {
+            provider: &sample.provider,
+            name: &sample.name,
+            unit: &sample.unit,
+            tags: &sample.tags,
+            percentile: percentile.map(f64::to_bits),
+        }
+    }
 }
 
 impl Recorder {
@@ -123,16 +175,16 @@ impl Recorder {
             registry,
             process: [pid, service],
             families: HashMap::new(),
-            series: HashSet::new(),
+            series: HashTable::new(),
+            series_hasher: RandomState::new(),
             dropped_family,
             dropped,
         }
     }
 
-    /// Whether this process may make one more series beyond its own and `pending` ones; counts
-    /// the refusal when not.
-    fn room_for_new_series(&self, pending: usize) -> bool {
-        if self.series.len() + pending < MAX_SERIES_PER_PROCESS {
+    /// Whether this process may make one more series; counts the refusal when not.
+    fn room_for_new_series(&self) -> bool {
+        if self.series.len() < MAX_SERIES_PER_PROCESS {
             return true;
         }
         self.count_dropped();
@@ -154,6 +206,43 @@ impl Recorder {
     }
 
     fn record(&mut self, sample: &CounterSample) {
+        let values: Vec<(Option<f64>, f64)> = match &sample.value {
+            CounterValue::Histogram { quantiles, .. } => quantiles
+                .iter()
+                .map(|q| (Some(q.percentile), q.value))
+                .collect(),
+            other => other.value().map(|v| (None, v)).into_iter().collect(),
+        };
+        for (percentile, value) in values {
+            let hash = self
+                .series_hasher
+                .hash_one(SampleIdentity::of(sample, percentile));
+            let known = self.series.find(hash, |series| {
+                series.identity() == SampleIdentity::of(sample, percentile)
+            });
+            if let Some(series) = known {
+                if let Some(gauge) = &series.gauge {
+                    gauge.set(value * series.scale);
+                }
+            } else if let Some((gauge, scale)) = self.new_series(sample, percentile, hash) {
+                gauge.set(value * scale);
+            }
+        }
+    }
+
+    /// Makes the series of `sample` (and `percentile`, of a histogram): its family's name and
+    /// labels as dotnet-monitor names them, within [`MAX_SERIES_PER_PROCESS`]. A series that
+    /// cannot be exported (its name is taken by a family of other labels: an instrument whose
+    /// measurements carry different tag sets) is remembered too, so that it is refused once.
+    fn new_series(
+        &mut self,
+        sample: &CounterSample,
+        percentile: Option<f64>,
+        hash: u64,
+    ) -> Option<(Gauge, f64)> {
+        if !self.room_for_new_series() {
+            return None;
+        }
         let (unit, scale) = prometheus_unit(&sample.unit);
         let name = prometheus_name(&sample.provider, &sample.name, unit);
         let mut tags: Vec<(String, &str)> = sample
@@ -172,79 +261,56 @@ impl Recorder {
         tags.sort();
         // `a.b` and `a_b` both become `a_b`: one label, the first value.
         tags.dedup_by(|a, b| a.0 == b.0);
-        let values: Vec<(Option<String>, f64)> = match &sample.value {
-            CounterValue::Histogram { quantiles, .. } => quantiles
-                .iter()
-                .map(|q| (Some((q.percentile / 100.0).to_string()), q.value))
-                .collect(),
-            other => other.value().map(|v| (None, v)).into_iter().collect(),
-        };
-        let Some((quantile, _)) = values.first() else {
-            return;
-        };
+        let quantile = percentile.map(|p| (p / 100.0).to_string());
         let mut labels: Vec<&str> = vec!["process_id", "service_name"];
         labels.extend(tags.iter().map(|(k, _)| k.as_str()));
-        if quantile.is_some() {
+        let mut label_values: Vec<&str> = self.process.iter().map(String::as_str).collect();
+        label_values.extend(tags.iter().map(|(_, v)| *v));
+        if let Some(quantile) = &quantile {
             labels.push("quantile");
+            label_values.push(quantile);
         }
-        let family = match self.families.get(&name) {
-            Some(family) => family.clone(),
-            None => {
-                if !self.room_for_new_series(0) {
-                    return;
-                }
-                let unit = if sample.unit.is_empty() {
-                    "no unit"
-                } else {
-                    &sample.unit
-                };
-                // The runtime reports the interval it measured (4.9998 s for a 5 s request);
-                // meters report none.
-                let help = match sample.interval_seconds {
-                    Some(interval) if interval > 0.0 => format!(
-                        "{} {} of the process ({unit}), every {:.1} s",
-                        sample.provider, sample.name, interval
-                    ),
-                    _ => format!(
-                        "{} {} of the process ({unit})",
-                        sample.provider, sample.name
-                    ),
-                };
-                match self.registry.try_gauge_vec(&name, &help, &labels) {
-                    Ok(family) => {
-                        self.families.insert(name.clone(), family.clone());
-                        family
-                    }
-                    Err(error) => {
-                        tracing::debug!(%error, "a runtime counter is not exported");
-                        return;
-                    }
-                }
+        let unit_text = if sample.unit.is_empty() {
+            "no unit"
+        } else {
+            &sample.unit
+        };
+        // The runtime reports the interval it measured (4.9998 s for a 5 s request); meters
+        // report none.
+        let help = match sample.interval_seconds {
+            Some(interval) if interval > 0.0 => format!(
+                "{} {} of the process ({unit_text}), every {:.1} s",
+                sample.provider, sample.name, interval
+            ),
+            _ => format!(
+                "{} {} of the process ({unit_text})",
+                sample.provider, sample.name
+            ),
+        };
+        let gauge = match self.registry.try_gauge_vec(&name, &help, &labels) {
+            Ok(family) => {
+                let gauge = family.with(&label_values);
+                self.families.entry(name).or_insert(family);
+                Some(gauge)
+            }
+            Err(error) => {
+                tracing::debug!(%error, "a runtime counter is not exported");
+                None
             }
         };
-        let mut new_series = Vec::new();
-        for (quantile, value) in values {
-            let mut label_values: Vec<&str> = self.process.iter().map(String::as_str).collect();
-            label_values.extend(tags.iter().map(|(_, v)| *v));
-            if let Some(quantile) = &quantile {
-                label_values.push(quantile);
-            }
-            if label_values.len() != labels.len() {
-                continue;
-            }
-            let key = (
-                name.clone(),
-                label_values.iter().map(|v| v.to_string()).collect(),
-            );
-            if !self.series.contains(&key) {
-                if !self.room_for_new_series(new_series.len()) {
-                    continue;
-                }
-                new_series.push(key);
-            }
-            family.with(&label_values).set(value * scale);
-        }
-        self.series.extend(new_series);
+        let series = Series {
+            provider: sample.provider.clone(),
+            name: sample.name.clone(),
+            unit: sample.unit.clone(),
+            tags: sample.tags.clone(),
+            percentile: percentile.map(f64::to_bits),
+            gauge: gauge.clone(),
+            scale,
+        };
+        let hasher = &self.series_hasher;
+        self.series
+            .insert_unique(hash, series, |s| hasher.hash_one(s.identity()));
+        gauge.map(|gauge| (gauge, scale))
     }
 
     /// Removes this process's series from every family it wrote.
@@ -412,6 +478,37 @@ mod tests {
         assert_eq!(process_series(&registry, "77").1, 500.0);
         recorder.forget();
         assert_eq!(process_series(&registry, "77"), (0, 0.0));
+    }
+
+    #[test]
+    fn an_instrument_measured_with_other_tags_keeps_its_first_series() {
+        let registry = Registry::default();
+        let mut recorder = Recorder::new(registry.clone(), 78, "svc".into());
+        let mut first = meter_sample("requests", "/a");
+        recorder.record(&first);
+        // The same instrument with one more tag: its family takes other labels, so the value
+        // is refused (this panicked the counter task when the family came from the cache).
+        let mut more_tags = meter_sample("requests", "/a");
+        more_tags.tags.push(("status".into(), "500".into()));
+        recorder.record(&more_tags);
+        recorder.record(&more_tags);
+        assert_eq!(process_series(&registry, "78"), (1, 0.0));
+        // The first series still takes its new values.
+        first.value = CounterValue::Mean {
+            mean: 7.0,
+            min: None,
+            max: None,
+            count: None,
+        };
+        recorder.record(&first);
+        let value = registry
+            .snapshot()
+            .into_iter()
+            .filter(|family| family.name.starts_with("hostile_requests"))
+            .flat_map(|family| family.series)
+            .map(|series| series.value.as_f64())
+            .collect::<Vec<_>>();
+        assert_eq!(value, [7.0]);
     }
 
     #[test]
