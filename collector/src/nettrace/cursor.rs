@@ -80,6 +80,7 @@ impl<'a> Cursor<'a> {
         Ok(out)
     }
 
+    #[inline]
     pub fn u8(&mut self) -> ReadResult<u8> {
         Ok(self.array::<1>()?[0])
     }
@@ -130,7 +131,37 @@ impl<'a> Cursor<'a> {
     }
 
     /// LEB128, at most 5 bytes, as the runtime writes 32-bit header fields.
+    #[inline]
     pub fn var_u32(&mut self) -> ReadResult<u32> {
+        match self.one_byte_varint() {
+            Some(b) => Ok(u32::from(b)),
+            None => self.long_var_u32(),
+        }
+    }
+
+    /// LEB128, at most 10 bytes.
+    #[inline]
+    pub fn var_u64(&mut self) -> ReadResult<u64> {
+        match self.one_byte_varint() {
+            Some(b) => Ok(u64::from(b)),
+            None => self.var_u64_limited(10),
+        }
+    }
+
+    /// The next varint when it takes one byte, as most of an event header's do (deltas, ids,
+    /// sizes below 128): read without the loop.
+    #[inline]
+    fn one_byte_varint(&mut self) -> Option<u8> {
+        let b = *self.data.get(self.pos)?;
+        if b & 0x80 != 0 {
+            return None;
+        }
+        self.pos += 1;
+        Some(b)
+    }
+
+    #[inline(never)]
+    fn long_var_u32(&mut self) -> ReadResult<u32> {
         let start = self.offset();
         let v = self.var_u64_limited(5)?;
         u32::try_from(v).map_err(|_| ReadFault {
@@ -139,12 +170,7 @@ impl<'a> Cursor<'a> {
         })
     }
 
-    /// LEB128, at most 10 bytes.
-    pub fn var_u64(&mut self) -> ReadResult<u64> {
-        self.var_u64_limited(10)
-    }
-
-    #[inline]
+    #[inline(never)]
     fn var_u64_limited(&mut self, max_bytes: usize) -> ReadResult<u64> {
         let mut value: u64 = 0;
         let mut shift = 0u32;
@@ -208,6 +234,19 @@ impl Utf16<'_> {
 
     /// Decodes, replacing unpaired surrogates with U+FFFD.
     pub fn to_string_lossy(self) -> String {
+        // Names of methods, types and counters are nearly always ASCII: one byte per unit,
+        // without decoding character by character.
+        let mut ascii = Vec::with_capacity(self.units());
+        ascii.extend(
+            self.0
+                .chunks_exact(2)
+                .map_while(|c| (c[0] < 0x80 && c[1] == 0).then_some(c[0])),
+        );
+        if ascii.len() == self.units() {
+            if let Ok(text) = String::from_utf8(ascii) {
+                return text;
+            }
+        }
         let units = self
             .0
             .chunks_exact(2)
@@ -244,5 +283,19 @@ mod tests {
         assert_eq!(c.remaining(), 1);
         let mut c = Cursor::new(&[b'h', 0, b'i'], 0);
         assert!(c.utf16z().is_err());
+    }
+
+    #[test]
+    fn strings_past_ascii_decode_as_utf16() {
+        let utf16 =
+            |text: &[u16]| -> Vec<u8> { text.iter().flat_map(|u| u.to_le_bytes()).collect() };
+        let decoded = |bytes: &[u8]| Utf16(bytes).to_string_lossy();
+        assert_eq!(decoded(&utf16(&[0x61, 0xe9, 0x62])), "aéb");
+        assert_eq!(decoded(&utf16(&[0x61, 0x100, 0x62])), "aĀb");
+        // A byte ≥ 0x80 in an ASCII position is not taken for UTF-8.
+        assert_eq!(decoded(&utf16(&[0x61, 0x80])), "a\u{80}");
+        assert_eq!(decoded(&utf16(&[0xd83d, 0xde00])), "😀");
+        assert_eq!(decoded(&utf16(&[0x61, 0xd800, 0x62])), "a\u{fffd}b");
+        assert_eq!(decoded(&[]), "");
     }
 }
