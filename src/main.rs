@@ -91,7 +91,10 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     init_logging(cli.log_format, &cli.log)?;
-    let runtime = tokio::runtime::Runtime::new()?;
+    let runtime = match &cli.command {
+        Command::Agent(args) => agent::runtime(args)?,
+        _ => tokio::runtime::Runtime::new()?,
+    };
     runtime.block_on(async {
         match cli.command {
             Command::Ps(args) => ps::run(args).await,
