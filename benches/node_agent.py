@@ -45,7 +45,8 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from agent_overhead import (CLRSCOPE, ROOT, TESTBED, Agent, SetupError, Target,  # noqa: E402
-                            cpu_seconds, loadavg, log, status_kib, thread_cpu_seconds)
+                            cpu_by_thread_name, cpu_seconds, loadavg, log, status_kib,
+                            thread_cpu_seconds)
 
 GOAL_CPU_PCT = 2.0
 GOAL_RSS_MIB = 128.0
@@ -297,6 +298,9 @@ def run(args, workdir):
         kernel_after = spinner_cpu(cpuhot)
         ended = time.monotonic()
         total_cpu = cpu_seconds(agent.pid)
+        # Which of the agent's threads the CPU went to: the runtime's workers (sessions, parsing,
+        # naming) or the store's writer (flushes, compaction).
+        result["cpu_by_thread"] = cpu_by_thread_name({}, thread_cpu_seconds(agent.pid), ended - started)
         result["restarted"] = restarted
         result["failed_restarts"] = fleet.failed_starts
         result["seconds"] = ended - started
@@ -384,6 +388,9 @@ def report(r, args):
               f"| {r['rss_window_slope']:+.2f} MiB per 10 min, {r['rss_window_range_mib']:.1f} MiB, "
               f"{a:.1f} → {b:.1f} MiB | flat |")
     print(f"| agent threads (max) | {r['threads_max']} | |")
+    by_thread = ", ".join(f"{name} {pct:.2f} %" for name, pct in
+                          sorted(r["cpu_by_thread"].items(), key=lambda kv: -kv[1]))
+    print(f"| agent CPU by thread, whole run | {by_thread} | |")
     c = r["cpuhot"]
     worst = max(abs(p - k) for _, p, k in c["rows"])
     shares = ", ".join(f"{t} {p:.1f} % (kernel {k:.1f} %)" for t, p, k in c["rows"])
