@@ -225,7 +225,7 @@ impl Scanner {
         self.scans += 1;
         for pid in pids {
             // A pid whose start time is unchanged is the same process: its location stands.
-            let recheck = (u64::from(pid) + self.scans) % RECHECK_SCANS == 0;
+            let recheck = (u64::from(pid) + self.scans).is_multiple_of(RECHECK_SCANS);
             let known = self.located.remove(&pid).filter(|known| {
                 known.start_time.is_some()
                     && (!recheck
