@@ -69,7 +69,15 @@ fn three_targets_profiled_continuously_and_kept_across_a_kill() {
         .map(|t| format!("--pid={}", t.pid()))
         .collect();
     let mut args: Vec<&str> = pids.iter().map(String::as_str).collect();
-    args.extend(["--sample-period", "2s", "--flush-interval", "2s"]);
+    // Room for allocation ticks in a window of their own, after every other sampler window.
+    args.extend([
+        "--sample-window",
+        "600ms",
+        "--sample-period",
+        "2s",
+        "--flush-interval",
+        "2s",
+    ]);
     let agent = Agent::start(&dir, &args);
     let started_ms = unix_ms();
 
@@ -80,7 +88,7 @@ fn three_targets_profiled_continuously_and_kept_across_a_kill() {
         assert_eq!(process["service_name"], target.name(), "{process}");
         assert_eq!(process["transport"], "connect");
     }
-    // Sampler windows of ~1 s every 2 s, over which CpuHot's threads get the CPU the kernel
+    // Sampler windows of 0.6 s every 2 s, over which CpuHot's threads get the CPU the kernel
     // accounts to them (the designed split, unless other work on the machine skews it).
     let cpu_before = thread_cpu_ms(&mut cpuhot);
     agent.wait_for_data("cpu", cpuhot.pid(), 8_000_000_000, Duration::from_secs(60));

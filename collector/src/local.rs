@@ -143,45 +143,72 @@ impl LocalProcess {
     /// now from `/proc/PID/task/*/stat`: two readings give the share of a core each thread ran
     /// between them ([`ThreadCpu::cores_since`]).
     pub fn thread_cpu(&self) -> ThreadCpu {
-        let at = Instant::now();
-        let threads = self.read_tasks("stat", |stat| {
-            let stat = String::from_utf8_lossy(stat);
-            Some((parse_cpu_ticks(&stat)?, parse_comm(&stat)?.to_string()))
-        });
-        let mut ticks = HashMap::with_capacity(threads.len());
-        let mut names = HashMap::with_capacity(threads.len());
-        for (tid, (cpu, name)) in threads {
-            ticks.insert(tid, cpu);
-            names.insert(tid, name);
+        let dir = Path::new("/proc").join(self.pid.to_string());
+        let mut reading = ThreadCpu::new();
+        let Ok(tasks) = std::fs::read_dir(dir.join("task")) else {
+            return reading;
+        };
+        for task in tasks.take(MAX_THREADS).flatten() {
+            let Some(tid_here) = task.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            let tid = if self.nested {
+                let Some(tid) = read_proc_file(&task.path().join("status"))
+                    .ok()
+                    .and_then(|status| parse_nspid(&String::from_utf8_lossy(&status)))
+                    .and_then(|nspids| nspids.last().copied())
+                else {
+                    continue;
+                };
+                u64::from(tid)
+            } else {
+                tid_here
+            };
+            if let Some(stat) = read_thread_stat(&task.path()) {
+                reading.insert(tid, tid_here, stat);
+            }
         }
-        ThreadCpu { at, ticks, names }
+        self.checked(&dir, reading)
     }
 
-    /// One file of every thread (`/proc/PID/task/TID/<name>`), parsed, by tid as the runtime
-    /// reports it (its innermost `NSpid` in a nested pid namespace); empty once the process is
-    /// gone.
-    fn read_tasks<T>(&self, name: &str, parse: impl Fn(&[u8]) -> Option<T>) -> HashMap<u64, T> {
+    /// [`thread_cpu`](Self::thread_cpu) of the threads `tids` alone (as the runtime reports
+    /// them): a sampler window needs only the threads it sampled, the ones with managed frames,
+    /// which on an idle service are a few of its dozens. In a nested pid namespace, `earlier` (a
+    /// reading of this process) says where each thread is here; a thread it does not place, or
+    /// whose place another thread took since, takes a reading of every thread.
+    pub fn thread_cpu_of(&self, tids: &[u64], earlier: Option<&ThreadCpu>) -> ThreadCpu {
         let dir = Path::new("/proc").join(self.pid.to_string());
-        let Ok(tasks) = std::fs::read_dir(dir.join("task")) else {
-            return HashMap::new();
-        };
-        let read = tasks
-            .take(MAX_THREADS)
-            .filter_map(|task| {
-                let task = task.ok()?;
-                let mut tid = task.file_name().to_str()?.parse().ok()?;
-                if self.nested {
-                    let status = read_proc_file(&task.path().join("status")).ok()?;
-                    let nspids = parse_nspid(&String::from_utf8_lossy(&status))?;
-                    tid = u64::from(*nspids.last()?);
+        let tasks = dir.join("task");
+        let mut reading = ThreadCpu::new();
+        for &tid in tids.iter().take(MAX_THREADS) {
+            let placed = match (self.nested, earlier) {
+                (false, _) => Some((tid, None)),
+                (true, Some(earlier)) => earlier
+                    .here
+                    .get(&tid)
+                    .map(|&(tid_here, started)| (tid_here, Some(started))),
+                (true, None) => None,
+            };
+            let Some((tid_here, started)) = placed else {
+                return self.thread_cpu();
+            };
+            match read_thread_stat(&tasks.join(tid_here.to_string())) {
+                Some(stat) if started.is_none_or(|started| started == stat.start_time) => {
+                    reading.insert(tid, tid_here, stat);
                 }
-                let value = parse(&read_proc_file(&task.path().join(name)).ok()?)?;
-                Some((tid, value))
-            })
-            .collect();
-        match self.check(&dir) {
-            Ok(()) => read,
-            Err(_) => HashMap::new(),
+                // Gone, or another thread in its place: where the others are is read again.
+                _ if self.nested => return self.thread_cpu(),
+                _ => {}
+            }
+        }
+        self.checked(&dir, reading)
+    }
+
+    /// `reading`, when the process is still the runtime after it was taken; else empty.
+    fn checked(&self, dir: &Path, reading: ThreadCpu) -> ThreadCpu {
+        match self.check(dir) {
+            Ok(()) => reading,
+            Err(_) => ThreadCpu::new(),
         }
     }
 
@@ -210,9 +237,45 @@ pub struct ThreadCpu {
     at: Instant,
     ticks: HashMap<u64, u64>,
     names: HashMap<u64, String>,
+    /// Each thread's tid here and start time: where [`LocalProcess::thread_cpu_of`] finds it
+    /// again in a nested pid namespace, and whether it is still the same thread.
+    here: HashMap<u64, (u64, u64)>,
+}
+
+/// What a thread's `stat` says of it.
+struct ThreadStat {
+    ticks: u64,
+    name: String,
+    start_time: u64,
+}
+
+/// `task/stat` of a thread's `/proc/PID/task/TID` directory.
+fn read_thread_stat(task: &Path) -> Option<ThreadStat> {
+    let bytes = read_proc_file(&task.join("stat")).ok()?;
+    let stat = String::from_utf8_lossy(&bytes);
+    Some(ThreadStat {
+        ticks: parse_cpu_ticks(&stat)?,
+        name: parse_comm(&stat)?.to_string(),
+        start_time: parse_start_time(&stat)?,
+    })
 }
 
 impl ThreadCpu {
+    fn new() -> Self {
+        ThreadCpu {
+            at: Instant::now(),
+            ticks: HashMap::new(),
+            names: HashMap::new(),
+            here: HashMap::new(),
+        }
+    }
+
+    fn insert(&mut self, tid: u64, tid_here: u64, stat: ThreadStat) {
+        self.ticks.insert(tid, stat.ticks);
+        self.names.insert(tid, stat.name);
+        self.here.insert(tid, (tid_here, stat.start_time));
+    }
+
     /// Each thread's name at this reading.
     pub fn names(&self) -> &HashMap<u64, String> {
         &self.names
@@ -362,6 +425,44 @@ mod tests {
             None
         );
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_threads_asked_for_are_read_alone() {
+        let pid = u64::from(std::process::id());
+        let me = LocalProcess::find(pid, pid, &std::env::args().collect::<Vec<_>>().join(" "))
+            .expect("this test process is itself");
+        let (tid_sender, tid) = std::sync::mpsc::channel();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let named = std::thread::Builder::new()
+            .name("asked-for".into())
+            .spawn(move || {
+                // SAFETY: gettid has no preconditions.
+                tid_sender.send(unsafe { libc::gettid() } as u64).unwrap();
+                stopped.recv().ok();
+            })
+            .unwrap();
+        let tid = tid.recv().unwrap();
+        let all = me.thread_cpu();
+        assert!(all.names().len() > 1, "every thread: {:?}", all.names());
+        let gone = u64::from(u32::MAX);
+        let asked = me.thread_cpu_of(&[tid, gone], Some(&all));
+        assert_eq!(
+            asked.names(),
+            &HashMap::from([(tid, "asked-for".to_string())]),
+            "the thread asked for, by its name; not the others, nor one that does not exist"
+        );
+        assert!(asked.cores_since(&all).contains_key(&tid));
+        let replaced = LocalProcess {
+            start_time: me.start_time + 1,
+            ..me
+        };
+        assert!(replaced
+            .thread_cpu_of(&[tid], Some(&all))
+            .names()
+            .is_empty());
+        stop.send(()).unwrap();
+        named.join().unwrap();
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! One attached process: a long-lived light session, a duty-cycled sampler, and the store
 //! batches they yield, until the process exits or the agent stops.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -269,6 +269,13 @@ impl SharedProfiler {
     fn thread_cpu(&self) -> Option<ThreadCpu> {
         self.local.as_deref().map(LocalProcess::thread_cpu)
     }
+
+    /// The CPU time of its threads `tids` now ([`LocalProcess::thread_cpu_of`]).
+    fn thread_cpu_of(&self, tids: &[u64], earlier: Option<&ThreadCpu>) -> Option<ThreadCpu> {
+        self.local
+            .as_deref()
+            .map(|local| local.thread_cpu_of(tids, earlier))
+    }
 }
 
 /// The process's span tracking, for a session of a request's own: weak, since the profiler
@@ -486,6 +493,11 @@ fn linkage_session(
     }
     CollectTracing::v2(session).with_rundown(false)
 }
+
+/// Apart from the sampler's window, allocation ticks are taken after one window in this many, for
+/// this many times its length: the same share of the process's time, at a fraction of the
+/// sessions (each costs a start and a stop on connections of their own, on both sides).
+const ALLOC_PERIODS_APART: u32 = 2;
 
 /// The sampler, plus GC allocation ticks when `alloc` (see [`alloc_provider`]).
 fn sampler_session(alloc: bool) -> CollectTracing {
@@ -969,7 +981,8 @@ struct SamplingLoop<'a> {
     shutdown: watch::Receiver<bool>,
     /// Keep each sample's time, to join it to the span its thread ran.
     keep_times: bool,
-    /// Take allocation ticks: in a window of their own after the sampler's (see
+    /// Take allocation ticks: in a window of their own after one sampler window in
+    /// [`ALLOC_PERIODS_APART`] (see
     /// [`SamplingLoop::alloc_window`]), or in the sampler's when boosted.
     alloc: bool,
     health: Health,
@@ -1000,6 +1013,8 @@ impl SamplingLoop<'_> {
         let started = Instant::now();
         let mut period_start = Instant::now();
         let mut refresh_names = true;
+        // Whether this period's sampler window is followed by allocation ticks.
+        let mut alloc_due = true;
         loop {
             if *self.shutdown.borrow() {
                 return Ok(());
@@ -1018,7 +1033,12 @@ impl SamplingLoop<'_> {
                     // Boosted, or without room in the period, ticks share the sampler's window.
                     let alloc_apart = self.alloc
                         && !boosted
-                        && until.saturating_duration_since(opened) * 2 <= period;
+                        && until.saturating_duration_since(opened) * (ALLOC_PERIODS_APART + 1)
+                            <= period;
+                    let alloc_after = alloc_apart && std::mem::take(&mut alloc_due);
+                    if alloc_apart && !alloc_after {
+                        alloc_due = true;
+                    }
                     match self.window(until, self.alloc && !alloc_apart).await {
                         Ok((mut samples, thread_names)) => {
                             self.sampler
@@ -1029,10 +1049,10 @@ impl SamplingLoop<'_> {
                                 samples.set_stands_for(period);
                             }
                             self.symbolize_later(samples, thread_names);
-                            if alloc_apart {
-                                let until = Instant::now() + opened.elapsed();
+                            if alloc_after {
+                                let until = Instant::now() + opened.elapsed() * ALLOC_PERIODS_APART;
                                 if let Err(error) = self.alloc_window(until).await {
-                                    tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "allocation window failed; trying again next period");
+                                    tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "allocation window failed; trying again after a later sampler window");
                                 }
                             }
                         }
@@ -1050,7 +1070,12 @@ impl SamplingLoop<'_> {
                 SamplerStep::Pause { until } => {
                     // Thread names are read only for events to name: most processes have none.
                     if self.profiler.lock().has_event_samples() {
-                        let names = self.profiler.thread_names();
+                        let threads = self.profiler.lock().event_sample_threads();
+                        let names = self
+                            .profiler
+                            .thread_cpu_of(&threads, self.cpu_at_last_stop.as_ref())
+                            .map(|reading| reading.names().clone())
+                            .unwrap_or_default();
                         send(
                             &self.sink,
                             self.profiler.lock().take_event_batches(&names),
@@ -1124,12 +1149,7 @@ impl SamplingLoop<'_> {
             .cpu_at_last_stop
             .take()
             .or_else(|| self.profiler.thread_cpu());
-        let mut cpu_at_stop = None;
-        let (profiler, stop_at) = (self.profiler.clone(), self.stop_at(until));
-        let stop = async {
-            stop_at.await;
-            cpu_at_stop = profiler.thread_cpu();
-        };
+        let stop = self.stop_at(until);
         let sink = self
             .run_window(sampler_session(alloc), samples, stop)
             .await?;
@@ -1146,6 +1166,11 @@ impl SamplingLoop<'_> {
         if let Some(interval) = interval {
             samples.set_expected_interval(interval);
         }
+        // Only the sampled threads are read: the ones whose samples are weighed and named, and
+        // (a process's set of threads in managed code changing slowly) the next window's.
+        let sampled: HashSet<u64> = samples.stacks().map(|(key, _)| key.thread_id).collect();
+        let sampled: Vec<u64> = sampled.into_iter().collect();
+        let cpu_at_stop = self.profiler.thread_cpu_of(&sampled, cpu_since.as_ref());
         if let (Some(since), Some(now)) = (&cpu_since, &cpu_at_stop) {
             samples.set_thread_cpu(&now.cores_since(since));
         }
@@ -1158,9 +1183,9 @@ impl SamplingLoop<'_> {
     }
 
     /// Takes allocation ticks until `until` or the agent's stop, in a session of their own right
-    /// after the sampler's window: the GC keyword they need also brings the GCSuspendEE and
-    /// GCRestartEE events of every sampler tick (four events a tick, more than the samples),
-    /// which the runtime would write and the agent parse for nothing.
+    /// after the sampler's window (one in [`ALLOC_PERIODS_APART`]): the GC keyword they need also
+    /// brings the GCSuspendEE and GCRestartEE events of every sampler tick (four events a tick,
+    /// more than the samples), which the runtime would write and the agent parse for nothing.
     async fn alloc_window(&mut self, until: Instant) -> anyhow::Result<()> {
         let stop = self.stop_at(until);
         self.run_window(alloc_session(), SampleAggregator::new(0), stop)

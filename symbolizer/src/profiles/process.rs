@@ -6,7 +6,7 @@
 //! contention events. Sampler windows arrive as [`SampleAggregator`]s. Both turn into
 //! [`Batch`]es with frames named once per batch, ready for the store's `Store::append`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use collector::activity::{SpanTracker, TrackerLimits};
 use collector::nettrace::events::KnownEvent;
@@ -311,6 +311,13 @@ impl ProcessProfiler {
     /// was last called.
     pub fn has_event_samples(&self) -> bool {
         self.events_since.is_some()
+    }
+
+    /// The threads of the event profiles' samples counted since
+    /// [`ProcessProfiler::take_event_batches`] was last called: the threads whose names they need.
+    pub fn event_sample_threads(&self) -> Vec<u64> {
+        let threads: HashSet<u64> = self.events.keys().map(|key| key.thread_id).collect();
+        threads.into_iter().collect()
     }
 
     /// The batches of the event profiles counted since the last call, then starts afresh.
