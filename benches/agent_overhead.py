@@ -176,8 +176,8 @@ class Target:
         except SetupError:
             # Not left running: a node run that tolerates a failed restart would otherwise go on
             # with a process it does not count, which the agent still profiles.
-            self.proc.kill()
-            self.proc.wait()
+            self._kill()
+            self.stderr.close()
             raise
         self.pid = self.proc.pid
 
@@ -208,17 +208,20 @@ class Target:
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                # A killed runtime cannot remove its diagnostic socket and debugger pipes.
-                tmp = os.environ.get("TMPDIR") or "/tmp"
-                for pattern in (f"dotnet-diagnostic-{self.proc.pid}-*-socket", f"clr-debug-pipe-{self.proc.pid}-*"):
-                    for path in glob.glob(os.path.join(tmp, pattern)):
-                        try:
-                            os.remove(path)
-                        except OSError:
-                            pass
+                self._kill()
         self.stderr.close()
+
+    def _kill(self):
+        self.proc.kill()
+        self.proc.wait()
+        # A killed runtime cannot remove its diagnostic socket and debugger pipes.
+        tmp = os.environ.get("TMPDIR") or "/tmp"
+        for pattern in (f"dotnet-diagnostic-{self.proc.pid}-*-socket", f"clr-debug-pipe-{self.proc.pid}-*"):
+            for path in glob.glob(os.path.join(tmp, pattern)):
+                try:
+                    os.remove(path)
+                except OSError:
+                    pass
 
 
 class Agent:

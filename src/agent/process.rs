@@ -783,9 +783,13 @@ async fn attach(
         &agent.settings.parser,
     )
     .await;
-    profiler.lock().shrink_to_fit();
+    {
+        let mut profiler = profiler.lock();
+        profiler.rundown_done(rundown.is_ok());
+        profiler.shrink_to_fit();
+    }
     if let Err(error) = rundown.map_err(anyhow::Error::from) {
-        tracing::warn!(pid = target.pid, error = %format!("{error:#}"), "rundown failed; frames of code loaded before attaching stay unnamed");
+        tracing::warn!(pid = target.pid, error = %format!("{error:#}"), "rundown failed; frames of code loaded before attaching stay unnamed until one succeeds (retried later, at longer intervals)");
     }
 
     let sampling = SamplingLoop {

@@ -765,10 +765,24 @@ impl Target {
         self.remove_stale_sockets();
     }
 
-    /// A killed runtime cannot remove its diagnostic socket: remove the ones it had at ready time.
+    /// A killed runtime cannot remove its diagnostic socket and debugger pipes: remove the
+    /// sockets it had at ready time, and the pipes of the same pid and key (the key, its start
+    /// time, keeps a process that reuses the pid apart).
     fn remove_stale_sockets(&mut self) {
-        for path in self.sockets.drain(..) {
-            let _ = std::fs::remove_file(path);
+        for socket in self.sockets.drain(..) {
+            let pipes = socket
+                .file_name()
+                .and_then(|name| name.to_str())
+                .and_then(|name| name.strip_prefix("dotnet-diagnostic-"))
+                .and_then(|name| name.strip_suffix("-socket"))
+                .map(|pid_key| {
+                    ["in", "out"]
+                        .map(|end| socket.with_file_name(format!("clr-debug-pipe-{pid_key}-{end}")))
+                });
+            let _ = std::fs::remove_file(&socket);
+            for pipe in pipes.into_iter().flatten() {
+                let _ = std::fs::remove_file(pipe);
+            }
         }
     }
 

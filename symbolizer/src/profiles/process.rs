@@ -29,7 +29,8 @@ pub const MAX_EVENT_STACKS: usize = 50_000;
 const MAX_OPEN_CONTENTIONS: usize = 4_096;
 
 /// A rundown is asked for when this many sampled frames fell in a managed image without a known
-/// method (ReadyToRun code the live session never named) ...
+/// method (ReadyToRun code the live session never named), or, until a rundown has succeeded, in
+/// no known code at all (code JIT-compiled before attaching) ...
 const RUNDOWN_MIN_MISSES: u64 = 100;
 /// ... and the last rundown is at least this old.
 const RUNDOWN_MIN_INTERVAL_NS: u64 = 60_000_000_000;
@@ -105,6 +106,9 @@ pub struct ProcessProfiler {
     contention_starts: HashMap<u64, OpenContention>,
     dropped_events: u64,
     refresh: RundownRefreshPolicy,
+    /// A rundown has succeeded: code loaded before attaching is named (later code is named by
+    /// the light session's method events).
+    named_loaded_code: bool,
     /// Logs and exceptions for the API, the rules and OTLP, when collected.
     signals: Option<SignalCollector>,
 }
@@ -129,6 +133,7 @@ impl ProcessProfiler {
             contention_starts: HashMap::new(),
             dropped_events: 0,
             refresh: RundownRefreshPolicy::new(RUNDOWN_MIN_INTERVAL_NS, RUNDOWN_MIN_MISSES),
+            named_loaded_code: false,
             signals: None,
         }
     }
@@ -401,12 +406,18 @@ impl ProcessProfiler {
             wall.push(batch_sample(sample.wall));
         }
         let batches = self.finish(table, timestamp, vec![("cpu", cpu), ("wall", wall)]);
+        // Until a rundown has named the code loaded before attaching, code the map has not heard
+        // of may be that code (methods JIT-compiled before the light session started).
+        let unnamed_jit = match self.named_loaded_code {
+            true => 0,
+            false => batches.resolution.unresolved,
+        };
         self.refresh
-            .record_misses(batches.resolution.in_managed_image);
+            .record_misses(batches.resolution.in_managed_image + unnamed_jit);
         batches
     }
 
-    /// Whether code the sampler saw in managed images is worth a rundown to name it;
+    /// Whether code the sampler saw unnamed is worth a rundown to name it;
     /// `now_ns` is a monotonic clock.
     pub fn wants_rundown(&mut self, now_ns: u64) -> bool {
         self.refresh.should_refresh(now_ns)
@@ -419,6 +430,7 @@ impl ProcessProfiler {
             true => self.refresh.record_success(),
             false => self.refresh.record_failure(),
         }
+        self.named_loaded_code |= succeeded;
     }
 
     /// Gives back the room the code map's tables grew beyond what they hold (call after a
@@ -509,6 +521,42 @@ mod tests {
             cpu.timestamp_unix_nanos,
             samples.time_range().unwrap().0,
             "a batch is stamped with its first sample"
+        );
+    }
+
+    #[test]
+    fn code_unheard_of_asks_for_a_rundown_until_one_succeeds() {
+        // Samples alone: no method events, no images, so no frame resolves (as code JIT-compiled
+        // before attaching, when the attach-time rundown failed).
+        let samples_only = || {
+            let mut reader = fixture("cpuhot-jit-rundown.nettrace");
+            let mut samples = SampleAggregator::new(0);
+            while let Some(event) = reader.next_event().unwrap() {
+                if let Ok(Some(KnownEvent::ThreadSample(s))) = event.known() {
+                    samples.add(&event, &s);
+                }
+            }
+            samples
+        };
+        let mut failed = ProcessProfiler::new(series(), EventProfiles::default(), None);
+        failed.rundown_done(false);
+        let out = failed.sample_batches(&samples_only(), &HashMap::new());
+        assert!(
+            out.resolution.unresolved >= RUNDOWN_MIN_MISSES,
+            "{:?}",
+            out.resolution
+        );
+        assert!(
+            failed.wants_rundown(0),
+            "no rundown has named loaded code yet"
+        );
+
+        let mut named = ProcessProfiler::new(series(), EventProfiles::default(), None);
+        named.rundown_done(true);
+        named.sample_batches(&samples_only(), &HashMap::new());
+        assert!(
+            !named.wants_rundown(0),
+            "after a rundown, code in no image is native code, which a rundown does not name"
         );
     }
 
