@@ -3,7 +3,7 @@
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
-use collector::client::DiagnosticsClient;
+use collector::client::{DiagnosticsClient, DEFAULT_TIMEOUT};
 use collector::local::LocalProcess;
 use collector::nettrace::{AsyncNettraceReader, ParserOptions};
 use collector::session::rundown;
@@ -83,7 +83,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     // The runtime flushes into the stream before it answers: keep reading while it stops.
     let drain = async { while let Ok(Some(_)) = reader.next_event().await {} };
-    let (stopped, ()) = tokio::join!(client.stop_tracing(session_id), drain);
+    let (stopped, ()) = tokio::join!(client.stop_tracing(session_id, DEFAULT_TIMEOUT), drain);
     stopped?;
     Ok(())
 }

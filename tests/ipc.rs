@@ -5,7 +5,7 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use collector::client::{ClientError, DiagnosticsClient};
+use collector::client::{ClientError, DiagnosticsClient, DEFAULT_TIMEOUT};
 use collector::discovery;
 use collector::ipc::{CollectTracing, CoreDump, DumpType, Hresult, PerfMapType, ProviderConfig};
 use collector::listen::{ListenOptions, ListenServer, RuntimeEvent};
@@ -107,7 +107,7 @@ async fn eventpipe_session_streams_nettrace_until_stopped() {
     let mut rest = Vec::new();
     let (stopped, read) = tokio::time::timeout(Duration::from_secs(20), async {
         tokio::join!(
-            client.stop_tracing(session.id),
+            client.stop_tracing(session.id, DEFAULT_TIMEOUT),
             session.stream.read_to_end(&mut rest)
         )
     })
@@ -124,7 +124,7 @@ async fn eventpipe_session_streams_nettrace_until_stopped() {
     // .NET 8 acknowledges stopping a session that has already ended (it does not check the id),
     // so a second stop from a racing caller is harmless.
     client
-        .stop_tracing(session.id)
+        .stop_tracing(session.id, DEFAULT_TIMEOUT)
         .await
         .expect("stopping an ended session is acknowledged");
 }

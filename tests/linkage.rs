@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use collector::activity::{ActivityEvent, Span, SpanTracker};
-use collector::client::DiagnosticsClient;
+use collector::client::{DiagnosticsClient, DEFAULT_TIMEOUT};
 use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::local::LocalProcess;
 use collector::nettrace::events::EventKind;
@@ -878,7 +878,7 @@ fn linkage_through_the_agent_survives_lost_sessions() {
             for name in ["light", "linkage"] {
                 let id = session_id(&agent, name).expect("the agent logs its sessions' ids");
                 runtime
-                    .block_on(client.stop_tracing(id))
+                    .block_on(client.stop_tracing(id, DEFAULT_TIMEOUT))
                     .expect("StopTracing of the agent's session");
             }
             killed = Some(unix_ms());

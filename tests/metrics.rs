@@ -209,6 +209,67 @@ fn prometheus_scrapes_the_agents_health_and_promtool_accepts_it() {
     }
 }
 
+/// How long ago process `pid` started, by the kernel: the uptime less its start time.
+fn process_age(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the target runs");
+    // Field 22, counted after the command's closing parenthesis (field 2 may hold spaces).
+    let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+    let start_ticks: f64 = after_comm.split(' ').nth(19).unwrap().parse().unwrap();
+    let uptime = std::fs::read_to_string("/proc/uptime").unwrap();
+    let uptime: f64 = uptime.split(' ').next().unwrap().parse().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Duration::from_secs_f64((uptime - start_ticks / ticks_per_second).max(0.0))
+}
+
+/// Enabling an EventSource while a .NET 8 app starts can deadlock it (dotnet/runtime#118014):
+/// the runtime counters of a process found a moment after it started come only once it has run
+/// `--startup-grace`, by the kernel's clock, and then they do come.
+#[test]
+fn runtime_counters_wait_until_the_process_has_run_the_startup_grace() {
+    const GRACE: Duration = Duration::from_secs(20);
+    let target = Target::builder("CpuHot").start();
+    let dir = data_dir("startup-grace");
+    let pid = format!("--pid={}", target.pid());
+    let agent = Agent::start(&dir, &[&pid, "--startup-grace", "20s"]);
+    let series = format!(
+        "systemruntime_working_set_bytes{{process_id=\"{}\"",
+        target.pid()
+    );
+    let deadline = Instant::now() + GRACE + Duration::from_secs(90);
+    let mut youngest_scrape = None;
+    let first_seen_at = loop {
+        let scrape = http_get(agent.metrics_port, "/metrics", &[]);
+        // Measured after the scrape: a session enabled before it was enabled younger than this.
+        let age = process_age(target.pid());
+        youngest_scrape.get_or_insert(age);
+        if scrape.body.lines().any(|l| l.starts_with(&series)) {
+            break age;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no runtime counters by age {age:?}; agent log:\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let youngest = youngest_scrape.unwrap();
+    assert!(
+        youngest < GRACE,
+        "the first scrape came at age {youngest:?}: nothing was checked before the grace"
+    );
+    assert!(
+        first_seen_at >= GRACE,
+        "runtime counters on /metrics at age {first_seen_at:?}, before the {GRACE:?} grace;\n{}",
+        agent.log()
+    );
+    assert!(
+        agent.log().contains("the process has just started"),
+        "the agent says why it waits:\n{}",
+        agent.log()
+    );
+}
+
 #[test]
 fn go_tool_pprof_reads_the_agents_own_cpu_profile() {
     let dir = data_dir("selfprofile");

@@ -4,7 +4,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use collector::client::DiagnosticsClient;
+use collector::client::{DiagnosticsClient, DEFAULT_TIMEOUT};
 use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::nettrace::events::{KnownEvent, MethodEventKind, SampleKind};
 use collector::nettrace::{AsyncNettraceReader, Event, Value};
@@ -33,7 +33,7 @@ async fn record_live(
         let id = session.id;
         tokio::spawn(async move {
             tokio::time::sleep(stop_after).await;
-            client.stop_tracing(id).await.unwrap();
+            client.stop_tracing(id, DEFAULT_TIMEOUT).await.unwrap();
         })
     };
     let mut reader = AsyncNettraceReader::new(session.stream);

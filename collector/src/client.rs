@@ -241,11 +241,17 @@ impl DiagnosticsClient {
         Ok(EventPipeSession { id, stream })
     }
 
-    /// Stops an EventPipe session; the runtime then writes rundown (if asked) and ends the stream.
-    pub async fn stop_tracing(&self, session_id: u64) -> Result<(), ClientError> {
+    /// Stops an EventPipe session, waiting up to `timeout` for the reply. The runtime writes the
+    /// rundown (if asked) and flushes the stream before it replies, so a session with a rundown
+    /// needs longer than other commands, and its stream must be read meanwhile.
+    pub async fn stop_tracing(
+        &self,
+        session_id: u64,
+        timeout: Duration,
+    ) -> Result<(), ClientError> {
         let request = Request::StopTracing { session_id };
         let command = request.name();
-        let (_, payload) = self.exchange(&request, self.timeout).await?;
+        let (_, payload) = self.exchange(&request, timeout).await?;
         ipc::decode_session_id(&payload)
             .map(drop)
             .map_err(|source| ClientError::Protocol { command, source })

@@ -13,7 +13,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::client::DiagnosticsClient;
 use crate::discovery::{parse_comm, parse_cpu_ticks, parse_nspid, parse_start_time};
@@ -212,6 +212,19 @@ impl LocalProcess {
         }
     }
 
+    /// How long ago the process started: the system's uptime less the process's start time.
+    pub fn age(&self) -> Option<Duration> {
+        let uptime = read_proc_file(Path::new("/proc/uptime")).ok()?;
+        let uptime: f64 = std::str::from_utf8(&uptime)
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()?;
+        let started = self.start_time as f64 / clock_ticks_per_second()?;
+        Duration::try_from_secs_f64((uptime - started).max(0.0)).ok()
+    }
+
     /// Whether the pid is still the runtime's process: a caller that read `/proc/PID` files by
     /// other means checks afterwards.
     pub fn verify(&self) -> io::Result<()> {
@@ -285,12 +298,10 @@ impl ThreadCpu {
     /// all the time), for threads in both readings.
     pub fn cores_since(&self, earlier: &ThreadCpu) -> HashMap<u64, f64> {
         let seconds = self.at.saturating_duration_since(earlier.at).as_secs_f64();
-        // SAFETY: sysconf has no preconditions.
-        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        if seconds <= 0.0 || ticks_per_second <= 0 {
+        let Some(ticks_per_second) = clock_ticks_per_second().filter(|_| seconds > 0.0) else {
             return HashMap::new();
-        }
-        let tick_seconds = 1.0 / ticks_per_second as f64;
+        };
+        let tick_seconds = 1.0 / ticks_per_second;
         self.ticks
             .iter()
             .filter_map(|(tid, &now)| {
@@ -303,6 +314,13 @@ impl ThreadCpu {
 }
 
 /// Field 22 of `dir/stat` (a `/proc/PID` directory): the process's start time.
+/// The unit of `/proc`'s CPU and start times.
+fn clock_ticks_per_second() -> Option<f64> {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (ticks > 0).then_some(ticks as f64)
+}
+
 pub(crate) fn start_time(dir: &Path) -> Option<u64> {
     let stat = read_proc_file(&dir.join("stat")).ok()?;
     parse_start_time(&String::from_utf8_lossy(&stat))
@@ -463,6 +481,27 @@ mod tests {
             .is_empty());
         stop.send(()).unwrap();
         named.join().unwrap();
+    }
+
+    #[test]
+    fn a_process_is_as_old_as_the_kernel_says() {
+        let before = Instant::now();
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = u64::from(child.id());
+        let local = LocalProcess::find(pid, pid, "sleep 60").expect("the child is found");
+        std::thread::sleep(Duration::from_millis(1500));
+        let age = local.age().expect("an age");
+        let bound = before.elapsed();
+        child.kill().ok();
+        child.wait().ok();
+        // Start times count in clock ticks (10 ms), uptime in hundredths of a second.
+        assert!(
+            age >= Duration::from_millis(1450) && age <= bound + Duration::from_millis(30),
+            "age {age:?}, spawned at most {bound:?} ago"
+        );
     }
 
     #[test]

@@ -188,10 +188,9 @@ pub async fn run<W: AsyncWrite + Unpin>(
     // The runtime writes the rundown into the stream before it answers StopTracing, so the
     // stream must be drained while the stop command waits for its reply, as long as the stop
     // may take: listing a big process's code on a loaded machine takes longer than a command.
-    let stopping = client.clone().with_timeout(stop_timeout);
     let stop_command = async {
-        stopping
-            .stop_tracing(session_id)
+        client
+            .stop_tracing(session_id, stop_timeout)
             .await
             .map_err(SessionError::Stop)
     };

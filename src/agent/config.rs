@@ -140,6 +140,8 @@ pub struct ProfilingConfig {
     pub sample_period: Option<Duration>,
     #[serde(default, deserialize_with = "lenient::opt_duration")]
     pub rescan_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "lenient::opt_duration")]
+    pub startup_grace: Option<Duration>,
     #[serde(default, deserialize_with = "lenient::opt_boolean")]
     pub alloc: Option<bool>,
     #[serde(default, deserialize_with = "lenient::opt_boolean")]

@@ -141,6 +141,13 @@ pub struct Args {
     /// How often to look for new processes. [default: 3s] [config: Profiling:RescanInterval]
     #[arg(long, value_parser = parse_duration)]
     rescan_interval: Option<Duration>,
+    /// How long a process runs before sessions that enable its EventSources start (runtime
+    /// counters, trace linkage, collection rules): on .NET 8 to 10, enabling an EventSource while
+    /// the app starts can deadlock it for good (dotnet/runtime#105682, #118014, #119014).
+    /// Sampling, code names and the runtime's own events start at once. [default: 30s]
+    /// [config: Profiling:StartupGrace]
+    #[arg(long, value_parser = parse_duration)]
+    startup_grace: Option<Duration>,
     /// Only profile these pids (repeatable). [config: Profiling:ProcessIds]
     #[arg(long = "pid", value_name = "PID")]
     pids: Vec<u64>,
@@ -268,6 +275,7 @@ struct Resolved {
     connect: bool,
     data_dir: PathBuf,
     rescan_interval: Duration,
+    startup_grace: Duration,
     duty: DutyCycle,
     events: EventProfiles,
     filters: Filters,
@@ -475,6 +483,10 @@ impl Args {
                 .rescan_interval
                 .or(profiling.rescan_interval)
                 .unwrap_or(Duration::from_secs(3)),
+            startup_grace: self
+                .startup_grace
+                .or(profiling.startup_grace)
+                .unwrap_or(DEFAULT_STARTUP_GRACE),
             duty,
             events: EventProfiles {
                 alloc: !self.no_alloc && profiling.alloc != Some(false),
@@ -606,10 +618,15 @@ impl Filters {
 /// 1,000 too).
 const DEFAULT_EXCEPTION_HISTORY: usize = 1000;
 
+/// How long a process runs before the agent enables its EventSources (`--startup-grace`).
+const DEFAULT_STARTUP_GRACE: Duration = Duration::from_secs(30);
+
 /// What every per-process task is configured with.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub duty: DutyCycle,
+    /// How long a process runs before sessions that enable its EventSources start.
+    pub startup_grace: Duration,
     pub events: EventProfiles,
     pub filters: Filters,
     pub host_name: String,
@@ -909,6 +926,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let agent = Arc::new(Agent {
         settings: Settings {
             duty: settings.duty,
+            startup_grace: settings.startup_grace,
             events: settings.events,
             filters: settings.filters,
             host_name: host_name(),

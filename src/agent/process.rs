@@ -1,7 +1,7 @@
 //! One attached process: a long-lived light session, a duty-cycled sampler, and the store
 //! batches they yield, until the process exits or the agent stops.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -576,6 +576,16 @@ impl StartupGate<'_> {
     }
 }
 
+/// When sessions that enable a process's EventSources may start: once it has run `grace`, by
+/// its start time in `/proc` (unknown: from now; a runtime in listen mode connects as it
+/// starts). Enabling an EventSource runs its callback in the process under `EventListener`'s
+/// lock, which on .NET 8 to 10 can deadlock against the app's own first use of the thread pool,
+/// a timer or `ArrayPool` while it starts (dotnet/runtime#105682, #118014, #119014).
+fn event_sources_from(local: Option<&LocalProcess>, grace: Duration) -> tokio::time::Instant {
+    let age = local.and_then(LocalProcess::age).unwrap_or_default();
+    tokio::time::Instant::now() + grace.saturating_sub(age)
+}
+
 /// Profiles one process until it exits or the agent stops.
 pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcome> {
     let mut gate = StartupGate {
@@ -611,6 +621,7 @@ async fn attach(
         .unwrap_or_else(|| executable.clone());
     // Listen mode: the pid the runtime advertised is from its own pid namespace.
     let local = LocalProcess::find(info.pid, target.pid, &info.command_line);
+    let event_sources_from = event_sources_from(local.as_ref(), agent.settings.startup_grace);
     let command_line = local
         .as_ref()
         .map_or(info.command_line.as_str(), |l| l.command_line.as_str());
@@ -655,6 +666,15 @@ async fn attach(
     };
     let _attached = GaugeGuard::new(&agent.health.processes_attached);
     tracing::info!(pid = target.pid, %name, service = %service, transport = target.transport, "attached");
+    let wait = event_sources_from.saturating_duration_since(tokio::time::Instant::now());
+    if !wait.is_zero() {
+        tracing::info!(
+            pid = target.pid,
+            wait_s = wait.as_secs(),
+            "the process has just started: its EventSources (runtime counters, trace linkage, \
+             collection rules) are enabled once it has run --startup-grace"
+        );
+    }
     let entry_assembly = info
         .managed_entrypoint_assembly_name
         .clone()
@@ -677,6 +697,7 @@ async fn attach(
             sampler: sampler.clone(),
             states: rule_states,
             signals: signals.clone(),
+            not_before: event_sources_from,
         },
         &agent.processes,
         &agent.shutdown,
@@ -737,6 +758,7 @@ async fn attach(
                 service: service.clone(),
                 series: resource,
             },
+            event_sources_from,
             stop,
         ));
     }
@@ -765,10 +787,15 @@ async fn attach(
         .map(|_| Arc::new(Notify::new()));
     let linkage = agent.settings.linkage.as_ref().map(|providers| {
         let config = linkage_session(providers, agent.settings.events, &agent.settings.signals);
-        tokio::spawn(run_long_session(
-            long(Stream::Linkage, config, renew_linkage.clone()),
-            None,
-        ))
+        let session = long(Stream::Linkage, config, renew_linkage.clone());
+        let mut shutdown = agent.shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep_until(event_sources_from) => {}
+                _ = shutdown.wait_for(|stop| *stop) => return,
+            }
+            let _ = run_long_session(session, None).await;
+        })
     });
     // A session failing to start ends the wait too (its sender is dropped).
     let _ = tokio::time::timeout(LIGHT_SESSION_START_TIMEOUT, light_enabled).await;
@@ -1017,8 +1044,9 @@ impl SamplingLoop<'_> {
         let started = Instant::now();
         let mut period_start = Instant::now();
         let mut refresh_names = true;
-        // Whether this period's sampler window is followed by allocation ticks.
-        let mut alloc_due = true;
+        // Sampler windows that had room for allocation ticks apart: one in ALLOC_PERIODS_APART
+        // of them is followed by a window of allocation ticks, the first among them.
+        let mut windows_with_room: u32 = 0;
         loop {
             if *self.shutdown.borrow() {
                 return Ok(());
@@ -1039,9 +1067,10 @@ impl SamplingLoop<'_> {
                         && !boosted
                         && until.saturating_duration_since(opened) * (ALLOC_PERIODS_APART + 1)
                             <= period;
-                    let alloc_after = alloc_apart && std::mem::take(&mut alloc_due);
-                    if alloc_apart && !alloc_after {
-                        alloc_due = true;
+                    let alloc_after =
+                        alloc_apart && windows_with_room.is_multiple_of(ALLOC_PERIODS_APART);
+                    if alloc_apart {
+                        windows_with_room = windows_with_room.wrapping_add(1);
                     }
                     match self.window(until, self.alloc && !alloc_apart).await {
                         Ok((mut samples, thread_names)) => {
@@ -1172,9 +1201,9 @@ impl SamplingLoop<'_> {
         }
         // Only the sampled threads are read: the ones whose samples are weighed and named, and
         // (a process's set of threads in managed code changing slowly) the next window's.
-        let sampled: HashSet<u64> = samples.stacks().map(|(key, _)| key.thread_id).collect();
-        let sampled: Vec<u64> = sampled.into_iter().collect();
-        let cpu_at_stop = self.profiler.thread_cpu_of(&sampled, cpu_since.as_ref());
+        let cpu_at_stop = self
+            .profiler
+            .thread_cpu_of(&samples.thread_ids(), cpu_since.as_ref());
         if let (Some(since), Some(now)) = (&cpu_since, &cpu_at_stop) {
             samples.set_thread_cpu(&now.cores_since(since));
         }

@@ -78,6 +78,9 @@ pub struct RuleTarget<'a> {
     pub sampler: SamplerControl,
     pub states: RuleStates,
     pub signals: ProcessSignals,
+    /// Sessions start from then: triggers and pre-trigger rings enable EventSources, which the
+    /// process must have run `--startup-grace` for.
+    pub not_before: tokio::time::Instant,
 }
 
 /// Starts the rules that apply to `target`; the returned set owns their tasks.
@@ -119,7 +122,9 @@ pub fn start(
             let client = target.client.clone();
             let stop = stopped(shutdown.clone());
             let (rule_name, pid) = (rule.name.clone(), target.pid);
+            let not_before = target.not_before;
             tasks.spawn(async move {
+                tokio::time::sleep_until(not_before).await;
                 if let Err(error) =
                     capture::run_ring(&client, config, limits, &mut received, stop).await
                 {
@@ -147,8 +152,10 @@ pub fn start(
         let cookie = target.runtime_cookie.to_string();
         let interval = settings.counter_interval_seconds;
         let stop = stopped(shutdown.clone());
+        let not_before = target.not_before;
         tracing::info!(pid = target.pid, rule = %rule.name, "collection rule applied");
         tasks.spawn(async move {
+            tokio::time::sleep_until(not_before).await;
             let execute = |action: &Action, firing: &Firing| -> ActionFuture {
                 let context = context.clone();
                 let index = rule.actions.iter().position(|a| a.name == action.name);

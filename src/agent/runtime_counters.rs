@@ -48,22 +48,29 @@ pub struct CountedProcess {
     pub series: Arc<[(String, String)]>,
 }
 
-/// Records one process's counters until its session ends (the process exited) or `stop`
-/// completes (the agent detaches), then removes its series; offers them to the exporters that
-/// send metrics.
+/// Records one process's counters from `not_before` until its session ends (the process
+/// exited) or `stop` completes (the agent detaches), then removes its series; offers them to
+/// the exporters that send metrics.
 pub async fn export(
     client: DiagnosticsClient,
     config: CounterSelection,
     registry: Registry,
     exports: ExportTaps,
     process: CountedProcess,
+    not_before: tokio::time::Instant,
     stop: impl Future<Output = ()> + Send + 'static,
 ) {
     let (updates, mut received) = mpsc::channel(UPDATES_QUEUE);
     let session_config = config.session.clone();
     let started = profile::clock::unix_nanos();
-    let session =
-        tokio::spawn(async move { counters::run(&client, &session_config, stop, updates).await });
+    let session = tokio::spawn(async move {
+        let mut stop = std::pin::pin!(stop);
+        tokio::select! {
+            () = tokio::time::sleep_until(not_before) => {}
+            () = &mut stop => return None,
+        }
+        Some(counters::run(&client, &session_config, stop, updates).await)
+    });
     let pid = process.pid;
     let mut recorder = Recorder::new(registry, pid, process.service);
     let mut cumulative = exports
@@ -90,8 +97,8 @@ pub async fn export(
         }
     }
     match session.await {
-        Ok(Ok(_)) => {}
-        Ok(Err(error)) => tracing::info!(pid, %error, "the counter session ended"),
+        Ok(Some(Ok(_)) | None) => {}
+        Ok(Some(Err(error))) => tracing::info!(pid, %error, "the counter session ended"),
         Err(error) => tracing::warn!(pid, %error, "the counter session's task failed"),
     }
     recorder.forget();

@@ -83,7 +83,8 @@ impl Agent {
 
     /// [`Agent::start_with_key`] with more environment variables. The API and metrics listen on
     /// free loopback ports unless `extra` gives `--urls` or `--metrics-urls`; the log filter is
-    /// `clrscope=info` unless it gives `--log`.
+    /// `clrscope=info` unless it gives `--log`; EventSources are enabled at once unless it gives
+    /// `--startup-grace`.
     pub fn start_with_env(
         data_dir: &Path,
         extra: &[&str],
@@ -96,6 +97,9 @@ impl Agent {
             ("--urls", "http://127.0.0.1:0"),
             ("--metrics-urls", "http://127.0.0.1:0"),
             ("--log", "clrscope=info"),
+            // Targets start just before their agent: without this, counters, trace linkage and
+            // rules would wait for the default grace (a test of its own checks it).
+            ("--startup-grace", "0s"),
         ] {
             if !extra.contains(&flag) {
                 command.args([flag, default]);

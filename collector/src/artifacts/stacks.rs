@@ -34,6 +34,9 @@ impl StackFormat {
 /// A live runtime's sampler ticks every millisecond; one that sends nothing for this long is hung.
 const TICK_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long StopTracing may take: the runtime lists its code (the rundown) before it replies.
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Takes one sampler tick of the runtime behind `client` (one stack per sampled thread), then
 /// stops the session and hands every event of its rundown to `rundown` (feed them to a code map
 /// to name the stacks' methods).
@@ -82,7 +85,7 @@ pub async fn collect_stack_tick(
         }
         Ok::<_, NettraceError>(())
     };
-    let (stopped, drained) = tokio::join!(client.stop_tracing(session_id), drain);
+    let (stopped, drained) = tokio::join!(client.stop_tracing(session_id, STOP_TIMEOUT), drain);
     stopped.map_err(ArtifactError::Stop)?;
     drained.map_err(ArtifactError::Stream)?;
     Ok(tick)

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::client::DiagnosticsClient;
+use crate::client::{DiagnosticsClient, DEFAULT_TIMEOUT};
 use crate::ipc::{CollectTracing, ProviderConfig};
 use crate::nettrace::AsyncNettraceReader;
 use crate::providers::{self, level};
@@ -165,7 +165,7 @@ async fn walk_heap(
         // Leave the runtime without our session before giving up. The stream is closed first:
         // the runtime flushes into it before it answers StopTracing, and nobody reads it now.
         drop(reader);
-        let _ = client.stop_tracing(session_id).await;
+        let _ = client.stop_tracing(session_id, DEFAULT_TIMEOUT).await;
         return Err(error);
     }
     progress(SnapshotProgress {
@@ -178,7 +178,7 @@ async fn walk_heap(
     // stream while waiting for the reply. Heap events still buffered arrive here too.
     let stop = async {
         client
-            .stop_tracing(session_id)
+            .stop_tracing(session_id, in_time(started.elapsed()))
             .await
             .map_err(GcDumpError::Stop)
     };

@@ -156,7 +156,12 @@ impl Reader {
         id: u64,
         each: &mut (dyn FnMut(crate::nettrace::splice::RawObject) -> io::Result<()> + Send),
     ) -> Result<(), CaptureError> {
-        let stop_command = async { client.stop_tracing(id).await.map_err(SessionError::Stop) };
+        let stop_command = async {
+            client
+                .stop_tracing(id, STOP_TIMEOUT)
+                .await
+                .map_err(SessionError::Stop)
+        };
         let drain = async {
             while self.read().await? {
                 while let Some(object) = self.splitter.next_object()? {

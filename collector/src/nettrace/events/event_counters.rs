@@ -2,7 +2,7 @@
 //! self-describing, read by field name.
 
 use crate::nettrace::error::NettraceError;
-use crate::nettrace::payload::{find, find_number, find_text, NamedValue, Value};
+use crate::nettrace::payload::{NamedValue, Value};
 
 /// One EventCounters event: an EventSource counter's value over one interval. The payload is a
 /// single struct field `Payload`, whose fields depend on the counter type.
@@ -54,47 +54,107 @@ pub enum EventCounterValue {
 }
 
 impl EventCounter {
+    /// Reads the `Payload` struct in one pass over its fields, moving its strings out.
     pub(crate) fn decode(
         provider: &str,
-        fields: &[NamedValue<'_>],
+        fields: Vec<NamedValue<'_>>,
         payload_offset: u64,
     ) -> Result<Self, NettraceError> {
-        // EventSource wraps the TraceLogging payload in an unnamed struct: look one level down too.
-        let payload = find(fields, "Payload")
-            .or_else(|| fields.iter().find_map(|f| f.value.field("Payload")));
-        let Some(Value::Struct(p)) = payload else {
+        let Some(payload) = take_payload(fields) else {
             return Err(NettraceError::Payload {
                 event: format!("{provider}/EventCounters"),
                 offset: payload_offset,
                 reason: "no struct field named Payload".into(),
             });
         };
-        let p = p.as_slice();
-        let counter_type = find_text(p, "CounterType");
-        let value = if find(p, "Increment").is_some() || counter_type == "Sum" {
+        let mut counter = EventCounter {
+            provider: provider.to_owned(),
+            name: String::new(),
+            display_name: String::new(),
+            display_units: String::new(),
+            counter_type: String::new(),
+            series: String::new(),
+            metadata: String::new(),
+            interval_sec: None,
+            value: EventCounterValue::Mean {
+                mean: None,
+                standard_deviation: None,
+                count: None,
+                min: None,
+                max: None,
+            },
+        };
+        let (mut mean, mut standard_deviation, mut count, mut min, mut max) =
+            (None, None, None, None, None);
+        let (mut increment, mut has_increment, mut display_rate_time_scale) =
+            (None, false, String::new());
+        for field in payload {
+            let value = field.value;
+            match field.name {
+                "Name" => counter.name = into_text(value),
+                "DisplayName" => counter.display_name = into_text(value),
+                "DisplayUnits" => counter.display_units = into_text(value),
+                "CounterType" => counter.counter_type = into_text(value),
+                "Series" => counter.series = into_text(value),
+                "Metadata" => counter.metadata = into_text(value),
+                "IntervalSec" => counter.interval_sec = value.as_f64(),
+                "Mean" => mean = value.as_f64(),
+                "StandardDeviation" => standard_deviation = value.as_f64(),
+                "Count" => count = value.as_i64(),
+                "Min" => min = value.as_f64(),
+                "Max" => max = value.as_f64(),
+                "Increment" => {
+                    has_increment = true;
+                    increment = value.as_f64();
+                }
+                "DisplayRateTimeScale" => display_rate_time_scale = into_text(value),
+                _ => {}
+            }
+        }
+        counter.value = if has_increment || counter.counter_type == "Sum" {
             EventCounterValue::Increment {
-                increment: find_number(p, "Increment"),
-                display_rate_time_scale: find_text(p, "DisplayRateTimeScale"),
+                increment,
+                display_rate_time_scale,
             }
         } else {
             EventCounterValue::Mean {
-                mean: find_number(p, "Mean"),
-                standard_deviation: find_number(p, "StandardDeviation"),
-                count: find(p, "Count").and_then(Value::as_i64),
-                min: find_number(p, "Min"),
-                max: find_number(p, "Max"),
+                mean,
+                standard_deviation,
+                count,
+                min,
+                max,
             }
         };
-        Ok(EventCounter {
-            provider: provider.to_owned(),
-            name: find_text(p, "Name"),
-            display_name: find_text(p, "DisplayName"),
-            display_units: find_text(p, "DisplayUnits"),
-            counter_type,
-            series: find_text(p, "Series"),
-            metadata: find_text(p, "Metadata"),
-            interval_sec: find_number(p, "IntervalSec"),
-            value,
-        })
+        Ok(counter)
+    }
+}
+
+/// The fields of the struct named `Payload`: EventSource wraps the TraceLogging payload in an
+/// unnamed struct, so one level down counts too. The first such field wins.
+fn take_payload(fields: Vec<NamedValue<'_>>) -> Option<Vec<NamedValue<'_>>> {
+    let mut nested = None;
+    for field in fields {
+        match field.value {
+            Value::Struct(inner) if field.name == "Payload" => return Some(inner),
+            Value::Struct(inner) if nested.is_none() => {
+                nested = inner
+                    .into_iter()
+                    .find(|f| f.name == "Payload")
+                    .map(|f| f.value);
+            }
+            _ => {}
+        }
+    }
+    match nested {
+        Some(Value::Struct(inner)) => Some(inner),
+        _ => None,
+    }
+}
+
+/// The text of a value; empty when it is not text.
+fn into_text(value: Value<'_>) -> String {
+    match value {
+        Value::String(s) => s,
+        _ => String::new(),
     }
 }
