@@ -209,3 +209,79 @@ async fn a_method_first_called_during_the_session_is_named_by_its_load_event() {
         loaded.iter().take(20).collect::<Vec<_>>()
     );
 }
+
+/// What a window's observer saw: when each sample arrived, and when the runtime took it.
+#[derive(Default)]
+struct Arrivals {
+    arrived: Vec<Instant>,
+    sampled_unix_nanos: Vec<i64>,
+}
+
+impl collector::session::EventObserver for Arrivals {
+    fn on_event(&mut self, event: &Event<'_>) {
+        if let Ok(Some(KnownEvent::ThreadSample(_))) = event.known() {
+            self.arrived.push(Instant::now());
+            self.sampled_unix_nanos.push(event.unix_nanos());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_is_read_once_stopped_and_keeps_every_sample() {
+    let target = Target::builder("CpuHot").args(["--split", "100"]).start();
+    let client = DiagnosticsClient::for_pid(target.pid()).unwrap();
+    let providers = vec![ProviderConfig::new(
+        providers::SAMPLE_PROFILER,
+        0,
+        level::INFORMATIONAL,
+    )];
+    let config = CollectTracing::v2(providers).with_rundown(false);
+    let mut sink = collector::session::ParsingWriter::new(tokio::io::sink(), Arrivals::default());
+    let window = Duration::from_secs(3);
+    let stopped = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let (opened, opened_unix_nanos) = (Instant::now(), profile::clock::unix_nanos());
+    let stop = {
+        let stopped = stopped.clone();
+        async move {
+            tokio::time::sleep(window).await;
+            *stopped.lock().unwrap() = Some((Instant::now(), profile::clock::unix_nanos()));
+        }
+    };
+    let summary =
+        collector::session::run_window(&client, config, &mut sink, stop, Duration::from_secs(60))
+            .await
+            .unwrap();
+    assert_eq!(summary.end, collector::session::SessionEnd::Stopped);
+    assert!(sink.error().is_none(), "{:?}", sink.error());
+    assert_eq!(sink.parser().dropped_events(), 0);
+    let (stopped_at, stopped_unix_nanos) = stopped.lock().unwrap().expect("stopped");
+    let (_, arrivals) = sink.into_parts();
+    let samples = arrivals.arrived.len();
+    eprintln!("{samples} samples in a {window:?} window, opened {opened:?}");
+    // The process's main thread and its spinning ones, sampled every millisecond or so.
+    assert!(samples > 1000, "{samples} samples in {window:?}");
+    let early = arrivals
+        .arrived
+        .iter()
+        .filter(|&&at| at < stopped_at)
+        .count();
+    assert_eq!(
+        early, 0,
+        "{early} of {samples} samples were read before the window stopped"
+    );
+    // Read at the end, the whole window is there: samples the runtime took from its first
+    // second to its last.
+    let first = *arrivals.sampled_unix_nanos.iter().min().unwrap();
+    let last = *arrivals.sampled_unix_nanos.iter().max().unwrap();
+    let second = 1_000_000_000;
+    assert!(
+        first < opened_unix_nanos + second,
+        "first sample {} ms after the window opened",
+        (first - opened_unix_nanos) / 1_000_000
+    );
+    assert!(
+        last > stopped_unix_nanos - second,
+        "last sample {} ms before the window stopped",
+        (stopped_unix_nanos - last) / 1_000_000
+    );
+}

@@ -147,7 +147,45 @@ pub async fn run<W: AsyncWrite + Unpin>(
     out: &mut W,
     stop: impl Future<Output = ()>,
     stop_timeout: Duration,
+    progress: impl FnMut(SessionProgress),
+) -> Result<SessionSummary, SessionError> {
+    let reading = Reading::AsItComes;
+    run_reading(client, config, out, stop, stop_timeout, progress, reading).await
+}
+
+/// Runs a short session (a sampling window) as [`run`] does, but reads its stream only once
+/// `stop` resolved, when the runtime has stopped it. The runtime flushes a session's events
+/// every 100 ms, and every flush would wake the agent to read it: ten times a window, a hundred
+/// times a second on a node of 110 processes. Until then the stream is out of the reactor, and
+/// what the socket cannot hold waits in the session's buffers in the runtime.
+pub async fn run_window<W: AsyncWrite + Unpin>(
+    client: &DiagnosticsClient,
+    config: CollectTracing,
+    out: &mut W,
+    stop: impl Future<Output = ()>,
+    stop_timeout: Duration,
+) -> Result<SessionSummary, SessionError> {
+    let reading = Reading::AtStop;
+    run_reading(client, config, out, stop, stop_timeout, |_| {}, reading).await
+}
+
+/// When a session's stream is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// As it arrives, so that the writer has it at once.
+    AsItComes,
+    /// Once the session is being stopped ([`run_window`]).
+    AtStop,
+}
+
+async fn run_reading<W: AsyncWrite + Unpin>(
+    client: &DiagnosticsClient,
+    config: CollectTracing,
+    out: &mut W,
+    stop: impl Future<Output = ()>,
+    stop_timeout: Duration,
     mut progress: impl FnMut(SessionProgress),
+    reading: Reading,
 ) -> Result<SessionSummary, SessionError> {
     let started = Instant::now();
     let (session, version) = start(client, config).await?;
@@ -165,24 +203,34 @@ pub async fn run<W: AsyncWrite + Unpin>(
         stopping: false,
     });
 
-    // Only the read races the stop signal: a read is cancel-safe, a half-done write is not.
-    loop {
-        let n = tokio::select! {
-            biased;
-            () = &mut stop => break,
-            read = stream.read(buf.space()) => read.map_err(|source| SessionError::Read { bytes, source })?,
-        };
-        if n == 0 {
-            let end = SessionEnd::EndedByRuntime;
-            return finish(out, bytes, session_id, version, started, end).await;
+    match reading {
+        Reading::AtStop => {
+            let parked = stream
+                .into_std()
+                .map_err(|source| SessionError::Read { bytes, source })?;
+            (&mut stop).await;
+            stream = tokio::net::UnixStream::from_std(parked)
+                .map_err(|source| SessionError::Read { bytes, source })?;
         }
-        write(out, buf.filled(n), &mut bytes).await?;
-        progress(SessionProgress {
-            session_id,
-            bytes,
-            elapsed: started.elapsed(),
-            stopping: false,
-        });
+        // Only the read races the stop signal: a read is cancel-safe, a half-done write is not.
+        Reading::AsItComes => loop {
+            let n = tokio::select! {
+                biased;
+                () = &mut stop => break,
+                read = stream.read(buf.space()) => read.map_err(|source| SessionError::Read { bytes, source })?,
+            };
+            if n == 0 {
+                let end = SessionEnd::EndedByRuntime;
+                return finish(out, bytes, session_id, version, started, end).await;
+            }
+            write(out, buf.filled(n), &mut bytes).await?;
+            progress(SessionProgress {
+                session_id,
+                bytes,
+                elapsed: started.elapsed(),
+                stopping: false,
+            });
+        },
     }
 
     // The runtime writes the rundown into the stream before it answers StopTracing, so the

@@ -13,6 +13,7 @@
 pub mod config;
 mod discover;
 mod export;
+mod grace;
 mod health;
 mod process;
 mod rules;

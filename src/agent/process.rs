@@ -31,6 +31,7 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 use ui::metrics::Counter;
 
+use super::grace::StartupGrace;
 use super::health::{GaugeGuard, Health};
 use super::runtime_counters;
 use super::writer::BatchSink;
@@ -39,6 +40,39 @@ use super::{rules, Agent, SignalSettings};
 /// How long after a sampler window its stacks are named: methods compiled during the window are
 /// announced on the light session, whose events arrive up to a few hundred milliseconds later.
 const SYMBOLIZE_DELAY: Duration = Duration::from_secs(1);
+
+/// The sampling loops' timers fall on this grid, so that windows that start, stop and are
+/// named at nearby times wake the agent once rather than once each (timers were a fifth of a
+/// node agent's wake-ups). The default duty cycle's period and window are multiples of it, so a
+/// loop stays on it once there.
+const TIMER_GRID: Duration = Duration::from_millis(250);
+
+/// Where the timer grid starts: the first time a loop asks.
+static TIMER_GRID_ORIGIN: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
+
+/// The last instant of the timer grid at or before `at`.
+fn grid_floor(at: Instant) -> Instant {
+    let origin = *TIMER_GRID_ORIGIN;
+    if at <= origin {
+        return at;
+    }
+    let grid = TIMER_GRID.as_nanos();
+    let steps = (at - origin).as_nanos() / grid;
+    origin + Duration::from_nanos(u64::try_from(steps * grid).unwrap_or(u64::MAX))
+}
+
+/// The first instant of the timer grid at or after `at`.
+fn grid_ceil(at: Instant) -> Instant {
+    let floor = grid_floor(at);
+    if floor < at {
+        floor + TIMER_GRID
+    } else {
+        floor
+    }
+}
+
+/// How often a window waiting for a lagging light session looks again (then on the grid).
+const CATCH_UP_POLL: Duration = Duration::from_millis(100);
 
 /// A light session that delivered nothing for this long has nothing pending: a window waiting
 /// for it to catch up is named now.
@@ -241,7 +275,7 @@ impl SharedProfiler {
             if done || Instant::now() >= deadline {
                 return;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep_until(grid_ceil(Instant::now() + CATCH_UP_POLL)).await;
         }
     }
 
@@ -263,6 +297,13 @@ impl SharedProfiler {
             .as_deref()
             .map(LocalProcess::thread_names)
             .unwrap_or_default()
+    }
+
+    /// Whether its `/proc` shows it gone (or the pid taken by another process).
+    fn exited(&self) -> bool {
+        self.local
+            .as_deref()
+            .is_some_and(|local| local.verify().is_err())
     }
 
     /// Its threads' CPU time now, when its `/proc` may be read.
@@ -576,16 +617,6 @@ impl StartupGate<'_> {
     }
 }
 
-/// When sessions that enable a process's EventSources may start: once it has run `grace`, by
-/// its start time in `/proc` (unknown: from now; a runtime in listen mode connects as it
-/// starts). Enabling an EventSource runs its callback in the process under `EventListener`'s
-/// lock, which on .NET 8 to 10 can deadlock against the app's own first use of the thread pool,
-/// a timer or `ArrayPool` while it starts (dotnet/runtime#105682, #118014, #119014).
-fn event_sources_from(local: Option<&LocalProcess>, grace: Duration) -> tokio::time::Instant {
-    let age = local.and_then(LocalProcess::age).unwrap_or_default();
-    tokio::time::Instant::now() + grace.saturating_sub(age)
-}
-
 /// Profiles one process until it exits or the agent stops.
 pub async fn profile(target: Target, agent: Arc<Agent>) -> anyhow::Result<Outcome> {
     let mut gate = StartupGate {
@@ -621,7 +652,7 @@ async fn attach(
         .unwrap_or_else(|| executable.clone());
     // Listen mode: the pid the runtime advertised is from its own pid namespace.
     let local = LocalProcess::find(info.pid, target.pid, &info.command_line);
-    let event_sources_from = event_sources_from(local.as_ref(), agent.settings.startup_grace);
+    let grace = StartupGrace::of(local.as_ref(), agent.settings.startup_grace);
     let command_line = local
         .as_ref()
         .map_or(info.command_line.as_str(), |l| l.command_line.as_str());
@@ -666,7 +697,7 @@ async fn attach(
     };
     let _attached = GaugeGuard::new(&agent.health.processes_attached);
     tracing::info!(pid = target.pid, %name, service = %service, transport = target.transport, "attached");
-    let wait = event_sources_from.saturating_duration_since(tokio::time::Instant::now());
+    let wait = grace.remaining();
     if !wait.is_zero() {
         tracing::info!(
             pid = target.pid,
@@ -697,7 +728,7 @@ async fn attach(
             sampler: sampler.clone(),
             states: rule_states,
             signals: signals.clone(),
-            not_before: event_sources_from,
+            grace,
         },
         &agent.processes,
         &agent.shutdown,
@@ -758,7 +789,7 @@ async fn attach(
                 service: service.clone(),
                 series: resource,
             },
-            event_sources_from,
+            grace,
             stop,
         ));
     }
@@ -790,11 +821,12 @@ async fn attach(
         let session = long(Stream::Linkage, config, renew_linkage.clone());
         let mut shutdown = agent.shutdown.clone();
         tokio::spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep_until(event_sources_from) => {}
-                _ = shutdown.wait_for(|stop| *stop) => return,
+            let shutdown = async move {
+                let _ = shutdown.wait_for(|stop| *stop).await;
+            };
+            if grace.wait_or(shutdown).await {
+                let _ = run_long_session(session, None).await;
             }
-            let _ = run_long_session(session, None).await;
         })
     });
     // A session failing to start ends the wait too (its sender is dropped).
@@ -1042,7 +1074,7 @@ impl SamplingLoop<'_> {
     /// the agent stops.
     async fn run(mut self) -> anyhow::Result<()> {
         let started = Instant::now();
-        let mut period_start = Instant::now();
+        let mut period_start = grid_floor(Instant::now());
         let mut refresh_names = true;
         // Sampler windows that had room for allocation ticks apart: one in ALLOC_PERIODS_APART
         // of them is followed by a window of allocation ticks, the first among them.
@@ -1089,11 +1121,16 @@ impl SamplingLoop<'_> {
                                 }
                             }
                         }
+                        Err(error) if self.profiler.exited() => {
+                            // Its profiling ends as its sessions see it go.
+                            tracing::debug!(pid = self.pid, error = %format!("{error:#}"), "sampler window failed: the process exited");
+                            return Ok(());
+                        }
                         Err(error) => {
                             tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "sampler window failed; trying again next period");
                             self.pause(period_start + self.sampler.status().duty.period)
                                 .await;
-                            period_start = Instant::now();
+                            period_start = grid_floor(Instant::now());
                         }
                     }
                     if boosted {
@@ -1116,7 +1153,7 @@ impl SamplingLoop<'_> {
                         );
                     }
                     if until <= now {
-                        period_start = now;
+                        period_start = grid_floor(now);
                         continue;
                     }
                     if self.pause(until).await {
@@ -1251,7 +1288,7 @@ impl SamplingLoop<'_> {
         };
         let mut sink = ParsingWriter::with_options(tokio::io::sink(), window, self.parser.clone());
         let _open = GaugeGuard::new(&self.health.sessions);
-        session::run(self.client, config, &mut sink, stop, STOP_TIMEOUT, |_| {})
+        session::run_window(self.client, config, &mut sink, stop, STOP_TIMEOUT)
             .await
             .context("sampling")?;
         if let Some(error) = sink.error() {
@@ -1333,7 +1370,7 @@ impl SamplingLoop<'_> {
         let sink = self.sink.clone();
         let pid = self.pid;
         tokio::spawn(async move {
-            tokio::time::sleep(SYMBOLIZE_DELAY).await;
+            tokio::time::sleep_until(grid_ceil(Instant::now() + SYMBOLIZE_DELAY)).await;
             let window_end = samples.time_range().map_or(i64::MIN, |(_, end)| end);
             profiler.caught_up(window_end).await;
             profiler.refresh_images_if_due(false);
@@ -1366,6 +1403,31 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn timers_fall_on_one_grid() {
+        let now = Instant::now();
+        let later = now + Duration::from_millis(1_234);
+        for at in [now, later, later + TIMER_GRID * 7] {
+            let (floor, ceil) = (grid_floor(at), grid_ceil(at));
+            assert!(floor <= at && at <= ceil, "{floor:?} {at:?} {ceil:?}");
+            assert!(at - floor < TIMER_GRID && ceil - at < TIMER_GRID);
+            assert!(ceil == floor || ceil - floor == TIMER_GRID);
+            // On the grid already: stays.
+            assert_eq!((grid_floor(floor), grid_ceil(floor)), (floor, floor));
+        }
+        // Instants of different loops fall on the same grid.
+        let (a, b) = (
+            grid_ceil(later),
+            grid_ceil(later + Duration::from_millis(1)),
+        );
+        let apart = b.max(a) - b.min(a);
+        assert!(apart.is_zero() || apart == TIMER_GRID, "{apart:?}");
+        assert_eq!(
+            grid_floor(a + Duration::from_secs(10)),
+            a + Duration::from_secs(10)
+        );
     }
 
     #[test]

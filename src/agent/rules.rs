@@ -31,6 +31,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
+use super::grace::StartupGrace;
+
 /// Most bytes a pre-trigger ring holds per action (before the blocks in flight).
 pub const RING_BYTES: usize = 64 << 20;
 /// Chunks of a capture in flight between the ring task and the upload.
@@ -78,9 +80,8 @@ pub struct RuleTarget<'a> {
     pub sampler: SamplerControl,
     pub states: RuleStates,
     pub signals: ProcessSignals,
-    /// Sessions start from then: triggers and pre-trigger rings enable EventSources, which the
-    /// process must have run `--startup-grace` for.
-    pub not_before: tokio::time::Instant,
+    /// Sessions start once it ends: triggers and pre-trigger rings enable EventSources.
+    pub grace: StartupGrace,
 }
 
 /// Starts the rules that apply to `target`; the returned set owns their tasks.
@@ -122,9 +123,12 @@ pub fn start(
             let client = target.client.clone();
             let stop = stopped(shutdown.clone());
             let (rule_name, pid) = (rule.name.clone(), target.pid);
-            let not_before = target.not_before;
+            let grace = target.grace;
             tasks.spawn(async move {
-                tokio::time::sleep_until(not_before).await;
+                let mut stop = std::pin::pin!(stop);
+                if !grace.wait_or(&mut stop).await {
+                    return;
+                }
                 if let Err(error) =
                     capture::run_ring(&client, config, limits, &mut received, stop).await
                 {
@@ -152,10 +156,13 @@ pub fn start(
         let cookie = target.runtime_cookie.to_string();
         let interval = settings.counter_interval_seconds;
         let stop = stopped(shutdown.clone());
-        let not_before = target.not_before;
+        let grace = target.grace;
         tracing::info!(pid = target.pid, rule = %rule.name, "collection rule applied");
         tasks.spawn(async move {
-            tokio::time::sleep_until(not_before).await;
+            let mut stop = std::pin::pin!(stop);
+            if !grace.wait_or(&mut stop).await {
+                return;
+            }
             let execute = |action: &Action, firing: &Firing| -> ActionFuture {
                 let context = context.clone();
                 let index = rule.actions.iter().position(|a| a.name == action.name);

@@ -26,6 +26,7 @@ use tokio::sync::mpsc;
 use ui::metrics::{Counter, CounterVec, Gauge, GaugeVec, Registry};
 
 use super::export::ExportTaps;
+use super::grace::StartupGrace;
 
 /// Name endings that mean a histogram's parts or a counter, which promtool refuses on gauges.
 const NOT_FOR_GAUGES: [&str; 4] = ["_count", "_sum", "_bucket", "_total"];
@@ -48,7 +49,7 @@ pub struct CountedProcess {
     pub series: Arc<[(String, String)]>,
 }
 
-/// Records one process's counters from `not_before` until its session ends (the process
+/// Records one process's counters from the end of its startup grace until its session ends (the process
 /// exited) or `stop` completes (the agent detaches), then removes its series; offers them to
 /// the exporters that send metrics.
 pub async fn export(
@@ -57,7 +58,7 @@ pub async fn export(
     registry: Registry,
     exports: ExportTaps,
     process: CountedProcess,
-    not_before: tokio::time::Instant,
+    grace: StartupGrace,
     stop: impl Future<Output = ()> + Send + 'static,
 ) {
     let (updates, mut received) = mpsc::channel(UPDATES_QUEUE);
@@ -65,9 +66,8 @@ pub async fn export(
     let started = profile::clock::unix_nanos();
     let session = tokio::spawn(async move {
         let mut stop = std::pin::pin!(stop);
-        tokio::select! {
-            () = tokio::time::sleep_until(not_before) => {}
-            () = &mut stop => return None,
+        if !grace.wait_or(&mut stop).await {
+            return None;
         }
         Some(counters::run(&client, &session_config, stop, updates).await)
     });

@@ -2,19 +2,22 @@
 //! See `store/FORMAT.md`.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::io::{BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Int64Array, StringArray, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::errors::ParquetError;
 use parquet::file::metadata::RowGroupMetaData;
 use parquet::file::properties::WriterProperties;
+use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::statistics::Statistics;
 use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
@@ -159,9 +162,9 @@ pub(crate) fn inspect(dir: &Path) -> Result<BlockInfo> {
     ];
     for (file, rows) in expected {
         let path = dir.join(file);
-        let f = File::open(&path).map_err(|e| corrupt(&path, e))?;
-        bytes += f.metadata().map_err(io(&path))?.len();
-        let builder = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| corrupt(&path, e))?;
+        let table = TableFile::for_metadata(&path)?;
+        bytes += table.len();
+        let builder = table.reader(&path)?;
         let found = builder.metadata().file_metadata().num_rows();
         if let Some(rows) = rows.filter(|&r| u64::try_from(found).ok() != Some(r)) {
             return Err(corrupt(
@@ -185,6 +188,128 @@ pub(crate) fn inspect(dir: &Path) -> Result<BlockInfo> {
     })
 }
 
+/// Tables up to this size are read whole, once, when their rows are read.
+const WHOLE_TABLE_BYTES: u64 = 4 << 20;
+
+/// A Parquet file of a block, as the Parquet reader reads it. Its reader for a `File`
+/// duplicates the descriptor, seeks and fills a new 8 KiB buffer for every page (a row group
+/// per series: thousands of pages a block), so reading flushed blocks back to compact them
+/// cost more in system calls than in decoding. A table whose rows are read is read whole when
+/// small (every block compaction and downsampling read); otherwise pages are read at their
+/// offsets, each with one call.
+enum TableFile {
+    Whole(Bytes),
+    Positioned { file: Arc<File>, len: u64 },
+}
+
+impl TableFile {
+    /// For reading rows.
+    fn for_rows(path: &Path) -> Result<TableFile> {
+        let table = TableFile::for_metadata(path)?;
+        let TableFile::Positioned { file, len } = &table else {
+            return Ok(table);
+        };
+        if *len > WHOLE_TABLE_BYTES {
+            return Ok(table);
+        }
+        let mut bytes = vec![0; *len as usize];
+        file.read_exact_at(&mut bytes, 0).map_err(io(path))?;
+        Ok(TableFile::Whole(Bytes::from(bytes)))
+    }
+
+    /// For reading the footer (and what it describes) alone.
+    fn for_metadata(path: &Path) -> Result<TableFile> {
+        let file = File::open(path).map_err(|e| corrupt(path, e))?;
+        let len = file.metadata().map_err(io(path))?.len();
+        Ok(TableFile::Positioned {
+            file: Arc::new(file),
+            len,
+        })
+    }
+
+    fn reader(self, path: &Path) -> Result<ParquetRecordBatchReaderBuilder<TableFile>> {
+        ParquetRecordBatchReaderBuilder::try_new(self).map_err(|e| corrupt(path, e))
+    }
+}
+
+impl Length for TableFile {
+    fn len(&self) -> u64 {
+        match self {
+            TableFile::Whole(bytes) => bytes.len() as u64,
+            TableFile::Positioned { len, .. } => *len,
+        }
+    }
+}
+
+impl ChunkReader for TableFile {
+    type T = TableRead;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<TableRead> {
+        match self {
+            TableFile::Whole(bytes) => bytes.get_read(start).map(TableRead::Whole),
+            TableFile::Positioned { file, len } => {
+                if start > *len {
+                    return Err(past_end(start, 0, *len));
+                }
+                Ok(TableRead::Positioned(BufReader::new(PositionedRead {
+                    file: file.clone(),
+                    at: start,
+                })))
+            }
+        }
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        match self {
+            TableFile::Whole(bytes) => bytes.get_bytes(start, length),
+            TableFile::Positioned { file, len } => {
+                // The length comes from the file's own metadata: checked before allocating.
+                if start.saturating_add(length as u64) > *len {
+                    return Err(past_end(start, length, *len));
+                }
+                let mut bytes = vec![0; length];
+                file.read_exact_at(&mut bytes, start)?;
+                Ok(Bytes::from(bytes))
+            }
+        }
+    }
+}
+
+fn past_end(start: u64, length: usize, len: u64) -> ParquetError {
+    ParquetError::EOF(format!(
+        "{length} bytes at {start} reach past the end of the file ({len} bytes)"
+    ))
+}
+
+/// A reader of [`TableFile`], from where the Parquet reader asked.
+enum TableRead {
+    Whole(bytes::buf::Reader<Bytes>),
+    Positioned(BufReader<PositionedRead>),
+}
+
+impl Read for TableRead {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            TableRead::Whole(reader) => reader.read(buf),
+            TableRead::Positioned(reader) => reader.read(buf),
+        }
+    }
+}
+
+/// Reads a file from a position onwards without moving the descriptor's offset.
+struct PositionedRead {
+    file: Arc<File>,
+    at: u64,
+}
+
+impl Read for PositionedRead {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.file.read_at(buf, self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
 fn read_table(path: &Path) -> Result<Vec<RecordBatch>> {
     read_row_groups(path, |_| true)
 }
@@ -194,8 +319,7 @@ fn read_row_groups(
     path: &Path,
     keep: impl Fn(&RowGroupMetaData) -> bool,
 ) -> Result<Vec<RecordBatch>> {
-    let f = File::open(path).map_err(|e| corrupt(path, e))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| corrupt(path, e))?;
+    let builder = TableFile::for_rows(path)?.reader(path)?;
     let groups = builder
         .metadata()
         .row_groups()
@@ -369,8 +493,7 @@ pub(crate) fn read_samples(
 /// alone: a row group that holds several series, or has no statistics, counts for each of them.
 pub(crate) fn rows_per_series(info: &BlockInfo) -> Result<Vec<u64>> {
     let path = info.path.join(SAMPLES);
-    let f = File::open(&path).map_err(|e| corrupt(&path, e))?;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| corrupt(&path, e))?;
+    let builder = TableFile::for_metadata(&path)?.reader(&path)?;
     let mut rows = vec![0u64; info.meta.series.len()];
     for group in builder.metadata().row_groups() {
         let (min, max) = series_range(group).unwrap_or((0, u32::MAX));
@@ -600,6 +723,62 @@ fn labels_batch(dicts: &Dicts) -> RecordBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A table reads back the same rows whether it is read whole or at offsets, and an offset
+    /// or length past its end is refused before anything is allocated.
+    #[test]
+    fn tables_read_the_same_whole_or_at_offsets() {
+        let dir = std::env::temp_dir().join(format!("clrscope-block-read-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("stack", DataType::UInt32, false),
+            Field::new("name", DataType::Utf8, false),
+        ]));
+        // A row group per batch, as blocks have one per series.
+        let groups: Vec<RecordBatch> = (0..50u32)
+            .map(|g| {
+                let columns: Vec<ArrayRef> = vec![
+                    Arc::new(UInt32Array::from_iter_values(g * 100..g * 100 + 100)),
+                    Arc::new(StringArray::from_iter_values(
+                        (0..100).map(|i| format!("Group{g}.Method{i}")),
+                    )),
+                ];
+                RecordBatch::try_new(schema.clone(), columns).unwrap()
+            })
+            .collect();
+        write_table(&dir, "t.parquet", schema, &groups, Compression::SNAPPY).unwrap();
+        let path = dir.join("t.parquet");
+
+        let whole = TableFile::for_rows(&path).unwrap();
+        assert!(
+            matches!(whole, TableFile::Whole(_)),
+            "a small table is read whole"
+        );
+        let positioned = TableFile::for_metadata(&path).unwrap();
+        assert!(matches!(positioned, TableFile::Positioned { .. }));
+        let len = fs::metadata(&path).unwrap().len();
+        assert_eq!((whole.len(), positioned.len()), (len, len));
+        for table in [&whole, &positioned] {
+            assert!(table.get_bytes(len - 1, 2).is_err());
+            assert!(table.get_bytes(0, usize::MAX).is_err());
+            assert!(table.get_read(len + 1).is_err());
+        }
+        let rows = |table: TableFile| -> Vec<RecordBatch> {
+            let builder = table.reader(&path).unwrap();
+            assert_eq!(builder.metadata().num_row_groups(), groups.len());
+            let batches: Vec<RecordBatch> = builder
+                .with_batch_size(100)
+                .build()
+                .unwrap()
+                .collect::<std::result::Result<_, _>>()
+                .unwrap();
+            batches
+        };
+        assert_eq!(rows(whole), groups);
+        assert_eq!(rows(positioned), groups);
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// Each column is written in the encoding [`COLUMN_ENCODINGS`] gives it, as the file's own
     /// metadata says; other columns through a dictionary.

@@ -67,23 +67,11 @@ impl EventCounter {
                 reason: "no struct field named Payload".into(),
             });
         };
-        let mut counter = EventCounter {
-            provider: provider.to_owned(),
-            name: String::new(),
-            display_name: String::new(),
-            display_units: String::new(),
-            counter_type: String::new(),
-            series: String::new(),
-            metadata: String::new(),
-            interval_sec: None,
-            value: EventCounterValue::Mean {
-                mean: None,
-                standard_deviation: None,
-                count: None,
-                min: None,
-                max: None,
-            },
-        };
+        let (mut name, mut display_name, mut display_units) =
+            (String::new(), String::new(), String::new());
+        let (mut counter_type, mut series, mut metadata) =
+            (String::new(), String::new(), String::new());
+        let mut interval_sec = None;
         let (mut mean, mut standard_deviation, mut count, mut min, mut max) =
             (None, None, None, None, None);
         let (mut increment, mut has_increment, mut display_rate_time_scale) =
@@ -91,13 +79,13 @@ impl EventCounter {
         for field in payload {
             let value = field.value;
             match field.name {
-                "Name" => counter.name = into_text(value),
-                "DisplayName" => counter.display_name = into_text(value),
-                "DisplayUnits" => counter.display_units = into_text(value),
-                "CounterType" => counter.counter_type = into_text(value),
-                "Series" => counter.series = into_text(value),
-                "Metadata" => counter.metadata = into_text(value),
-                "IntervalSec" => counter.interval_sec = value.as_f64(),
+                "Name" => name = into_text(value),
+                "DisplayName" => display_name = into_text(value),
+                "DisplayUnits" => display_units = into_text(value),
+                "CounterType" => counter_type = into_text(value),
+                "Series" => series = into_text(value),
+                "Metadata" => metadata = into_text(value),
+                "IntervalSec" => interval_sec = value.as_f64(),
                 "Mean" => mean = value.as_f64(),
                 "StandardDeviation" => standard_deviation = value.as_f64(),
                 "Count" => count = value.as_i64(),
@@ -111,7 +99,7 @@ impl EventCounter {
                 _ => {}
             }
         }
-        counter.value = if has_increment || counter.counter_type == "Sum" {
+        let value = if has_increment || counter_type == "Sum" {
             EventCounterValue::Increment {
                 increment,
                 display_rate_time_scale,
@@ -125,7 +113,17 @@ impl EventCounter {
                 max,
             }
         };
-        Ok(counter)
+        Ok(EventCounter {
+            provider: provider.to_owned(),
+            name,
+            display_name,
+            display_units,
+            counter_type,
+            series,
+            metadata,
+            interval_sec,
+            value,
+        })
     }
 }
 
