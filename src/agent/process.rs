@@ -74,6 +74,11 @@ fn grid_ceil(at: Instant) -> Instant {
 /// How often a window waiting for a lagging light session looks again (then on the grid).
 const CATCH_UP_POLL: Duration = Duration::from_millis(100);
 
+/// Windows up to this long are read once they stop ([`session::run_window`]): the default's,
+/// and the allocation ticks after it. Longer ones (a boost, a long `--sample-window`) are read
+/// as they stream, so that a process never holds more than this much of its samples for us.
+const READ_AT_STOP_MAX: Duration = Duration::from_secs(3);
+
 /// A light session that delivered nothing for this long has nothing pending: a window waiting
 /// for it to catch up is named now.
 const LIGHT_QUIET: Duration = Duration::from_secs(1);
@@ -1219,9 +1224,8 @@ impl SamplingLoop<'_> {
             .cpu_at_last_stop
             .take()
             .or_else(|| self.profiler.thread_cpu());
-        let stop = self.stop_at(until);
         let sink = self
-            .run_window(sampler_session(alloc), samples, stop)
+            .run_window(sampler_session(alloc), samples, until)
             .await?;
         // When the target was sampled, on the wall clock: what benches/agent_overhead.py
         // lines up with the target's own throughput to see what a window costs.
@@ -1257,8 +1261,7 @@ impl SamplingLoop<'_> {
     /// brings the GCSuspendEE and GCRestartEE events of every sampler tick (four events a tick,
     /// more than the samples), which the runtime would write and the agent parse for nothing.
     async fn alloc_window(&mut self, until: Instant) -> anyhow::Result<()> {
-        let stop = self.stop_at(until);
-        self.run_window(alloc_session(), SampleAggregator::new(0), stop)
+        self.run_window(alloc_session(), SampleAggregator::new(0), until)
             .await?;
         Ok(())
     }
@@ -1274,13 +1277,13 @@ impl SamplingLoop<'_> {
         }
     }
 
-    /// Runs one duty-cycled session until `stop`: its samples into `samples`, its other events
-    /// (allocation ticks) to the profiler.
+    /// Runs one duty-cycled session until `until` or the agent's stop: its samples into
+    /// `samples`, its other events (allocation ticks) to the profiler.
     async fn run_window(
         &mut self,
         config: CollectTracing,
         samples: SampleAggregator,
-        stop: impl Future<Output = ()>,
+        until: Instant,
     ) -> anyhow::Result<ParsingWriter<tokio::io::Sink, WindowSamples>> {
         let window = WindowSamples {
             samples,
@@ -1288,9 +1291,13 @@ impl SamplingLoop<'_> {
         };
         let mut sink = ParsingWriter::with_options(tokio::io::sink(), window, self.parser.clone());
         let _open = GaugeGuard::new(&self.health.sessions);
-        session::run_window(self.client, config, &mut sink, stop, STOP_TIMEOUT)
-            .await
-            .context("sampling")?;
+        let stop = self.stop_at(until);
+        let ran = if until.saturating_duration_since(Instant::now()) <= READ_AT_STOP_MAX {
+            session::run_window(self.client, config, &mut sink, stop, STOP_TIMEOUT).await
+        } else {
+            session::run(self.client, config, &mut sink, stop, STOP_TIMEOUT, |_| {}).await
+        };
+        ran.context("sampling")?;
         if let Some(error) = sink.error() {
             anyhow::bail!("the sampler's stream did not parse: {error}");
         }
