@@ -491,7 +491,15 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = u64::from(child.id());
-        let local = LocalProcess::find(pid, pid, "sleep 60").expect("the child is found");
+        // Until the child has exec'd, its command line is still ours.
+        let found = Instant::now();
+        let local = loop {
+            if let Some(local) = LocalProcess::find(pid, pid, "sleep 60") {
+                break local;
+            }
+            assert!(found.elapsed() < Duration::from_secs(60), "the child is never found");
+            std::thread::sleep(Duration::from_millis(10));
+        };
         std::thread::sleep(Duration::from_millis(1500));
         let age = local.age().expect("an age");
         let bound = before.elapsed();
