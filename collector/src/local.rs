@@ -497,7 +497,10 @@ mod tests {
             if let Some(local) = LocalProcess::find(pid, pid, "sleep 60") {
                 break local;
             }
-            assert!(found.elapsed() < Duration::from_secs(60), "the child is never found");
+            assert!(
+                found.elapsed() < Duration::from_secs(60),
+                "the child is never found"
+            );
             std::thread::sleep(Duration::from_millis(10));
         };
         std::thread::sleep(Duration::from_millis(1500));
