@@ -47,16 +47,17 @@ mod tests {
     async fn the_grace_ends_after_its_time_unless_stopped_first() {
         let time = Duration::from_millis(300);
         let grace = StartupGrace::of(None, time);
-        assert!(grace.remaining() <= time && grace.remaining() > time / 2);
-        let started = Instant::now();
+        assert!(grace.remaining() <= time);
         assert!(grace.wait_or(std::future::pending()).await);
-        assert!(started.elapsed() >= time / 2);
-        assert_eq!(grace.remaining(), Duration::ZERO);
+        assert_eq!(grace.remaining(), Duration::ZERO, "it waited until the end");
 
-        let grace = StartupGrace::of(None, time);
+        let grace = StartupGrace::of(None, Duration::from_secs(600));
         let stop = tokio::time::sleep(Duration::from_millis(50));
         assert!(!grace.wait_or(stop).await);
-        assert!(grace.remaining() > Duration::ZERO);
+        assert!(
+            grace.remaining() > Duration::from_secs(300),
+            "the stop cut the wait short"
+        );
         // Ended already: no wait.
         let grace = StartupGrace::of(None, Duration::ZERO);
         assert!(grace.wait_or(std::future::pending()).await);

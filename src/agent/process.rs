@@ -35,7 +35,7 @@ use super::grace::StartupGrace;
 use super::health::{GaugeGuard, Health};
 use super::runtime_counters;
 use super::writer::BatchSink;
-use super::{rules, Agent, SignalSettings};
+use super::{rules, stopped, Agent, SignalSettings};
 
 /// How long after a sampler window its stacks are named: methods compiled during the window are
 /// announced on the light session, whose events arrive up to a few hundred milliseconds later.
@@ -69,6 +69,11 @@ fn grid_ceil(at: Instant) -> Instant {
     } else {
         floor
     }
+}
+
+/// Sleeps at least `delay`, until the next instant of the timer grid.
+async fn sleep_to_grid(delay: Duration) {
+    tokio::time::sleep_until(grid_ceil(Instant::now() + delay)).await;
 }
 
 /// How often a window waiting for a lagging light session looks again (then on the grid).
@@ -280,7 +285,7 @@ impl SharedProfiler {
             if done || Instant::now() >= deadline {
                 return;
             }
-            tokio::time::sleep_until(grid_ceil(Instant::now() + CATCH_UP_POLL)).await;
+            sleep_to_grid(CATCH_UP_POLL).await;
         }
     }
 
@@ -824,12 +829,9 @@ async fn attach(
     let linkage = agent.settings.linkage.as_ref().map(|providers| {
         let config = linkage_session(providers, agent.settings.events, &agent.settings.signals);
         let session = long(Stream::Linkage, config, renew_linkage.clone());
-        let mut shutdown = agent.shutdown.clone();
+        let shutdown = agent.shutdown.clone();
         tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = shutdown.wait_for(|stop| *stop).await;
-            };
-            if grace.wait_or(shutdown).await {
+            if grace.wait_or(stopped(shutdown)).await {
                 let _ = run_long_session(session, None).await;
             }
         })
@@ -1377,7 +1379,7 @@ impl SamplingLoop<'_> {
         let sink = self.sink.clone();
         let pid = self.pid;
         tokio::spawn(async move {
-            tokio::time::sleep_until(grid_ceil(Instant::now() + SYMBOLIZE_DELAY)).await;
+            sleep_to_grid(SYMBOLIZE_DELAY).await;
             let window_end = samples.time_range().map_or(i64::MIN, |(_, end)| end);
             profiler.caught_up(window_end).await;
             profiler.refresh_images_if_due(false);

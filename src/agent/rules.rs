@@ -32,6 +32,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use super::grace::StartupGrace;
+use super::stopped;
 
 /// Most bytes a pre-trigger ring holds per action (before the blocks in flight).
 pub const RING_BYTES: usize = 64 << 20;
@@ -186,10 +187,6 @@ pub fn start(
         });
     }
     tasks
-}
-
-async fn stopped(mut shutdown: watch::Receiver<bool>) {
-    let _ = shutdown.wait_for(|stop| *stop).await;
 }
 
 /// The session a CollectTrace action's providers make.

@@ -49,9 +49,9 @@ pub struct CountedProcess {
     pub series: Arc<[(String, String)]>,
 }
 
-/// Records one process's counters from the end of its startup grace until its session ends (the process
-/// exited) or `stop` completes (the agent detaches), then removes its series; offers them to
-/// the exporters that send metrics.
+/// Records one process's counters from the end of its startup grace until its session ends
+/// (the process exited) or `stop` completes (the agent detaches), then removes its series;
+/// offers them to the exporters that send metrics.
 pub async fn export(
     client: DiagnosticsClient,
     config: CounterSelection,

@@ -205,26 +205,19 @@ enum TableFile {
 impl TableFile {
     /// For reading rows.
     fn for_rows(path: &Path) -> Result<TableFile> {
-        let table = TableFile::for_metadata(path)?;
-        let TableFile::Positioned { file, len } = &table else {
-            return Ok(table);
-        };
-        if *len > WHOLE_TABLE_BYTES {
-            return Ok(table);
+        let (file, len) = open_table(path)?;
+        if len > WHOLE_TABLE_BYTES {
+            return Ok(TableFile::Positioned { file, len });
         }
-        let mut bytes = vec![0; *len as usize];
+        let mut bytes = vec![0; len as usize];
         file.read_exact_at(&mut bytes, 0).map_err(io(path))?;
         Ok(TableFile::Whole(Bytes::from(bytes)))
     }
 
     /// For reading the footer (and what it describes) alone.
     fn for_metadata(path: &Path) -> Result<TableFile> {
-        let file = File::open(path).map_err(|e| corrupt(path, e))?;
-        let len = file.metadata().map_err(io(path))?.len();
-        Ok(TableFile::Positioned {
-            file: Arc::new(file),
-            len,
-        })
+        let (file, len) = open_table(path)?;
+        Ok(TableFile::Positioned { file, len })
     }
 
     fn reader(self, path: &Path) -> Result<ParquetRecordBatchReaderBuilder<TableFile>> {
@@ -273,6 +266,13 @@ impl ChunkReader for TableFile {
             }
         }
     }
+}
+
+/// A table's file and its length.
+fn open_table(path: &Path) -> Result<(Arc<File>, u64)> {
+    let file = File::open(path).map_err(|e| corrupt(path, e))?;
+    let len = file.metadata().map_err(io(path))?.len();
+    Ok((Arc::new(file), len))
 }
 
 fn past_end(start: u64, length: usize, len: u64) -> ParquetError {
