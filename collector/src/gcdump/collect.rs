@@ -175,10 +175,12 @@ async fn walk_heap(
     });
 
     // The runtime flushes the session into the stream before it answers StopTracing: read the
-    // stream while waiting for the reply. Heap events still buffered arrive here too.
+    // stream while waiting for the reply. Heap events still buffered arrive here too. What is
+    // left of the timeout bounds both below, so that running out of it is a timeout (with its
+    // advice), never a StopTracing that had no time at all.
     let stop = async {
         client
-            .stop_tracing(session_id, in_time(started.elapsed()))
+            .stop_tracing(session_id, options.timeout)
             .await
             .map_err(GcDumpError::Stop)
     };
@@ -190,14 +192,22 @@ async fn walk_heap(
         }
         Ok::<_, GcDumpError>(())
     };
-    tokio::time::timeout(in_time(started.elapsed()), async {
+    let stopped = tokio::time::timeout(in_time(started.elapsed()), async {
         tokio::try_join!(stop, drain)
     })
-    .await
-    .map_err(|_| GcDumpError::Timeout {
-        timeout: options.timeout,
-        seen: "the induced GC ended but the runtime did not close the stream".into(),
-    })??;
+    .await;
+    match stopped {
+        Ok(result) => result?,
+        Err(_) => {
+            // As above: our session must not outlive the snapshot.
+            drop(reader);
+            let _ = client.stop_tracing(session_id, DEFAULT_TIMEOUT).await;
+            return Err(GcDumpError::Timeout {
+                timeout: options.timeout,
+                seen: "the induced GC ended but the runtime did not close the stream".into(),
+            });
+        }
+    };
     let dropped = reader.parser().dropped_events();
     if dropped > 0 {
         return Err(GcDumpError::Incomplete(format!(
