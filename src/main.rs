@@ -121,8 +121,9 @@ fn is_broken_pipe(error: &anyhow::Error) -> bool {
 }
 
 /// The error and its causes on one line; a cause already spelled out by the message above it is
-/// not repeated.
-fn describe(error: &anyhow::Error) -> String {
+/// not repeated (most library errors show their source's text in their own). Every message that
+/// reports an error, on the terminal or in the agent's log, is written with it.
+pub(crate) fn describe(error: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in error.chain() {
         let cause = cause.to_string();
@@ -148,4 +149,32 @@ fn init_logging(format: LogFormat, filter: &str) -> anyhow::Result<()> {
         LogFormat::Json => builder.json().init(),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe;
+    use collector::client::ClientError;
+    use collector::session::SessionError;
+
+    #[test]
+    fn an_error_is_described_with_each_cause_once() {
+        // The chain an exited process leaves: each library error shows its source's text too.
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        let error = anyhow::Error::new(SessionError::Stop(ClientError::Io {
+            command: "StopTracing",
+            source: reset,
+        }))
+        .context("sampling");
+        let text = describe(&error);
+        assert_eq!(text.matches("connection reset").count(), 1, "{text}");
+        assert_eq!(text.matches("StopTracing").count(), 1, "{text}");
+        assert!(
+            text.starts_with("sampling: stopping the session: StopTracing: "),
+            "{text}"
+        );
+        // Causes no message above spells out are kept.
+        let error = anyhow::anyhow!("connection reset").context("the window");
+        assert_eq!(describe(&error), "the window: connection reset");
+    }
 }

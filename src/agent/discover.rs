@@ -15,7 +15,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinSet;
 
 use super::process::{self, Outcome, Target};
-use super::Agent;
+use super::{stopped, Agent};
 
 type Tasks = JoinSet<(PathBuf, anyhow::Result<Outcome>)>;
 
@@ -35,7 +35,7 @@ fn spawn(
         let pid = target.pid;
         let result = process::profile(target, agent).await;
         if let Err(error) = &result {
-            tracing::warn!(pid, error = %format!("{error:#}"), "profiling stopped");
+            tracing::warn!(pid, error = %crate::describe(error), "profiling stopped");
         }
         (key, result)
     });
@@ -59,7 +59,7 @@ pub async fn connect_mode(agent: Arc<Agent>, interval: Duration) -> anyhow::Resu
     let mut known = HashSet::new();
     // Sockets whose task failed: when to try again, and how many times it failed.
     let mut failed: HashMap<PathBuf, (tokio::time::Instant, u32)> = HashMap::new();
-    let mut shutdown = agent.shutdown.clone();
+    let shutdown = agent.shutdown.clone();
     let mut scanner = discovery::Scanner::new(Path::new("/proc"));
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -76,7 +76,7 @@ pub async fn connect_mode(agent: Arc<Agent>, interval: Duration) -> anyhow::Resu
                 }
                 continue;
             }
-            _ = shutdown.wait_for(|stop| *stop) => break,
+            () = stopped(shutdown.clone()) => break,
         }
         let sockets = match scanner.scan() {
             Ok(sockets) => sockets,
@@ -133,7 +133,7 @@ pub async fn bind_listen(path: &Path, max_runtimes: usize) -> anyhow::Result<Lis
 pub async fn listen_mode(agent: Arc<Agent>, server: Arc<ListenServer>) -> anyhow::Result<()> {
     let mut tasks = Tasks::new();
     let mut events = server.subscribe();
-    let mut shutdown = agent.shutdown.clone();
+    let shutdown = agent.shutdown.clone();
     // Listen-mode runtimes have no socket of their own: they are known by cookie.
     let mut known = HashSet::new();
     let start = |tasks: &mut Tasks, known: &mut HashSet<PathBuf>, info: RuntimeInfo| {
@@ -170,7 +170,7 @@ pub async fn listen_mode(agent: Arc<Agent>, server: Arc<ListenServer>) -> anyhow
             Some(Ok((key, _))) = tasks.join_next() => {
                 known.remove(&key);
             }
-            _ = shutdown.wait_for(|stop| *stop) => break,
+            () = stopped(shutdown.clone()) => break,
         }
     }
     drain(tasks).await;

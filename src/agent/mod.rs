@@ -958,12 +958,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         )),
         None => None,
     };
-    let stopped = || {
-        let mut shutdown = agent.shutdown.clone();
-        async move {
-            let _ = shutdown.wait_for(|stop| *stop).await;
-        }
-    };
+    let on_stop = || stopped(agent.shutdown.clone());
     let api = {
         let monitor = ui::MonitorState {
             directory: ui::ProcessDirectory {
@@ -984,13 +979,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .with_query_limits(settings.query_limits)
             .with_auth(auth);
         let router = ui::router(state);
-        tokio::spawn(ui::serve(listener, router, api_options, stopped()))
+        tokio::spawn(ui::serve(listener, router, api_options, on_stop()))
     };
     let metrics_addr = match metrics_listener {
         Some(listener) => {
             let addr = listener.local_addr()?;
             let router = ui::metrics_router(agent.metrics.clone());
-            tokio::spawn(ui::serve(listener, router, serve_options, stopped()));
+            tokio::spawn(ui::serve(listener, router, serve_options, on_stop()));
             format!("http://{addr}/metrics")
         }
         None => "only on the API".to_string(),
@@ -1000,7 +995,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .health
             .own
             .clone()
-            .watch(agent.settings.parser.shared_budget.clone(), stopped()),
+            .watch(agent.settings.parser.shared_budget.clone(), on_stop()),
     );
     let filtered = !agent.settings.filters.is_empty();
     let mut tasks = tokio::task::JoinSet::new();
@@ -1063,7 +1058,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     while let Some(result) = tasks.join_next().await {
         if let Ok(Err(error)) = result {
-            tracing::warn!(error = %format!("{error:#}"), "discovery ended with an error");
+            tracing::warn!(error = %crate::describe(&error), "discovery ended with an error");
         }
     }
     let dropped = agent.sink.dropped();

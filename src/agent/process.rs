@@ -782,10 +782,10 @@ async fn attach(
     // Fires when this function returns: the process's other tasks end with it.
     let (_detaching, detached) = tokio::sync::oneshot::channel::<()>();
     if let Some(config) = agent.settings.runtime_counters.clone() {
-        let mut shutdown = agent.shutdown.clone();
+        let shutdown = agent.shutdown.clone();
         let stop = async move {
             tokio::select! {
-                _ = shutdown.wait_for(|stop| *stop) => {}
+                () = stopped(shutdown) => {}
                 _ = detached => {}
             }
         };
@@ -841,7 +841,7 @@ async fn attach(
     gate.open().await;
     // Started after the light session, so code loaded in between is named by one or the other.
     let pid32 = u32::try_from(target.pid).unwrap_or(0);
-    // As anyhow, so `{:#}` shows the error's causes.
+    // As anyhow, so that its causes are described with it.
     let rundown = session::rundown(
         client,
         pid32,
@@ -855,7 +855,7 @@ async fn attach(
         profiler.shrink_to_fit();
     }
     if let Err(error) = rundown.map_err(anyhow::Error::from) {
-        tracing::warn!(pid = target.pid, error = %format!("{error:#}"), "rundown failed; frames of code loaded before attaching stay unnamed until one succeeds (retried later, at longer intervals)");
+        tracing::warn!(pid = target.pid, error = %crate::describe(&error), "rundown failed; frames of code loaded before attaching stay unnamed until one succeeds (retried later, at longer intervals)");
     }
 
     let sampling = SamplingLoop {
@@ -923,7 +923,7 @@ struct LongSession {
 /// tool stopped it, its stream did not parse) is started again, so that names and spans keep
 /// coming; what happened in between is lost, and counted.
 async fn run_long_session(
-    mut long: LongSession,
+    long: LongSession,
     mut enabled: Option<tokio::sync::oneshot::Sender<()>>,
 ) -> Result<session::SessionSummary, session::SessionError> {
     let _open = GaugeGuard::new(&long.health.sessions);
@@ -947,16 +947,16 @@ async fn run_long_session(
             long.parser.clone(),
         )
         .ending_on_error();
-        let mut shutdown = long.shutdown.clone();
+        let shutdown = long.shutdown.clone();
         let renew = long.renew.clone();
         let mut renewing = false;
         let stop = async {
             match renew {
                 Some(renew) => tokio::select! {
-                    _ = shutdown.wait_for(|stop| *stop) => {}
+                    () = stopped(shutdown.clone()) => {}
                     () = renew.notified() => renewing = true,
                 },
-                None => _ = shutdown.wait_for(|stop| *stop).await,
+                None => stopped(shutdown.clone()).await,
             }
         };
         let mut announced = false;
@@ -1030,7 +1030,7 @@ async fn run_long_session(
         };
         tokio::select! {
             () = tokio::time::sleep(pause) => {}
-            _ = long.shutdown.wait_for(|stop| *stop) => return result,
+            () = stopped(long.shutdown.clone()) => return result,
         }
     }
 }
@@ -1123,18 +1123,25 @@ impl SamplingLoop<'_> {
                             self.symbolize_later(samples, thread_names);
                             if alloc_after {
                                 let until = Instant::now() + opened.elapsed() * ALLOC_PERIODS_APART;
-                                if let Err(error) = self.alloc_window(until).await {
-                                    tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "allocation window failed; trying again after a later sampler window");
+                                match self.alloc_window(until).await {
+                                    Ok(()) => {}
+                                    Err(error) if self.profiler.exited() => {
+                                        tracing::debug!(pid = self.pid, error = %crate::describe(&error), "allocation window failed: the process exited");
+                                        return Ok(());
+                                    }
+                                    Err(error) => {
+                                        tracing::warn!(pid = self.pid, error = %crate::describe(&error), "allocation window failed; trying again after a later sampler window");
+                                    }
                                 }
                             }
                         }
                         Err(error) if self.profiler.exited() => {
                             // Its profiling ends as its sessions see it go.
-                            tracing::debug!(pid = self.pid, error = %format!("{error:#}"), "sampler window failed: the process exited");
+                            tracing::debug!(pid = self.pid, error = %crate::describe(&error), "sampler window failed: the process exited");
                             return Ok(());
                         }
                         Err(error) => {
-                            tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "sampler window failed; trying again next period");
+                            tracing::warn!(pid = self.pid, error = %crate::describe(&error), "sampler window failed; trying again next period");
                             self.pause(period_start + self.sampler.status().duty.period)
                                 .await;
                             period_start = grid_floor(Instant::now());
@@ -1190,7 +1197,7 @@ impl SamplingLoop<'_> {
             profiler.shrink_to_fit();
         }
         if let Err(error) = rundown.map_err(anyhow::Error::from) {
-            tracing::warn!(pid = self.pid, error = %format!("{error:#}"), "refreshing method names failed; retried later, at longer intervals");
+            tracing::warn!(pid = self.pid, error = %crate::describe(&error), "refreshing method names failed; retried later, at longer intervals");
             return true;
         }
         let named = self.profiler.lock().code_map().functions().len() - before;
@@ -1270,11 +1277,11 @@ impl SamplingLoop<'_> {
 
     /// Resolves at `until` or at the agent's stop.
     fn stop_at(&self, until: Instant) -> impl Future<Output = ()> + use<> {
-        let mut shutdown = self.shutdown.clone();
+        let shutdown = self.shutdown.clone();
         async move {
             tokio::select! {
                 () = tokio::time::sleep_until(until) => {}
-                _ = shutdown.wait_for(|stop| *stop) => {}
+                () = stopped(shutdown) => {}
             }
         }
     }

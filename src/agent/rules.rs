@@ -111,7 +111,7 @@ pub fn start(
             let config = match session_config(source, settings.counter_interval_seconds) {
                 Ok(config) => config,
                 Err(error) => {
-                    tracing::warn!(rule = %rule.name, action = %action.name, error = %format!("{error:#}"), "no pre-trigger ring");
+                    tracing::warn!(rule = %rule.name, action = %action.name, error = %crate::describe(&error), "no pre-trigger ring");
                     continue;
                 }
             };
@@ -172,7 +172,7 @@ pub fn start(
                     context
                         .run(&action, index.unwrap_or_default(), &firing)
                         .await
-                        .map_err(|e| format!("{e:#}"))
+                        .map_err(|e| crate::describe(&e))
                 })
             };
             let report = |event: RuleEvent| {
