@@ -169,6 +169,22 @@ fn prometheus_scrapes_the_agents_health_and_promtool_accepts_it() {
     );
     let (valid, said) = promtool_check(&scrape.body);
     assert!(valid, "promtool check metrics: {said}\n{}", scrape.body);
+    // The agent's heap, against what the kernel says of the whole process: in use ≤ what the
+    // allocator holds ≤ the most the process ever had resident.
+    let gauge = |name: &str| {
+        scrape
+            .body
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name}:\n{}", scrape.body))
+    };
+    let heap_in_use = gauge("clrscope_agent_heap_allocated_bytes");
+    let heap_resident = gauge("clrscope_agent_heap_resident_bytes");
+    let peak_resident = agent.peak_rss_kib() as f64 * 1024.0;
+    assert!(
+        heap_in_use > 0.0 && heap_in_use <= heap_resident && heap_resident <= peak_resident,
+        "heap in use {heap_in_use}, allocator resident {heap_resident}, peak RSS {peak_resident}"
+    );
     // The same numbers on the API listener, behind the token.
     assert_eq!(http_get(agent.port, "/metrics", &[]).status, 401);
     assert!(agent

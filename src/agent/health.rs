@@ -85,6 +85,8 @@ impl LossMetrics {
 #[derive(Debug, Clone)]
 pub struct OwnUsage {
     resident_bytes: Gauge,
+    heap_allocated_bytes: Gauge,
+    heap_resident_bytes: Gauge,
     cpu_seconds: Gauge,
     memory_limit_bytes: Gauge,
     nettrace_held_bytes: Gauge,
@@ -151,6 +153,15 @@ impl Health {
                 resident_bytes: registry.gauge(
                     "clrscope_agent_resident_memory_bytes",
                     "Resident memory of the agent process",
+                ),
+                heap_allocated_bytes: registry.gauge(
+                    "clrscope_agent_heap_allocated_bytes",
+                    "Bytes of the agent's heap in use (allocated and not yet freed)",
+                ),
+                heap_resident_bytes: registry.gauge(
+                    "clrscope_agent_heap_resident_bytes",
+                    "Resident bytes the agent's allocator holds: the heap in use, freed pages \
+                     it keeps for reuse, and its own metadata",
                 ),
                 cpu_seconds: registry.gauge(
                     "clrscope_agent_cpu_seconds",
@@ -256,6 +267,16 @@ impl OwnUsage {
         }
         self.memory_limit_bytes
             .set(cgroup_memory_limit().unwrap_or(0) as f64);
+        // The allocator's statistics are a snapshot taken when its epoch advances. They tell a
+        // growing heap from an allocator that keeps what was freed.
+        if tikv_jemalloc_ctl::epoch::advance().is_ok() {
+            if let Ok(allocated) = tikv_jemalloc_ctl::stats::allocated::read() {
+                self.heap_allocated_bytes.set(allocated as f64);
+            }
+            if let Ok(resident) = tikv_jemalloc_ctl::stats::resident::read() {
+                self.heap_resident_bytes.set(resident as f64);
+            }
+        }
     }
 }
 
