@@ -23,7 +23,9 @@ At the end it checks, through the agent's API:
   `alloc_samples`, and the kind's own namespace in `wall` for the others);
 and reports how long the agent took to attach to all of them, its CPU (% of one core, whole run
 and after the first minute), peak RSS (VmHWM), RSS over the last 20 minutes (a least-squares
-slope and max − min: flat means no leak as processes come and go), and a few of its own metrics.
+slope and max − min: flat means no leak as processes come and go), the agent's heap in use and
+its allocator's resident bytes over the same span (its own metrics, every 30 s: growth in the
+first is data kept, in the second alone pages the allocator keeps), and a few of its metrics.
 
 Exit 1 on a setup problem, never because a goal was missed: the goals are printed beside the
 numbers.
@@ -63,7 +65,9 @@ IDLE_KINDS = [
     ("Alloc", ["--keep", "1000,100,10", "--churn-per-second", "2000"]),
     ("Logs", ["--messages-per-second", "1", "--exceptions-per-second", "0", "--no-span-lines"]),
     ("Meters", ["--no-wait", "--steps", "1000", "--step-ms", "60000"]),
-    ("SpanLoops", ["--loops", "1", "--between-ms", "500", "--no-span-lines"]),
+    # A span of ~6 ms every half second. (`--between-ms` is busy time: 500 of it made each of
+    # these a spinning core's worth of demand, and the node's load ~47 on 2 cores.)
+    ("SpanLoops", ["--loops", "1", "--between-ms", "1", "--idle-ms", "500", "--no-span-lines"]),
 ]
 
 # What each kind's profile must show: (profile type, a frame of the kind's own code).
@@ -185,6 +189,19 @@ def watch_agent(agent, samples, stop, every):
             return
 
 
+def watch_heap(api, heap, stop, every):
+    """Every `every` seconds: (monotonic, heap in use MiB, allocator resident MiB) from the
+    agent's own metrics: whether RSS that grows is heap in use or pages the allocator keeps."""
+    while not stop.wait(every):
+        try:
+            m = api.metrics()
+        except OSError:
+            continue
+        if "clrscope_agent_heap_allocated_bytes" in m:
+            heap.append((time.monotonic(), m["clrscope_agent_heap_allocated_bytes"] / 2**20,
+                         m["clrscope_agent_heap_resident_bytes"] / 2**20))
+
+
 def slope_mib_per_10min(points):
     """Least-squares slope of (seconds, MiB) points, in MiB per 10 minutes."""
     n = len(points)
@@ -262,6 +279,8 @@ def run(args, workdir):
         watcher = threading.Thread(target=watch_agent,
                                    args=(agent, samples, stop_watch, args.sample_seconds), daemon=True)
         watcher.start()
+        heap = []
+        threading.Thread(target=watch_heap, args=(api, heap, stop_watch, 30), daemon=True).start()
         result["attach_s"] = wait_attached_all(agent, api, [t.pid for t in fleet.live], 300)
         result["attach_cpu_s"] = cpu_seconds(agent.pid)
         log(f"agent attached to all {args.processes} in {result['attach_s']:.1f} s "
@@ -338,6 +357,12 @@ def run(args, workdir):
             fifth = max(1, len(last20) // 5)
             result["rss_window_ends_mib"] = (statistics.mean(p[1] for p in last20[:fifth]),
                                              statistics.mean(p[1] for p in last20[-fifth:]))
+        for i, what in ((1, "heap_allocated"), (2, "heap_resident")):
+            points = [(h[0] - started, h[i]) for h in heap
+                      if h[0] - started >= result["seconds"] - 1200 and h[0] - started >= 60]
+            if len(points) >= 2:
+                result[what + "_window"] = (points[0][1], points[-1][1], slope_mib_per_10min(points))
+        result["heap"] = [(round(h[0] - started, 1), round(h[1], 2), round(h[2], 2)) for h in heap]
         result["threads_max"] = max((s[3] for s in samples), default=0)
         result["load_min"] = min((s[4] for s in samples), default=0)
         result["load_max"] = max((s[4] for s in samples), default=0)
@@ -403,6 +428,11 @@ def report(r, args):
         print(f"| RSS over the last {r['rss_window_s'] / 60:.0f} min: slope, max − min, first → last fifth "
               f"| {r['rss_window_slope']:+.2f} MiB per 10 min, {r['rss_window_range_mib']:.1f} MiB, "
               f"{a:.1f} → {b:.1f} MiB | flat |")
+    for what, label in (("heap_allocated", "heap in use"), ("heap_resident", "allocator resident")):
+        if what + "_window" in r:
+            first, last, slope = r[what + "_window"]
+            print(f"| agent {label} over the last 20 min: first → last, slope | {first:.1f} → {last:.1f} MiB, "
+                  f"{slope:+.2f} MiB per 10 min | |")
     print(f"| agent threads (max) | {r['threads_max']} | |")
     by_thread = ", ".join(f"{name} {pct:.2f} %" for name, pct in
                           sorted(r["cpu_by_thread"].items(), key=lambda kv: -kv[1]))

@@ -10,7 +10,8 @@
 //     3. `await Task.Delay(1)`: the rest runs on whatever thread-pool thread the timer resumes it on;
 //     4. run SpanLoops.Work.After for --after-ms;
 //     5. stop the span and print its line (below);
-//     6. run SpanLoops.Work.Between for --between-ms, outside any span.
+//     6. run SpanLoops.Work.Between for --between-ms, outside any span;
+//     7. with --idle-ms, `await Task.Delay(idle-ms)`: the loop sleeps, using no CPU.
 //   So a sample in Before or After belongs to the span its loop was running on that thread at that
 //   moment, and a sample in Between to no span at all.
 //
@@ -19,6 +20,8 @@
 //   --before-ms MS         busy time before the await (default 3)
 //   --after-ms MS          busy time after the await (default 3)
 //   --between-ms MS        busy time between two spans, outside any span (default 1)
+//   --idle-ms MS           idle time after that, before the next span (default 0): a loop that
+//                          stands for a quiet service rather than a busy one
 //   --no-span-lines        do not print a line per span
 //   --duration-seconds N   run N seconds, then exit 0 (default: until killed; Ctrl-C exits cleanly)
 //
@@ -26,7 +29,7 @@
 //   ready, once every loop has run a span:
 //     {"ready":"SpanLoops","pid":1234,"runtime":"8.0.4","activity_source":"SpanLoops",
 //      "span_name":"SpanLoops.Work","in_span":["SpanLoops.Work.Before","SpanLoops.Work.After"],
-//      "outside_span":"SpanLoops.Work.Between","loops":3,"before_ms":3,"after_ms":3,"between_ms":1}
+//      "outside_span":"SpanLoops.Work.Between","loops":3,"before_ms":3,"after_ms":3,"between_ms":1,"idle_ms":0}
 //   one per span stopped after the ready line (unless --no-span-lines), right after it stopped:
 //     {"span":17,"loop":0,"trace_id":"<32 hex>","span_id":"<16 hex>","tid_before":1250,
 //      "tid_after":1252,"start_ms":1733300000123.4,"resumed_ms":1733300000126.9,
@@ -75,14 +78,14 @@ namespace SpanLoops
     static class Program
     {
         const string Usage =
-            "usage: SpanLoops [--loops 3] [--before-ms 3] [--after-ms 3] [--between-ms 1] [--no-span-lines]\n" +
+            "usage: SpanLoops [--loops 3] [--before-ms 3] [--after-ms 3] [--between-ms 1] [--idle-ms 0] [--no-span-lines]\n" +
             "                 [--duration-seconds N]\n" +
             "  async loops running spans back to back, an await in each; see the top of SpanLoops.cs";
 
         const string SpanName = "SpanLoops.Work";
         static readonly ActivitySource Source = new ActivitySource("SpanLoops");
 
-        static double beforeMs, afterMs, betweenMs;
+        static double beforeMs, afterMs, betweenMs, idleMs;
         static bool spanLines;
         static long spans;
         // Span lines start after the ready line, which is always the first.
@@ -91,12 +94,13 @@ namespace SpanLoops
         static int Main(string[] argv)
         {
             var args = new Args("SpanLoops", Usage, argv,
-                new[] { "loops", "before-ms", "after-ms", "between-ms" },
+                new[] { "loops", "before-ms", "after-ms", "between-ms", "idle-ms" },
                 new[] { "no-span-lines" });
             int loops = args.Int("loops", 3, 1, 64);
             beforeMs = args.Double("before-ms", 3, 0, 10000);
             afterMs = args.Double("after-ms", 3, 0, 10000);
             betweenMs = args.Double("between-ms", 1, 0, 10000);
+            idleMs = args.Double("idle-ms", 0, 0, 600000);
             spanLines = !args.Has("no-span-lines");
             double? duration = args.DurationSeconds();
             Lifetime.Install();
@@ -129,7 +133,8 @@ namespace SpanLoops
                 .Add("loops", loops)
                 .Add("before_ms", beforeMs)
                 .Add("after_ms", afterMs)
-                .Add("between_ms", betweenMs));
+                .Add("between_ms", betweenMs)
+                .Add("idle_ms", idleMs));
             ready = true;
 
             double elapsed = Lifetime.Run(duration, second => Out.Line(new Json()
@@ -172,6 +177,7 @@ namespace SpanLoops
                         .Add("start_ms", Math.Round(startMs, 1)).Add("resumed_ms", Math.Round(resumedMs, 1))
                         .Add("stop_ms", Math.Round(stopMs, 1)));
                 Work.Between(betweenMs);
+                if (idleMs > 0) await Task.Delay(TimeSpan.FromMilliseconds(idleMs)).ConfigureAwait(false);
             }
         }
     }
