@@ -67,8 +67,9 @@ pub struct BlockMeta {
     /// Samples appended before merging equal stacks; `rows.samples` counts stored rows.
     pub samples_appended: u64,
     pub rows: BlockRows,
-    /// Series ids in `samples.parquet` index this list.
-    pub series: Vec<Series>,
+    /// Series ids in `samples.parquet` index this list. The store shares each series among
+    /// the blocks that list it: a series lives in every block of every level it reached.
+    pub series: Vec<Arc<Series>>,
     /// Names of blocks this one replaces (compaction); those are deleted on open if still there.
     #[serde(default)]
     pub compacted_from: Vec<String>,

@@ -98,7 +98,7 @@ impl Epoch {
     pub fn select(
         &self,
         ids: &BlockIds,
-        series: &[Series],
+        series: &[Arc<Series>],
         query: &Query,
         dropped: &[String],
     ) -> Result<Selection> {

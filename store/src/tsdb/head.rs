@@ -34,7 +34,8 @@ pub(crate) struct Dicts {
     pub functions: Vec<Function>,
     pub stacks: Vec<StackNode>,
     pub label_sets: Vec<Vec<(String, LabelValue)>>,
-    pub series: Vec<Series>,
+    /// Shared with the store's other blocks that list the same series ([`super::Store`]).
+    pub series: Vec<Arc<Series>>,
 }
 
 impl Dicts {
@@ -298,7 +299,7 @@ pub(crate) struct Interner {
     function_ids: HashMap<Function, u32>,
     node_ids: IdMap<StackNode, u32>,
     label_set_ids: HashMap<Vec<(String, LabelValue)>, u32>,
-    series_ids: HashMap<Series, u32>,
+    series_ids: HashMap<Arc<Series>, u32>,
     /// Estimated bytes of the dictionaries and their maps.
     pub bytes: usize,
 }
@@ -359,14 +360,14 @@ impl Interner {
         Ok(id)
     }
 
-    pub fn intern_series(&mut self, series: &Series) -> Result<u32> {
+    pub fn intern_series(&mut self, series: &Arc<Series>) -> Result<u32> {
         if let Some(&id) = self.series_ids.get(series) {
             return Ok(id);
         }
         let id = Self::id_for(self.dicts.series.len(), "series")?;
         self.bytes += ENTRY_OVERHEAD * 2;
-        self.dicts.series.push(series.clone());
-        self.series_ids.insert(series.clone(), id);
+        self.dicts.series.push(Arc::clone(series));
+        self.series_ids.insert(Arc::clone(series), id);
         Ok(id)
     }
 }
@@ -565,10 +566,10 @@ impl Head {
             }
         }
         let interner = &mut self.interner;
-        let series = interner.intern_series(&Series {
+        let series = interner.intern_series(&Arc::new(Series {
             profile_type: batch.profile_type.clone(),
             labels: series_labels,
-        })?;
+        }))?;
         let mut function_ids = Vec::with_capacity(nfunctions);
         for function in &batch.functions {
             function_ids.push(interner.intern_function(function)?);

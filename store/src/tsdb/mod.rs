@@ -22,7 +22,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arrow::array::UInt32Array;
@@ -85,6 +85,9 @@ pub struct Store {
     head: Head,
     /// Sorted oldest first.
     blocks: Vec<BlockInfo>,
+    /// Each series the blocks list, once: a series is listed by every block of every level its
+    /// samples reached, and a node's restarted processes make many (see [`share_series`]).
+    series: HashSet<Arc<Series>>,
     next_sequence: u64,
     problems: Mutex<Vec<BlockProblem>>,
     cache: QueryCache,
@@ -159,6 +162,19 @@ fn block_order(rows: &RecordBatch, partition: i64) -> Vec<u32> {
     order
 }
 
+/// Makes `meta` list the series `shared` holds already, and adds those it does not: equal
+/// series of many blocks are then one allocation (the store holds every block's meta).
+fn share_series(shared: &mut HashSet<Arc<Series>>, meta: &mut BlockMeta) {
+    for series in &mut meta.series {
+        match shared.get(series) {
+            Some(known) => *series = Arc::clone(known),
+            None => {
+                shared.insert(Arc::clone(series));
+            }
+        }
+    }
+}
+
 /// Refuses a data directory another user owns or may write; makes one others may read 0700.
 fn check_data_dir(dir: &Path) -> Result<()> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -210,6 +226,7 @@ impl Store {
         check_data_dir(&dir)?;
         let lock = lock(&dir)?;
         let mut blocks = Vec::new();
+        let mut series = HashSet::new();
         let mut problems = Vec::new();
         let mut next_sequence = 0;
         for entry in fs::read_dir(&dir).map_err(io(&dir))? {
@@ -227,7 +244,10 @@ impl Store {
                 next_sequence = next_sequence.max(seq + 1);
             }
             match block::inspect(&path) {
-                Ok(info) => blocks.push(info),
+                Ok(mut info) => {
+                    share_series(&mut series, &mut info.meta);
+                    blocks.push(info);
+                }
                 Err(e) => problems.push(BlockProblem {
                     path,
                     message: e.to_string(),
@@ -251,6 +271,7 @@ impl Store {
             options,
             head: Head::new(),
             blocks,
+            series,
             next_sequence,
             problems: Mutex::new(problems),
             cache,
@@ -362,7 +383,8 @@ impl Store {
             resolution: downsampling.map_or(0, |d| d.resolution),
             dropped_labels: downsampling.map_or_else(Vec::new, |d| d.drop_labels.clone()),
         };
-        let info = block::write(&self.dir, &name, dicts, samples, &meta)?;
+        let mut info = block::write(&self.dir, &name, dicts, samples, &meta)?;
+        share_series(&mut self.series, &mut info.meta);
         let at = self
             .blocks
             .partition_point(|b| (b.meta.min_time, &b.name) < (min_time, &name));
@@ -429,6 +451,8 @@ impl Store {
             i += 1;
             !doomed.contains(&(i - 1))
         });
+        // Series no block lists any more (deleted now, or replaced by compaction) are forgotten.
+        self.series.retain(|s| Arc::strong_count(s) > 1);
         Ok(deleted)
     }
 
@@ -633,7 +657,7 @@ impl Store {
             }
         }
         // Each series once, with where it is in each input and its rows in all of them.
-        let mut where_series: HashMap<&Series, usize> = HashMap::new();
+        let mut where_series: HashMap<&Arc<Series>, usize> = HashMap::new();
         let mut series: Vec<(Vec<(usize, u32)>, u64)> = Vec::new();
         for (input, info) in readable.iter().enumerate() {
             for (id, s) in info.meta.series.iter().enumerate() {
@@ -845,7 +869,8 @@ impl Store {
                     failed.store(true, Ordering::Relaxed);
                     return Err(cancelled);
                 }
-                let wanted = |series: usize| info.meta.series.get(series).is_some_and(selects);
+                let wanted =
+                    |series: usize| info.meta.series.get(series).is_some_and(|s| selects(s));
                 let read = block::read_samples(info, &wanted)
                     .and_then(|rows| prepare(info).map(|prepared| (prepared, rows)));
                 query.control.block_read();
@@ -914,7 +939,8 @@ impl Store {
         dropped.sort();
         dropped.dedup();
         let epoch = self.cache.epoch();
-        let select = |ids: &BlockIds, series: &[Series]| epoch.select(ids, series, query, &dropped);
+        let select =
+            |ids: &BlockIds, series: &[Arc<Series>]| epoch.select(ids, series, query, &dropped);
         let mut parts = self
             .fold_blocks(
                 query,
@@ -1014,7 +1040,7 @@ impl Store {
             (!query.sample_matchers.is_empty()).then(|| label_sets.iter().map(matches).collect())
         };
         let plan = self.plan(query, Some(step));
-        let add = |totals: &mut Vec<i64>, series: &[Series], labels, rows: &[_], excluded| {
+        let add = |totals: &mut Vec<i64>, series: &[Arc<Series>], labels, rows: &[_], excluded| {
             let selection = Selection::new(series, query, labels).excluding(excluded);
             query::add_timeline(totals, step, &selection, rows, query)
         };
@@ -1063,6 +1089,7 @@ impl Store {
             .series
             .iter()
             .chain(self.blocks.iter().flat_map(|b| b.meta.series.iter()))
+            .map(|s| &**s)
     }
 
     /// Every series in the store, each once, in no particular order: what callers filter

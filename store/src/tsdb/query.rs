@@ -1,7 +1,7 @@
 //! Query evaluation: the rows of each source (the head or a block) a query selects, merged into
 //! one profile or one timeline.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use arrow::record_batch::RecordBatch;
 
@@ -27,7 +27,7 @@ pub(crate) struct Selection {
 }
 
 impl Selection {
-    pub fn new(series: &[Series], query: &Query, labels: Option<Vec<u32>>) -> Self {
+    pub fn new(series: &[Arc<Series>], query: &Query, labels: Option<Vec<u32>>) -> Self {
         Selection {
             series: series
                 .iter()

@@ -1,6 +1,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use super::*;
 use profile::labels::OTHER_FRAME;
@@ -360,6 +361,55 @@ fn retention_by_age_deletes_only_old_blocks() {
             .total(0),
         2
     );
+}
+
+#[test]
+fn blocks_listing_one_series_share_it_until_none_lists_it() {
+    let dir = TempDir::new("shared-series");
+    let shared = |store: &Store, service: &str| {
+        let of_service: Vec<&Arc<Series>> = store
+            .blocks()
+            .iter()
+            .flat_map(|b| &b.meta.series)
+            .filter(|s| s.labels.contains(&("service_name".into(), service.into())))
+            .collect();
+        assert!(of_service.len() > 1, "fewer than two blocks list {service}");
+        of_service.iter().all(|s| Arc::ptr_eq(s, of_service[0]))
+    };
+    let mut store = Store::open(&dir.0, keep_all()).unwrap();
+    store
+        .append(&batch("web", "cpu", 0, &[(&["G"], 1, &[])]))
+        .unwrap();
+    store.flush().unwrap();
+    for h in 1..=2 {
+        store
+            .append(&batch("api", "cpu", h * HOUR, &[(&["F"], 1, &[])]))
+            .unwrap();
+        store.flush().unwrap();
+    }
+    assert_eq!(store.blocks().len(), 3);
+    assert!(
+        shared(&store, "api"),
+        "a written block shares a known series"
+    );
+    assert_eq!(store.series.len(), 2);
+    drop(store);
+
+    let options = StoreOptions {
+        retention_age: Duration::from_secs(90 * 60),
+        ..keep_all()
+    };
+    let mut store = Store::open(&dir.0, options).unwrap();
+    assert!(shared(&store, "api"), "blocks read on open share a series");
+    assert_eq!(store.series.len(), 2);
+    // The hour-0 block, the only one listing "web", ages out: "web" is forgotten.
+    store.apply_retention(2 * HOUR + 30 * MINUTE).unwrap();
+    assert_eq!(store.blocks().len(), 2);
+    assert_eq!(store.series.len(), 1);
+    assert!(store
+        .series
+        .iter()
+        .all(|s| Arc::ptr_eq(s, &store.blocks()[0].meta.series[0])));
 }
 
 #[test]
@@ -1225,7 +1275,7 @@ fn references_past_a_dictionary_are_reported_not_followed() {
         functions: vec![function("F")],
         stacks: vec![node(head::NO_PARENT, 0)],
         label_sets: vec![Vec::new()],
-        series: vec![series],
+        series: vec![Arc::new(series)],
     };
     crafted_block(&dir.0, "00000000003600000000000-000001", &dicts, 7);
     // A parent pointing forward would make a cycle.
