@@ -4,7 +4,7 @@ use super::block::{EventHeader, StackCache, StackIdentity};
 use super::error::NettraceError;
 use super::events::{decode_known, KnownEvent};
 use super::metadata::EventMetadata;
-use super::payload::{decode_payload, NamedValue};
+use super::payload::{decode_payload, decode_payload_fields, NamedValue};
 use super::time::Clock;
 use super::v6::{LabelCache, LabelList, ThreadInfo, ThreadTable};
 
@@ -90,6 +90,21 @@ impl<'a> Event<'a> {
             self.payload,
             self.payload_offset,
             || self.metadata.display_name(),
+        )
+    }
+
+    /// [`decode`](Event::decode) with only the fields `wanted` names (see
+    /// [`decode_payload_fields`]).
+    pub(crate) fn decode_fields(
+        &self,
+        wanted: fn(&str) -> bool,
+    ) -> Result<Vec<NamedValue<'a>>, NettraceError> {
+        decode_payload_fields(
+            &self.metadata.fields,
+            self.payload,
+            self.payload_offset,
+            || self.metadata.display_name(),
+            wanted,
         )
     }
 

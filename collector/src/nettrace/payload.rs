@@ -141,11 +141,25 @@ pub fn decode_payload<'a>(
     offset: u64,
     event: impl FnOnce() -> String,
 ) -> Result<Vec<NamedValue<'a>>, NettraceError> {
+    decode_payload_fields(fields, payload, offset, event, |_| true)
+}
+
+/// [`decode_payload`] with only the fields `wanted` names, at any depth (structs are entered
+/// whatever their name): the others are read past without building their values, so a caller
+/// that reads a few fields of a chatty payload (EventCounters' display strings) pays for those.
+pub(crate) fn decode_payload_fields<'a>(
+    fields: &'a [Field],
+    payload: &[u8],
+    offset: u64,
+    event: impl FnOnce() -> String,
+    wanted: fn(&str) -> bool,
+) -> Result<Vec<NamedValue<'a>>, NettraceError> {
     let mut d = Decoder {
         c: Cursor::new(payload, offset),
         payload,
         base: offset,
         budget: MAX_VALUES,
+        wanted,
     };
     d.fields(fields).map_err(|f| NettraceError::Payload {
         event: event(),
@@ -160,12 +174,18 @@ struct Decoder<'p> {
     payload: &'p [u8],
     base: u64,
     budget: usize,
+    /// Fields outside structs whose values are built; the others are read past.
+    wanted: fn(&str) -> bool,
 }
 
 impl Decoder<'_> {
     fn fields<'a>(&mut self, fields: &'a [Field]) -> ReadResult<Vec<NamedValue<'a>>> {
         let mut out = Vec::with_capacity(fields.len());
         for f in fields {
+            if !matches!(f.ty, FieldType::Struct(_)) && !(self.wanted)(&f.name) {
+                self.skip(&f.ty)?;
+                continue;
+            }
             let value = self.value(&f.ty)?;
             out.push(NamedValue {
                 name: &f.name,
@@ -173,6 +193,26 @@ impl Decoder<'_> {
             });
         }
         Ok(out)
+    }
+
+    /// Reads past a value of type `ty`: a string without decoding it, anything else as
+    /// [`Decoder::value`] reads it (the same checks and budget).
+    fn skip(&mut self, ty: &FieldType) -> ReadResult<()> {
+        match ty {
+            FieldType::String => {
+                if self.budget == 0 {
+                    return Err(self
+                        .c
+                        .fault(format!("payload expands to more than {MAX_VALUES} values")));
+                }
+                self.budget -= 1;
+                self.c.utf16z()?;
+            }
+            _ => {
+                self.value(ty)?;
+            }
+        }
+        Ok(())
     }
 
     fn value<'a>(&mut self, ty: &'a FieldType) -> ReadResult<Value<'a>> {
@@ -262,6 +302,7 @@ impl Decoder<'_> {
                     payload: self.payload,
                     base: self.base,
                     budget: self.budget,
+                    wanted: self.wanted,
                 };
                 let mut items = Vec::new();
                 while !sub.c.is_empty() {
@@ -326,6 +367,39 @@ mod tests {
         };
         assert_eq!(items.len(), 2);
         assert_eq!(items[1].field("Value").and_then(Value::as_str), Some("2"));
+    }
+
+    #[test]
+    fn unwanted_fields_are_read_past_inside_structs_too() {
+        let fields = vec![
+            Field::new("skipped", FieldType::String),
+            Field::new(
+                "Payload",
+                FieldType::Struct(vec![
+                    Field::new("Name", FieldType::String),
+                    Field::new("Series", FieldType::String),
+                    Field::new("Mean", FieldType::F64),
+                ]),
+            ),
+        ];
+        let mut p = utf16z("not decoded");
+        p.extend(utf16z("cpu-usage"));
+        p.extend(utf16z("Interval=5000"));
+        p.extend(1.5f64.to_le_bytes());
+        let wanted = |name: &str| matches!(name, "Name" | "Mean");
+        let v = decode_payload_fields(&fields, &p, 0, || "t".into(), wanted).unwrap();
+        assert_eq!(v.len(), 1, "{v:?}");
+        let payload = &v[0].value;
+        assert_eq!(
+            payload.field("Name").and_then(Value::as_str),
+            Some("cpu-usage")
+        );
+        assert_eq!(payload.field("Series"), None);
+        assert_eq!(payload.field("Mean").and_then(Value::as_f64), Some(1.5));
+        // A string read past is still checked: one cut short is an error.
+        let cut = &p[..4];
+        let e = decode_payload_fields(&fields, cut, 0, || "t".into(), wanted).unwrap_err();
+        assert!(e.to_string().contains('t'), "{e}");
     }
 
     #[test]

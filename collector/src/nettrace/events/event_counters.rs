@@ -18,10 +18,6 @@ pub struct EventCounter {
     pub display_units: String,
     /// `Mean` or `Sum` as sent.
     pub counter_type: String,
-    /// `Interval=1000` and the like.
-    pub series: String,
-    /// Counter metadata string.
-    pub metadata: String,
     /// Length of the interval in seconds.
     pub interval_sec: Option<f64>,
     /// The value.
@@ -48,12 +44,29 @@ pub enum EventCounterValue {
     Increment {
         /// Increment over the interval.
         increment: Option<f64>,
-        /// Time scale for rate display, e.g. `00:00:01`.
-        display_rate_time_scale: String,
     },
 }
 
 impl EventCounter {
+    /// The payload fields [`EventCounter::decode`] reads; the others (`Series`, `Metadata`,
+    /// `DisplayRateTimeScale`) are read past without decoding their text.
+    pub(crate) fn wanted(field: &str) -> bool {
+        matches!(
+            field,
+            "Name"
+                | "DisplayName"
+                | "DisplayUnits"
+                | "CounterType"
+                | "IntervalSec"
+                | "Mean"
+                | "StandardDeviation"
+                | "Count"
+                | "Min"
+                | "Max"
+                | "Increment"
+        )
+    }
+
     /// Reads the `Payload` struct in one pass over its fields, moving its strings out.
     pub(crate) fn decode(
         provider: &str,
@@ -69,13 +82,11 @@ impl EventCounter {
         };
         let (mut name, mut display_name, mut display_units) =
             (String::new(), String::new(), String::new());
-        let (mut counter_type, mut series, mut metadata) =
-            (String::new(), String::new(), String::new());
+        let mut counter_type = String::new();
         let mut interval_sec = None;
         let (mut mean, mut standard_deviation, mut count, mut min, mut max) =
             (None, None, None, None, None);
-        let (mut increment, mut has_increment, mut display_rate_time_scale) =
-            (None, false, String::new());
+        let (mut increment, mut has_increment) = (None, false);
         for field in payload {
             let value = field.value;
             match field.name {
@@ -83,8 +94,6 @@ impl EventCounter {
                 "DisplayName" => display_name = into_text(value),
                 "DisplayUnits" => display_units = into_text(value),
                 "CounterType" => counter_type = into_text(value),
-                "Series" => series = into_text(value),
-                "Metadata" => metadata = into_text(value),
                 "IntervalSec" => interval_sec = value.as_f64(),
                 "Mean" => mean = value.as_f64(),
                 "StandardDeviation" => standard_deviation = value.as_f64(),
@@ -95,15 +104,11 @@ impl EventCounter {
                     has_increment = true;
                     increment = value.as_f64();
                 }
-                "DisplayRateTimeScale" => display_rate_time_scale = into_text(value),
                 _ => {}
             }
         }
         let value = if has_increment || counter_type == "Sum" {
-            EventCounterValue::Increment {
-                increment,
-                display_rate_time_scale,
-            }
+            EventCounterValue::Increment { increment }
         } else {
             EventCounterValue::Mean {
                 mean,
@@ -119,8 +124,6 @@ impl EventCounter {
             display_name,
             display_units,
             counter_type,
-            series,
-            metadata,
             interval_sec,
             value,
         })

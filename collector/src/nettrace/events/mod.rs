@@ -171,7 +171,7 @@ pub(crate) fn decode_known(ev: &Event<'_>) -> Result<Option<KnownEvent>, Nettrac
         EventKind::ContentionStop => KnownEvent::ContentionStop(ContentionStop::decode(r())?),
         EventKind::EventCounters => KnownEvent::EventCounter(EventCounter::decode(
             &m.provider_name,
-            ev.decode()?,
+            ev.decode_fields(EventCounter::wanted)?,
             ev.payload_offset,
         )?),
         EventKind::Metrics(kind) => KnownEvent::Metrics(MetricsEvent::decode(kind, &ev.decode()?)),
