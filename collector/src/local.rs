@@ -8,11 +8,13 @@
 //! the one the runtime reports, and exactly one process here is so; each later read checks that
 //! the process has not been replaced since (its start time).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::{self, Read};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::client::DiagnosticsClient;
@@ -176,7 +178,15 @@ impl LocalProcess {
     /// which on an idle service are a few of its dozens. In a nested pid namespace, `earlier` (a
     /// reading of this process) says where each thread is here; a thread it does not place, or
     /// whose place another thread took since, takes a reading of every thread.
-    pub fn thread_cpu_of(&self, tids: &[u64], earlier: Option<&ThreadCpu>) -> ThreadCpu {
+    ///
+    /// With `files`, each thread's `stat` stays open for the next reading (see
+    /// [`ThreadStatFiles`]); the files of threads not in `tids` are closed.
+    pub fn thread_cpu_of(
+        &self,
+        tids: &[u64],
+        earlier: Option<&ThreadCpu>,
+        mut files: Option<&mut ThreadStatFiles>,
+    ) -> ThreadCpu {
         let dir = Path::new("/proc").join(self.pid.to_string());
         let tasks = dir.join("task");
         let mut reading = ThreadCpu::new();
@@ -192,7 +202,12 @@ impl LocalProcess {
             let Some((tid_here, started)) = placed else {
                 return self.thread_cpu();
             };
-            match read_thread_stat(&tasks.join(tid_here.to_string())) {
+            let task = tasks.join(tid_here.to_string());
+            let stat = match files.as_deref_mut() {
+                Some(files) => files.read(&task, tid_here),
+                None => read_thread_stat(&task),
+            };
+            match stat {
                 Some(stat) if started.is_none_or(|started| started == stat.start_time) => {
                     reading.insert(tid, tid_here, stat);
                 }
@@ -200,6 +215,9 @@ impl LocalProcess {
                 _ if self.nested => return self.thread_cpu(),
                 _ => {}
             }
+        }
+        if let Some(files) = files {
+            files.keep_only(&reading);
         }
         self.checked(&dir, reading)
     }
@@ -264,13 +282,119 @@ struct ThreadStat {
 
 /// `task/stat` of a thread's `/proc/PID/task/TID` directory.
 fn read_thread_stat(task: &Path) -> Option<ThreadStat> {
-    let bytes = read_proc_file(&task.join("stat")).ok()?;
-    let stat = String::from_utf8_lossy(&bytes);
+    parse_thread_stat(&read_proc_file(&task.join("stat")).ok()?)
+}
+
+fn parse_thread_stat(bytes: &[u8]) -> Option<ThreadStat> {
+    let stat = String::from_utf8_lossy(bytes);
     Some(ThreadStat {
         ticks: parse_cpu_ticks(&stat)?,
         name: parse_comm(&stat)?.to_string(),
         start_time: parse_start_time(&stat)?,
     })
+}
+
+/// The `stat` files of one process's sampled threads, kept open from one sampler window to the
+/// next: opening and closing them (the path walk through `/proc`) was nearly half of what a
+/// node agent spent on reading them. A kept file stays the thread's: once the thread exits,
+/// reading it fails (and it is opened again under its tid, which may be another thread's by
+/// then).
+///
+/// The files kept by all processes together are at most a quarter of the agent's limit on open
+/// files ([`kept_files_allowed`]), so that sessions never run short of descriptors.
+#[derive(Debug, Default)]
+pub struct ThreadStatFiles {
+    files: HashMap<u64, File>,
+}
+
+/// Files all [`ThreadStatFiles`] keep open now.
+static KEPT_FILES: AtomicUsize = AtomicUsize::new(0);
+
+/// How many files [`ThreadStatFiles`] may keep open together: a quarter of the soft limit on
+/// open files (`RLIMIT_NOFILE`), at most 16384.
+fn kept_files_allowed() -> usize {
+    static ALLOWED: OnceLock<usize> = OnceLock::new();
+    *ALLOWED.get_or_init(|| {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the struct it is given.
+        let read = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
+        if read {
+            usize::try_from(limit.rlim_cur / 4)
+                .unwrap_or(usize::MAX)
+                .min(16384)
+        } else {
+            0
+        }
+    })
+}
+
+impl ThreadStatFiles {
+    /// The thread `tid_here`'s stat (`task` is its `/proc/PID/task/TID`), from its kept file or
+    /// a file opened now, which is kept while the budget allows.
+    fn read(&mut self, task: &Path, tid_here: u64) -> Option<ThreadStat> {
+        if let Some(file) = self.files.get(&tid_here) {
+            if let Some(stat) = read_from_start(file)
+                .ok()
+                .and_then(|b| parse_thread_stat(&b))
+            {
+                return Some(stat);
+            }
+            self.forget(tid_here);
+        }
+        let file = open_proc_file(&task.join("stat")).ok()?;
+        let stat = parse_thread_stat(&read_from_start(&file).ok()?)?;
+        if KEPT_FILES.fetch_add(1, Ordering::Relaxed) < kept_files_allowed() {
+            self.files.insert(tid_here, file);
+        } else {
+            KEPT_FILES.fetch_sub(1, Ordering::Relaxed);
+        }
+        Some(stat)
+    }
+
+    /// Closes the files of threads `reading` does not hold.
+    fn keep_only(&mut self, reading: &ThreadCpu) {
+        let read: HashSet<u64> = reading.here.values().map(|&(here, _)| here).collect();
+        let before = self.files.len();
+        self.files.retain(|tid_here, _| read.contains(tid_here));
+        KEPT_FILES.fetch_sub(before - self.files.len(), Ordering::Relaxed);
+    }
+
+    fn forget(&mut self, tid_here: u64) {
+        if self.files.remove(&tid_here).is_some() {
+            KEPT_FILES.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for ThreadStatFiles {
+    fn drop(&mut self) {
+        KEPT_FILES.fetch_sub(self.files.len(), Ordering::Relaxed);
+    }
+}
+
+/// A `/proc` file's contents now, read from its start ([`MAX_PROC_FILE`] bytes at most): a kept
+/// file is read again this way.
+fn read_from_start(file: &File) -> io::Result<Vec<u8>> {
+    let mut bytes = vec![0; PROC_FILE_FIRST_READ];
+    let mut filled = 0;
+    loop {
+        if filled == bytes.len() {
+            if filled as u64 >= MAX_PROC_FILE {
+                break;
+            }
+            bytes.resize((2 * filled).min(MAX_PROC_FILE as usize), 0);
+        }
+        let n = file.read_at(&mut bytes[filled..], filled as u64)?;
+        if n == 0 {
+            break;
+        }
+        filled += n;
+    }
+    bytes.truncate(filled);
+    Ok(bytes)
 }
 
 impl ThreadCpu {
@@ -329,13 +453,16 @@ pub(crate) fn start_time(dir: &Path) -> Option<u64> {
 /// Reads a `/proc` file, [`MAX_PROC_FILE`] bytes at most, opened without following links (a
 /// target can touch the files under its own `/proc`).
 pub(crate) fn read_proc_file(path: &Path) -> io::Result<Vec<u8>> {
-    let file = std::fs::OpenOptions::new()
+    read_from_start(&open_proc_file(path)?)
+}
+
+/// Opens a `/proc` file for reading without following links (a target can touch the files
+/// under its own `/proc`).
+fn open_proc_file(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(path)?;
-    let mut bytes = Vec::with_capacity(PROC_FILE_FIRST_READ);
-    File::take(file, MAX_PROC_FILE).read_to_end(&mut bytes)?;
-    Ok(bytes)
+        .open(path)
 }
 
 /// The command line to show when `/proc`'s (`raw`, NUL-separated) is the runtime's reported one.
@@ -368,6 +495,7 @@ fn same_command_line(raw: &[u8], reported: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd;
 
     /// A fake procfs entry.
     fn process(root: &Path, pid: u32, nspid: &str, cmdline: &[&str], start: u64) {
@@ -464,19 +592,32 @@ mod tests {
         let all = me.thread_cpu();
         assert!(all.names().len() > 1, "every thread: {:?}", all.names());
         let gone = u64::from(u32::MAX);
-        let asked = me.thread_cpu_of(&[tid, gone], Some(&all));
+        let mut files = ThreadStatFiles::default();
+        let asked = me.thread_cpu_of(&[tid, gone], Some(&all), Some(&mut files));
         assert_eq!(
             asked.names(),
             &HashMap::from([(tid, "asked-for".to_string())]),
             "the thread asked for, by its name; not the others, nor one that does not exist"
         );
         assert!(asked.cores_since(&all).contains_key(&tid));
+        assert_eq!(
+            files.files.keys().collect::<Vec<_>>(),
+            [&tid],
+            "its file is kept"
+        );
+        let again = me.thread_cpu_of(&[tid], Some(&asked), Some(&mut files));
+        assert_eq!(again.names(), asked.names(), "read from the kept file");
+        me.thread_cpu_of(&[], Some(&asked), Some(&mut files));
+        assert!(
+            files.files.is_empty(),
+            "a thread not asked for has its file closed"
+        );
         let replaced = LocalProcess {
             start_time: me.start_time + 1,
             ..me
         };
         assert!(replaced
-            .thread_cpu_of(&[tid], Some(&all))
+            .thread_cpu_of(&[tid], Some(&all), None)
             .names()
             .is_empty());
         stop.send(()).unwrap();
@@ -528,5 +669,44 @@ mod tests {
         };
         assert!(replaced.read("maps").is_err());
         assert!(replaced.thread_names().is_empty());
+    }
+
+    #[test]
+    fn a_kept_stat_file_is_read_again_until_its_thread_exits() {
+        let (tid_sent, tid) = std::sync::mpsc::channel();
+        let (exit, exit_now) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tid_sent
+                .send(u64::from(unsafe { libc::gettid() } as u32))
+                .unwrap();
+            // Runs until told, so that its CPU time grows between the readings.
+            while exit_now.try_recv().is_err() {
+                std::hint::spin_loop();
+            }
+        });
+        let tid = tid.recv().unwrap();
+        let task = Path::new("/proc/self/task").join(tid.to_string());
+        let mut files = ThreadStatFiles::default();
+        let first = files.read(&task, tid).expect("a live thread's stat");
+        assert_eq!(files.files.len(), 1, "the file is kept");
+        let kept = files.files[&tid].as_raw_fd();
+        let ticks_grew = (0..1000).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            files.read(&task, tid).expect("read again").ticks > first.ticks
+        });
+        assert!(ticks_grew, "a spinning thread's CPU time never grew");
+        assert_eq!(
+            files.files[&tid].as_raw_fd(),
+            kept,
+            "read from the same file"
+        );
+        exit.send(()).unwrap();
+        thread.join().unwrap();
+        assert!(
+            files.read(&task, tid).is_none(),
+            "an exited thread has no stat"
+        );
+        assert!(files.files.is_empty(), "its file is closed");
     }
 }

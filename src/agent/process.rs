@@ -12,7 +12,7 @@ use collector::activity::{Span, TrackerLimits, TrackerStats};
 use collector::attached::AttachedProcess;
 use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, ProviderConfig};
-use collector::local::{LocalProcess, ThreadCpu};
+use collector::local::{LocalProcess, ThreadCpu, ThreadStatFiles};
 use collector::nettrace::events::{EventKind, KnownEvent, ModuleEventKind};
 use collector::nettrace::Guid;
 use collector::nettrace::{Event, NettraceError, ParserOptions};
@@ -168,6 +168,8 @@ struct SharedProfiler {
     profiler: Arc<Mutex<ProcessProfiler>>,
     /// The runtime's process on this machine, when proven: only then is its `/proc` read.
     local: Option<Arc<LocalProcess>>,
+    /// The `stat` files of the threads the last sampler window sampled, kept open for the next.
+    stat_files: Arc<Mutex<ThreadStatFiles>>,
     /// A module loaded since `/proc/PID/maps` was last read: the next ReadyToRun entry point
     /// may lie in an image the code map does not know yet.
     images_stale: Arc<AtomicBool>,
@@ -188,6 +190,7 @@ impl SharedProfiler {
         let shared = SharedProfiler {
             profiler: Arc::new(Mutex::new(profiler)),
             local: local.map(Arc::new),
+            stat_files: Arc::default(),
             images_stale: Arc::new(AtomicBool::new(false)),
             images: Arc::default(),
             light: StreamProgress::new(),
@@ -325,7 +328,16 @@ impl SharedProfiler {
     fn thread_cpu_of(&self, tids: &[u64], earlier: Option<&ThreadCpu>) -> Option<ThreadCpu> {
         self.local
             .as_deref()
-            .map(|local| local.thread_cpu_of(tids, earlier))
+            .map(|local| local.thread_cpu_of(tids, earlier, None))
+    }
+
+    /// [`SharedProfiler::thread_cpu_of`] the threads a sampler window sampled: their `stat`
+    /// files stay open for the next window's reading.
+    fn window_thread_cpu(&self, tids: &[u64], earlier: Option<&ThreadCpu>) -> Option<ThreadCpu> {
+        let mut files = self.stat_files.lock().unwrap_or_else(|p| p.into_inner());
+        self.local
+            .as_deref()
+            .map(|local| local.thread_cpu_of(tids, earlier, Some(&mut files)))
     }
 }
 
@@ -1253,7 +1265,7 @@ impl SamplingLoop<'_> {
         // (a process's set of threads in managed code changing slowly) the next window's.
         let cpu_at_stop = self
             .profiler
-            .thread_cpu_of(&samples.thread_ids(), cpu_since.as_ref());
+            .window_thread_cpu(&samples.thread_ids(), cpu_since.as_ref());
         if let (Some(since), Some(now)) = (&cpu_since, &cpu_at_stop) {
             samples.set_thread_cpu(&now.cores_since(since));
         }
