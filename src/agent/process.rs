@@ -959,16 +959,15 @@ async fn run_long_session(
             long.parser.clone(),
         )
         .ending_on_error();
-        let shutdown = long.shutdown.clone();
         let renew = long.renew.clone();
         let mut renewing = false;
         let stop = async {
             match renew {
                 Some(renew) => tokio::select! {
-                    () = stopped(shutdown.clone()) => {}
+                    () = stopped(long.shutdown.clone()) => {}
                     () = renew.notified() => renewing = true,
                 },
-                None => stopped(shutdown.clone()).await,
+                None => stopped(long.shutdown.clone()).await,
             }
         };
         let mut announced = false;

@@ -92,6 +92,14 @@ pub async fn snapshot(
     builder.finish(pointer_size)
 }
 
+/// Leaves the runtime without our session when a snapshot gives up: it must not outlive the
+/// snapshot. The stream (`reader`) is closed first: the runtime flushes into it before it
+/// answers StopTracing, and nobody reads it now.
+async fn abandon<R>(client: &DiagnosticsClient, session_id: u64, reader: R) {
+    drop(reader);
+    let _ = client.stop_tracing(session_id, DEFAULT_TIMEOUT).await;
+}
+
 /// One session: the induced GC's heap, not yet resolved, and the target's pointer size.
 async fn walk_heap(
     client: &DiagnosticsClient,
@@ -162,10 +170,7 @@ async fn walk_heap(
         }),
     };
     if let Some(error) = failure {
-        // Leave the runtime without our session before giving up. The stream is closed first:
-        // the runtime flushes into it before it answers StopTracing, and nobody reads it now.
-        drop(reader);
-        let _ = client.stop_tracing(session_id, DEFAULT_TIMEOUT).await;
+        abandon(client, session_id, reader).await;
         return Err(error);
     }
     progress(SnapshotProgress {
@@ -199,9 +204,7 @@ async fn walk_heap(
     match stopped {
         Ok(result) => result?,
         Err(_) => {
-            // As above: our session must not outlive the snapshot.
-            drop(reader);
-            let _ = client.stop_tracing(session_id, DEFAULT_TIMEOUT).await;
+            abandon(client, session_id, reader).await;
             return Err(GcDumpError::Timeout {
                 timeout: options.timeout,
                 seen: "the induced GC ended but the runtime did not close the stream".into(),
