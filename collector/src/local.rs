@@ -8,7 +8,7 @@
 //! the one the runtime reports, and exactly one process here is so; each later read checks that
 //! the process has not been replaced since (its start time).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -179,17 +179,20 @@ impl LocalProcess {
     /// reading of this process) says where each thread is here; a thread it does not place, or
     /// whose place another thread took since, takes a reading of every thread.
     ///
-    /// With `files`, each thread's `stat` stays open for the next reading (see
-    /// [`ThreadStatFiles`]); the files of threads not in `tids` are closed.
+    /// With `files`, each `stat` read stays open for the next reading (see [`StatFiles`]); the
+    /// files of threads not in `tids` are closed.
     pub fn thread_cpu_of(
         &self,
         tids: &[u64],
         earlier: Option<&ThreadCpu>,
-        mut files: Option<&mut ThreadStatFiles>,
+        mut files: Option<&mut StatFiles>,
     ) -> ThreadCpu {
         let dir = Path::new("/proc").join(self.pid.to_string());
         let tasks = dir.join("task");
         let mut reading = ThreadCpu::new();
+        if let Some(files) = files.as_deref_mut() {
+            files.readings += 1;
+        }
         for &tid in tids.iter().take(MAX_THREADS) {
             let placed = match (self.nested, earlier) {
                 (false, _) => Some((tid, None)),
@@ -204,7 +207,7 @@ impl LocalProcess {
             };
             let task = tasks.join(tid_here.to_string());
             let stat = match files.as_deref_mut() {
-                Some(files) => files.read(&task, tid_here),
+                Some(files) => files.thread(&task, tid_here),
                 None => read_thread_stat(&task),
             };
             match stat {
@@ -216,10 +219,16 @@ impl LocalProcess {
                 _ => {}
             }
         }
-        if let Some(files) = files {
-            files.keep_only(&reading);
+        let Some(files) = files else {
+            return self.checked(&dir, reading);
+        };
+        files.close_unread();
+        if files.process_start_time(&dir) == Some(self.start_time) {
+            return reading;
         }
-        self.checked(&dir, reading)
+        // Not the runtime any more: nothing of it is read again.
+        *files = StatFiles::default();
+        ThreadCpu::new()
     }
 
     /// `reading`, when the process is still the runtime after it was taken; else empty.
@@ -282,11 +291,13 @@ struct ThreadStat {
 
 /// `task/stat` of a thread's `/proc/PID/task/TID` directory.
 fn read_thread_stat(task: &Path) -> Option<ThreadStat> {
-    parse_thread_stat(&read_proc_file(&task.join("stat")).ok()?)
+    thread_stat_of(&open_proc_file(&task.join("stat")).ok()?)
 }
 
-fn parse_thread_stat(bytes: &[u8]) -> Option<ThreadStat> {
-    let stat = String::from_utf8_lossy(bytes);
+/// What an open thread `stat` file says now.
+fn thread_stat_of(file: &File) -> Option<ThreadStat> {
+    let stat = read_from_start(file).ok()?;
+    let stat = String::from_utf8_lossy(&stat);
     Some(ThreadStat {
         ticks: parse_cpu_ticks(&stat)?,
         name: parse_comm(&stat)?.to_string(),
@@ -294,24 +305,29 @@ fn parse_thread_stat(bytes: &[u8]) -> Option<ThreadStat> {
     })
 }
 
-/// The `stat` files of one process's sampled threads, kept open from one sampler window to the
-/// next: opening and closing them (the path walk through `/proc`) was nearly half of what a
-/// node agent spent on reading them. A kept file stays the thread's: once the thread exits,
-/// reading it fails (and it is opened again under its tid, which may be another thread's by
-/// then).
+/// The `stat` files a sampler window reads, kept open from one window to the next: its sampled
+/// threads' and the process's own (read after the threads', to see that the process was not
+/// replaced). Opening and closing them (the path walk through `/proc`) was nearly half of what a
+/// node agent spent on reading them. A kept file stays its task's: once the thread or process
+/// exits, reading it fails; a thread's is then opened again under its tid, which may be another
+/// thread's by then, and the process is not read any more.
 ///
 /// The files kept by all processes together are at most a quarter of the agent's limit on open
 /// files ([`kept_files_allowed`]), so that sessions never run short of descriptors.
 #[derive(Debug, Default)]
-pub struct ThreadStatFiles {
-    files: HashMap<u64, File>,
+pub struct StatFiles {
+    /// By tid here, with the reading that last read it.
+    threads: HashMap<u64, (File, u64)>,
+    process: Option<File>,
+    /// Readings taken with these files so far.
+    readings: u64,
 }
 
-/// Files all [`ThreadStatFiles`] keep open now.
+/// Files all [`StatFiles`] keep open now.
 static KEPT_FILES: AtomicUsize = AtomicUsize::new(0);
 
-/// How many files [`ThreadStatFiles`] may keep open together: a quarter of the soft limit on
-/// open files (`RLIMIT_NOFILE`), at most 16384.
+/// How many files [`StatFiles`] may keep open together: a quarter of the soft limit on open
+/// files (`RLIMIT_NOFILE`), at most 16384.
 fn kept_files_allowed() -> usize {
     static ALLOWED: OnceLock<usize> = OnceLock::new();
     *ALLOWED.get_or_init(|| {
@@ -331,47 +347,67 @@ fn kept_files_allowed() -> usize {
     })
 }
 
-impl ThreadStatFiles {
+/// Takes a place for one more kept file, when the budget has one.
+fn take_kept_place() -> bool {
+    if KEPT_FILES.fetch_add(1, Ordering::Relaxed) < kept_files_allowed() {
+        return true;
+    }
+    KEPT_FILES.fetch_sub(1, Ordering::Relaxed);
+    false
+}
+
+impl StatFiles {
     /// The thread `tid_here`'s stat (`task` is its `/proc/PID/task/TID`), from its kept file or
     /// a file opened now, which is kept while the budget allows.
-    fn read(&mut self, task: &Path, tid_here: u64) -> Option<ThreadStat> {
-        if let Some(file) = self.files.get(&tid_here) {
-            if let Some(stat) = read_from_start(file)
-                .ok()
-                .and_then(|b| parse_thread_stat(&b))
-            {
+    fn thread(&mut self, task: &Path, tid_here: u64) -> Option<ThreadStat> {
+        if let Some((file, read_in)) = self.threads.get_mut(&tid_here) {
+            if let Some(stat) = thread_stat_of(file) {
+                *read_in = self.readings;
                 return Some(stat);
             }
-            self.forget(tid_here);
+            self.threads.remove(&tid_here);
+            KEPT_FILES.fetch_sub(1, Ordering::Relaxed);
         }
         let file = open_proc_file(&task.join("stat")).ok()?;
-        let stat = parse_thread_stat(&read_from_start(&file).ok()?)?;
-        if KEPT_FILES.fetch_add(1, Ordering::Relaxed) < kept_files_allowed() {
-            self.files.insert(tid_here, file);
-        } else {
-            KEPT_FILES.fetch_sub(1, Ordering::Relaxed);
+        let stat = thread_stat_of(&file)?;
+        if take_kept_place() {
+            self.threads.insert(tid_here, (file, self.readings));
         }
         Some(stat)
     }
 
-    /// Closes the files of threads `reading` does not hold.
-    fn keep_only(&mut self, reading: &ThreadCpu) {
-        let read: HashSet<u64> = reading.here.values().map(|&(here, _)| here).collect();
-        let before = self.files.len();
-        self.files.retain(|tid_here, _| read.contains(tid_here));
-        KEPT_FILES.fetch_sub(before - self.files.len(), Ordering::Relaxed);
+    /// Closes the files of threads the latest reading did not read.
+    fn close_unread(&mut self) {
+        let before = self.threads.len();
+        let latest = self.readings;
+        self.threads.retain(|_, (_, read_in)| *read_in == latest);
+        KEPT_FILES.fetch_sub(before - self.threads.len(), Ordering::Relaxed);
     }
 
-    fn forget(&mut self, tid_here: u64) {
-        if self.files.remove(&tid_here).is_some() {
-            KEPT_FILES.fetch_sub(1, Ordering::Relaxed);
+    /// The start time in the process's `stat` (`dir` is its `/proc/PID`), from the kept file or
+    /// one opened now; `None` once the process is gone.
+    fn process_start_time(&mut self, dir: &Path) -> Option<u64> {
+        if let Some(file) = &self.process {
+            let started = start_time_of(file);
+            if started.is_none() {
+                self.process = None;
+                KEPT_FILES.fetch_sub(1, Ordering::Relaxed);
+            }
+            return started;
         }
+        let file = open_proc_file(&dir.join("stat")).ok()?;
+        let started = start_time_of(&file)?;
+        if take_kept_place() {
+            self.process = Some(file);
+        }
+        Some(started)
     }
 }
 
-impl Drop for ThreadStatFiles {
+impl Drop for StatFiles {
     fn drop(&mut self) {
-        KEPT_FILES.fetch_sub(self.files.len(), Ordering::Relaxed);
+        let kept = self.threads.len() + usize::from(self.process.is_some());
+        KEPT_FILES.fetch_sub(kept, Ordering::Relaxed);
     }
 }
 
@@ -418,6 +454,11 @@ impl ThreadCpu {
         &self.names
     }
 
+    /// The names, taken out of the reading (which keeps the threads' CPU times and places).
+    pub fn take_names(&mut self) -> HashMap<u64, String> {
+        std::mem::take(&mut self.names)
+    }
+
     /// The share of one core each thread ran from `earlier` to this reading (1.0: a whole core
     /// all the time), for threads in both readings.
     pub fn cores_since(&self, earlier: &ThreadCpu) -> HashMap<u64, f64> {
@@ -437,7 +478,6 @@ impl ThreadCpu {
     }
 }
 
-/// Field 22 of `dir/stat` (a `/proc/PID` directory): the process's start time.
 /// The unit of `/proc`'s CPU and start times.
 fn clock_ticks_per_second() -> Option<f64> {
     // SAFETY: sysconf has no preconditions.
@@ -445,9 +485,14 @@ fn clock_ticks_per_second() -> Option<f64> {
     (ticks > 0).then_some(ticks as f64)
 }
 
+/// Field 22 of `dir/stat` (a `/proc/PID` directory): the process's start time.
 pub(crate) fn start_time(dir: &Path) -> Option<u64> {
-    let stat = read_proc_file(&dir.join("stat")).ok()?;
-    parse_start_time(&String::from_utf8_lossy(&stat))
+    start_time_of(&open_proc_file(&dir.join("stat")).ok()?)
+}
+
+/// The start time an open `stat` file says now.
+fn start_time_of(stat: &File) -> Option<u64> {
+    parse_start_time(&String::from_utf8_lossy(&read_from_start(stat).ok()?))
 }
 
 /// Reads a `/proc` file, [`MAX_PROC_FILE`] bytes at most, opened without following links (a
@@ -592,7 +637,7 @@ mod tests {
         let all = me.thread_cpu();
         assert!(all.names().len() > 1, "every thread: {:?}", all.names());
         let gone = u64::from(u32::MAX);
-        let mut files = ThreadStatFiles::default();
+        let mut files = StatFiles::default();
         let asked = me.thread_cpu_of(&[tid, gone], Some(&all), Some(&mut files));
         assert_eq!(
             asked.names(),
@@ -601,15 +646,16 @@ mod tests {
         );
         assert!(asked.cores_since(&all).contains_key(&tid));
         assert_eq!(
-            files.files.keys().collect::<Vec<_>>(),
+            files.threads.keys().collect::<Vec<_>>(),
             [&tid],
             "its file is kept"
         );
+        assert!(files.process.is_some(), "the process's own stat is kept");
         let again = me.thread_cpu_of(&[tid], Some(&asked), Some(&mut files));
-        assert_eq!(again.names(), asked.names(), "read from the kept file");
+        assert_eq!(again.names(), asked.names(), "read from the kept files");
         me.thread_cpu_of(&[], Some(&asked), Some(&mut files));
         assert!(
-            files.files.is_empty(),
+            files.threads.is_empty(),
             "a thread not asked for has its file closed"
         );
         let replaced = LocalProcess {
@@ -620,6 +666,13 @@ mod tests {
             .thread_cpu_of(&[tid], Some(&all), None)
             .names()
             .is_empty());
+        assert!(
+            replaced
+                .thread_cpu_of(&[tid], Some(&all), Some(&mut StatFiles::default()))
+                .names()
+                .is_empty(),
+            "nor through kept files"
+        );
         stop.send(()).unwrap();
         named.join().unwrap();
     }
@@ -687,17 +740,17 @@ mod tests {
         });
         let tid = tid.recv().unwrap();
         let task = Path::new("/proc/self/task").join(tid.to_string());
-        let mut files = ThreadStatFiles::default();
-        let first = files.read(&task, tid).expect("a live thread's stat");
-        assert_eq!(files.files.len(), 1, "the file is kept");
-        let kept = files.files[&tid].as_raw_fd();
+        let mut files = StatFiles::default();
+        let first = files.thread(&task, tid).expect("a live thread's stat");
+        assert_eq!(files.threads.len(), 1, "the file is kept");
+        let kept = files.threads[&tid].0.as_raw_fd();
         let ticks_grew = (0..1000).any(|_| {
             std::thread::sleep(Duration::from_millis(20));
-            files.read(&task, tid).expect("read again").ticks > first.ticks
+            files.thread(&task, tid).expect("read again").ticks > first.ticks
         });
         assert!(ticks_grew, "a spinning thread's CPU time never grew");
         assert_eq!(
-            files.files[&tid].as_raw_fd(),
+            files.threads[&tid].0.as_raw_fd(),
             kept,
             "read from the same file"
         );
@@ -709,12 +762,47 @@ mod tests {
         let released = (0..1000).any(|_| {
             std::thread::sleep(Duration::from_millis(10));
             files
-                .read(&task, tid)
+                .thread(&task, tid)
                 .is_none_or(|stat| stat.start_time != first.start_time)
         });
         assert!(
             released,
             "the exited thread's stat was still read after 10 s"
         );
+    }
+
+    #[test]
+    fn a_kept_process_stat_fails_once_the_process_exits() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = u64::from(child.id());
+        let found = Instant::now();
+        let local = loop {
+            if let Some(local) = LocalProcess::find(pid, pid, "sleep 60") {
+                break local;
+            }
+            assert!(
+                found.elapsed() < Duration::from_secs(60),
+                "the child is never found"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let mut files = StatFiles::default();
+        let alive = local.thread_cpu_of(&[pid], None, Some(&mut files));
+        assert_eq!(alive.names().len(), 1, "its one thread is read");
+        assert!(files.process.is_some(), "the process's stat is kept");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Reaped: its pid may be another process's by now, which the kept file never reads.
+        let gone = local.thread_cpu_of(&[pid], Some(&alive), Some(&mut files));
+        assert!(
+            gone.names().is_empty(),
+            "read after exit: {:?}",
+            gone.names()
+        );
+        assert!(files.process.is_none(), "the failed file is closed");
+        assert!(files.threads.is_empty(), "so is its thread's");
     }
 }

@@ -12,7 +12,7 @@ use collector::activity::{Span, TrackerLimits, TrackerStats};
 use collector::attached::AttachedProcess;
 use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, ProviderConfig};
-use collector::local::{LocalProcess, ThreadCpu, ThreadStatFiles};
+use collector::local::{LocalProcess, StatFiles, ThreadCpu};
 use collector::nettrace::events::{EventKind, KnownEvent, ModuleEventKind};
 use collector::nettrace::Guid;
 use collector::nettrace::{Event, NettraceError, ParserOptions};
@@ -168,8 +168,6 @@ struct SharedProfiler {
     profiler: Arc<Mutex<ProcessProfiler>>,
     /// The runtime's process on this machine, when proven: only then is its `/proc` read.
     local: Option<Arc<LocalProcess>>,
-    /// The `stat` files of the threads the last sampler window sampled, kept open for the next.
-    stat_files: Arc<Mutex<ThreadStatFiles>>,
     /// A module loaded since `/proc/PID/maps` was last read: the next ReadyToRun entry point
     /// may lie in an image the code map does not know yet.
     images_stale: Arc<AtomicBool>,
@@ -190,7 +188,6 @@ impl SharedProfiler {
         let shared = SharedProfiler {
             profiler: Arc::new(Mutex::new(profiler)),
             local: local.map(Arc::new),
-            stat_files: Arc::default(),
             images_stale: Arc::new(AtomicBool::new(false)),
             images: Arc::default(),
             light: StreamProgress::new(),
@@ -324,20 +321,17 @@ impl SharedProfiler {
         self.local.as_deref().map(LocalProcess::thread_cpu)
     }
 
-    /// The CPU time of its threads `tids` now ([`LocalProcess::thread_cpu_of`]).
-    fn thread_cpu_of(&self, tids: &[u64], earlier: Option<&ThreadCpu>) -> Option<ThreadCpu> {
+    /// The CPU time of its threads `tids` now ([`LocalProcess::thread_cpu_of`]), through `files`
+    /// when given.
+    fn thread_cpu_of(
+        &self,
+        tids: &[u64],
+        earlier: Option<&ThreadCpu>,
+        files: Option<&mut StatFiles>,
+    ) -> Option<ThreadCpu> {
         self.local
             .as_deref()
-            .map(|local| local.thread_cpu_of(tids, earlier, None))
-    }
-
-    /// [`SharedProfiler::thread_cpu_of`] the threads a sampler window sampled: their `stat`
-    /// files stay open for the next window's reading.
-    fn window_thread_cpu(&self, tids: &[u64], earlier: Option<&ThreadCpu>) -> Option<ThreadCpu> {
-        let mut files = self.stat_files.lock().unwrap_or_else(|p| p.into_inner());
-        self.local
-            .as_deref()
-            .map(|local| local.thread_cpu_of(tids, earlier, Some(&mut files)))
+            .map(|local| local.thread_cpu_of(tids, earlier, files))
     }
 }
 
@@ -504,9 +498,18 @@ struct WindowSamples {
 
 impl EventObserver for WindowSamples {
     fn on_event(&mut self, event: &Event<'_>) {
-        match event.known() {
-            Ok(Some(KnownEvent::ThreadSample(sample))) => self.samples.add(event, &sample),
-            Ok(Some(KnownEvent::AllocationTick(_))) => self.profiler.lock().observe(event),
+        match event.metadata.kind {
+            // Thousands a window: decoded without building a KnownEvent.
+            EventKind::ThreadSample => {
+                if let Ok(Some(sample)) = event.thread_sample() {
+                    self.samples.add(event, &sample);
+                }
+            }
+            EventKind::AllocationTick => {
+                if let Ok(Some(KnownEvent::AllocationTick(_))) = event.known() {
+                    self.profiler.lock().observe(event);
+                }
+            }
             _ => {}
         }
     }
@@ -884,6 +887,7 @@ async fn attach(
         renew_linkage,
         published: Published::default(),
         cpu_at_last_stop: None,
+        stat_files: StatFiles::default(),
         dropped_events: HashMap::new(),
     };
     let result = tokio::select! {
@@ -1074,6 +1078,8 @@ struct SamplingLoop<'a> {
     published: Published,
     /// The threads' CPU time when the last window stopped.
     cpu_at_last_stop: Option<ThreadCpu>,
+    /// The `stat` files the last window's reading read, kept open for the next.
+    stat_files: StatFiles,
     /// This process's series of the dropped-events counter, by stream: looked up once, since a
     /// lookup builds the label values and searches every process's series.
     dropped_events: HashMap<&'static str, Counter>,
@@ -1085,6 +1091,14 @@ struct Published {
     tracker: TrackerStats,
     light_dropped: u64,
     linkage_dropped: u64,
+}
+
+/// What became of a duty-cycled session.
+enum Window<T> {
+    /// It ran: what it took.
+    Took(T),
+    /// It failed because the process exited: the process's profiling ends.
+    ProcessExited,
 }
 
 impl SamplingLoop<'_> {
@@ -1123,7 +1137,7 @@ impl SamplingLoop<'_> {
                         windows_with_room = windows_with_room.wrapping_add(1);
                     }
                     match self.window(until, self.alloc && !alloc_apart).await {
-                        Ok((mut samples, thread_names)) => {
+                        Ok(Window::Took((mut samples, thread_names))) => {
                             self.sampler
                                 .observe_window(samples.samples(), samples.ticks());
                             // Duty-cycled, the window stands for its whole period; boosted,
@@ -1135,22 +1149,16 @@ impl SamplingLoop<'_> {
                             if alloc_after {
                                 let until = Instant::now() + opened.elapsed() * ALLOC_PERIODS_APART;
                                 match self.alloc_window(until).await {
-                                    Ok(()) => {}
-                                    Err(error) if self.profiler.exited() => {
-                                        tracing::debug!(pid = self.pid, error = %crate::describe(&error), "allocation window failed: the process exited");
-                                        return Ok(());
-                                    }
+                                    Ok(Window::Took(())) => {}
+                                    Ok(Window::ProcessExited) => return Ok(()),
                                     Err(error) => {
                                         tracing::warn!(pid = self.pid, error = %crate::describe(&error), "allocation window failed; trying again after a later sampler window");
                                     }
                                 }
                             }
                         }
-                        Err(error) if self.profiler.exited() => {
-                            // Its profiling ends as its sessions see it go.
-                            tracing::debug!(pid = self.pid, error = %crate::describe(&error), "sampler window failed: the process exited");
-                            return Ok(());
-                        }
+                        // Its profiling ends as its sessions see it go.
+                        Ok(Window::ProcessExited) => return Ok(()),
                         Err(error) => {
                             tracing::warn!(pid = self.pid, error = %crate::describe(&error), "sampler window failed; trying again next period");
                             self.pause(period_start + self.sampler.status().duty.period)
@@ -1168,8 +1176,8 @@ impl SamplingLoop<'_> {
                         let threads = self.profiler.lock().event_sample_threads();
                         let names = self
                             .profiler
-                            .thread_cpu_of(&threads, self.cpu_at_last_stop.as_ref())
-                            .map(|reading| reading.names().clone())
+                            .thread_cpu_of(&threads, self.cpu_at_last_stop.as_ref(), None)
+                            .map(|mut reading| reading.take_names())
                             .unwrap_or_default();
                         send(
                             &self.sink,
@@ -1231,7 +1239,7 @@ impl SamplingLoop<'_> {
         &mut self,
         until: Instant,
         alloc: bool,
-    ) -> anyhow::Result<(SampleAggregator, HashMap<u64, String>)> {
+    ) -> anyhow::Result<Window<(SampleAggregator, HashMap<u64, String>)>> {
         let mut samples = SampleAggregator::new(0);
         if self.keep_times {
             samples = samples.keep_times();
@@ -1244,9 +1252,12 @@ impl SamplingLoop<'_> {
             .cpu_at_last_stop
             .take()
             .or_else(|| self.profiler.thread_cpu());
-        let sink = self
+        let Window::Took(sink) = self
             .run_window(sampler_session(alloc), samples, until)
-            .await?;
+            .await?
+        else {
+            return Ok(Window::ProcessExited);
+        };
         // When the target was sampled, on the wall clock: what benches/agent_overhead.py
         // lines up with the target's own throughput to see what a window costs.
         tracing::debug!(
@@ -1262,28 +1273,35 @@ impl SamplingLoop<'_> {
         }
         // Only the sampled threads are read: the ones whose samples are weighed and named, and
         // (a process's set of threads in managed code changing slowly) the next window's.
-        let cpu_at_stop = self
-            .profiler
-            .window_thread_cpu(&samples.thread_ids(), cpu_since.as_ref());
+        let mut cpu_at_stop = self.profiler.thread_cpu_of(
+            &samples.thread_ids(),
+            cpu_since.as_ref(),
+            Some(&mut self.stat_files),
+        );
         if let (Some(since), Some(now)) = (&cpu_since, &cpu_at_stop) {
             samples.set_thread_cpu(&now.cores_since(since));
         }
+        // The next window reads the threads' times and places from it, not their names.
         let thread_names = cpu_at_stop
-            .as_ref()
-            .map(|reading| reading.names().clone())
+            .as_mut()
+            .map(ThreadCpu::take_names)
             .unwrap_or_default();
         self.cpu_at_last_stop = cpu_at_stop;
-        Ok((samples, thread_names))
+        Ok(Window::Took((samples, thread_names)))
     }
 
     /// Takes allocation ticks until `until` or the agent's stop, in a session of their own right
     /// after the sampler's window (one in [`ALLOC_PERIODS_APART`]): the GC keyword they need also
     /// brings the GCSuspendEE and GCRestartEE events of every sampler tick (four events a tick,
     /// more than the samples), which the runtime would write and the agent parse for nothing.
-    async fn alloc_window(&mut self, until: Instant) -> anyhow::Result<()> {
-        self.run_window(alloc_session(), SampleAggregator::new(0), until)
+    async fn alloc_window(&mut self, until: Instant) -> anyhow::Result<Window<()>> {
+        let ran = self
+            .run_window(alloc_session(), SampleAggregator::new(0), until)
             .await?;
-        Ok(())
+        Ok(match ran {
+            Window::Took(_) => Window::Took(()),
+            Window::ProcessExited => Window::ProcessExited,
+        })
     }
 
     /// Resolves at `until` or at the agent's stop.
@@ -1304,7 +1322,7 @@ impl SamplingLoop<'_> {
         config: CollectTracing,
         samples: SampleAggregator,
         until: Instant,
-    ) -> anyhow::Result<ParsingWriter<tokio::io::Sink, WindowSamples>> {
+    ) -> anyhow::Result<Window<ParsingWriter<tokio::io::Sink, WindowSamples>>> {
         let window = WindowSamples {
             samples,
             profiler: self.profiler.clone(),
@@ -1317,14 +1335,24 @@ impl SamplingLoop<'_> {
         } else {
             session::run(self.client, config, &mut sink, stop, STOP_TIMEOUT, |_| {}).await
         };
-        ran.context("sampling")?;
-        if let Some(error) = sink.error() {
-            anyhow::bail!("the sampler's stream did not parse: {error}");
+        let failed = match (ran, sink.error()) {
+            (Err(error), _) => Some(anyhow::Error::new(error).context("sampling")),
+            (Ok(_), Some(error)) => Some(anyhow::anyhow!(
+                "the sampler's stream did not parse: {error}"
+            )),
+            (Ok(_), None) => None,
+        };
+        if let Some(error) = failed {
+            if self.profiler.exited() {
+                tracing::debug!(pid = self.pid, error = %crate::describe(&error), "a duty-cycled session failed: the process exited");
+                return Ok(Window::ProcessExited);
+            }
+            return Err(error);
         }
         let dropped = sink.parser().dropped_events();
         // Added even when 0: the series exists before its first loss (see run_long_session).
         self.dropped_events_counter("sampler").add(dropped);
-        Ok(sink)
+        Ok(Window::Took(sink))
     }
 
     /// Adds what the long-lived sessions and linkage lost since last time to `/metrics`; with
