@@ -213,27 +213,34 @@ impl Recorder {
     }
 
     fn record(&mut self, sample: &CounterSample) {
-        let values: Vec<(Option<f64>, f64)> = match &sample.value {
-            CounterValue::Histogram { quantiles, .. } => quantiles
-                .iter()
-                .map(|q| (Some(q.percentile), q.value))
-                .collect(),
-            other => other.value().map(|v| (None, v)).into_iter().collect(),
-        };
-        for (percentile, value) in values {
-            let hash = self
-                .series_hasher
-                .hash_one(SampleIdentity::of(sample, percentile));
-            let known = self.series.find(hash, |series| {
-                series.identity() == SampleIdentity::of(sample, percentile)
-            });
-            if let Some(series) = known {
-                if let Some(gauge) = &series.gauge {
-                    gauge.set(value * series.scale);
+        match &sample.value {
+            CounterValue::Histogram { quantiles, .. } => {
+                for quantile in quantiles {
+                    self.record_value(sample, Some(quantile.percentile), quantile.value);
                 }
-            } else if let Some((gauge, scale)) = self.new_series(sample, percentile, hash) {
-                gauge.set(value * scale);
             }
+            other => {
+                if let Some(value) = other.value() {
+                    self.record_value(sample, None, value);
+                }
+            }
+        }
+    }
+
+    /// Sets the series of `sample` (and `percentile`, of a histogram) to `value`.
+    fn record_value(&mut self, sample: &CounterSample, percentile: Option<f64>, value: f64) {
+        let hash = self
+            .series_hasher
+            .hash_one(SampleIdentity::of(sample, percentile));
+        let known = self.series.find(hash, |series| {
+            series.identity() == SampleIdentity::of(sample, percentile)
+        });
+        if let Some(series) = known {
+            if let Some(gauge) = &series.gauge {
+                gauge.set(value * series.scale);
+            }
+        } else if let Some((gauge, scale)) = self.new_series(sample, percentile, hash) {
+            gauge.set(value * scale);
         }
     }
 

@@ -200,12 +200,7 @@ impl Decoder<'_> {
     fn skip(&mut self, ty: &FieldType) -> ReadResult<()> {
         match ty {
             FieldType::String => {
-                if self.budget == 0 {
-                    return Err(self
-                        .c
-                        .fault(format!("payload expands to more than {MAX_VALUES} values")));
-                }
-                self.budget -= 1;
+                self.spend()?;
                 self.c.utf16z()?;
             }
             _ => {
@@ -215,13 +210,19 @@ impl Decoder<'_> {
         Ok(())
     }
 
-    fn value<'a>(&mut self, ty: &'a FieldType) -> ReadResult<Value<'a>> {
+    /// Counts one more value against the payload's budget.
+    fn spend(&mut self) -> ReadResult<()> {
         if self.budget == 0 {
             return Err(self
                 .c
                 .fault(format!("payload expands to more than {MAX_VALUES} values")));
         }
         self.budget -= 1;
+        Ok(())
+    }
+
+    fn value<'a>(&mut self, ty: &'a FieldType) -> ReadResult<Value<'a>> {
+        self.spend()?;
         let c = &mut self.c;
         Ok(match ty {
             FieldType::Bool32 => Value::Bool(c.u32()? != 0),

@@ -134,6 +134,17 @@ fn lock(dir: &Path) -> Result<fs::File> {
     })
 }
 
+/// `rows` (of a head with `dicts`) with dictionaries of their own: the entries they use alone,
+/// the rows renumbered into them and in block order.
+fn own_dicts(dicts: &Dicts, rows: RecordBatch, partition: i64) -> Result<(Dicts, RecordBatch)> {
+    let mut alone = Head::new();
+    alone.absorb(dicts, &[rows], 0)?;
+    let rows = alone.record_batch();
+    let order = UInt32Array::from(block_order(&rows, partition));
+    let rows = take_record_batch(&rows, &order).expect("indices are in range");
+    Ok((std::mem::take(&mut alone.interner.dicts), rows))
+}
+
 /// Rows in the order blocks keep them: by partition, then series, time, stack and labels. A
 /// series' rows are then one run (one row group on disk, which queries of other series skip),
 /// times repeat in long runs and stack ids ascend in small steps, both of which delta encoding
@@ -313,11 +324,28 @@ impl Store {
             .values()
             .clone();
         let part = |i: u32| times[i as usize].div_euclid(partition);
+        let groups: Vec<&[u32]> = order.chunk_by(|&a, &b| part(a) == part(b)).collect();
+        // A head that spans partitions holds dictionary entries of each: every block gets
+        // only the series, stacks, functions and label sets its own rows use.
+        let split = groups.len() > 1;
         let mut written = 0;
-        for group in order.chunk_by(|&a, &b| part(a) == part(b)) {
+        for group in groups {
             let part = part(group[0]);
             let taken = take_record_batch(&rows, &UInt32Array::from(group.to_vec()))
                 .expect("indices are in range");
+            let (own, taken) = if split {
+                match own_dicts(head.dicts(), taken, partition) {
+                    Ok((dicts, rows)) => (Some(dicts), rows),
+                    Err(e) if written == 0 => {
+                        self.head = head;
+                        return Err(e);
+                    }
+                    Err(e) => return Err(e),
+                }
+            } else {
+                (None, taken)
+            };
+            let dicts = own.as_ref().unwrap_or(head.dicts());
             let min_time = group.iter().map(|&i| times[i as usize]).min().unwrap_or(0);
             let max_time = group.iter().map(|&i| times[i as usize]).max().unwrap_or(0);
             let samples_appended = head
@@ -327,7 +355,7 @@ impl Store {
                 .map(|(_, n)| n)
                 .sum();
             match self.write_block(
-                head.dicts(),
+                dicts,
                 taken,
                 (min_time, max_time),
                 samples_appended,

@@ -597,6 +597,47 @@ fn closed_partitions_are_compacted() {
     assert_eq!(p.samples.len(), 4);
 }
 
+#[test]
+fn a_head_spanning_partitions_gives_each_block_only_what_its_rows_use() {
+    let dir = TempDir::new("split-head");
+    let options = StoreOptions {
+        partition: Duration::from_secs(60),
+        ..keep_all()
+    };
+    let mut store = Store::open(&dir.0, options).unwrap();
+    let web = [(&["F", "Main"][..], 3, &[tid(1)][..])];
+    let api = [(&["G", "Run", "Main"][..], 5, &[][..])];
+    store
+        .append(&batch("web", "cpu", MINUTE - 1, &web))
+        .unwrap();
+    store.append(&batch("api", "cpu", MINUTE, &api)).unwrap();
+    store.flush().unwrap();
+    assert_eq!(store.blocks().len(), 2, "one block per partition");
+    let services = |meta: &BlockMeta| -> Vec<String> {
+        meta.series
+            .iter()
+            .flat_map(|s| &s.labels)
+            .filter(|(k, _)| k == "service_name")
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    let (first, second) = (&store.blocks()[0].meta, &store.blocks()[1].meta);
+    assert_eq!(services(first), ["web"]);
+    assert_eq!(services(second), ["api"]);
+    assert_eq!((first.rows.functions, first.rows.label_sets), (2, 1));
+    assert_eq!((second.rows.functions, second.rows.label_sets), (3, 1));
+    for (service, from, expected) in [
+        ("web", 0, vec![entry(&["F", "Main"], &[tid(1)], 3)]),
+        ("api", MINUTE, vec![entry(&["G", "Run", "Main"], &[], 5)]),
+    ] {
+        let q = query(Some(service), "cpu", from, from + MINUTE);
+        assert_eq!(
+            flat(&store.profile(&q).unwrap()),
+            expected.into_iter().collect()
+        );
+    }
+}
+
 /// A stored sample row: (series, stack, labels, time, value).
 type Row = (u32, u32, u32, i64, i64);
 
