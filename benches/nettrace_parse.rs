@@ -6,6 +6,7 @@
 
 use collector::nettrace::events::{EventKind, KnownEvent};
 use collector::nettrace::{NettraceReader, Parser};
+use collector::samples::SampleAggregator;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 
 fn input() -> (String, Vec<u8>) {
@@ -49,6 +50,20 @@ fn parse_samples_with_stacks(data: &[u8]) -> u64 {
     acc
 }
 
+/// What a sampler window of the agent does with each event: the ThreadSample ones counted by
+/// thread and stack ([`SampleAggregator`]).
+fn aggregate_window(data: &[u8]) -> u64 {
+    let mut p = Parser::new();
+    p.feed(data).expect("feed");
+    let mut samples = SampleAggregator::new(0);
+    while let Some(ev) = p.next_event().expect("valid trace") {
+        if let Ok(Some(sample)) = ev.thread_sample() {
+            samples.add(&ev, &sample);
+        }
+    }
+    samples.samples()
+}
+
 fn bench(c: &mut Criterion) {
     let (path, data) = input();
     let events = {
@@ -70,6 +85,9 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("nettrace_events");
     g.throughput(Throughput::Elements(events));
     g.bench_function("events", |b| b.iter(|| parse_events(black_box(&data))));
+    g.bench_function("window_aggregate", |b| {
+        b.iter(|| aggregate_window(black_box(&data)))
+    });
     g.finish();
 }
 

@@ -7,7 +7,6 @@ use std::time::Duration;
 use super::ArtifactError;
 use crate::client::DiagnosticsClient;
 use crate::ipc::{CollectTracing, ProviderConfig};
-use crate::nettrace::events::KnownEvent;
 use crate::nettrace::{AsyncNettraceReader, NettraceError};
 use crate::providers::{self, level};
 use crate::samples::{starts_tick, StackKey, DEFAULT_INTERVAL_NS};
@@ -60,7 +59,7 @@ pub async fn collect_stack_tick(
     let mut previous_ns = None;
     let first_tick = async {
         while let Some(event) = reader.next_event().await? {
-            let Some(KnownEvent::ThreadSample(sample)) = event.known()? else {
+            let Some(sample) = event.thread_sample()? else {
                 continue;
             };
             let at = event.unix_nanos();

@@ -170,26 +170,25 @@ impl<'a> Cursor<'a> {
         })
     }
 
+    /// `max_bytes` is 10 at most: the tenth byte's bits land at 63 (bits beyond 64 are dropped,
+    /// as the reference reader does; only the length is bounded).
     #[inline(never)]
     fn var_u64_limited(&mut self, max_bytes: usize) -> ReadResult<u64> {
+        let rest = self.data.get(self.pos..).unwrap_or(&[]);
+        let bytes = &rest[..rest.len().min(max_bytes)];
         let mut value: u64 = 0;
-        let mut shift = 0u32;
-        for i in 0..max_bytes {
-            let Some(&b) = self.data.get(self.pos + i) else {
-                return Err(ReadFault {
-                    offset: self.offset() + i as u64,
-                    reason: "varint runs past the end".into(),
-                });
-            };
-            // Bits beyond 64 are dropped, as the reference reader does; only the length is bounded.
-            if shift < 64 {
-                value |= u64::from(b & 0x7f) << shift;
-            }
-            shift += 7;
+        for (i, &b) in bytes.iter().enumerate() {
+            value |= u64::from(b & 0x7f) << (7 * i);
             if b & 0x80 == 0 {
                 self.pos += i + 1;
                 return Ok(value);
             }
+        }
+        if bytes.len() < max_bytes {
+            return Err(ReadFault {
+                offset: self.offset() + bytes.len() as u64,
+                reason: "varint runs past the end".into(),
+            });
         }
         Err(self.fault(format!("varint longer than {max_bytes} bytes")))
     }
@@ -273,6 +272,16 @@ mod tests {
         assert_eq!(e.offset, 12);
         let mut c = Cursor::new(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x01], 0);
         assert!(c.var_u32().is_err(), "6-byte varint is not a u32");
+        let ten = [
+            0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0x05,
+        ];
+        let mut c = Cursor::new(&ten, 0);
+        assert_eq!(c.var_u64().unwrap(), u64::MAX, "bits past 64 are dropped");
+        assert_eq!(c.var_u64().unwrap(), 5);
+        let mut c = Cursor::new(&[0x80; 11], 0);
+        let e = c.var_u64().unwrap_err();
+        assert!(e.reason.contains("longer than 10"), "{}", e.reason);
+        assert_eq!(c.offset(), 0, "a failed read moves nothing");
     }
 
     #[test]

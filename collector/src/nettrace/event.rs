@@ -2,7 +2,7 @@
 
 use super::block::{EventHeader, StackCache, StackIdentity};
 use super::error::NettraceError;
-use super::events::{decode_known, KnownEvent};
+use super::events::{decode_known, EventKind, KnownEvent, PayloadReader, ThreadSample};
 use super::metadata::EventMetadata;
 use super::payload::{decode_payload, decode_payload_fields, NamedValue};
 use super::time::Clock;
@@ -112,6 +112,16 @@ impl<'a> Event<'a> {
     /// contention, counters, metrics, DiagnosticSource) into typed values; `Ok(None)` for others.
     pub fn known(&self) -> Result<Option<KnownEvent>, NettraceError> {
         decode_known(self)
+    }
+
+    /// The sample of a ThreadSample event (`Ok(None)` for other events): what
+    /// [`known`](Event::known) gives for it, without building a [`KnownEvent`], for the
+    /// thousands of samples a second a sampler window brings.
+    pub fn thread_sample(&self) -> Result<Option<ThreadSample>, NettraceError> {
+        if self.metadata.kind != EventKind::ThreadSample {
+            return Ok(None);
+        }
+        ThreadSample::decode(PayloadReader::new(self)).map(Some)
     }
 }
 

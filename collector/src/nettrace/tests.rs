@@ -521,7 +521,14 @@ fn real_app_trace_decodes_fully() {
     while let Some(ev) = parser.next_event().unwrap() {
         // Every event's time lies within a minute of the trace's sync time.
         assert!((ev.unix_nanos() - t.sync_time_unix_nanos()).abs() < 60_000_000_000);
-        let Some(k) = ev.known().unwrap() else {
+        let known = ev.known().unwrap();
+        // The samples' own decoder says what the general one does, of every event.
+        let sampled = match &known {
+            Some(KnownEvent::ThreadSample(s)) => Some(*s),
+            _ => None,
+        };
+        assert_eq!(ev.thread_sample().unwrap(), sampled);
+        let Some(k) = known else {
             continue;
         };
         match k {
