@@ -677,26 +677,33 @@ mod tests {
         named.join().unwrap();
     }
 
-    #[test]
-    fn a_process_is_as_old_as_the_kernel_says() {
-        let before = Instant::now();
+    /// A `sleep 60` child, once it is found as itself (until it has exec'd, its command line
+    /// is still ours). The caller kills and reaps it.
+    #[allow(clippy::zombie_processes)]
+    fn sleeping_child() -> (std::process::Child, LocalProcess) {
         let mut child = std::process::Command::new("sleep")
             .arg("60")
             .spawn()
             .unwrap();
         let pid = u64::from(child.id());
-        // Until the child has exec'd, its command line is still ours.
         let found = Instant::now();
-        let local = loop {
+        loop {
             if let Some(local) = LocalProcess::find(pid, pid, "sleep 60") {
-                break local;
+                return (child, local);
             }
-            assert!(
-                found.elapsed() < Duration::from_secs(60),
-                "the child is never found"
-            );
+            if found.elapsed() > Duration::from_secs(60) {
+                child.kill().ok();
+                child.wait().ok();
+                panic!("the child is never found");
+            }
             std::thread::sleep(Duration::from_millis(10));
-        };
+        }
+    }
+
+    #[test]
+    fn a_process_is_as_old_as_the_kernel_says() {
+        let before = Instant::now();
+        let (mut child, local) = sleeping_child();
         std::thread::sleep(Duration::from_millis(1500));
         let age = local.age().expect("an age");
         let bound = before.elapsed();
@@ -773,22 +780,8 @@ mod tests {
 
     #[test]
     fn a_kept_process_stat_fails_once_the_process_exits() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("60")
-            .spawn()
-            .unwrap();
+        let (mut child, local) = sleeping_child();
         let pid = u64::from(child.id());
-        let found = Instant::now();
-        let local = loop {
-            if let Some(local) = LocalProcess::find(pid, pid, "sleep 60") {
-                break local;
-            }
-            assert!(
-                found.elapsed() < Duration::from_secs(60),
-                "the child is never found"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        };
         let mut files = StatFiles::default();
         let alive = local.thread_cpu_of(&[pid], None, Some(&mut files));
         assert_eq!(alive.names().len(), 1, "its one thread is read");
