@@ -491,20 +491,24 @@ pub(crate) fn read_samples(
 }
 
 /// Sample rows per series of a block (by `meta.json` index), from its row groups' metadata
-/// alone: a row group that holds several series, or has no statistics, counts for each of them.
+/// alone: a row group that holds several series spreads its rows evenly over them (rounded up),
+/// or over every series when it has no statistics. An estimate for sizing reads: a group shared
+/// by several series holds at most [`SHARED_ROW_GROUP_ROWS`] rows (but in blocks of format 1.0,
+/// one group for all).
 pub(crate) fn rows_per_series(info: &BlockInfo) -> Result<Vec<u64>> {
     let path = info.path.join(SAMPLES);
     let builder = TableFile::for_metadata(&path)?.reader(&path)?;
     let mut rows = vec![0u64; info.meta.series.len()];
     for group in builder.metadata().row_groups() {
         let (min, max) = series_range(group).unwrap_or((0, u32::MAX));
-        let n = u64::try_from(group.num_rows()).unwrap_or(0);
-        for count in rows
+        let spanned = rows
             .iter_mut()
             .take((max as usize).saturating_add(1))
-            .skip(min as usize)
-        {
-            *count += n;
+            .skip(min as usize);
+        let n = u64::try_from(group.num_rows()).unwrap_or(0);
+        let share = n.div_ceil(spanned.len().max(1) as u64);
+        for count in spanned {
+            *count += share;
         }
     }
     Ok(rows)
@@ -522,9 +526,8 @@ fn create_private(path: &Path) -> Result<File> {
 
 /// Codec of a flushed block: it lives until its minute is compacted, so writing and reading it
 /// cheaply matters more than its size. Parquet makes a zstd compression and a decompression
-/// context for every column chunk it writes or reads (a row group per series: thousands of
-/// chunks a flush on a node), and making them took a fifth of a node agent's CPU; Snappy keeps
-/// no context.
+/// context for every column chunk it writes or reads, and making them took a fifth of a node
+/// agent's CPU when each series had a row group of its own; Snappy keeps no context.
 const FLUSHED_CODEC: Compression = Compression::SNAPPY;
 
 /// zstd level of a compacted block, written once per minute and kept for days. Parquet starts a
@@ -631,17 +634,39 @@ pub(crate) fn write(
     inspect(&dir)
 }
 
-/// Sample rows cut where the series changes: sorted rows give one row group per series, which
-/// queries of other series skip by its statistics.
+/// Rows up to which consecutive series share a row group: a node's minute holds hundreds of
+/// series of a few dozen rows each, and Parquet makes a zstd compression and a decompression
+/// context for every column chunk it writes or reads (measured: a sixth of a node agent's CPU
+/// with a row group per series, BENCHMARKS.md, "Fewer row groups"). A query of one series reads
+/// at most this many rows of its neighbours.
+const SHARED_ROW_GROUP_ROWS: usize = 1 << 14;
+
+/// Sample rows cut where the series changes, so that queries of other series skip a group by its
+/// statistics: sorted rows give a row group to each series of [`SHARED_ROW_GROUP_ROWS`] rows or
+/// more, and pack the smaller ones between them into groups of at most that many rows.
 fn by_series(samples: &RecordBatch) -> Vec<RecordBatch> {
     let series = SampleColumns::of(samples).map_or(&[][..], |c| c.series.values());
     let mut groups = Vec::new();
+    // The group being packed starts at `start`; the series being read at `run`.
     let mut start = 0;
+    let mut run = 0;
     for end in 1..=series.len() {
-        if end == series.len() || series[end] != series[start] {
+        if end < series.len() && series[end] == series[run] {
+            continue;
+        }
+        // The series `run..end` is complete: it joins the group, or the group is cut before it.
+        if end - start > SHARED_ROW_GROUP_ROWS && run > start {
+            groups.push(samples.slice(start, run - start));
+            start = run;
+        }
+        if end - start >= SHARED_ROW_GROUP_ROWS {
             groups.push(samples.slice(start, end - start));
             start = end;
         }
+        run = end;
+    }
+    if start < series.len() {
+        groups.push(samples.slice(start, series.len() - start));
     }
     groups
 }
@@ -736,7 +761,7 @@ mod tests {
             Field::new("stack", DataType::UInt32, false),
             Field::new("name", DataType::Utf8, false),
         ]));
-        // A row group per batch, as blocks have one per series.
+        // A row group per batch, as blocks have one per large series.
         let groups: Vec<RecordBatch> = (0..50u32)
             .map(|g| {
                 let columns: Vec<ArrayRef> = vec![
@@ -779,6 +804,40 @@ mod tests {
         assert_eq!(rows(whole), groups);
         assert_eq!(rows(positioned), groups);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Series of [`SHARED_ROW_GROUP_ROWS`] rows or more get a row group each; smaller ones
+    /// between them share groups of at most that many rows; no series is split.
+    #[test]
+    fn small_series_share_row_groups_and_large_ones_have_their_own() {
+        const T: usize = SHARED_ROW_GROUP_ROWS;
+        let sizes = [10, 10, T + 1, 5, T - 3, 3, 2];
+        let mut head = super::super::head::Head::new();
+        let mut time = 0;
+        for (series, &rows) in sizes.iter().enumerate() {
+            for _ in 0..rows {
+                head.push_row(series as u32, time, 0, 0, 1);
+                time += 1;
+            }
+        }
+        let samples = head.record_batch();
+        let groups = by_series(&samples);
+        let lens: Vec<usize> = groups.iter().map(RecordBatch::num_rows).collect();
+        assert_eq!(lens, [20, T + 1, 5, T, 2]);
+        let mut seen = Vec::new();
+        for group in &groups {
+            let series = SampleColumns::of(group).unwrap().series.values().to_vec();
+            let mut distinct = series.clone();
+            distinct.dedup();
+            assert!(distinct.len() == 1 || series.len() <= T, "{distinct:?}");
+            seen.extend(distinct);
+        }
+        assert_eq!(
+            seen,
+            (0..sizes.len() as u32).collect::<Vec<_>>(),
+            "no series split"
+        );
+        assert!(by_series(&super::super::head::Head::new().record_batch()).is_empty());
     }
 
     /// Each column is written in the encoding [`COLUMN_ENCODINGS`] gives it, as the file's own
