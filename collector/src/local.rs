@@ -317,8 +317,8 @@ fn thread_stat_of(file: &File) -> Option<ThreadStat> {
 #[derive(Debug, Default)]
 pub struct StatFiles {
     /// By tid here, with the reading that last read it.
-    threads: HashMap<u64, (File, u64)>,
-    process: Option<File>,
+    threads: HashMap<u64, (KeptFile, u64)>,
+    process: Option<KeptFile>,
     /// Readings taken with these files so far.
     readings: u64,
 }
@@ -347,13 +347,25 @@ fn kept_files_allowed() -> usize {
     })
 }
 
-/// Takes a place for one more kept file, when the budget has one.
-fn take_kept_place() -> bool {
-    if KEPT_FILES.fetch_add(1, Ordering::Relaxed) < kept_files_allowed() {
-        return true;
+/// A file kept open in one of [`KEPT_FILES`]' places, which it gives back when dropped.
+#[derive(Debug)]
+struct KeptFile(File);
+
+impl KeptFile {
+    /// Keeps `file` when the budget has a place for it.
+    fn keep(file: File) -> Option<KeptFile> {
+        if KEPT_FILES.fetch_add(1, Ordering::Relaxed) < kept_files_allowed() {
+            return Some(KeptFile(file));
+        }
+        KEPT_FILES.fetch_sub(1, Ordering::Relaxed);
+        None
     }
-    KEPT_FILES.fetch_sub(1, Ordering::Relaxed);
-    false
+}
+
+impl Drop for KeptFile {
+    fn drop(&mut self) {
+        KEPT_FILES.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl StatFiles {
@@ -361,53 +373,40 @@ impl StatFiles {
     /// a file opened now, which is kept while the budget allows.
     fn thread(&mut self, task: &Path, tid_here: u64) -> Option<ThreadStat> {
         if let Some((file, read_in)) = self.threads.get_mut(&tid_here) {
-            if let Some(stat) = thread_stat_of(file) {
+            if let Some(stat) = thread_stat_of(&file.0) {
                 *read_in = self.readings;
                 return Some(stat);
             }
             self.threads.remove(&tid_here);
-            KEPT_FILES.fetch_sub(1, Ordering::Relaxed);
         }
         let file = open_proc_file(&task.join("stat")).ok()?;
         let stat = thread_stat_of(&file)?;
-        if take_kept_place() {
-            self.threads.insert(tid_here, (file, self.readings));
+        if let Some(kept) = KeptFile::keep(file) {
+            self.threads.insert(tid_here, (kept, self.readings));
         }
         Some(stat)
     }
 
     /// Closes the files of threads the latest reading did not read.
     fn close_unread(&mut self) {
-        let before = self.threads.len();
         let latest = self.readings;
         self.threads.retain(|_, (_, read_in)| *read_in == latest);
-        KEPT_FILES.fetch_sub(before - self.threads.len(), Ordering::Relaxed);
     }
 
     /// The start time in the process's `stat` (`dir` is its `/proc/PID`), from the kept file or
     /// one opened now; `None` once the process is gone.
     fn process_start_time(&mut self, dir: &Path) -> Option<u64> {
         if let Some(file) = &self.process {
-            let started = start_time_of(file);
+            let started = start_time_of(&file.0);
             if started.is_none() {
                 self.process = None;
-                KEPT_FILES.fetch_sub(1, Ordering::Relaxed);
             }
             return started;
         }
         let file = open_proc_file(&dir.join("stat")).ok()?;
         let started = start_time_of(&file)?;
-        if take_kept_place() {
-            self.process = Some(file);
-        }
+        self.process = KeptFile::keep(file);
         Some(started)
-    }
-}
-
-impl Drop for StatFiles {
-    fn drop(&mut self) {
-        let kept = self.threads.len() + usize::from(self.process.is_some());
-        KEPT_FILES.fetch_sub(kept, Ordering::Relaxed);
     }
 }
 
@@ -750,14 +749,14 @@ mod tests {
         let mut files = StatFiles::default();
         let first = files.thread(&task, tid).expect("a live thread's stat");
         assert_eq!(files.threads.len(), 1, "the file is kept");
-        let kept = files.threads[&tid].0.as_raw_fd();
+        let kept = files.threads[&tid].0 .0.as_raw_fd();
         let ticks_grew = (0..1000).any(|_| {
             std::thread::sleep(Duration::from_millis(20));
             files.thread(&task, tid).expect("read again").ticks > first.ticks
         });
         assert!(ticks_grew, "a spinning thread's CPU time never grew");
         assert_eq!(
-            files.threads[&tid].0.as_raw_fd(),
+            files.threads[&tid].0 .0.as_raw_fd(),
             kept,
             "read from the same file"
         );

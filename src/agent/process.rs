@@ -1149,7 +1149,7 @@ impl SamplingLoop<'_> {
                             if alloc_after {
                                 let until = Instant::now() + opened.elapsed() * ALLOC_PERIODS_APART;
                                 match self.alloc_window(until).await {
-                                    Ok(Window::Took(())) => {}
+                                    Ok(Window::Took(_)) => {}
                                     Ok(Window::ProcessExited) => return Ok(()),
                                     Err(error) => {
                                         tracing::warn!(pid = self.pid, error = %crate::describe(&error), "allocation window failed; trying again after a later sampler window");
@@ -1294,14 +1294,12 @@ impl SamplingLoop<'_> {
     /// after the sampler's window (one in [`ALLOC_PERIODS_APART`]): the GC keyword they need also
     /// brings the GCSuspendEE and GCRestartEE events of every sampler tick (four events a tick,
     /// more than the samples), which the runtime would write and the agent parse for nothing.
-    async fn alloc_window(&mut self, until: Instant) -> anyhow::Result<Window<()>> {
-        let ran = self
-            .run_window(alloc_session(), SampleAggregator::new(0), until)
-            .await?;
-        Ok(match ran {
-            Window::Took(_) => Window::Took(()),
-            Window::ProcessExited => Window::ProcessExited,
-        })
+    async fn alloc_window(
+        &mut self,
+        until: Instant,
+    ) -> anyhow::Result<Window<ParsingWriter<tokio::io::Sink, WindowSamples>>> {
+        self.run_window(alloc_session(), SampleAggregator::new(0), until)
+            .await
     }
 
     /// Resolves at `until` or at the agent's stop.

@@ -139,14 +139,27 @@ fn lock(dir: &Path) -> Result<fs::File> {
 fn own_dicts(dicts: &Dicts, rows: RecordBatch, partition: i64) -> Result<(Dicts, RecordBatch)> {
     let mut alone = Head::new();
     alone.absorb(dicts, &[rows], 0)?;
-    let rows = alone.record_batch();
+    Ok(block_contents(&mut alone, partition, false))
+}
+
+/// Takes the dictionaries and rows of a block out of `head`, the rows in [`block_order`].
+/// `renumber` also sorts functions by name and numbers stacks breadth first, which compresses
+/// better: worth it for a block that stays (compaction's), not for a flushed one.
+fn block_contents(head: &mut Head, partition: i64, renumber: bool) -> (Dicts, RecordBatch) {
+    let mut dicts = std::mem::take(&mut head.interner.dicts);
+    let rows = if renumber {
+        dicts.sort_functions();
+        head::renumber_stacks(&head.record_batch(), &dicts.breadth_first())
+    } else {
+        head.record_batch()
+    };
     let order = UInt32Array::from(block_order(&rows, partition));
     let rows = take_record_batch(&rows, &order).expect("indices are in range");
-    Ok((std::mem::take(&mut alone.interner.dicts), rows))
+    (dicts, rows)
 }
 
 /// Rows in the order blocks keep them: by partition, then series, time, stack and labels. A
-/// series' rows are then one run (one row group on disk, which queries of other series skip),
+/// series' rows are then one run (in one row group on disk, which queries of other series skip),
 /// times repeat in long runs and stack ids ascend in small steps, both of which delta encoding
 /// stores in a few bits. (Stack before time would keep a sample's rows together, but costs 3x
 /// the bytes: the time column then jumps between windows on every row.)
@@ -330,38 +343,7 @@ impl Store {
         let split = groups.len() > 1;
         let mut written = 0;
         for group in groups {
-            let part = part(group[0]);
-            let taken = take_record_batch(&rows, &UInt32Array::from(group.to_vec()))
-                .expect("indices are in range");
-            let (own, taken) = if split {
-                match own_dicts(head.dicts(), taken, partition) {
-                    Ok((dicts, rows)) => (Some(dicts), rows),
-                    Err(e) if written == 0 => {
-                        self.head = head;
-                        return Err(e);
-                    }
-                    Err(e) => return Err(e),
-                }
-            } else {
-                (None, taken)
-            };
-            let dicts = own.as_ref().unwrap_or(head.dicts());
-            let min_time = group.iter().map(|&i| times[i as usize]).min().unwrap_or(0);
-            let max_time = group.iter().map(|&i| times[i as usize]).max().unwrap_or(0);
-            let samples_appended = head
-                .appended_by_time
-                .iter()
-                .filter(|(t, _)| t.div_euclid(partition) == part)
-                .map(|(_, n)| n)
-                .sum();
-            match self.write_block(
-                dicts,
-                taken,
-                (min_time, max_time),
-                samples_appended,
-                Vec::new(),
-                None,
-            ) {
+            match self.write_partition(&head, &rows, &times, group, partition, split) {
                 Ok(()) => written += 1,
                 Err(e) if written == 0 => {
                     self.head = head;
@@ -374,6 +356,45 @@ impl Store {
         self.downsample()?;
         self.apply_retention(profile::clock::unix_nanos())?;
         Ok(())
+    }
+
+    /// Writes the block of one partition of a flushed head: the rows `group` picks of `rows`,
+    /// with dictionaries of their own when the head spans partitions (`split`).
+    fn write_partition(
+        &mut self,
+        head: &Head,
+        rows: &RecordBatch,
+        times: &[i64],
+        group: &[u32],
+        partition: i64,
+        split: bool,
+    ) -> Result<()> {
+        let part = times[group[0] as usize].div_euclid(partition);
+        let taken = take_record_batch(rows, &UInt32Array::from(group.to_vec()))
+            .expect("indices are in range");
+        let (own, taken) = if split {
+            let (dicts, rows) = own_dicts(head.dicts(), taken, partition)?;
+            (Some(dicts), rows)
+        } else {
+            (None, taken)
+        };
+        let dicts = own.as_ref().unwrap_or(head.dicts());
+        let min_time = group.iter().map(|&i| times[i as usize]).min().unwrap_or(0);
+        let max_time = group.iter().map(|&i| times[i as usize]).max().unwrap_or(0);
+        let samples_appended = head
+            .appended_by_time
+            .iter()
+            .filter(|(t, _)| t.div_euclid(partition) == part)
+            .map(|(_, n)| n)
+            .sum();
+        self.write_block(
+            dicts,
+            taken,
+            (min_time, max_time),
+            samples_appended,
+            Vec::new(),
+            None,
+        )
     }
 
     fn write_block(
@@ -562,12 +583,7 @@ impl Store {
                 continue;
             }
             let names: Vec<String> = readable.iter().map(|b| b.name.clone()).collect();
-            // Compaction writes the block that stays: worth ordering its dictionaries to compress.
-            let mut dicts = std::mem::take(&mut head.interner.dicts);
-            dicts.sort_functions();
-            let rows = head::renumber_stacks(&head.record_batch(), &dicts.breadth_first());
-            let order = UInt32Array::from(block_order(&rows, partition));
-            let rows = take_record_batch(&rows, &order).expect("indices are in range");
+            let (dicts, rows) = block_contents(&mut head, partition, true);
             let (min, max) = (head.min_time, head.max_time);
             let appended = head.samples_appended;
             self.write_block(&dicts, rows, (min, max), appended, names.clone(), None)?;
