@@ -193,9 +193,9 @@ pub(crate) fn inspect(dir: &Path) -> Result<BlockInfo> {
 const WHOLE_TABLE_BYTES: u64 = 4 << 20;
 
 /// A Parquet file of a block, as the Parquet reader reads it. Its reader for a `File`
-/// duplicates the descriptor, seeks and fills a new 8 KiB buffer for every page (a row group
-/// per series: thousands of pages a block), so reading flushed blocks back to compact them
-/// cost more in system calls than in decoding. A table whose rows are read is read whole when
+/// duplicates the descriptor, seeks and fills a new 8 KiB buffer for every page (thousands of
+/// pages a block when every series had a row group), so reading flushed blocks back to compact
+/// them cost more in system calls than in decoding. A table whose rows are read is read whole when
 /// small (every block compaction and downsampling read); otherwise pages are read at their
 /// offsets, each with one call.
 enum TableFile {
