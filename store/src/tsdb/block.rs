@@ -647,26 +647,21 @@ const SHARED_ROW_GROUP_ROWS: usize = 1 << 14;
 fn by_series(samples: &RecordBatch) -> Vec<RecordBatch> {
     let series = SampleColumns::of(samples).map_or(&[][..], |c| c.series.values());
     let mut groups = Vec::new();
-    // The group being packed starts at `start`; the series being read at `run`.
-    let mut start = 0;
-    let mut run = 0;
-    for end in 1..=series.len() {
-        if end < series.len() && series[end] == series[run] {
-            continue;
+    // The group being packed: `len` rows from `start`.
+    let (mut start, mut len) = (0, 0);
+    for run in series.chunk_by(|a, b| a == b) {
+        if len > 0 && len + run.len() > SHARED_ROW_GROUP_ROWS {
+            groups.push(samples.slice(start, len));
+            (start, len) = (start + len, 0);
         }
-        // The series `run..end` is complete: it joins the group, or the group is cut before it.
-        if end - start > SHARED_ROW_GROUP_ROWS && run > start {
-            groups.push(samples.slice(start, run - start));
-            start = run;
+        len += run.len();
+        if len >= SHARED_ROW_GROUP_ROWS {
+            groups.push(samples.slice(start, len));
+            (start, len) = (start + len, 0);
         }
-        if end - start >= SHARED_ROW_GROUP_ROWS {
-            groups.push(samples.slice(start, end - start));
-            start = end;
-        }
-        run = end;
     }
-    if start < series.len() {
-        groups.push(samples.slice(start, series.len() - start));
+    if len > 0 {
+        groups.push(samples.slice(start, len));
     }
     groups
 }

@@ -343,7 +343,7 @@ impl Store {
         let split = groups.len() > 1;
         let mut written = 0;
         for group in groups {
-            match self.write_partition(&head, &rows, &times, group, partition, split) {
+            match self.write_partition(&head, &rows, &times, group, part(group[0]), split) {
                 Ok(()) => written += 1,
                 Err(e) if written == 0 => {
                     self.head = head;
@@ -358,18 +358,18 @@ impl Store {
         Ok(())
     }
 
-    /// Writes the block of one partition of a flushed head: the rows `group` picks of `rows`,
-    /// with dictionaries of their own when the head spans partitions (`split`).
+    /// Writes the block of partition `part` of a flushed head: the rows `group` picks of
+    /// `rows`, with dictionaries of their own when the head spans partitions (`split`).
     fn write_partition(
         &mut self,
         head: &Head,
         rows: &RecordBatch,
         times: &[i64],
         group: &[u32],
-        partition: i64,
+        part: i64,
         split: bool,
     ) -> Result<()> {
-        let part = times[group[0] as usize].div_euclid(partition);
+        let partition = nanos(self.options.partition);
         let taken = take_record_batch(rows, &UInt32Array::from(group.to_vec()))
             .expect("indices are in range");
         let (own, taken) = if split {
