@@ -11,6 +11,16 @@ use support::Target;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_counters_and_meter_instruments_arrive_typed() {
+    counters_arrive_typed(false).await;
+}
+
+/// The same, read as a node agent reads them: parked, on the timer grid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_read_on_the_timer_grid_arrive_typed() {
+    counters_arrive_typed(true).await;
+}
+
+async fn counters_arrive_typed(on_timer_grid: bool) {
     let web = Target::builder("AsyncWeb")
         .args([
             "--self-load",
@@ -24,24 +34,31 @@ async fn runtime_counters_and_meter_instruments_arrive_typed() {
     let config = CounterSessionConfig::new(1)
         .with_event_counters("System.Runtime")
         .with_meter("AsyncWeb", &[]);
+    let config = if on_timer_grid {
+        config.on_timer_grid()
+    } else {
+        config
+    };
     let (tx, mut rx) = tokio::sync::mpsc::channel(4096);
+    let stop_at = tokio::time::Instant::now() + Duration::from_secs(8);
     let session = tokio::spawn(async move {
-        counters::run(
-            &client,
-            &config,
-            tokio::time::sleep(Duration::from_secs(5)),
-            tx,
-        )
-        .await
+        counters::run(&client, &config, tokio::time::sleep_until(stop_at), tx).await
     });
     let mut samples: Vec<CounterSample> = Vec::new();
+    let mut first_at = None;
     while let Some(update) = rx.recv().await {
+        first_at.get_or_insert_with(tokio::time::Instant::now);
         match update {
             CounterUpdate::Sample(s) => samples.push(*s),
             CounterUpdate::MetricsError { message } => panic!("metrics error: {message}"),
         }
     }
     session.await.unwrap().unwrap();
+    // Values are read while the session runs, not only in the drain after StopTracing.
+    assert!(
+        first_at.is_some_and(|at| at < stop_at),
+        "no value arrived before the session was stopped"
+    );
     let find = |provider: &str, name: &str| {
         samples
             .iter()

@@ -90,6 +90,9 @@ pub struct CounterSessionConfig {
     pub max_time_series: u32,
     /// Limits of the parser that reads the session's stream.
     pub parser: ParserOptions,
+    /// Read the stream on the timer grid ([`session::run_on_timer_grid`]): values arrive up
+    /// to a grid step later, and an agent of many processes wakes once for all of them.
+    pub read_on_timer_grid: bool,
 }
 
 impl CounterSessionConfig {
@@ -103,7 +106,14 @@ impl CounterSessionConfig {
             max_histograms: DEFAULT_MAX_HISTOGRAMS,
             max_time_series: DEFAULT_MAX_TIME_SERIES,
             parser: ParserOptions::default(),
+            read_on_timer_grid: false,
         }
+    }
+
+    /// Reads the session's stream on the timer grid (see [`CounterSessionConfig::read_on_timer_grid`]).
+    pub fn on_timer_grid(mut self) -> Self {
+        self.read_on_timer_grid = true;
+        self
     }
 
     /// Adds an EventSource's EventCounters (once).
@@ -515,15 +525,12 @@ pub async fn run(
         }
     });
     let mut sink = ParsingWriter::with_options(tokio::io::sink(), observer, config.parser.clone());
-    let summary = session::run(
-        client,
-        config.collect_tracing(),
-        &mut sink,
-        stop,
-        STOP_TIMEOUT,
-        |_| {},
-    )
-    .await?;
+    let (collect, timeout) = (config.collect_tracing(), STOP_TIMEOUT);
+    let summary = if config.read_on_timer_grid {
+        session::run_on_timer_grid(client, collect, &mut sink, stop, timeout, |_| {}).await?
+    } else {
+        session::run(client, collect, &mut sink, stop, timeout, |_| {}).await?
+    };
     if let Some(error) = sink.error() {
         tracing::warn!(%error, "the counter session's stream stopped parsing");
     }

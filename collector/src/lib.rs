@@ -15,6 +15,7 @@
 //! - [`sampler`]: when the continuous sampler samples (duty cycle, boost).
 //! - [`samples`]: the sampler's stacks, counted, with the measured sampling period.
 //! - [`session`]: running one EventPipe session from start to rundown.
+//! - [`timer_grid`]: the instants periodic work falls on, so that it wakes the agent together.
 //! - [`gcdump`]: heap snapshots and their type histograms.
 //! - [`processes`]: the .NET processes reachable from here, as `clrscope ps` lists them.
 
@@ -37,3 +38,4 @@ pub mod sampler;
 pub mod samples;
 pub mod session;
 pub mod signals;
+pub mod timer_grid;

@@ -14,6 +14,7 @@ use crate::client::{ClientError, DiagnosticsClient};
 use crate::ipc::{CollectTracing, CollectTracingVersion, ProviderConfig};
 use crate::nettrace::{Event, NettraceError, Parser, ParserOptions};
 use crate::providers::{level, RUNTIME};
+use crate::timer_grid;
 
 /// The most of a stream read at a time ...
 const CHUNK: usize = 64 * 1024;
@@ -169,14 +170,39 @@ pub async fn run_window<W: AsyncWrite + Unpin>(
     run_reading(client, config, out, stop, stop_timeout, |_| {}, reading).await
 }
 
+/// Runs a long-lived session as [`run`] does, but reads its stream on the
+/// [`timer_grid`] rather than as it arrives. The runtime flushes every 100 ms a session has
+/// events, and a node agent's long-lived sessions woke it about as often as everything else
+/// together. Parked on the grid, they are read together, when the sampling loops' timers wake
+/// the agent anyway; what arrives in between waits in the socket, or in the session's buffers
+/// in the runtime once the socket is full. A read that brings a burst (a process starting, a
+/// rundown) is followed by the next at once.
+pub async fn run_on_timer_grid<W: AsyncWrite + Unpin>(
+    client: &DiagnosticsClient,
+    config: CollectTracing,
+    out: &mut W,
+    stop: impl Future<Output = ()>,
+    stop_timeout: Duration,
+    progress: impl FnMut(SessionProgress),
+) -> Result<SessionSummary, SessionError> {
+    let reading = Reading::OnTimerGrid;
+    run_reading(client, config, out, stop, stop_timeout, progress, reading).await
+}
+
 /// When a session's stream is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Reading {
     /// As it arrives, so that the writer has it at once.
     AsItComes,
+    /// At the instants of the timer grid ([`run_on_timer_grid`]).
+    OnTimerGrid,
     /// Once the session is being stopped ([`run_window`]).
     AtStop,
 }
+
+/// The most read from a parked stream at one step of the timer grid: past it, the stream is
+/// read again as soon as other tasks had their turn.
+const GRID_READ_BURST: usize = 1024 * 1024;
 
 async fn run_reading<W: AsyncWrite + Unpin>(
     client: &DiagnosticsClient,
@@ -209,6 +235,58 @@ async fn run_reading<W: AsyncWrite + Unpin>(
                 .into_std()
                 .map_err(|source| SessionError::Read { bytes, source })?;
             (&mut stop).await;
+            stream = tokio::net::UnixStream::from_std(parked)
+                .map_err(|source| SessionError::Read { bytes, source })?;
+        }
+        Reading::OnTimerGrid => {
+            let parked = stream
+                .into_std()
+                .map_err(|source| SessionError::Read { bytes, source })?;
+            let parking =
+                timer_grid::park(&parked).map_err(|source| SessionError::Read { bytes, source })?;
+            let mut burst = false;
+            loop {
+                tokio::select! {
+                    biased;
+                    () = &mut stop => break,
+                    () = async {
+                        if burst {
+                            tokio::task::yield_now().await;
+                        } else {
+                            parking.readable().await;
+                        }
+                    } => {}
+                }
+                // Read until the socket would block: readiness is reported again only once more
+                // arrives, and the stream's end may come with its last chunk.
+                let mut taken = 0;
+                burst = false;
+                loop {
+                    let n = match std::io::Read::read(&mut &parked, buf.space()) {
+                        Ok(0) => {
+                            let end = SessionEnd::EndedByRuntime;
+                            return finish(out, bytes, session_id, version, started, end).await;
+                        }
+                        Ok(n) => n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(source) => return Err(SessionError::Read { bytes, source }),
+                    };
+                    write(out, buf.filled(n), &mut bytes).await?;
+                    progress(SessionProgress {
+                        session_id,
+                        bytes,
+                        elapsed: started.elapsed(),
+                        stopping: false,
+                    });
+                    taken += n;
+                    if taken >= GRID_READ_BURST {
+                        burst = true;
+                        break;
+                    }
+                }
+            }
+            drop(parking);
             stream = tokio::net::UnixStream::from_std(parked)
                 .map_err(|source| SessionError::Read { bytes, source })?;
         }

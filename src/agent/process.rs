@@ -23,6 +23,7 @@ use collector::sampler::{SamplerControl, SamplerStep, MAX_WINDOW};
 use collector::samples::SampleAggregator;
 use collector::session::{self, EventObserver, ParsingWriter, SessionProgress};
 use collector::signals::{ProcessSignals, SignalCollector, SpanLookup, SpanSource};
+use collector::timer_grid;
 use exporter::remote::otel_env::parse_pairs;
 use profile::labels;
 use symbolizer::profiles::process::{Batches, EventProfiles, ProcessProfiler};
@@ -40,41 +41,6 @@ use super::{rules, stopped, Agent, SignalSettings};
 /// How long after a sampler window its stacks are named: methods compiled during the window are
 /// announced on the light session, whose events arrive up to a few hundred milliseconds later.
 const SYMBOLIZE_DELAY: Duration = Duration::from_secs(1);
-
-/// The sampling loops' timers fall on this grid, so that windows that start, stop and are
-/// named at nearby times wake the agent once rather than once each (timers were a fifth of a
-/// node agent's wake-ups). The default duty cycle's period and window are multiples of it, so a
-/// loop stays on it once there.
-const TIMER_GRID: Duration = Duration::from_millis(250);
-
-/// Where the timer grid starts: the first time a loop asks.
-static TIMER_GRID_ORIGIN: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
-
-/// The last instant of the timer grid at or before `at`.
-fn grid_floor(at: Instant) -> Instant {
-    let origin = *TIMER_GRID_ORIGIN;
-    if at <= origin {
-        return at;
-    }
-    let grid = TIMER_GRID.as_nanos();
-    let steps = (at - origin).as_nanos() / grid;
-    origin + Duration::from_nanos(u64::try_from(steps * grid).unwrap_or(u64::MAX))
-}
-
-/// The first instant of the timer grid at or after `at`.
-fn grid_ceil(at: Instant) -> Instant {
-    let floor = grid_floor(at);
-    if floor < at {
-        floor + TIMER_GRID
-    } else {
-        floor
-    }
-}
-
-/// Sleeps at least `delay`, until the next instant of the timer grid.
-async fn sleep_to_grid(delay: Duration) {
-    tokio::time::sleep_until(grid_ceil(Instant::now() + delay)).await;
-}
 
 /// How often a window waiting for a lagging light session looks again (then on the grid).
 const CATCH_UP_POLL: Duration = Duration::from_millis(100);
@@ -285,7 +251,7 @@ impl SharedProfiler {
             if done || Instant::now() >= deadline {
                 return;
             }
-            sleep_to_grid(CATCH_UP_POLL).await;
+            timer_grid::sleep(CATCH_UP_POLL).await;
         }
     }
 
@@ -562,8 +528,9 @@ fn linkage_session(
 
 /// Apart from the sampler's window, allocation ticks are taken after one window in this many, for
 /// this many times its length: the same share of the process's time, at a fraction of the
-/// sessions (each costs a start and a stop on connections of their own, on both sides).
-const ALLOC_PERIODS_APART: u32 = 2;
+/// sessions (each costs a start and a stop on connections of their own, on both sides). Three
+/// puts two allocation windows in every minute of the default duty cycle (10 s periods).
+const ALLOC_PERIODS_APART: u32 = 3;
 
 /// The sampler, plus GC allocation ticks when `alloc` (see [`alloc_provider`]).
 fn sampler_session(alloc: bool) -> CollectTracing {
@@ -997,7 +964,7 @@ async fn run_long_session(
                 }
             }
         };
-        let result = session::run(
+        let result = session::run_on_timer_grid(
             &long.client,
             long.config.clone(),
             &mut sink,
@@ -1106,7 +1073,7 @@ impl SamplingLoop<'_> {
     /// the agent stops.
     async fn run(mut self) -> anyhow::Result<()> {
         let started = Instant::now();
-        let mut period_start = grid_floor(Instant::now());
+        let mut period_start = timer_grid::floor(Instant::now());
         let mut refresh_names = true;
         // Sampler windows that had room for allocation ticks apart: one in ALLOC_PERIODS_APART
         // of them is followed by a window of allocation ticks, the first among them.
@@ -1163,7 +1130,7 @@ impl SamplingLoop<'_> {
                             tracing::warn!(pid = self.pid, error = %crate::describe(&error), "sampler window failed; trying again next period");
                             self.pause(period_start + self.sampler.status().duty.period)
                                 .await;
-                            period_start = grid_floor(Instant::now());
+                            period_start = timer_grid::floor(Instant::now());
                         }
                     }
                     if boosted {
@@ -1186,7 +1153,7 @@ impl SamplingLoop<'_> {
                         );
                     }
                     if until <= now {
-                        period_start = grid_floor(now);
+                        period_start = timer_grid::floor(now);
                         continue;
                     }
                     if self.pause(until).await {
@@ -1423,7 +1390,7 @@ impl SamplingLoop<'_> {
         let sink = self.sink.clone();
         let pid = self.pid;
         tokio::spawn(async move {
-            sleep_to_grid(SYMBOLIZE_DELAY).await;
+            timer_grid::sleep(SYMBOLIZE_DELAY).await;
             let window_end = samples.time_range().map_or(i64::MIN, |(_, end)| end);
             profiler.caught_up(window_end).await;
             profiler.refresh_images_if_due(false);
@@ -1456,31 +1423,6 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
-    }
-
-    #[test]
-    fn timers_fall_on_one_grid() {
-        let now = Instant::now();
-        let later = now + Duration::from_millis(1_234);
-        for at in [now, later, later + TIMER_GRID * 7] {
-            let (floor, ceil) = (grid_floor(at), grid_ceil(at));
-            assert!(floor <= at && at <= ceil, "{floor:?} {at:?} {ceil:?}");
-            assert!(at - floor < TIMER_GRID && ceil - at < TIMER_GRID);
-            assert!(ceil == floor || ceil - floor == TIMER_GRID);
-            // On the grid already: stays.
-            assert_eq!((grid_floor(floor), grid_ceil(floor)), (floor, floor));
-        }
-        // Instants of different loops fall on the same grid.
-        let (a, b) = (
-            grid_ceil(later),
-            grid_ceil(later + Duration::from_millis(1)),
-        );
-        let apart = b.max(a) - b.min(a);
-        assert!(apart.is_zero() || apart == TIMER_GRID, "{apart:?}");
-        assert_eq!(
-            grid_floor(a + Duration::from_secs(10)),
-            a + Duration::from_secs(10)
-        );
     }
 
     #[test]

@@ -62,7 +62,8 @@ pub async fn export(
     stop: impl Future<Output = ()> + Send + 'static,
 ) {
     let (updates, mut received) = mpsc::channel(UPDATES_QUEUE);
-    let session_config = config.session.clone();
+    // A node agent reads every process's counters when it wakes for its sampling anyway.
+    let session_config = config.session.clone().on_timer_grid();
     let started = profile::clock::unix_nanos();
     let session = tokio::spawn(async move {
         let mut stop = std::pin::pin!(stop);
