@@ -227,12 +227,13 @@ class Target:
 class Agent:
     """`clrscope agent` with JSON logs in a file, limited to the given pids."""
 
-    def __init__(self, extra_args, pids, data_dir, log_path, cpu=None, log_filter="warn,clrscope=debug"):
+    def __init__(self, extra_args, pids, data_dir, log_path, cpu=None, log_filter="warn,clrscope=debug",
+                 binary=CLRSCOPE):
         self.log_path = log_path
         self.log_file = open(log_path, "w")
         pid_args = [a for pid in pids for a in ("--pid", str(pid))]
         # Free ports, and a key of its own: nothing here calls the API.
-        self.command = [CLRSCOPE, "--log", log_filter, "--log-format", "json",
+        self.command = [binary, "--log", log_filter, "--log-format", "json",
                         "agent", "--urls", "http://127.0.0.1:0", "--metrics-urls", "none",
                         "--temp-apikey", "--data-dir", data_dir, *pid_args, *extra_args]
         pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))

@@ -2,7 +2,7 @@
 """One `clrscope agent` on a full node: what it costs to follow many .NET processes (issue 24).
 
     benches/node_agent.py [--processes 110] [--seconds 1800] [--restarts-per-minute 10]
-                          [--agent-args "..."] [--no-build] [--keep DIR]
+                          [--agent-args "..."] [--beside BINARY] [--no-build] [--keep DIR]
 
 Starts --processes test-bed targets (one CpuHot --split 60,30,10, one Bookstore under its own
 load, the rest a mix of mostly idle ones: AsyncWeb, Faults, Alloc, Logs, Meters, SpanLoops at low
@@ -26,6 +26,12 @@ and after the first minute), peak RSS (VmHWM), RSS over the last 20 minutes (a l
 slope and max − min: flat means no leak as processes come and go), the agent's heap in use and
 its allocator's resident bytes over the same span (its own metrics, every 30 s: growth in the
 first is data kept, in the second alone pages the allocator keeps), and a few of its metrics.
+
+With --beside BINARY, a second agent (another build, e.g. the last commit's) runs beside the
+first on the same targets with the same flags, and its CPU over the same span is reported too:
+load on this kind of machine moves a lone agent's figure by more than most changes, and two agents
+side by side see the same load. Each also sees the other's sessions in the targets, so both
+figures are above a lone agent's.
 
 Exit 1 on a setup problem, never because a goal was missed: the goals are printed beside the
 numbers.
@@ -257,6 +263,7 @@ def run(args, workdir):
     kinds = [CPUHOT, BOOKSTORE] + [IDLE_KINDS[i % len(IDLE_KINDS)] for i in range(args.processes - 2)]
     result = {"load_start": loadavg(), "processes": args.processes}
     agent = None
+    beside = None
     stop_watch = threading.Event()
     try:
         t0 = time.monotonic()
@@ -279,6 +286,15 @@ def run(args, workdir):
         watcher = threading.Thread(target=watch_agent,
                                    args=(agent, samples, stop_watch, args.sample_seconds), daemon=True)
         watcher.start()
+        beside_samples = []
+        if args.beside:
+            beside = Agent(["--command-line", targets_dir + "/",
+                            "--temp-apikey-file", os.path.join(workdir, "token-beside"),
+                            *args.agent_args.split()],
+                           [], os.path.join(workdir, "data-beside"), os.path.join(workdir, "agent-beside.log"),
+                           log_filter="info", binary=os.path.abspath(args.beside))
+            threading.Thread(target=watch_agent, args=(beside, beside_samples, stop_watch, args.sample_seconds),
+                             daemon=True).start()
         heap = []
         threading.Thread(target=watch_heap, args=(api, heap, stop_watch, 30), daemon=True).start()
         result["attach_s"] = wait_attached_all(agent, api, [t.pid for t in fleet.live], 300)
@@ -343,6 +359,14 @@ def run(args, workdir):
         steady = [s for s in samples if s[0] >= started + 60]
         if len(steady) >= 2:
             result["steady_cpu_pct"] = 100 * (steady[-1][1] - steady[0][1]) / (steady[-1][0] - steady[0][0])
+        # The agent beside it over the same span: its samples nearest the first agent's.
+        if beside and len(steady) >= 2 and beside_samples:
+            near = lambda t: min(beside_samples, key=lambda b: abs(b[0] - t))
+            first, last = near(steady[0][0]), near(steady[-1][0])
+            if last[0] > first[0]:
+                result["beside"] = {"binary": args.beside,
+                                    "steady_cpu_pct": 100 * (last[1] - first[1]) / (last[0] - first[0]),
+                                    "seconds": last[0] - first[0]}
         result["peak_rss_mib"] = status_kib(agent.pid, "VmHWM") / 1024
         rss = [(s[0] - started, s[2]) for s in samples]
         last20 = [p for p in rss if p[0] >= result["seconds"] - 1200 and p[0] >= 60]
@@ -402,6 +426,8 @@ def run(args, workdir):
         stop_watch.set()
         if agent:
             agent.stop()
+        if beside:
+            beside.stop()
         fleet.stop_all()
     result["load_end"] = loadavg()
     return result
@@ -419,6 +445,10 @@ def report(r, args):
           f"({ok(r['cpu_pct'] <= GOAL_CPU_PCT)}) |")
     if "steady_cpu_pct" in r:
         print(f"| agent CPU after the first minute | {r['steady_cpu_pct']:.2f} % of a core | |")
+    if "beside" in r:
+        b = r["beside"]
+        print(f"| the agent beside it (`{b['binary']}`), over the same {b['seconds']:.0f} s "
+              f"| {b['steady_cpu_pct']:.2f} % of a core | |")
     print(f"| agent peak RSS (VmHWM) | {r['peak_rss_mib']:.1f} MiB | ≤ {GOAL_RSS_MIB:.0f} MiB "
           f"({ok(r['peak_rss_mib'] <= GOAL_RSS_MIB)}) |")
     print(f"| agent RSS: first, max, last | {r['rss_first_mib']:.1f}, {r['rss_max_mib']:.1f}, "
@@ -481,6 +511,8 @@ def main():
     parser.add_argument("--pprof-seconds", type=int, default=0,
                         help="take the agent's own CPU profile (/debug/pprof/profile) for N s after "
                              "the first minute, into agent-cpu.pb.gz in --keep DIR (default 0: none)")
+    parser.add_argument("--beside", metavar="BINARY",
+                        help="run this clrscope binary as a second agent beside the first, and report its CPU")
     parser.add_argument("--no-build", action="store_true", help="use target/release/clrscope as it is")
     parser.add_argument("--keep", metavar="DIR", help="keep logs, store and results.json in DIR")
     args = parser.parse_args()
