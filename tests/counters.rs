@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use collector::client::DiagnosticsClient;
 use collector::counters::{self, CounterSample, CounterSessionConfig, CounterUpdate, CounterValue};
+use collector::session::Reading;
 use support::Target;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -35,7 +36,7 @@ async fn counters_arrive_typed(on_timer_grid: bool) {
         .with_event_counters("System.Runtime")
         .with_meter("AsyncWeb", &[]);
     let config = if on_timer_grid {
-        config.on_timer_grid()
+        config.read(Reading::OnTimerGrid)
     } else {
         config
     };

@@ -247,8 +247,10 @@ async fn a_window_is_read_once_stopped_and_keeps_every_sample() {
             *stopped.lock().unwrap() = Some((Instant::now(), profile::clock::unix_nanos()));
         }
     };
+    let reading = collector::session::Reading::AtStop;
+    let timeout = Duration::from_secs(60);
     let summary =
-        collector::session::run_window(&client, config, &mut sink, stop, Duration::from_secs(60))
+        collector::session::run_reading(&client, config, &mut sink, stop, timeout, |_| {}, reading)
             .await
             .unwrap();
     assert_eq!(summary.end, collector::session::SessionEnd::Stopped);

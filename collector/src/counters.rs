@@ -47,7 +47,7 @@ use crate::nettrace::events::{
 };
 use crate::nettrace::{Event, NettraceError, ParserOptions};
 use crate::providers::{encode_arguments, level};
-use crate::session::{self, EventObserver, ParsingWriter, SessionError, SessionSummary};
+use crate::session::{self, EventObserver, ParsingWriter, Reading, SessionError, SessionSummary};
 
 /// dotnet-monitor's `GlobalCounter:IntervalSeconds` default.
 pub const DEFAULT_INTERVAL_SECONDS: u32 = 5;
@@ -90,9 +90,9 @@ pub struct CounterSessionConfig {
     pub max_time_series: u32,
     /// Limits of the parser that reads the session's stream.
     pub parser: ParserOptions,
-    /// Read the stream on the timer grid ([`session::run_on_timer_grid`]): values arrive up
-    /// to a grid step later, and an agent of many processes wakes once for all of them.
-    pub read_on_timer_grid: bool,
+    /// When the stream is read: on the timer grid ([`Reading::OnTimerGrid`]), values arrive
+    /// up to a grid step later, and an agent of many processes wakes once for all of them.
+    pub reading: Reading,
 }
 
 impl CounterSessionConfig {
@@ -106,13 +106,13 @@ impl CounterSessionConfig {
             max_histograms: DEFAULT_MAX_HISTOGRAMS,
             max_time_series: DEFAULT_MAX_TIME_SERIES,
             parser: ParserOptions::default(),
-            read_on_timer_grid: false,
+            reading: Reading::AsItComes,
         }
     }
 
-    /// Reads the session's stream on the timer grid (see [`CounterSessionConfig::read_on_timer_grid`]).
-    pub fn on_timer_grid(mut self) -> Self {
-        self.read_on_timer_grid = true;
+    /// Reads the session's stream as `reading` says (see [`CounterSessionConfig::reading`]).
+    pub fn read(mut self, reading: Reading) -> Self {
+        self.reading = reading;
         self
     }
 
@@ -526,11 +526,9 @@ pub async fn run(
     });
     let mut sink = ParsingWriter::with_options(tokio::io::sink(), observer, config.parser.clone());
     let (collect, timeout) = (config.collect_tracing(), STOP_TIMEOUT);
-    let summary = if config.read_on_timer_grid {
-        session::run_on_timer_grid(client, collect, &mut sink, stop, timeout, |_| {}).await?
-    } else {
-        session::run(client, collect, &mut sink, stop, timeout, |_| {}).await?
-    };
+    let reading = config.reading;
+    let summary =
+        session::run_reading(client, collect, &mut sink, stop, timeout, |_| {}, reading).await?;
     if let Some(error) = sink.error() {
         tracing::warn!(%error, "the counter session's stream stopped parsing");
     }

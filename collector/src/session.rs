@@ -141,7 +141,7 @@ pub async fn start(
 /// Runs a session: copies its stream byte for byte into `out` until `stop` resolves, then stops
 /// it on a new connection and copies the rest (the rundown) until the runtime ends the stream or
 /// `stop_timeout` passes. `progress` is called once the runtime has enabled the session (0
-/// bytes), then after every chunk.
+/// bytes), then after every chunk. The stream is read as it arrives ([`Reading::AsItComes`]).
 pub async fn run<W: AsyncWrite + Unpin>(
     client: &DiagnosticsClient,
     config: CollectTracing,
@@ -154,49 +154,23 @@ pub async fn run<W: AsyncWrite + Unpin>(
     run_reading(client, config, out, stop, stop_timeout, progress, reading).await
 }
 
-/// Runs a short session (a sampling window) as [`run`] does, but reads its stream only once
-/// `stop` resolved, when the runtime has stopped it. The runtime flushes a session's events
-/// every 100 ms, and every flush would wake the agent to read it: ten times a window, a hundred
-/// times a second on a node of 110 processes. Until then the stream is out of the reactor, and
-/// what the socket cannot hold waits in the session's buffers in the runtime.
-pub async fn run_window<W: AsyncWrite + Unpin>(
-    client: &DiagnosticsClient,
-    config: CollectTracing,
-    out: &mut W,
-    stop: impl Future<Output = ()>,
-    stop_timeout: Duration,
-) -> Result<SessionSummary, SessionError> {
-    let reading = Reading::AtStop;
-    run_reading(client, config, out, stop, stop_timeout, |_| {}, reading).await
-}
-
-/// Runs a long-lived session as [`run`] does, but reads its stream on the
-/// [`timer_grid`] rather than as it arrives. The runtime flushes every 100 ms a session has
-/// events, and a node agent's long-lived sessions woke it about as often as everything else
-/// together. Parked on the grid, they are read together, when the sampling loops' timers wake
-/// the agent anyway; what arrives in between waits in the socket, or in the session's buffers
-/// in the runtime once the socket is full. A read that brings a burst (a process starting, a
-/// rundown) is followed by the next at once.
-pub async fn run_on_timer_grid<W: AsyncWrite + Unpin>(
-    client: &DiagnosticsClient,
-    config: CollectTracing,
-    out: &mut W,
-    stop: impl Future<Output = ()>,
-    stop_timeout: Duration,
-    progress: impl FnMut(SessionProgress),
-) -> Result<SessionSummary, SessionError> {
-    let reading = Reading::OnTimerGrid;
-    run_reading(client, config, out, stop, stop_timeout, progress, reading).await
-}
-
 /// When a session's stream is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reading {
+#[non_exhaustive]
+pub enum Reading {
     /// As it arrives, so that the writer has it at once.
     AsItComes,
-    /// At the instants of the timer grid ([`run_on_timer_grid`]).
+    /// At the instants of the [`timer_grid`], for a long-lived session. The runtime flushes every
+    /// 100 ms a session has events, and a node agent's long-lived sessions woke it about as often
+    /// as everything else together. Parked on the grid, they are read together, when the
+    /// sampling loops' timers wake the agent anyway; what arrives in between waits in the
+    /// socket, or in the session's buffers in the runtime once the socket is full. A read that
+    /// brings a burst (a process starting, a rundown) is followed by the next at once.
     OnTimerGrid,
-    /// Once the session is being stopped ([`run_window`]).
+    /// Once `stop` resolved, when the runtime has stopped the session: for a short session (a
+    /// sampling window). Every flush would wake the agent to read it: ten times a window, a
+    /// hundred times a second on a node of 110 processes. Until then the stream is out of the
+    /// reactor, and what the socket cannot hold waits in the session's buffers in the runtime.
     AtStop,
 }
 
@@ -204,111 +178,62 @@ enum Reading {
 /// read again as soon as other tasks had their turn.
 const GRID_READ_BURST: usize = 1024 * 1024;
 
-async fn run_reading<W: AsyncWrite + Unpin>(
+/// Runs a session as [`run`] does, its stream read as `reading` says.
+pub async fn run_reading<W: AsyncWrite + Unpin>(
     client: &DiagnosticsClient,
     config: CollectTracing,
     out: &mut W,
     stop: impl Future<Output = ()>,
     stop_timeout: Duration,
-    mut progress: impl FnMut(SessionProgress),
+    progress: impl FnMut(SessionProgress),
     reading: Reading,
 ) -> Result<SessionSummary, SessionError> {
     let started = Instant::now();
     let (session, version) = start(client, config).await?;
     let session_id = session.id;
     let mut stream = session.stream;
-    let mut buf = ReadBuffer::new();
-    let mut bytes = 0u64;
+    let mut copier = Copier {
+        out,
+        buf: ReadBuffer::new(),
+        bytes: 0,
+        session_id,
+        started,
+        progress,
+    };
     tokio::pin!(stop);
     // Enabled: the runtime records the session's events from now on (a runtime suspended at
     // startup writes its stream only once resumed).
-    progress(SessionProgress {
-        session_id,
-        bytes,
-        elapsed: started.elapsed(),
-        stopping: false,
-    });
+    copier.report(false);
 
-    match reading {
+    let until = match reading {
         Reading::AtStop => {
-            let parked = stream
-                .into_std()
-                .map_err(|source| SessionError::Read { bytes, source })?;
+            let parked = copier.out_of_reactor(stream)?;
             (&mut stop).await;
-            stream = tokio::net::UnixStream::from_std(parked)
-                .map_err(|source| SessionError::Read { bytes, source })?;
+            stream = copier.back_in_reactor(parked)?;
+            Until::Stopped
         }
         Reading::OnTimerGrid => {
-            let parked = stream
-                .into_std()
-                .map_err(|source| SessionError::Read { bytes, source })?;
-            let parking =
-                timer_grid::park(&parked).map_err(|source| SessionError::Read { bytes, source })?;
-            let mut burst = false;
-            loop {
-                tokio::select! {
-                    biased;
-                    () = &mut stop => break,
-                    () = async {
-                        if burst {
-                            tokio::task::yield_now().await;
-                        } else {
-                            parking.readable().await;
-                        }
-                    } => {}
+            let parked = copier.out_of_reactor(stream)?;
+            match timer_grid::park(&parked) {
+                Ok(parking) => {
+                    let until = copier
+                        .read_on_grid(&parked, &parking, stop.as_mut())
+                        .await?;
+                    drop(parking);
+                    stream = copier.back_in_reactor(parked)?;
+                    until
                 }
-                // Read until the socket would block: readiness is reported again only once more
-                // arrives, and the stream's end may come with its last chunk.
-                let mut taken = 0;
-                burst = false;
-                loop {
-                    let n = match std::io::Read::read(&mut &parked, buf.space()) {
-                        Ok(0) => {
-                            let end = SessionEnd::EndedByRuntime;
-                            return finish(out, bytes, session_id, version, started, end).await;
-                        }
-                        Ok(n) => n,
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        Err(source) => return Err(SessionError::Read { bytes, source }),
-                    };
-                    write(out, buf.filled(n), &mut bytes).await?;
-                    progress(SessionProgress {
-                        session_id,
-                        bytes,
-                        elapsed: started.elapsed(),
-                        stopping: false,
-                    });
-                    taken += n;
-                    if taken >= GRID_READ_BURST {
-                        burst = true;
-                        break;
-                    }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot park a session's stream on the timer grid; it is read as it arrives");
+                    stream = copier.back_in_reactor(parked)?;
+                    copier.read_as_it_comes(&mut stream, stop.as_mut()).await?
                 }
             }
-            drop(parking);
-            stream = tokio::net::UnixStream::from_std(parked)
-                .map_err(|source| SessionError::Read { bytes, source })?;
         }
-        // Only the read races the stop signal: a read is cancel-safe, a half-done write is not.
-        Reading::AsItComes => loop {
-            let n = tokio::select! {
-                biased;
-                () = &mut stop => break,
-                read = stream.read(buf.space()) => read.map_err(|source| SessionError::Read { bytes, source })?,
-            };
-            if n == 0 {
-                let end = SessionEnd::EndedByRuntime;
-                return finish(out, bytes, session_id, version, started, end).await;
-            }
-            write(out, buf.filled(n), &mut bytes).await?;
-            progress(SessionProgress {
-                session_id,
-                bytes,
-                elapsed: started.elapsed(),
-                stopping: false,
-            });
-        },
+        Reading::AsItComes => copier.read_as_it_comes(&mut stream, stop.as_mut()).await?,
+    };
+    if until == Until::Ended {
+        return copier.finish(version, SessionEnd::EndedByRuntime).await;
     }
 
     // The runtime writes the rundown into the stream before it answers StopTracing, so the
@@ -320,37 +245,187 @@ async fn run_reading<W: AsyncWrite + Unpin>(
             .await
             .map_err(SessionError::Stop)
     };
-    let drain = async {
-        loop {
-            let n = stream
-                .read(buf.space())
-                .await
-                .map_err(|source| SessionError::Read { bytes, source })?;
-            if n == 0 {
-                return Ok::<_, SessionError>(());
-            }
-            write(out, buf.filled(n), &mut bytes).await?;
-            progress(SessionProgress {
-                session_id,
-                bytes,
-                elapsed: started.elapsed(),
-                stopping: true,
-            });
-        }
-    };
-    let stopped = async { tokio::try_join!(stop_command, drain) };
+    let stopped = async { tokio::try_join!(stop_command, copier.drain(&mut stream)) };
     tokio::time::timeout(stop_timeout, stopped)
         .await
         .map_err(|_| SessionError::DrainTimeout(stop_timeout))??;
-    finish(
-        out,
-        bytes,
-        session_id,
-        version,
-        started,
-        SessionEnd::Stopped,
-    )
-    .await
+    copier.finish(version, SessionEnd::Stopped).await
+}
+
+/// How reading a session's stream until its stop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// `stop` resolved: the session is to be stopped.
+    Stopped,
+    /// The runtime ended the stream.
+    Ended,
+}
+
+/// Why a read of a parked stream stopped.
+enum ParkedRead {
+    /// Nothing more to read now.
+    WouldBlock,
+    /// [`GRID_READ_BURST`] read: more may be waiting.
+    Burst,
+    /// The runtime ended the stream.
+    Ended,
+}
+
+/// Copies one session's stream into `out`, counting its bytes and reporting its progress.
+struct Copier<'a, W, P> {
+    out: &'a mut W,
+    buf: ReadBuffer,
+    /// Bytes copied so far.
+    bytes: u64,
+    session_id: u64,
+    started: Instant,
+    progress: P,
+}
+
+impl<W: AsyncWrite + Unpin, P: FnMut(SessionProgress)> Copier<'_, W, P> {
+    fn report(&mut self, stopping: bool) {
+        (self.progress)(SessionProgress {
+            session_id: self.session_id,
+            bytes: self.bytes,
+            elapsed: self.started.elapsed(),
+            stopping,
+        });
+    }
+
+    /// Copies the `n` bytes a read just brought into the buffer.
+    async fn take(&mut self, n: usize, stopping: bool) -> Result<(), SessionError> {
+        write(self.out, self.buf.filled(n), &mut self.bytes).await?;
+        self.report(stopping);
+        Ok(())
+    }
+
+    fn read_error(&self, source: std::io::Error) -> SessionError {
+        SessionError::Read {
+            bytes: self.bytes,
+            source,
+        }
+    }
+
+    /// Takes the stream out of tokio's reactor: nothing wakes the agent for it meanwhile.
+    fn out_of_reactor(
+        &self,
+        stream: tokio::net::UnixStream,
+    ) -> Result<std::os::unix::net::UnixStream, SessionError> {
+        stream.into_std().map_err(|source| self.read_error(source))
+    }
+
+    fn back_in_reactor(
+        &self,
+        parked: std::os::unix::net::UnixStream,
+    ) -> Result<tokio::net::UnixStream, SessionError> {
+        tokio::net::UnixStream::from_std(parked).map_err(|source| self.read_error(source))
+    }
+
+    /// Reads as the stream arrives until `stop` resolves or the stream ends. Only the read races
+    /// the stop signal: a read is cancel-safe, a half-done write is not.
+    async fn read_as_it_comes(
+        &mut self,
+        stream: &mut tokio::net::UnixStream,
+        mut stop: Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Until, SessionError> {
+        loop {
+            let n = tokio::select! {
+                biased;
+                () = &mut stop => return Ok(Until::Stopped),
+                read = stream.read(self.buf.space()) => read.map_err(|source| self.read_error(source))?,
+            };
+            if n == 0 {
+                return Ok(Until::Ended);
+            }
+            self.take(n, false).await?;
+        }
+    }
+
+    /// Reads the `parked` stream whenever the timer grid's thread says it is readable, until
+    /// `stop` resolves or the stream ends.
+    async fn read_on_grid(
+        &mut self,
+        parked: &std::os::unix::net::UnixStream,
+        parking: &timer_grid::Parked,
+        mut stop: Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<Until, SessionError> {
+        let mut burst = false;
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut stop => return Ok(Until::Stopped),
+                () = async {
+                    if burst {
+                        tokio::task::yield_now().await;
+                    } else {
+                        parking.readable().await;
+                    }
+                } => {}
+            }
+            burst = match self.read_parked(parked).await? {
+                ParkedRead::WouldBlock => false,
+                ParkedRead::Burst => true,
+                ParkedRead::Ended => return Ok(Until::Ended),
+            };
+        }
+    }
+
+    /// Reads a parked stream until the socket would block (readiness is reported again only
+    /// once more arrives, and the stream's end may come with its last chunk), the stream ends,
+    /// or a burst's worth was read.
+    async fn read_parked(
+        &mut self,
+        parked: &std::os::unix::net::UnixStream,
+    ) -> Result<ParkedRead, SessionError> {
+        let mut taken = 0;
+        while taken < GRID_READ_BURST {
+            let n = match std::io::Read::read(&mut &*parked, self.buf.space()) {
+                Ok(0) => return Ok(ParkedRead::Ended),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    return Ok(ParkedRead::WouldBlock)
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(source) => return Err(self.read_error(source)),
+            };
+            self.take(n, false).await?;
+            taken += n;
+        }
+        Ok(ParkedRead::Burst)
+    }
+
+    /// Reads the stream of a stopping session to its end.
+    async fn drain(&mut self, stream: &mut tokio::net::UnixStream) -> Result<(), SessionError> {
+        loop {
+            let n = stream
+                .read(self.buf.space())
+                .await
+                .map_err(|source| self.read_error(source))?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.take(n, true).await?;
+        }
+    }
+
+    async fn finish(
+        self,
+        version: CollectTracingVersion,
+        end: SessionEnd,
+    ) -> Result<SessionSummary, SessionError> {
+        let bytes = self.bytes;
+        self.out
+            .flush()
+            .await
+            .map_err(|source| SessionError::Write { bytes, source })?;
+        Ok(SessionSummary {
+            session_id: self.session_id,
+            version,
+            bytes,
+            elapsed: self.started.elapsed(),
+            end,
+        })
+    }
 }
 
 /// The buffer a stream is read into: [`FIRST_CHUNK`] while reads bring little (a long-lived
@@ -440,26 +515,6 @@ fn write_error(bytes: u64, source: std::io::Error) -> SessionError {
             source: kind.into(),
         },
     }
-}
-
-async fn finish<W: AsyncWrite + Unpin>(
-    out: &mut W,
-    bytes: u64,
-    session_id: u64,
-    version: CollectTracingVersion,
-    started: Instant,
-    end: SessionEnd,
-) -> Result<SessionSummary, SessionError> {
-    out.flush()
-        .await
-        .map_err(|source| SessionError::Write { bytes, source })?;
-    Ok(SessionSummary {
-        session_id,
-        version,
-        bytes,
-        elapsed: started.elapsed(),
-        end,
-    })
 }
 
 /// Runs a rundown-only session of process `pid` into `observer`, parsed within `parser`'s

@@ -162,7 +162,6 @@ fn watch_parked(mut poll: Poll) {
                 }
             }
         }
-        ready.clear();
     }
 }
 

@@ -21,7 +21,7 @@ use collector::rules::options::ProcessFacts;
 use collector::rules::state::RuleStates;
 use collector::sampler::{SamplerControl, SamplerStep, MAX_WINDOW};
 use collector::samples::SampleAggregator;
-use collector::session::{self, EventObserver, ParsingWriter, SessionProgress};
+use collector::session::{self, EventObserver, ParsingWriter, Reading, SessionProgress};
 use collector::signals::{ProcessSignals, SignalCollector, SpanLookup, SpanSource};
 use collector::timer_grid;
 use exporter::remote::otel_env::parse_pairs;
@@ -45,7 +45,7 @@ const SYMBOLIZE_DELAY: Duration = Duration::from_secs(1);
 /// How often a window waiting for a lagging light session looks again (then on the grid).
 const CATCH_UP_POLL: Duration = Duration::from_millis(100);
 
-/// Windows up to this long are read once they stop ([`session::run_window`]): the default's,
+/// Windows up to this long are read once they stop ([`Reading::AtStop`]): the default's,
 /// and the allocation ticks after it. Longer ones (a boost, a long `--sample-window`) are read
 /// as they stream, so that a process never holds more than this much of its samples for us.
 const READ_AT_STOP_MAX: Duration = Duration::from_secs(3);
@@ -964,13 +964,14 @@ async fn run_long_session(
                 }
             }
         };
-        let result = session::run_on_timer_grid(
+        let result = session::run_reading(
             &long.client,
             long.config.clone(),
             &mut sink,
             stop,
             STOP_TIMEOUT,
             on_enabled,
+            Reading::OnTimerGrid,
         )
         .await;
         if *long.shutdown.borrow() || matches!(result, Err(session::SessionError::Start(_))) {
@@ -1295,11 +1296,21 @@ impl SamplingLoop<'_> {
         let mut sink = ParsingWriter::with_options(tokio::io::sink(), window, self.parser.clone());
         let _open = GaugeGuard::new(&self.health.sessions);
         let stop = self.stop_at(until);
-        let ran = if until.saturating_duration_since(Instant::now()) <= READ_AT_STOP_MAX {
-            session::run_window(self.client, config, &mut sink, stop, STOP_TIMEOUT).await
+        let reading = if until.saturating_duration_since(Instant::now()) <= READ_AT_STOP_MAX {
+            Reading::AtStop
         } else {
-            session::run(self.client, config, &mut sink, stop, STOP_TIMEOUT, |_| {}).await
+            Reading::AsItComes
         };
+        let ran = session::run_reading(
+            self.client,
+            config,
+            &mut sink,
+            stop,
+            STOP_TIMEOUT,
+            |_| {},
+            reading,
+        )
+        .await;
         let failed = match (ran, sink.error()) {
             (Err(error), _) => Some(anyhow::Error::new(error).context("sampling")),
             (Ok(_), Some(error)) => Some(anyhow::anyhow!(

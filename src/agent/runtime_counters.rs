@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use collector::client::DiagnosticsClient;
 use collector::counters::{self, CounterSample, CounterSelection, CounterUpdate, CounterValue};
+use collector::session::Reading;
 use exporter::otlp_metrics::{Cumulative, MetricExport};
 use hashbrown::HashTable;
 use tokio::sync::mpsc;
@@ -63,7 +64,7 @@ pub async fn export(
 ) {
     let (updates, mut received) = mpsc::channel(UPDATES_QUEUE);
     // A node agent reads every process's counters when it wakes for its sampling anyway.
-    let session_config = config.session.clone().on_timer_grid();
+    let session_config = config.session.clone().read(Reading::OnTimerGrid);
     let started = profile::clock::unix_nanos();
     let session = tokio::spawn(async move {
         let mut stop = std::pin::pin!(stop);
