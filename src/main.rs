@@ -15,6 +15,7 @@ mod stacks;
 mod top;
 mod trace;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -141,8 +142,10 @@ pub(crate) fn describe(error: &anyhow::Error) -> String {
 fn init_logging(format: LogFormat, filter: &str) -> anyhow::Result<()> {
     let filter = EnvFilter::try_new(filter)
         .map_err(|e| anyhow::anyhow!("invalid --log filter {filter:?}: {e}"))?;
+    // Colours only for a person at a terminal: a log file or journal gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -97,25 +97,6 @@ fn has_span_samples(requests: &[Value], transport: &str, pid: u32) -> bool {
         >= 20
 }
 
-/// The agent's log without terminal colours (`\x1b[…m`), so `key=value` fields read as such.
-fn plain_log(agent: &Agent) -> String {
-    let log = agent.log();
-    let mut out = String::with_capacity(log.len());
-    let mut chars = log.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 fn is_ingest_of(request: &Value, pid: u32) -> bool {
     request["kind"] == "ingest"
         && request["query"]["name"]
@@ -429,7 +410,7 @@ fn an_outage_of_the_receiver_costs_bounded_memory_and_is_reported() {
 
     // Two minutes down: memory sampled every 5 s.
     let rss = agent.rss_kib_over(Duration::from_secs(120), Duration::from_secs(5));
-    let log = plain_log(&agent);
+    let log = agent.log();
     let (dropped, dropped_samples) = dropped_in_log(&log);
     let (peak, late) = peak_and_late_growth(&rss);
     eprintln!(
@@ -473,7 +454,7 @@ fn an_outage_of_the_receiver_costs_bounded_memory_and_is_reported() {
          queued requests were lost",
         (first.saturating_sub(oldest)) / 1_000_000
     );
-    assert!(plain_log(&agent).contains("the backend takes profiles again"));
+    assert!(agent.log().contains("the backend takes profiles again"));
 }
 
 /// The `export requests prepared` debug lines of an agent log: (exporter, CPU µs, bytes).
@@ -549,7 +530,7 @@ fn export_cost() {
             ],
         );
         std::thread::sleep(Duration::from_secs(seconds));
-        let log = plain_log(&agent);
+        let log = agent.log();
         drop(agent);
         let received = receiver.drain();
         let all = prepared(&log);
@@ -637,7 +618,7 @@ fn tls_endpoints_are_verified_against_the_configured_ca() {
             .any(|r| r["kind"] == "push"),
         "a push got through without the CA"
     );
-    let log = plain_log(&agent);
+    let log = agent.log();
     assert!(
         log.lines()
             .any(|l| l.contains("exporter=untrusted") && l.contains("did not take profiles")),

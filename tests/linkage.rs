@@ -788,7 +788,6 @@ fn session_id(agent: &Agent, name: &str) -> Option<u64> {
         .log()
         .lines()
         .rev()
-        .map(without_colours)
         .filter(|l| l.contains("session enabled") && l.contains(&session))
         .find_map(|l| {
             l.split("session_id=")
@@ -798,20 +797,6 @@ fn session_id(agent: &Agent, name: &str) -> Option<u64> {
                 .parse()
                 .ok()
         })
-}
-
-/// A log line without its ANSI colour sequences (`ESC [ … m`).
-fn without_colours(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            chars.by_ref().find(|&c| c == 'm');
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 const LOOPS_PERIOD_MS: u128 = 2000;
