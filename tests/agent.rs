@@ -628,6 +628,21 @@ fn assert_spin_true(spin: &Spin, what: &str) {
     );
 }
 
+/// An agent profiling `pid` alone at the default duty cycle's 10 %, in 200-ms windows every 2 s so
+/// that a minute holds many windows; its data in `dir`.
+fn agent_sampling_200ms_every_2s(dir: &Path, pid: u32, extra: &[&str]) -> Agent {
+    let pid_arg = format!("--pid={pid}");
+    let mut args = vec![
+        pid_arg.as_str(),
+        "--sample-window",
+        "200ms",
+        "--sample-period",
+        "2s",
+    ];
+    args.extend_from_slice(extra);
+    Agent::start(dir, &args)
+}
+
 #[test]
 fn totals_estimate_real_time_at_any_duty_cycle() {
     // One thread, busy the whole of every window: CPU-bound without pause.
@@ -635,17 +650,7 @@ fn totals_estimate_real_time_at_any_duty_cycle() {
         .args(["--split", "1", "--cores", "1"])
         .start();
     let dir = data_dir("spinning");
-    let pid_arg = format!("--pid={}", spinner.pid());
-    let agent = Agent::start(
-        &dir,
-        &[
-            &pid_arg,
-            "--sample-window",
-            "200ms",
-            "--sample-period",
-            "2s",
-        ],
-    );
+    let agent = agent_sampling_200ms_every_2s(&dir, spinner.pid(), &[]);
     agent.wait_for_data("cpu", spinner.pid(), 1, Duration::from_secs(60));
     let duty = spin_seconds(&agent, &spinner, &["SpinAlpha"], || {}, 40_000);
     assert_spin_true(&duty[0], "duty cycle");
@@ -659,6 +664,77 @@ fn totals_estimate_real_time_at_any_duty_cycle() {
     };
     let boosted = spin_seconds(&agent, &spinner, &["SpinAlpha"], boost, 40_500);
     assert_spin_true(&boosted[0], "boosted");
+}
+
+/// A process that barely runs (below 1 % of a core) is sampled one period in three, and each of
+/// its windows stands for the periods skipped before it: its waiting main thread's wall time is
+/// still the stretch's length on the clock.
+#[test]
+fn an_idle_process_is_sampled_one_period_in_three_and_its_wall_time_holds() {
+    let meters = Target::builder("Meters")
+        .args(["--no-wait", "--steps", "1000", "--step-ms", "60000"])
+        .start();
+    let dir = data_dir("idle");
+    let agent = agent_sampling_200ms_every_2s(
+        &dir,
+        meters.pid(),
+        &["--log", "clrscope=info,clrscope::agent::process=debug"],
+    );
+    // Idle once its start-up (JIT, the agent's own sessions starting) is over.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while agent
+        .attached(meters.pid())
+        .is_none_or(|process| process["sampler"]["idle"] != true)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never idle: {:?}; agent log:\n{}",
+            agent.attached(meters.pid()),
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let from_ms = unix_ms();
+    std::thread::sleep(Duration::from_secs(48));
+    let until_ms = unix_ms();
+    wait_for_window_after(&agent, meters.pid(), until_ms);
+
+    // One window in three periods; a period in which the process ran more has its own.
+    let periods = (until_ms - from_ms) / 2000;
+    let windows = window_openings(&agent.log(), meters.pid())
+        .into_iter()
+        .filter(|opened| (from_ms..until_ms).contains(opened))
+        .count() as u128;
+    assert!(
+        windows >= 2 && windows * 2 <= periods,
+        "{windows} windows in {periods} periods; agent log:\n{}",
+        agent.log()
+    );
+    // Its windows come every 6 s and stand for 6 s each: the stretch's edges cut one at most.
+    let range = format!("&from={from_ms}&until={until_ms}");
+    let wall = containing(
+        &agent.folded("wall", meters.pid(), &range),
+        "Meters.Program.Main",
+    );
+    let wall = wall as f64 / 1e9;
+    let elapsed = (until_ms - from_ms) as f64 / 1e3;
+    eprintln!("idle: {windows} windows in {periods} periods; main thread's wall {wall:.1} s of {elapsed:.1} s");
+    assert!(
+        (wall - elapsed).abs() <= 6.0 + 0.1 * elapsed,
+        "main thread's wall {wall:.1} s over {elapsed:.1} s ({windows} windows)"
+    );
+}
+
+/// When each sampler window of `pid` opened (Unix ms), from the agent's debug log.
+fn window_openings(log: &str, pid: u32) -> Vec<u128> {
+    let pid = format!("pid={pid} ");
+    log.lines()
+        .filter(|line| line.contains("sampler window closed") && line.contains(&pid))
+        .filter_map(|line| {
+            let (_, rest) = line.split_once("opened_unix_ms=")?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .collect()
 }
 
 /// A thread waiting for a core is still in managed code to the runtime's sampler, so on an

@@ -223,12 +223,14 @@ impl LocalProcess {
             return self.checked(&dir, reading);
         };
         files.close_unread();
-        if files.process_start_time(&dir) == Some(self.start_time) {
-            return reading;
+        // Read after the threads: none of them is another process's.
+        match self.process_cpu(files) {
+            Some(process) => {
+                reading.process = Some(process);
+                reading
+            }
+            None => ThreadCpu::new(),
         }
-        // Not the runtime any more: nothing of it is read again.
-        *files = StatFiles::default();
-        ThreadCpu::new()
     }
 
     /// `reading`, when the process is still the runtime after it was taken; else empty.
@@ -236,6 +238,24 @@ impl LocalProcess {
         match self.check(dir) {
             Ok(()) => reading,
             Err(_) => ThreadCpu::new(),
+        }
+    }
+
+    /// The CPU time the kernel has accounted to the whole process so far, from its `stat` file
+    /// kept in `files`; `None` once the process is not the runtime any more (and then nothing of
+    /// it is read again).
+    pub fn process_cpu(&self, files: &mut StatFiles) -> Option<ProcessCpu> {
+        let at = Instant::now();
+        let dir = Path::new("/proc").join(self.pid.to_string());
+        match files.process_stat(&dir) {
+            Some(stat) if stat.start_time == self.start_time => Some(ProcessCpu {
+                at,
+                ticks: stat.ticks,
+            }),
+            _ => {
+                *files = StatFiles::default();
+                None
+            }
         }
     }
 
@@ -280,6 +300,27 @@ pub struct ThreadCpu {
     /// Each thread's tid here and start time: where [`LocalProcess::thread_cpu_of`] finds it
     /// again in a nested pid namespace, and whether it is still the same thread.
     here: HashMap<u64, (u64, u64)>,
+    /// The whole process's CPU time, when the reading read it ([`StatFiles`] readings do).
+    process: Option<ProcessCpu>,
+}
+
+/// The CPU time the kernel has accounted to a whole process at one instant
+/// ([`LocalProcess::process_cpu`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessCpu {
+    at: Instant,
+    ticks: u64,
+}
+
+impl ProcessCpu {
+    /// The share of one core the process ran from `earlier` to this reading (1.0: a whole core
+    /// all the time).
+    pub fn cores_since(&self, earlier: &ProcessCpu) -> Option<f64> {
+        let seconds = self.at.saturating_duration_since(earlier.at).as_secs_f64();
+        let ticks_per_second = clock_ticks_per_second().filter(|_| seconds > 0.0)?;
+        let used = self.ticks.checked_sub(earlier.ticks)? as f64 / ticks_per_second;
+        Some(used / seconds)
+    }
 }
 
 /// What a thread's `stat` says of it.
@@ -393,20 +434,20 @@ impl StatFiles {
         self.threads.retain(|_, (_, read_in)| *read_in == latest);
     }
 
-    /// The start time in the process's `stat` (`dir` is its `/proc/PID`), from the kept file or
-    /// one opened now; `None` once the process is gone.
-    fn process_start_time(&mut self, dir: &Path) -> Option<u64> {
+    /// The process's `stat` (`dir` is its `/proc/PID`), from the kept file or one opened now;
+    /// `None` once the process is gone.
+    fn process_stat(&mut self, dir: &Path) -> Option<ProcessStat> {
         if let Some(file) = &self.process {
-            let started = start_time_of(&file.0);
-            if started.is_none() {
+            let stat = process_stat_of(&file.0);
+            if stat.is_none() {
                 self.process = None;
             }
-            return started;
+            return stat;
         }
         let file = open_proc_file(&dir.join("stat")).ok()?;
-        let started = start_time_of(&file)?;
+        let stat = process_stat_of(&file)?;
         self.process = KeptFile::keep(file);
-        Some(started)
+        Some(stat)
     }
 }
 
@@ -439,6 +480,7 @@ impl ThreadCpu {
             ticks: HashMap::new(),
             names: HashMap::new(),
             here: HashMap::new(),
+            process: None,
         }
     }
 
@@ -446,6 +488,11 @@ impl ThreadCpu {
         self.ticks.insert(tid, stat.ticks);
         self.names.insert(tid, stat.name);
         self.here.insert(tid, (tid_here, stat.start_time));
+    }
+
+    /// The whole process's CPU time at this reading, when it was read.
+    pub fn process(&self) -> Option<&ProcessCpu> {
+        self.process.as_ref()
     }
 
     /// Each thread's name at this reading.
@@ -492,6 +539,23 @@ pub(crate) fn start_time(dir: &Path) -> Option<u64> {
 /// The start time an open `stat` file says now.
 fn start_time_of(stat: &File) -> Option<u64> {
     parse_start_time(&String::from_utf8_lossy(&read_from_start(stat).ok()?))
+}
+
+/// What a process's `stat` says of it.
+struct ProcessStat {
+    start_time: u64,
+    /// Its CPU time (user and system, all its threads) in clock ticks.
+    ticks: u64,
+}
+
+/// What an open process `stat` file says now.
+fn process_stat_of(file: &File) -> Option<ProcessStat> {
+    let stat = read_from_start(file).ok()?;
+    let stat = String::from_utf8_lossy(&stat);
+    Some(ProcessStat {
+        start_time: parse_start_time(&stat)?,
+        ticks: parse_cpu_ticks(&stat)?,
+    })
 }
 
 /// Reads a `/proc` file, [`MAX_PROC_FILE`] bytes at most, opened without following links (a

@@ -10,6 +10,11 @@
 //! shorter in proportion (each tick brings more samples, so a window's samples stay about as
 //! many). Measured in BENCHMARKS.md, "Agent overhead", 2c: a 1 s window every 10 s cost one
 //! managed worker 0.3 % of its throughput, and 1.9 % with 100 more (idle) threads.
+//!
+//! A process that barely ran since its last window (below [`IDLE_BELOW`] of a core) is idle: its
+//! windows come one period in [`IDLE_PERIODS`], each standing for the periods skipped before it.
+//! Its CPU profile keeps its totals (samples are weighed by the CPU the kernel measured over the
+//! whole span) from fewer samples, and its wall profile comes from fewer, longer-standing windows.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +33,16 @@ pub const WINDOW_THREADS: u64 = 16;
 /// The shortest window a high thread count shrinks a window to (a configured window shorter than
 /// this stays as it is).
 pub const MIN_SCALED_WINDOW: Duration = Duration::from_millis(100);
+
+/// A process that ran less than this share of one core since its last window stopped is idle
+/// (1 %: a window of it would weigh about ten milliseconds of CPU).
+pub const IDLE_BELOW: f64 = 0.01;
+
+/// An idle process is sampled one period in this many, its window standing for all of them: at
+/// the default 10-s period a minute still holds two of its windows. Most pods of a node are idle,
+/// and a window costs the agent about as much for an idle process as for a busy one (the runtime
+/// walks every thread at every tick, busy or not).
+pub const IDLE_PERIODS: u32 = 3;
 
 /// Sample for `window` out of every `period`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -116,12 +131,16 @@ pub enum SamplerStep {
     Pause { until: Instant },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct ControlState {
     duty: DutyCycle,
     boosted_until: Option<Instant>,
     /// Threads sampled per tick in the last window (0 before the first).
     threads: u64,
+    /// Below this share of a core a process is idle ([`IDLE_BELOW`]; 0: never).
+    idle_below: f64,
+    /// Whether the process was idle when last asked ([`SamplerControl::skips_idle_period`]).
+    idle: bool,
 }
 
 impl ControlState {
@@ -148,6 +167,13 @@ pub struct SamplerStatus {
     pub threads_per_tick: u64,
     /// Seconds of boost left, if boosted.
     pub boost_seconds_left: Option<f64>,
+    /// Below this share of a core (in percent) since its last window the process is idle, and
+    /// sampled one period in [`IDLE_PERIODS`]; 0: never idle.
+    pub idle_below_percent: f64,
+    /// Whether the process was idle at the start of this period.
+    pub idle: bool,
+    /// An idle process is sampled one period in this many ([`IDLE_PERIODS`]).
+    pub idle_periods: u32,
 }
 
 impl SamplerControl {
@@ -157,8 +183,32 @@ impl SamplerControl {
                 duty,
                 boosted_until: None,
                 threads: 0,
+                idle_below: IDLE_BELOW,
+                idle: false,
             })),
         }
+    }
+
+    /// Counts a process as idle below `share` of a core instead of [`IDLE_BELOW`]; 0 samples
+    /// every period.
+    pub fn with_idle_below(self, share: f64) -> Self {
+        self.state.send_modify(|s| s.idle_below = share.max(0.0));
+        self
+    }
+
+    /// Whether the window of a period starting now is skipped: the process ran `cores` of a core
+    /// since its last window stopped (`None`: not measured, never idle), and the windows of
+    /// `skipped` periods were skipped since. An idle process is sampled one period in
+    /// [`IDLE_PERIODS`]; a busy one, or a boosted one, every period.
+    pub fn skips_idle_period(&self, cores: Option<f64>, skipped: u32) -> bool {
+        let mut skips = false;
+        // send_if_modified: a pausing loop waits on changes, and this is not one it needs.
+        self.state.send_if_modified(|s| {
+            s.idle = cores.is_some_and(|cores| cores < s.idle_below);
+            skips = s.idle && skipped + 1 < IDLE_PERIODS;
+            false
+        });
+        skips
     }
 
     /// Samples without pause for `duration` from now; a longer boost already running is kept.
@@ -198,6 +248,9 @@ impl SamplerControl {
                 .boosted_until
                 .filter(|&u| u > now)
                 .map(|u| (u - now).as_secs_f64()),
+            idle_below_percent: state.idle_below * 100.0,
+            idle: state.idle,
+            idle_periods: IDLE_PERIODS,
         }
     }
 
@@ -304,6 +357,39 @@ mod tests {
         // A window with no ticks (the process stopped) changes nothing.
         control.observe_window(0, 0);
         assert_eq!(control.status().threads_per_tick, 101);
+    }
+
+    #[test]
+    fn an_idle_process_is_sampled_one_period_in_three() {
+        let control = SamplerControl::new(DutyCycle::default());
+        let window_in = |cores: Option<f64>| -> Vec<bool> {
+            let mut skipped = 0;
+            (0..7)
+                .map(|_| {
+                    let skips = control.skips_idle_period(cores, skipped);
+                    skipped = if skips { skipped + 1 } else { 0 };
+                    !skips
+                })
+                .collect()
+        };
+        let (sampled, skipped) = (true, false);
+        assert_eq!(
+            window_in(Some(0.002)),
+            [skipped, skipped, sampled, skipped, skipped, sampled, skipped]
+        );
+        assert!(control.status().idle);
+        assert_eq!(control.status().idle_below_percent, 1.0);
+        // Busy, or not measured: every period.
+        assert_eq!(window_in(Some(0.01)), [sampled; 7]);
+        assert!(!control.status().idle);
+        assert_eq!(window_in(None), [sampled; 7]);
+        // Once it runs, the next period is sampled, however many were skipped.
+        assert!(control.skips_idle_period(Some(0.0), 0));
+        assert!(!control.skips_idle_period(Some(0.5), 1));
+
+        let never = SamplerControl::new(DutyCycle::default()).with_idle_below(0.0);
+        assert!(!never.skips_idle_period(Some(0.0), 0));
+        assert_eq!(never.status().idle_below_percent, 0.0);
     }
 
     #[tokio::test]

@@ -138,6 +138,9 @@ pub struct ProfilingConfig {
     pub sample_window: Option<Duration>,
     #[serde(default, deserialize_with = "lenient::opt_duration")]
     pub sample_period: Option<Duration>,
+    /// A percent of one core.
+    #[serde(default, deserialize_with = "lenient::opt_number")]
+    pub sample_idle_below: Option<f64>,
     #[serde(default, deserialize_with = "lenient::opt_duration")]
     pub rescan_interval: Option<Duration>,
     #[serde(default, deserialize_with = "lenient::opt_duration")]

@@ -170,6 +170,12 @@ pub struct Args {
     /// [default: 10s] [config: Profiling:SamplePeriod]
     #[arg(long, value_parser = parse_duration)]
     sample_period: Option<Duration>,
+    /// A process that ran less than this percent of one core since its last window is idle, and
+    /// sampled one period in 3, its window standing for all three; it is sampled again at the
+    /// next period once it runs more. 0 samples every process every period. [default: 1]
+    /// [config: Profiling:SampleIdleBelow]
+    #[arg(long, value_name = "PERCENT", value_parser = parse_idle_percent)]
+    sample_idle_below: Option<f64>,
     /// No alloc_samples/alloc_size profiles (GC allocation ticks, taken during sampler windows).
     /// [config: Profiling:Alloc = false]
     #[arg(long)]
@@ -278,6 +284,8 @@ struct Resolved {
     rescan_interval: Duration,
     startup_grace: Duration,
     duty: DutyCycle,
+    /// The share of a core below which a process is idle (`--sample-idle-below`).
+    idle_below: f64,
     events: EventProfiles,
     filters: Filters,
     linkage: Option<Vec<collector::ipc::ProviderConfig>>,
@@ -489,6 +497,11 @@ impl Args {
                 .or(profiling.startup_grace)
                 .unwrap_or(DEFAULT_STARTUP_GRACE),
             duty,
+            idle_below: match self.sample_idle_below.or(profiling.sample_idle_below) {
+                Some(percent) => parse_idle_percent(&percent.to_string())
+                    .map_err(|error| anyhow::anyhow!("Profiling:SampleIdleBelow: {error}"))?,
+                None => collector::sampler::IDLE_BELOW * 100.0,
+            } / 100.0,
             events: EventProfiles {
                 alloc: !self.no_alloc && profiling.alloc != Some(false),
                 exceptions: !self.no_exceptions && profiling.exceptions != Some(false),
@@ -619,6 +632,21 @@ impl Filters {
 /// 1,000 too).
 const DEFAULT_EXCEPTION_HISTORY: usize = 1000;
 
+/// `--sample-idle-below`: a percent of one core, 0 to 100.
+fn parse_idle_percent(text: &str) -> Result<f64, String> {
+    let percent: f64 = text
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("{text:?} is not a percent of one core (e.g. 1 or 0.5)"))?;
+    if !(0.0..=100.0).contains(&percent) {
+        return Err(format!(
+            "{text} is not a percent of one core from 0 to 100 (0: sample every process every period)"
+        ));
+    }
+    Ok(percent)
+}
+
 /// How long a process runs before the agent enables its EventSources (`--startup-grace`).
 const DEFAULT_STARTUP_GRACE: Duration = Duration::from_secs(30);
 
@@ -626,6 +654,8 @@ const DEFAULT_STARTUP_GRACE: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub duty: DutyCycle,
+    /// The share of a core below which a process is idle ([`collector::sampler::SamplerControl::with_idle_below`]).
+    pub idle_below: f64,
     /// How long a process runs before sessions that enable its EventSources start.
     pub startup_grace: Duration,
     pub events: EventProfiles,
@@ -932,6 +962,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let agent = Arc::new(Agent {
         settings: Settings {
             duty: settings.duty,
+            idle_below: settings.idle_below,
             startup_grace: settings.startup_grace,
             events: settings.events,
             filters: settings.filters,

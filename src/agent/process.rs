@@ -12,7 +12,7 @@ use collector::activity::{Span, TrackerLimits, TrackerStats};
 use collector::attached::AttachedProcess;
 use collector::client::DiagnosticsClient;
 use collector::ipc::{CollectTracing, ProviderConfig};
-use collector::local::{LocalProcess, StatFiles, ThreadCpu};
+use collector::local::{LocalProcess, ProcessCpu, StatFiles, ThreadCpu};
 use collector::nettrace::events::{EventKind, KnownEvent, ModuleEventKind};
 use collector::nettrace::Guid;
 use collector::nettrace::{Event, NettraceError, ParserOptions};
@@ -285,6 +285,13 @@ impl SharedProfiler {
     /// Its threads' CPU time now, when its `/proc` may be read.
     fn thread_cpu(&self) -> Option<ThreadCpu> {
         self.local.as_deref().map(LocalProcess::thread_cpu)
+    }
+
+    /// The whole process's CPU time now ([`LocalProcess::process_cpu`]).
+    fn process_cpu(&self, files: &mut StatFiles) -> Option<ProcessCpu> {
+        self.local
+            .as_deref()
+            .and_then(|local| local.process_cpu(files))
     }
 
     /// The CPU time of its threads `tids` now ([`LocalProcess::thread_cpu_of`]), through `files`
@@ -663,7 +670,8 @@ async fn attach(
         }
     };
     let service = service_name(&environment).unwrap_or_else(|| name.clone());
-    let sampler = SamplerControl::new(agent.settings.duty);
+    let sampler =
+        SamplerControl::new(agent.settings.duty).with_idle_below(agent.settings.idle_below);
     let rule_states = RuleStates::default();
     let mut signals = ProcessSignals::new(
         agent.settings.signals.limits,
@@ -856,6 +864,8 @@ async fn attach(
         cpu_at_last_stop: None,
         stat_files: StatFiles::default(),
         dropped_events: HashMap::new(),
+        idle_periods: 0,
+        idle_period_start: None,
     };
     let result = tokio::select! {
         result = sampling.run() => result,
@@ -1051,6 +1061,10 @@ struct SamplingLoop<'a> {
     /// This process's series of the dropped-events counter, by stream: looked up once, since a
     /// lookup builds the label values and searches every process's series.
     dropped_events: HashMap<&'static str, Counter>,
+    /// Periods whose window was skipped, the process being idle, since its last window.
+    idle_periods: u32,
+    /// The start of the latest period whose window was skipped.
+    idle_period_start: Option<Instant>,
 }
 
 /// The totals of a process's losses already added to `/metrics`.
@@ -1084,7 +1098,15 @@ impl SamplingLoop<'_> {
                 return Ok(());
             }
             let now = Instant::now();
-            match self.sampler.step(period_start, now) {
+            let step = match self.sampler.step(period_start, now) {
+                SamplerStep::Sample { boosted: false, .. } if self.skips_idle(period_start) => {
+                    SamplerStep::Pause {
+                        until: period_start + self.sampler.status().duty.period,
+                    }
+                }
+                step => step,
+            };
+            match step {
                 SamplerStep::Sample { until, boosted } => {
                     let now_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
                     if refresh_names && self.profiler.lock().wants_rundown(now_ns) {
@@ -1104,6 +1126,8 @@ impl SamplingLoop<'_> {
                     if alloc_apart {
                         windows_with_room = windows_with_room.wrapping_add(1);
                     }
+                    // Skipped while idle, those periods are this window's too.
+                    let periods = std::mem::take(&mut self.idle_periods) + 1;
                     match self.window(until, self.alloc && !alloc_apart).await {
                         Ok(Window::Took((mut samples, thread_names))) => {
                             self.sampler
@@ -1111,7 +1135,7 @@ impl SamplingLoop<'_> {
                             // Duty-cycled, the window stands for its whole period; boosted,
                             // windows follow each other and stand for themselves.
                             if !boosted {
-                                samples.set_stands_for(period);
+                                samples.set_stands_for(period * periods);
                             }
                             self.symbolize_later(samples, thread_names);
                             if alloc_after {
@@ -1163,6 +1187,26 @@ impl SamplingLoop<'_> {
                 }
             }
         }
+    }
+
+    /// Whether the window of the period starting at `period_start` is skipped, the process
+    /// having run less than the sampler's idle share of a core since its last window stopped
+    /// ([`SamplerControl::skips_idle_period`]). Asked again within the period, the answer stands.
+    fn skips_idle(&mut self, period_start: Instant) -> bool {
+        if self.idle_period_start == Some(period_start) {
+            return true;
+        }
+        let last_stop = self.cpu_at_last_stop.as_ref().and_then(ThreadCpu::process);
+        let cores = match (last_stop, self.profiler.process_cpu(&mut self.stat_files)) {
+            (Some(then), Some(now)) => now.cores_since(then),
+            _ => None,
+        };
+        let skips = self.sampler.skips_idle_period(cores, self.idle_periods);
+        if skips {
+            self.idle_periods += 1;
+            self.idle_period_start = Some(period_start);
+        }
+        skips
     }
 
     /// Runs a rundown to name code the sampler found in managed images without a known method;

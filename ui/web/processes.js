@@ -11,9 +11,13 @@ const BOOST = '5m';
 const REFRESH_MS = 2000;
 const LATER = 'comes with the dotnet-monitor API';
 
-function samplerText({ duty, window_ms: window, threads_per_tick: threads, boost_seconds_left: left }) {
+function samplerText({
+  duty, window_ms: window, threads_per_tick: threads, boost_seconds_left: left,
+  idle, idle_below_percent: idleBelow, idle_periods: idlePeriods,
+}) {
   let cycle = `${window / 1000} s every ${duty.period_ms / 1000} s (${formatPercent(window / duty.period_ms)})`;
   if (window < duty.window_ms) cycle += `, shortened from ${duty.window_ms / 1000} s for ${threads} threads`;
+  if (idle) cycle += `; idle (below ${idleBelow}% of a core): one period in ${idlePeriods}`;
   return left === null ? cycle : `boosted to 100%: ${formatSpan(left * 1000)} left; then ${cycle}`;
 }
 
