@@ -565,6 +565,7 @@ mod tests {
             ),
             &[
                 ("CLRSCOPE_Profiling__SamplePeriod", "20s"),
+                ("CLRSCOPE_Profiling__SampleIdleBelow", "0.5"),
                 ("clrscope_PROFILING__ALLOC", "true"),
                 ("DOTNETMONITOR_Store__Retention", "1.00:00:00"),
                 ("CLRSCOPE_Profiling__ProcessIds__0", "42"),
@@ -582,6 +583,7 @@ mod tests {
         let p = config.profiling;
         assert_eq!(p.sample_window, Some(Duration::from_millis(500)));
         assert_eq!(p.sample_period, Some(Duration::from_secs(20)));
+        assert_eq!(p.sample_idle_below, Some(0.5));
         assert_eq!(p.alloc, Some(true), "the environment overrides the file");
         assert_eq!(p.process_ids, [42, 43]);
         assert_eq!(p.process_names, ["Shop", "Billing"]);

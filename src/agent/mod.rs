@@ -498,7 +498,7 @@ impl Args {
                 .unwrap_or(DEFAULT_STARTUP_GRACE),
             duty,
             idle_below: match self.sample_idle_below.or(profiling.sample_idle_below) {
-                Some(percent) => parse_idle_percent(&percent.to_string())
+                Some(percent) => check_idle_percent(percent)
                     .map_err(|error| anyhow::anyhow!("Profiling:SampleIdleBelow: {error}"))?,
                 None => collector::sampler::IDLE_BELOW * 100.0,
             } / 100.0,
@@ -639,9 +639,14 @@ fn parse_idle_percent(text: &str) -> Result<f64, String> {
         .trim_end_matches('%')
         .parse()
         .map_err(|_| format!("{text:?} is not a percent of one core (e.g. 1 or 0.5)"))?;
+    check_idle_percent(percent)
+}
+
+/// A percent of one core from the command line or the configuration, checked.
+fn check_idle_percent(percent: f64) -> Result<f64, String> {
     if !(0.0..=100.0).contains(&percent) {
         return Err(format!(
-            "{text} is not a percent of one core from 0 to 100 (0: sample every process every period)"
+            "{percent} is not a percent of one core from 0 to 100 (0: sample every process every period)"
         ));
     }
     Ok(percent)
