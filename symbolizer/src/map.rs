@@ -471,13 +471,60 @@ impl CodeMap {
     ///
     /// Every frame but the first holds a return address, which can point just past the end of
     /// the calling method; those are looked up at `ip - 1`, inside the call instruction.
+    ///
+    /// Leaf frames of the runtime's GC poll (see [`CodeMap::is_gc_poll`]) are left out: they are
+    /// where the sampler stopped the thread, not what it was doing.
     pub fn symbolize_stack_into(&self, ips: &[u64], out: &mut Vec<Frame>) {
         out.clear();
         out.reserve(ips.len());
+        let mut at_leaf = true;
         for (i, &ip) in ips.iter().enumerate() {
             let ip = if i == 0 { ip } else { ip.saturating_sub(1) };
-            out.push(self.symbolize(ip));
+            let frame = self.symbolize(ip);
+            at_leaf = at_leaf && self.is_gc_poll(frame);
+            if !at_leaf {
+                out.push(frame);
+            }
         }
+    }
+
+    /// A throw's stack (`ips`, innermost first) from the method that threw: since .NET 9
+    /// exceptions are dispatched in managed code (`System.Runtime.EH`), so the runtime's event
+    /// stacks start there, inside the runtime (`docs/runtimes.md`). The frames of the dispatch are
+    /// left out; the first frame kept, a return address, becomes an exact address inside its call.
+    pub fn throw_site(&self, ips: &[u64]) -> Vec<u64> {
+        const EH: &str = "System.Runtime.EH.";
+        let dispatch = ips
+            .iter()
+            .enumerate()
+            .take_while(|&(i, &ip)| {
+                let ip = if i == 0 { ip } else { ip.saturating_sub(1) };
+                self.method_name(self.symbolize(ip))
+                    .is_some_and(|name| name.starts_with(EH))
+            })
+            .count();
+        let mut site = ips[dispatch..].to_vec();
+        if dispatch > 0 {
+            if let Some(first) = site.first_mut() {
+                *first = first.saturating_sub(1);
+            }
+        }
+        site
+    }
+
+    /// Whether `frame` is the managed GC poll that .NET 9 and later call from loops
+    /// (`Thread.PollGC` and its worker): a thread the sampler suspends while it runs a loop stops
+    /// there, so on those runtimes most samples of a busy loop end in it. Its caller is what the
+    /// thread was doing (`docs/runtimes.md`).
+    pub fn is_gc_poll(&self, frame: Frame) -> bool {
+        const THREAD: &str = "System.Threading.Thread.";
+        self.method_name(frame)
+            .and_then(|name| name.strip_prefix(THREAD))
+            .is_some_and(|name| {
+                name == "PollGC"
+                    || name.starts_with("PollGC(")
+                    || name.starts_with("<PollGC>g__PollGCWorker|")
+            })
     }
 
     /// Like [`CodeMap::symbolize_stack_into`], into a new vector.

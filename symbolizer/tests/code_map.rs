@@ -609,6 +609,73 @@ fn stacks_look_up_return_addresses_inside_the_call() {
 }
 
 #[test]
+fn the_gc_poll_at_the_leaf_is_left_out_of_stacks() {
+    // .NET 9+ loops call the managed GC poll; a thread the sampler stops there ran its caller.
+    let mut map = CodeMap::new();
+    let spin = map
+        .load_method(&app_method(0xA0, 0x1000, 0x100, TIER1, 0, 1))
+        .unwrap();
+    let poll = |id, start, name: &str| {
+        load(
+            id,
+            APP,
+            start,
+            0x40,
+            TIER1,
+            "System.Threading.Thread",
+            name,
+            "void  ()",
+            0,
+            1,
+        )
+    };
+    let worker = map
+        .load_method(&poll(0xA1, 0x2000, "<PollGC>g__PollGCWorker|67_0"))
+        .unwrap();
+    map.load_method(&poll(0xA2, 0x3000, "PollGC")).unwrap();
+    let frames = map.symbolize_stack(&[0x2010, 0x3010, 0x1050]);
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    assert_eq!(frames[0].function, spin);
+    // Only at the leaf: the same method called further up is a frame like any other.
+    let frames = map.symbolize_stack(&[0x1050, 0x2010, 0x1060]);
+    assert_eq!(
+        frames.iter().map(|f| f.function).collect::<Vec<_>>(),
+        [spin, worker, spin]
+    );
+}
+
+#[test]
+fn a_throw_site_starts_at_the_method_that_threw() {
+    // .NET 9+ dispatch exceptions in managed code: the event's stack starts in System.Runtime.EH.
+    let mut map = CodeMap::new();
+    let thrower = map
+        .load_method(&app_method(0xA0, 0x1000, 0x100, TIER1, 0, 1))
+        .unwrap();
+    let eh = |id, start, name: &str| {
+        load(
+            id,
+            APP,
+            start,
+            0x40,
+            TIER1,
+            "System.Runtime.EH",
+            name,
+            "void  ()",
+            0,
+            1,
+        )
+    };
+    map.load_method(&eh(0xA1, 0x2000, "DispatchEx")).unwrap();
+    map.load_method(&eh(0xA2, 0x3000, "RhThrowEx")).unwrap();
+    // The thrower's return address is just past its call, at the end of the method.
+    let site = map.throw_site(&[0x2010, 0x3010, 0x1100]);
+    assert_eq!(site, [0x10FF]);
+    assert_eq!(map.symbolize_stack(&site)[0].function, thrower);
+    // A stack without the dispatch (.NET 8) is kept whole.
+    assert_eq!(map.throw_site(&[0x1050, 0x1060]), [0x1050, 0x1060]);
+}
+
+#[test]
 fn hostile_events_are_refused_or_absorbed_without_panicking() {
     let mut map = CodeMap::new();
     assert_eq!(

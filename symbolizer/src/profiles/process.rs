@@ -264,11 +264,16 @@ impl ProcessProfiler {
         let Some(stack) = event.stack().filter(|s| !s.is_empty()) else {
             return;
         };
+        let ips: Vec<u64> = stack.ips().collect();
+        let ips = match kind {
+            EventProfileKind::Exception => self.symbolizer.map.throw_site(&ips),
+            _ => ips,
+        };
         let key = EventKey {
             kind,
             type_name: type_name.map(String::into_boxed_str),
             thread_id: thread,
-            ips: stack.ips().collect(),
+            ips: ips.into(),
         };
         self.count(key, amount, event.unix_nanos());
     }
@@ -280,7 +285,7 @@ impl ProcessProfiler {
         };
         let ips: Vec<u64> = stack.ips().collect();
         let map = &self.symbolizer.map;
-        map.symbolize_stack(&ips)
+        map.symbolize_stack(&map.throw_site(&ips))
             .into_iter()
             .filter(|frame| matches!(frame.kind, crate::FrameKind::Managed { .. }))
             .take(MAX_EXCEPTION_FRAMES)
