@@ -1,53 +1,51 @@
 # clrscope developer and CI entry points. The test-bed logic lives in tests/testbed/*.sh.
 #
-#   make setup   install what the tests use if missing (.NET >= 8, mcs, go, curl, chromium,
-#                playwright-core, the Connect client's npm packages; see tests/testbed/setup.sh);
-#                compile tests/targets/*.cs
-#   make build   cargo build --workspace --all-targets
-#   make test    setup + build + cargo test --workspace
-#   make demo    the agent, the sample Bookstore under load, and what clrscope sees of it (tests/testbed/demo.sh);
-#                installs only what the demo uses (.NET, mcs, curl); builds quietly (tests/testbed/build.sh)
-#   make fmt     check formatting        make lint   clippy with warnings as errors
+#   make check         fmt, clippy and the tests that need no .NET (unit, golden, fixtures): minutes
+#   make test          setup + build + every test against real .NET 10 processes
+#   make test-matrix   the runtime-dependent tests on every runtime of the test bed (8, 9, 10, 11)
+#   make demo          the agent, the sample service under load, and what clrscope sees of it
+#   make setup         install what the tests use if missing (the offline mirror when ../shared/mirror
+#                      exists, the .NET runtimes 8/9/10/11 side by side, go, prometheus, chromium, npm
+#                      and Python peers; see tests/testbed/setup.sh) and build tests/targets
+#   make build         cargo build --workspace --all-targets
+#   make fmt           check formatting        make lint   clippy with warnings as errors
+#
+# CLRSCOPE_DOTNET=8 make test runs the whole suite on another runtime of the matrix.
 
 SHELL := /bin/bash
 CARGO ?= cargo
-TESTBED := $(or $(CLRSCOPE_TESTBED_DIR),.testbed)
 SETUP := tests/testbed/setup.sh
+RUN_TESTS := tests/testbed/run-tests.sh
 
-TARGET_SRCS := $(wildcard tests/targets/*.cs)
-COMMON_SRCS := $(wildcard tests/targets/common/*.cs)
-TARGET_NAMES := $(basename $(notdir $(TARGET_SRCS)))
-TARGET_DLLS := $(foreach n,$(TARGET_NAMES),$(TESTBED)/targets/$(n)/$(n).dll)
-# What `setup.sh` installs before targets compile: everything the tests use, or the demo's part.
-SETUP_MODE := runtime
-
-.PHONY: all setup build test demo fmt lint FORCE
+.PHONY: all mirror setup build check test test-matrix demo fmt lint
 all: build
 
-setup: $(TESTBED)/runtime.env $(TARGET_DLLS)
+# Points cargo and pip at ../shared/mirror when it exists beside the clone (no registry here).
+mirror:
+	@bash $(SETUP) mirror
 
-# Always checked (fast when installed); the script rewrites runtime.env only when it changes, so
-# targets are recompiled only when their .cs, the setup script or the runtime changed.
-$(TESTBED)/runtime.env: FORCE
-	@bash $(SETUP) $(SETUP_MODE)
+setup:
+	@bash $(SETUP) all
 
-.SECONDEXPANSION:
-$(TESTBED)/targets/%.dll: tests/targets/$$(notdir $$*).cs $(COMMON_SRCS) $(SETUP) $(TESTBED)/runtime.env
-	@bash $(SETUP) compile $<
-
-build:
+build: mirror
 	$(CARGO) build --workspace --all-targets
 
-test: setup build
-	@CARGO=$(CARGO) bash tests/testbed/run-tests.sh
+check: mirror fmt lint
+	@CARGO=$(CARGO) bash $(RUN_TESTS) check
 
-demo: SETUP_MODE := demo
-demo: $(TESTBED)/runtime.env $(TESTBED)/targets/Bookstore/Bookstore.dll
+test: setup build
+	@CARGO=$(CARGO) bash $(RUN_TESTS) test
+
+test-matrix: setup build
+	@CARGO=$(CARGO) bash $(RUN_TESTS) matrix
+
+demo:
+	@bash $(SETUP) demo
 	@CARGO=$(CARGO) bash tests/testbed/build.sh
 	@bash tests/testbed/demo.sh
 
-fmt:
+fmt: mirror
 	$(CARGO) fmt --all -- --check
 
-lint:
+lint: mirror
 	$(CARGO) clippy --workspace --all-targets -- -D warnings

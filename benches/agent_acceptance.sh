@@ -19,9 +19,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$TB/bin/dotnet" "$TB/targets/CpuHot/CpuHot.dll" --split 60,30,10 >"$work/cpuhot.out" & C=$!
-"$TB/bin/dotnet" "$TB/targets/Alloc/Alloc.dll" >"$work/alloc.out" & A=$!
-"$TB/bin/dotnet" "$TB/targets/Faults/Faults.dll" >"$work/faults.out" & F=$!
+"$TB/bin/dotnet" "$TB/targets/CpuHot/net10.0/CpuHot.dll" --split 60,30,10 >"$work/cpuhot.out" & C=$!
+"$TB/bin/dotnet" "$TB/targets/Alloc/net10.0/Alloc.dll" >"$work/alloc.out" & A=$!
+"$TB/bin/dotnet" "$TB/targets/Faults/net10.0/Faults.dll" >"$work/faults.out" & F=$!
 pids+=("$C" "$A" "$F")
 sleep 3
 # Authentication as a user sets it up: a key from generatekey, its settings in the agent's

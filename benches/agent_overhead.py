@@ -65,6 +65,11 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTBED = os.environ.get("CLRSCOPE_TESTBED_DIR", os.path.join(ROOT, ".testbed"))
 DOTNET = os.path.join(TESTBED, "bin", "dotnet")
+# The runtime the targets run on: CLRSCOPE_DOTNET (8, 9, 10, 11; default 10), as in the tests. The
+# SDK builds up to net10.0; a newer runtime runs that build rolled forward.
+DOTNET_MAJOR = int(os.environ.get("CLRSCOPE_DOTNET") or 10)
+TARGET_FRAMEWORK = f"net{min(DOTNET_MAJOR, 10)}.0"
+TARGET_ENV = {"DOTNET_ROLL_FORWARD": "LatestMajor"} if DOTNET_MAJOR > 10 else {}
 CLRSCOPE = os.environ.get("CLRSCOPE", os.path.join(ROOT, "target", "release", "clrscope"))
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -158,13 +163,14 @@ class Target:
     """A test-bed target whose JSON lines are read by a thread into a queue."""
 
     def __init__(self, name, args, logdir, cpu=None, targets_dir=None, ready_timeout=30):
-        dll = os.path.join(targets_dir or os.path.join(TESTBED, "targets"), name, name + ".dll")
+        dll = os.path.join(targets_dir or os.path.join(TESTBED, "targets"), name, TARGET_FRAMEWORK,
+                           name + ".dll")
         if not os.path.isfile(dll):
             raise SetupError(f"{dll} is missing: run tests/testbed/setup.sh")
         self.name = name
         self.stderr = open(os.path.join(logdir, f"{name}-{time.monotonic_ns()}.stderr"), "w")
         # The target also dies with this script, should the script be killed.
-        env = dict(os.environ, TESTBED_EXIT_WITH_PARENT="1")
+        env = dict(os.environ, TESTBED_EXIT_WITH_PARENT="1", **TARGET_ENV)
         # The affinity is set before exec, so every thread the runtime starts inherits it.
         pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
         self.proc = subprocess.Popen([DOTNET, dll, *args], stdout=subprocess.PIPE,

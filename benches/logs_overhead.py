@@ -25,7 +25,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTBED = os.environ.get("CLRSCOPE_TESTBED_DIR", os.path.join(ROOT, ".testbed"))
 DOTNET = os.path.join(TESTBED, "bin", "dotnet")
-TARGET = os.path.join(TESTBED, "targets", "Logs", "Logs.dll")
+# The runtime: CLRSCOPE_DOTNET (8, 9, 10; default 10), as in the tests.
+TARGET = os.path.join(TESTBED, "targets", "Logs", f"net{os.environ.get('CLRSCOPE_DOTNET') or 10}.0",
+                      "Logs.dll")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 CONFIGS = {"none": None, "agent": [], "logs": ["--logs", "Information"]}

@@ -1,5 +1,6 @@
 //! Support for integration tests against real .NET processes: the test-bed targets of
-//! `tests/targets/*.cs`, built by `make setup` into `.testbed/` (see `tests/targets/README.md`).
+//! `tests/targets/<Name>/`, built by `make setup` into `.testbed/` (see `tests/targets/README.md`)
+//! and run on the runtime [`runtime_major`] names (`CLRSCOPE_DOTNET`, default 10).
 //!
 //! ```ignore
 //! mod support;
@@ -57,7 +58,8 @@ pub fn testbed_dir() -> PathBuf {
     }
 }
 
-/// The `dotnet` host of the test bed (`testbed_dir()/bin/dotnet`, a symlink made by `make setup`).
+/// The `dotnet` host of the test bed (`testbed_dir()/bin/dotnet`, a symlink made by `make setup` to
+/// the test bed's own `dotnet` root, which holds every runtime of the matrix side by side).
 ///
 /// Panics with "run `make setup` first" if it is missing.
 pub fn dotnet_host() -> PathBuf {
@@ -76,20 +78,94 @@ pub fn testbed_available() -> bool {
     testbed_dir().join("bin").join("dotnet").exists()
 }
 
-/// The compiled target `name` (`testbed_dir()/targets/NAME/NAME.dll`); panics with "run `make setup`
-/// first" if it is missing.
+/// The major version of the .NET runtime the targets run on: `CLRSCOPE_DOTNET` (8, 9, 10 or 11;
+/// `make test-matrix` sets it), else 10. Panics on anything else, and on a version the test bed
+/// did not install (`.testbed/runtimes.env`), so a test never runs on another runtime silently.
+pub fn runtime_major() -> u32 {
+    let major = match std::env::var("CLRSCOPE_DOTNET") {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse::<u32>().unwrap_or_else(|_| {
+            panic!("CLRSCOPE_DOTNET={v:?}: give a .NET major version (8, 9, 10 or 11)")
+        }),
+        _ => DEFAULT_RUNTIME_MAJOR,
+    };
+    let installed = installed_runtimes();
+    if !installed.is_empty()
+        && !installed
+            .iter()
+            .any(|v| v.starts_with(&format!("{major}.")))
+    {
+        panic!(
+            "CLRSCOPE_DOTNET={major}: the test bed has no .NET {major} runtime (it has {}); run `make setup`",
+            installed.join(", ")
+        );
+    }
+    major
+}
+
+/// The runtime the suite runs on unless `CLRSCOPE_DOTNET` says otherwise.
+pub const DEFAULT_RUNTIME_MAJOR: u32 = 10;
+/// The newest target framework the SDK builds; newer runtimes run its build rolled forward.
+const NEWEST_BUILT_MAJOR: u32 = 10;
+
+/// The `Microsoft.NETCore.App` versions the test bed installed (`RUNTIMES=` of `runtimes.env`).
+pub fn installed_runtimes() -> Vec<String> {
+    std::fs::read_to_string(testbed_dir().join("runtimes.env"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("RUNTIMES="))
+        .map(|v| v.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// The full version of the runtime [`runtime_major`] names (e.g. `10.0.12`).
+pub fn runtime_version() -> String {
+    let major = runtime_major();
+    installed_runtimes()
+        .into_iter()
+        .find(|v| v.starts_with(&format!("{major}.")))
+        .unwrap_or_else(|| {
+            panic!("no .NET {major} in the test bed's runtimes.env: run `make setup`")
+        })
+}
+
+/// The shared framework directory of the runtime the targets run on
+/// (`.testbed/dotnet/shared/Microsoft.NETCore.App/VERSION`).
+pub fn shared_framework_dir() -> PathBuf {
+    testbed_dir()
+        .join("dotnet/shared/Microsoft.NETCore.App")
+        .join(runtime_version())
+}
+
+/// The target framework folder of the build that runs on [`runtime_major`] (`net10.0`, …).
+fn target_framework() -> String {
+    format!("net{}.0", runtime_major().min(NEWEST_BUILT_MAJOR))
+}
+
+/// The compiled target `name` (`testbed_dir()/targets/NAME/TFM/NAME.dll`); panics with "run
+/// `make setup` first" if it is missing.
 pub fn target_dll(name: &str) -> PathBuf {
     let dll = testbed_dir()
         .join("targets")
         .join(name)
+        .join(target_framework())
         .join(format!("{name}.dll"));
     if !dll.exists() {
         panic!(
-            "no test-bed target {} (is there a tests/targets/{name}.cs?): run `make setup` first",
+            "no test-bed target {} (is there a tests/targets/{name}/{name}.csproj?): run `make setup` first",
             dll.display()
         );
     }
     dll
+}
+
+/// Panics unless the ready line's `runtime` is the version [`runtime_major`] asked for: a roll-forward
+/// or a missing framework must not turn a .NET 8 run into a .NET 10 one unnoticed.
+fn check_runtime(name: &str, ready: &Value) {
+    let want = runtime_major();
+    let runtime = ready.get("runtime").and_then(Value::as_str).unwrap_or("");
+    if !runtime.starts_with(&format!("{want}.")) {
+        panic!("test-bed target {name} runs on .NET {runtime:?}, not the .NET {want} CLRSCOPE_DOTNET asked for");
+    }
 }
 
 /// The folder where .NET puts diagnostic sockets: `$TMPDIR`, else `/tmp`.
@@ -411,6 +487,10 @@ impl TargetBuilder {
         };
         cmd.arg(target_dll(&self.name));
         cmd.args(&self.args);
+        // A runtime newer than the newest build runs that build rolled forward to it.
+        if runtime_major() > NEWEST_BUILT_MAJOR {
+            cmd.env("DOTNET_ROLL_FORWARD", "LatestMajor");
+        }
         // The target exits by itself within a second if this process dies without dropping it.
         cmd.env("TESTBED_EXIT_WITH_PARENT", "1");
         for k in &self.env_removes {
@@ -591,6 +671,7 @@ impl Target {
             match self.lines.recv_timeout(left) {
                 Ok(line) => match serde_json::from_str::<Value>(&line) {
                     Ok(v) if v.get("ready").is_some() => {
+                        check_runtime(&self.name, &v);
                         self.sockets = diagnostic_sockets(self.pid());
                         self.ready = Some(v.clone());
                         return Some(v);

