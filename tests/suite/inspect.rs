@@ -19,29 +19,61 @@ fn inspect(path: &Path, json: bool) -> Output {
     command.output().expect("run clrscope inspect")
 }
 
+/// The fixture folders: the first recordings (.NET 8.0.4) at the top, then one folder per runtime
+/// of the matrix (`net8`, `net9`, …), recorded by `collector/tests/fixtures/record.sh`.
+fn fixture_sets() -> Vec<PathBuf> {
+    let mut sets = vec![fixtures()];
+    let mut per_runtime: Vec<PathBuf> = std::fs::read_dir(fixtures())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    per_runtime.sort();
+    assert!(per_runtime.len() >= 4, "per-runtime fixtures: {per_runtime:?}");
+    sets.extend(per_runtime);
+    sets
+}
+
+/// The golden of `path`: `inspect/NAME.txt`, or `inspect/RUNTIME/NAME.txt` for a runtime's folder.
+fn golden_of(path: &Path) -> PathBuf {
+    let name = format!("{}.txt", path.file_stem().unwrap().to_str().unwrap());
+    match path.parent().filter(|p| *p != fixtures()) {
+        Some(runtime) => Path::new("inspect").join(runtime.file_name().unwrap()).join(name),
+        None => Path::new("inspect").join(name),
+    }
+}
+
 #[test]
 fn golden_inspect_outputs() {
     let mut checked = 0;
-    for entry in std::fs::read_dir(fixtures()).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().and_then(|e| e.to_str()) != Some("nettrace") {
-            continue;
+    for set in fixture_sets() {
+        for entry in std::fs::read_dir(&set).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().and_then(|e| e.to_str()) != Some("nettrace") {
+                continue;
+            }
+            let output = inspect(&path, false);
+            assert!(output.status.success(), "{}: {output:?}", path.display());
+            support::golden::check_golden(golden_of(&path), &output.stdout);
+            checked += 1;
         }
-        let output = inspect(&path, false);
-        assert!(output.status.success(), "{}: {output:?}", path.display());
-        let name = path.file_stem().unwrap().to_str().unwrap();
-        let golden = Path::new("inspect").join(format!("{name}.txt"));
-        support::golden::check_golden(&golden, &output.stdout);
-        checked += 1;
     }
-    assert!(checked >= 6, "only {checked} fixtures found");
+    assert!(checked >= 6 + 4 * 3, "only {checked} fixtures found");
 }
 
 #[test]
 fn fixtures_hold_what_their_targets_did() {
+    for set in fixture_sets() {
+        check_fixture_set(&set);
+    }
+}
+
+/// What each target did is in its recording, on every runtime: samples at the sampler's interval,
+/// exceptions, contention and the app's own events, a rundown naming the methods.
+fn check_fixture_set(set: &Path) {
     let json = |name: &str| -> serde_json::Value {
-        let output = inspect(&fixtures().join(name), true);
-        assert!(output.status.success());
+        let output = inspect(&set.join(name), true);
+        assert!(output.status.success(), "{}/{name}", set.display());
         serde_json::from_slice(&output.stdout).unwrap()
     };
     let count = |summary: &serde_json::Value, provider: &str, event: &str| -> u64 {
@@ -55,27 +87,33 @@ fn fixtures_hold_what_their_targets_did() {
             .map(|e| e["count"].as_u64().unwrap())
             .sum()
     };
+    let at = set.display();
     let samples = json("cpuhot-samples.nettrace");
-    assert!(
-        count(
-            &samples,
-            "Microsoft-DotNETCore-SampleProfiler",
-            "ThreadSample"
-        ) > 100
+    let sampled = count(
+        &samples,
+        "Microsoft-DotNETCore-SampleProfiler",
+        "ThreadSample",
     );
-    assert_eq!(samples["complete"], true);
-    assert_eq!(samples["trace"]["sampling_interval_ns"], 1_000_000);
+    assert!(sampled > 100, "{at}: {sampled} samples");
+    assert_eq!(samples["complete"], true, "{at}");
+    assert_eq!(samples["trace"]["sampling_interval_ns"], 1_000_000, "{at}");
 
     let faults = json("faults.nettrace");
     let runtime = "Microsoft-Windows-DotNETRuntime";
-    assert!(count(&faults, runtime, "ExceptionThrown") > 10);
-    assert!(count(&faults, runtime, "ContentionStart") > 5);
-    assert!(count(&faults, "Clrscope-Test-Faults", "FaultInjected") > 10);
+    assert!(count(&faults, runtime, "ExceptionThrown") > 10, "{at}");
+    assert!(count(&faults, runtime, "ContentionStart") > 5, "{at}");
+    assert!(
+        count(&faults, "Clrscope-Test-Faults", "FaultInjected") > 10,
+        "{at}"
+    );
 
     let rundown = json("cpuhot-jit-rundown.nettrace");
     let rundown_provider = "Microsoft-Windows-DotNETRuntimeRundown";
-    assert!(count(&rundown, rundown_provider, "MethodDCEndVerbose") > 100);
-    assert!(count(&rundown, runtime, "MethodLoadVerbose") > 0);
+    assert!(
+        count(&rundown, rundown_provider, "MethodDCEndVerbose") > 100,
+        "{at}"
+    );
+    assert!(count(&rundown, runtime, "MethodLoadVerbose") > 0, "{at}");
 }
 
 #[test]
