@@ -112,6 +112,10 @@ fn three_targets_profiled_continuously_and_kept_across_a_kill() {
     let allocs = agent.folded("alloc_samples", alloc.pid(), "");
     let total: i64 = allocs.iter().map(|(_, v)| v).sum();
     let churn = containing(&allocs, "Alloc.Program.ChurnBatch");
+    eprintln!(
+        "allocations: {:.1} % of {total} sampled allocations in Alloc.Program.ChurnBatch (the only allocating loop after start)",
+        100.0 * churn as f64 / total.max(1) as f64
+    );
     assert!(churn * 100 >= total * 90, "{churn} of {total}: {allocs:?}");
     let query = encode(&format!("{{process_id=\"{}\"}}", alloc.pid()));
     let pprof = agent.get(&format!(
