@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use collector::activity::TrackerStats;
-use collector::nettrace::SharedBudget;
+use collector::budget::SharedBudget;
 use ui::metrics::{Counter, CounterVec, Gauge, Registry};
 
 /// How often the agent reads its own CPU time and memory.

@@ -29,7 +29,8 @@ use collector::attached::AttachedProcesses;
 use collector::counters::{
     CounterSelection, CounterSessionConfig, DEFAULT_EVENT_COUNTER_SOURCES, DEFAULT_INTERVAL_SECONDS,
 };
-use collector::nettrace::{ParserOptions, SharedBudget};
+use collector::budget::SharedBudget;
+use collector::nettrace::ParserOptions;
 use collector::rules::options::{ActionKind, CollectionRule};
 use collector::sampler::DutyCycle;
 use collector::signals::{check_covered, LogsSettings, SignalLimits};
