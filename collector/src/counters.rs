@@ -18,9 +18,11 @@
 //!     .with_meter("AsyncWeb", &[]);
 //! let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
 //! let stop = tokio::time::sleep(std::time::Duration::from_secs(30));
-//! let session = tokio::spawn(async move { counters::run(&client, &config, stop, tx).await });
+//! let share = collector::signals::SignalShare::unlimited();
+//! let session =
+//!     tokio::spawn(async move { counters::run(&client, &config, stop, tx, &share).await });
 //! while let Some(update) = rx.recv().await {
-//!     if let CounterUpdate::Sample(s) = update {
+//!     if let CounterUpdate::Sample(s) = &*update {
 //!         println!("{} {} {:?} = {:?}", s.provider, s.name, s.tags, s.value.value());
 //!     }
 //! }
@@ -35,11 +37,13 @@
 //! of values.
 
 use std::future::Future;
+use std::mem::size_of;
 use std::time::Duration;
 
 use serde::Serialize;
 use tokio::sync::mpsc;
 
+use crate::budget::{string_pairs, Charged};
 use crate::client::DiagnosticsClient;
 use crate::ipc::{CollectTracing, ProviderConfig};
 use crate::nettrace::events::{
@@ -48,6 +52,7 @@ use crate::nettrace::events::{
 use crate::nettrace::{Event, NettraceError, ParserOptions};
 use crate::providers::{encode_arguments, level};
 use crate::session::{self, EventObserver, ParsingWriter, Reading, SessionError, SessionSummary};
+use crate::signals::{SignalKind, SignalShare};
 
 /// dotnet-monitor's `GlobalCounter:IntervalSeconds` default.
 pub const DEFAULT_INTERVAL_SECONDS: u32 = 5;
@@ -334,6 +339,32 @@ pub enum CounterUpdate {
     },
 }
 
+impl CounterUpdate {
+    /// The heap bytes it holds, as it waits for its reader.
+    pub fn held_bytes(&self) -> usize {
+        size_of::<Self>()
+            + match self {
+                CounterUpdate::Sample(s) => {
+                    let quantiles = match &s.value {
+                        CounterValue::Histogram { quantiles, .. } => {
+                            quantiles.capacity() * size_of::<Percentile>()
+                        }
+                        _ => 0,
+                    };
+                    size_of::<CounterSample>()
+                        + s.provider.capacity()
+                        + s.name.capacity()
+                        + s.display_name.capacity()
+                        + s.version.capacity()
+                        + s.unit.capacity()
+                        + string_pairs(&s.tags)
+                        + quantiles
+                }
+                CounterUpdate::MetricsError { message } => message.capacity(),
+            }
+    }
+}
+
 /// Turns the events of a counter session into [`CounterUpdate`]s, keeping only metrics values
 /// of its own metrics session (other tools' sessions may run in the same process).
 #[derive(Debug, Clone)]
@@ -508,20 +539,44 @@ impl<F: FnMut(CounterUpdate)> EventObserver for CounterObserver<F> {
     }
 }
 
+/// Queues `update` for its reader, charged to `share` while it waits; false, counted as a
+/// [`SignalKind::LiveMetrics`] dropped, when the share has no room or the queue is full.
+fn queue(
+    update: CounterUpdate,
+    updates: &mpsc::Sender<Charged<CounterUpdate>>,
+    share: &SignalShare,
+) -> bool {
+    let bytes = update.held_bytes();
+    let Some(update) = share.charged(SignalKind::LiveMetrics, update, bytes) else {
+        return false;
+    };
+    let queued = updates.try_send(update).is_ok();
+    if !queued {
+        share.count_dropped(SignalKind::LiveMetrics, 1);
+    }
+    queued
+}
+
 /// Runs a counter session until `stop` resolves or the process ends, sending each update into
-/// the bounded `updates` channel; when the receiver falls behind, updates are dropped (and
-/// logged once per session) rather than buffered.
+/// the bounded `updates` channel, charged to `share` while it waits there; when the receiver
+/// falls behind or the share has no room, updates are dropped (counted as
+/// [`SignalKind::LiveMetrics`], and logged once per session) rather than buffered.
 pub async fn run(
     client: &DiagnosticsClient,
     config: &CounterSessionConfig,
     stop: impl Future<Output = ()>,
-    updates: mpsc::Sender<CounterUpdate>,
+    updates: mpsc::Sender<Charged<CounterUpdate>>,
+    share: &SignalShare,
 ) -> Result<SessionSummary, SessionError> {
     let mut warned = false;
+    let share = share.clone();
     let observer = CounterObserver::new(CounterDecoder::new(config), move |update| {
-        if updates.try_send(update).is_err() && !warned {
+        if !queue(update, &updates, &share) && !warned {
             warned = true;
-            tracing::warn!("counter updates are dropped: their consumer falls behind");
+            tracing::warn!(
+                "counter updates are dropped: their consumer falls behind, or the process's \
+                 signal budget is full (clrscope_signals_dropped_total)"
+            );
         }
     });
     let mut sink = ParsingWriter::with_options(tokio::io::sink(), observer, config.parser.clone());
@@ -542,6 +597,38 @@ mod tests {
         scalar_fields, utf16z, EventSpec, MetadataRecord, StreamBuilder,
     };
     use crate::nettrace::Parser;
+
+    #[test]
+    fn updates_waiting_for_their_reader_are_charged_and_dropped_past_the_share() {
+        let update = |n: usize| {
+            CounterUpdate::Sample(Box::new(CounterSample {
+                unix_nanos: 0,
+                provider: "M".into(),
+                name: "x".repeat(10_000 + n),
+                display_name: String::new(),
+                version: String::new(),
+                unit: String::new(),
+                tags: Vec::new(),
+                interval_seconds: None,
+                value: CounterValue::Gauge { value: 1.0 },
+            }))
+        };
+        let agent = crate::budget::SharedBudget::new(1 << 20);
+        let share = SignalShare::new(agent.share(100_000));
+        let (updates, mut received) = mpsc::channel(1024);
+        let queued = (0..50)
+            .filter(|&n| queue(update(n), &updates, &share))
+            .count();
+        assert!((8..10).contains(&queued), "{queued}");
+        assert!(agent.held() <= 100_000);
+        assert_eq!(share.dropped(SignalKind::LiveMetrics), 50 - queued as u64);
+        // Read, it gives its bytes back.
+        let first = received.try_recv().unwrap();
+        let held = agent.held();
+        drop(first);
+        assert!(agent.held() < held - 10_000);
+        assert!(queue(update(0), &updates, &share));
+    }
 
     #[test]
     fn providers_are_asked_like_dotnet_monitor() {

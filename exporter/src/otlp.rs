@@ -570,7 +570,7 @@ fn log_record(record: &LogRecord) -> LogsRecord {
         ));
     }
     for (depth, scope) in record.scopes.iter().enumerate() {
-        for (key, value) in scope {
+        for (key, value) in scope.iter() {
             attributes.push(attribute(
                 &format!("scope.{depth}.{key}"),
                 any_string(value),

@@ -172,6 +172,12 @@ pub struct ProfilingConfig {
     /// `--nettrace-agent-budget`.
     #[serde(default, deserialize_with = "lenient::opt_bytes")]
     pub nettrace_agent_budget: Option<u64>,
+    /// `--signal-budget`.
+    #[serde(default, deserialize_with = "lenient::opt_bytes")]
+    pub signal_budget: Option<u64>,
+    /// `--signal-process-budget`.
+    #[serde(default, deserialize_with = "lenient::opt_bytes")]
+    pub signal_process_budget: Option<u64>,
 }
 
 /// A `Microsoft.Extensions.Logging` level by name (`Information`), as `--logs` takes it.

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use collector::activity::TrackerStats;
-use collector::nettrace::SharedBudget;
+use collector::attached::AttachedProcesses;
+use collector::budget::SharedBudget;
+use collector::signals::SignalKind;
 use ui::metrics::{Counter, CounterVec, Gauge, Registry};
 
 /// How often the agent reads its own CPU time and memory.
@@ -32,6 +34,9 @@ pub struct LossMetrics {
     pub linkage_refreshes: CounterVec,
     /// The span tracker's counters, by `what`.
     pub linkage: CounterVec,
+    /// Signals dropped for want of room in the process's share of the signal budget, by
+    /// `signal` ([`SignalKind::name`]).
+    pub signals_dropped: CounterVec,
 }
 
 impl LossMetrics {
@@ -68,6 +73,35 @@ impl LossMetrics {
         }
     }
 
+    /// Reads what each attached process's share of the signal budget dropped; warns when it
+    /// dropped more.
+    fn read_signal_drops(&self, processes: &AttachedProcesses) {
+        for attached in processes.list() {
+            let process = &attached.process;
+            let (pid, share) = (process.pid.to_string(), process.signals.share());
+            let mut dropped = Vec::new();
+            for kind in SignalKind::ALL {
+                let counter = self.signals_dropped.with(&[&pid, kind.name()]);
+                let more = share.dropped(kind).saturating_sub(counter.get());
+                if more > 0 {
+                    counter.add(more);
+                    dropped.push(format!("{more} {}", kind.name()));
+                }
+            }
+            if !dropped.is_empty() {
+                tracing::warn!(
+                    pid = process.pid,
+                    dropped = %dropped.join(", "),
+                    held_bytes = share.budget().held(),
+                    limit_bytes = share.budget().limit(),
+                    "signals were dropped for want of room in the process's share of the signal \
+                     budget: raise --signal-process-budget (and --signal-budget) if genuine \
+                     signals need it"
+                );
+            }
+        }
+    }
+
     /// Stops exporting a detached process's series.
     pub fn remove(&self, pid: &str) {
         for family in [
@@ -75,6 +109,7 @@ impl LossMetrics {
             &self.session_restarts,
             &self.linkage_refreshes,
             &self.linkage,
+            &self.signals_dropped,
         ] {
             family.retain(|labels| labels.first().map(String::as_str) != Some(pid));
         }
@@ -91,6 +126,7 @@ pub struct OwnUsage {
     memory_limit_bytes: Gauge,
     nettrace_held_bytes: Gauge,
     nettrace_refusals: Counter,
+    signal_held_bytes: Gauge,
 }
 
 /// What the store writer reports.
@@ -148,6 +184,15 @@ impl Health {
                      rejected_events (did not decode)",
                     &["process_id", "what"],
                 ),
+                signals_dropped: registry.counter_vec(
+                    "clrscope_signals_dropped_total",
+                    "Signals dropped for want of room in the process's share of the signal budget \
+                     (--signal-process-budget, --signal-budget), refused or let go early, by \
+                     signal: logs, exceptions (records), scopes (logging scopes), rings \
+                     (pre-trigger ring blocks), live_metrics (values waiting for their reader), \
+                     answers (/signals answers cut short)",
+                    &["process_id", "signal"],
+                ),
             },
             own: OwnUsage {
                 resident_bytes: registry.gauge(
@@ -181,6 +226,12 @@ impl Health {
                     "Sessions stopped because their parser would have taken all parsers past \
                      --nettrace-agent-budget",
                 ),
+                signal_held_bytes: registry.gauge(
+                    "clrscope_signal_held_bytes",
+                    "Memory the signals kept and queued for all processes hold now (log and \
+                     exception history, logging scopes, pre-trigger rings, live metrics waiting \
+                     for their reader, answers being built), against --signal-budget",
+                ),
             },
             store: StoreHealth {
                 bytes: registry.gauge("clrscope_store_bytes", "Bytes of profile blocks on disk"),
@@ -202,12 +253,15 @@ impl Health {
     }
 }
 
-impl OwnUsage {
-    /// Reads the agent's usage, and what its parsers hold of `budget`, every few seconds until
-    /// `stop` resolves.
+impl Health {
+    /// Reads the agent's usage, what its parsers hold of `parsers`, what the signals hold of
+    /// `signals` and what each process's share of it dropped, every few seconds until `stop`
+    /// resolves.
     pub async fn watch(
         self,
-        budget: Option<SharedBudget>,
+        parsers: Option<SharedBudget>,
+        signals: SharedBudget,
+        processes: AttachedProcesses,
         stop: impl std::future::Future<Output = ()>,
     ) {
         let mut tick = tokio::time::interval(SELF_WATCH_INTERVAL);
@@ -216,15 +270,19 @@ impl OwnUsage {
             tokio::select! {
                 _ = &mut stop => return,
                 _ = tick.tick() => {
-                    self.read();
-                    if let Some(budget) = &budget {
-                        self.read_budget(budget);
+                    self.own.read();
+                    if let Some(budget) = &parsers {
+                        self.own.read_budget(budget);
                     }
+                    self.own.signal_held_bytes.set(signals.held() as f64);
+                    self.losses.read_signal_drops(&processes);
                 }
             }
         }
     }
+}
 
+impl OwnUsage {
     fn read_budget(&self, budget: &SharedBudget) {
         self.nettrace_held_bytes.set(budget.held() as f64);
         let refused = budget

@@ -26,13 +26,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use collector::attached::AttachedProcesses;
+use collector::budget::SharedBudget;
 use collector::counters::{
     CounterSelection, CounterSessionConfig, DEFAULT_EVENT_COUNTER_SOURCES, DEFAULT_INTERVAL_SECONDS,
 };
-use collector::nettrace::{ParserOptions, SharedBudget};
+use collector::nettrace::ParserOptions;
 use collector::rules::options::{ActionKind, CollectionRule};
 use collector::sampler::DutyCycle;
-use collector::signals::{check_covered, LogsSettings, SignalLimits};
+use collector::signals::{check_covered, LogsSettings, SignalLimits, SignalShare};
 use exporter::egress::{Egress, EgressConfig};
 use exporter::remote::ExportSignal;
 use settings::{parse_bytes, parse_duration};
@@ -248,12 +249,36 @@ pub struct Args {
     /// [default: 64MiB] [config: Profiling:NettraceAgentBudget]
     #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
     nettrace_agent_budget: Option<u64>,
+    /// Most memory the signals the agent keeps and queues for all processes may hold together:
+    /// log and exception history, logging scopes, pre-trigger rings, live metrics waiting for
+    /// their reader, /signals answers being built. What does not fit is dropped, counted in
+    /// clrscope_signals_dropped_total. [default: 64MiB] [config: Profiling:SignalBudget]
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    signal_budget: Option<u64>,
+    /// Most of --signal-budget one process's signals may hold; its log and exception history
+    /// takes at most half, letting its oldest records go. [default: 16MiB]
+    /// [config: Profiling:SignalProcessBudget]
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    signal_process_budget: Option<u64>,
 }
 
 /// What all sessions' parsers may hold together unless `--nettrace-agent-budget` says otherwise:
 /// twice one session's default budget, while genuine sessions hold well under 1 MB each
 /// (BENCHMARKS.md, "A full node").
 const DEFAULT_NETTRACE_AGENT_BUDGET: u64 = 64 << 20;
+/// What the kept and queued signals of all processes may hold together unless `--signal-budget`
+/// says otherwise: with the parsers' budget and the agent's own ~30 MiB, a node agent stays
+/// under 256 MiB whatever its targets send (tests/suite/hostile_targets.rs).
+const DEFAULT_SIGNAL_BUDGET: u64 = 64 << 20;
+/// One process's share of the signal budget unless `--signal-process-budget` says otherwise:
+/// 30 s of logs at a few hundred messages per second and 1,000 exceptions fit in its half for
+/// history.
+const DEFAULT_SIGNAL_PROCESS_BUDGET: u64 = 16 << 20;
+
+/// A size from the command line or the configuration, as memory counts it.
+fn bytes_usize(bytes: u64) -> usize {
+    usize::try_from(bytes).unwrap_or(usize::MAX)
+}
 
 fn parse_log_level(text: &str) -> Result<collector::nettrace::events::LogLevel, String> {
     collector::nettrace::events::LogLevel::parse(text).ok_or_else(|| {
@@ -414,9 +439,7 @@ impl Args {
             .nettrace_agent_budget
             .or(profiling.nettrace_agent_budget)
             .unwrap_or(DEFAULT_NETTRACE_AGENT_BUDGET);
-        parser.shared_budget = Some(SharedBudget::new(
-            usize::try_from(agent_budget).unwrap_or(usize::MAX),
-        ));
+        parser.shared_budget = Some(SharedBudget::new(bytes_usize(agent_budget)));
         let mut metrics_selection =
             metrics_selection(metrics, &self.meters, counter_interval_seconds);
         metrics_selection.session.parser = parser.clone();
@@ -526,6 +549,16 @@ impl Args {
                     ..SignalLimits::default()
                 },
                 spans: spans.then_some(trace_rate_limit),
+                budget: SharedBudget::new(bytes_usize(
+                    self.signal_budget
+                        .or(profiling.signal_budget)
+                        .unwrap_or(DEFAULT_SIGNAL_BUDGET),
+                )),
+                process_budget: bytes_usize(
+                    self.signal_process_budget
+                        .or(profiling.signal_process_budget)
+                        .unwrap_or(DEFAULT_SIGNAL_PROCESS_BUDGET),
+                ),
             },
             store: StoreOptions {
                 flush_interval: self
@@ -687,11 +720,20 @@ pub struct SignalSettings {
     pub limits: SignalLimits,
     /// Finished spans are read and exported, at most this many per second per process.
     pub spans: Option<u32>,
+    /// What every process's kept and queued signals are charged to (`--signal-budget`).
+    pub budget: SharedBudget,
+    /// Each process's share of it (`--signal-process-budget`).
+    pub process_budget: usize,
 }
 
 impl SignalSettings {
     pub fn exceptions(&self) -> bool {
         self.limits.max_exceptions > 0
+    }
+
+    /// A new share of the signal budget, for one process.
+    pub fn share(&self) -> SignalShare {
+        SignalShare::new(self.budget.share(self.process_budget))
     }
 
     /// Keeps logs long enough for the longest CollectLogs `PreTriggerSeconds`; refuses a
@@ -1006,6 +1048,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             parser: settings.parser,
             counter_interval_seconds: settings.counter_interval_seconds,
             live_metrics: settings.metrics_selection.clone(),
+            signals: agent.settings.signals.share(),
             ..ui::MonitorState::default()
         };
         let state = ui::ApiState::new(store.clone())
@@ -1026,13 +1069,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         None => "only on the API".to_string(),
     };
-    tokio::spawn(
-        agent
-            .health
-            .own
-            .clone()
-            .watch(agent.settings.parser.shared_budget.clone(), on_stop()),
-    );
+    tokio::spawn(agent.health.clone().watch(
+        agent.settings.parser.shared_budget.clone(),
+        agent.settings.signals.budget.clone(),
+        agent.processes.clone(),
+        on_stop(),
+    ));
     let filtered = !agent.settings.filters.is_empty();
     let mut tasks = tokio::task::JoinSet::new();
     if settings.connect {
@@ -1161,6 +1203,8 @@ mod tests {
                 ..SignalLimits::default()
             },
             spans: None,
+            budget: SharedBudget::unlimited(),
+            process_budget: usize::MAX,
         };
         use collector::nettrace::events::LogLevel;
         let pre = compile(serde_json::json!([{"Type": "CollectLogs", "Settings": {

@@ -676,6 +676,7 @@ async fn attach(
     let mut signals = ProcessSignals::new(
         agent.settings.signals.limits,
         agent.settings.signals.logs.clone(),
+        agent.settings.signals.share(),
     );
     if agent.settings.signals.spans.is_some() {
         signals = signals.with_spans();
@@ -788,6 +789,7 @@ async fn attach(
                 pid: target.pid,
                 service: service.clone(),
                 series: resource,
+                share: signals.share().clone(),
             },
             grace,
             stop,

@@ -34,7 +34,8 @@ use tokio::task::JoinSet;
 use super::grace::StartupGrace;
 use super::stopped;
 
-/// Most bytes a pre-trigger ring holds per action (before the blocks in flight).
+/// Most bytes a pre-trigger ring holds per action (before the blocks in flight), within the
+/// process's share of the signal budget.
 pub const RING_BYTES: usize = 64 << 20;
 /// Chunks of a capture in flight between the ring task and the upload.
 const CAPTURE_CHUNKS: usize = 8;
@@ -125,14 +126,14 @@ pub fn start(
             let stop = stopped(shutdown.clone());
             let (rule_name, pid) = (rule.name.clone(), target.pid);
             let grace = target.grace;
+            let share = target.signals.share().clone();
             tasks.spawn(async move {
                 let mut stop = std::pin::pin!(stop);
                 if !grace.wait_or(&mut stop).await {
                     return;
                 }
-                if let Err(error) =
-                    capture::run_ring(&client, config, limits, &mut received, stop).await
-                {
+                let ring = capture::run_ring(&client, config, limits, &share, &mut received, stop);
+                if let Err(error) = ring.await {
                     tracing::warn!(pid, rule = %rule_name, %error, "the pre-trigger ring stopped");
                 }
             });
@@ -368,6 +369,7 @@ impl ActionContext {
                 let request = LiveMetricsRequest {
                     selection,
                     duration: Some(*duration),
+                    share: self.signals.share().clone(),
                 };
                 self.collect(Artifact::LiveMetrics(request), egress, &by)
                     .await

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use collector::client::DiagnosticsClient;
 use collector::counters::{self, CounterSample, CounterSelection, CounterUpdate, CounterValue};
 use collector::session::Reading;
+use collector::signals::SignalShare;
 use exporter::otlp_metrics::{Cumulative, MetricExport};
 use hashbrown::HashTable;
 use tokio::sync::mpsc;
@@ -48,6 +49,8 @@ pub struct CountedProcess {
     pub service: String,
     /// Its series labels: the resource of its OTLP points.
     pub series: Arc<[(String, String)]>,
+    /// Its share of the signal budget, which the values waiting to be recorded are charged to.
+    pub share: SignalShare,
 }
 
 /// Records one process's counters from the end of its startup grace until its session ends
@@ -66,12 +69,13 @@ pub async fn export(
     // A node agent reads every process's counters when it wakes for its sampling anyway.
     let session_config = config.session.clone().read(Reading::OnTimerGrid);
     let started = profile::clock::unix_nanos();
+    let share = process.share.clone();
     let session = tokio::spawn(async move {
         let mut stop = std::pin::pin!(stop);
         if !grace.wait_or(&mut stop).await {
             return None;
         }
-        Some(counters::run(&client, &session_config, stop, updates).await)
+        Some(counters::run(&client, &session_config, stop, updates, &share).await)
     });
     let pid = process.pid;
     let mut recorder = Recorder::new(registry, pid, process.service);
@@ -79,11 +83,11 @@ pub async fn export(
         .want_metrics()
         .then(|| Cumulative::new(started, MAX_SERIES_PER_PROCESS));
     while let Some(update) = received.recv().await {
-        match update {
-            CounterUpdate::Sample(sample) if config.accepts(&sample) => {
-                recorder.record(&sample);
+        match &*update {
+            CounterUpdate::Sample(sample) if config.accepts(sample) => {
+                recorder.record(sample);
                 if let Some(cumulative) = &mut cumulative {
-                    match cumulative.point(&sample) {
+                    match cumulative.point(sample) {
                         Some(point) => exports.offer_metric(&MetricExport {
                             series: process.series.clone(),
                             point,

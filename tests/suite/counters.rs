@@ -43,13 +43,15 @@ async fn counters_arrive_typed(on_timer_grid: bool) {
     let (tx, mut rx) = tokio::sync::mpsc::channel(4096);
     let stop_at = tokio::time::Instant::now() + Duration::from_secs(8);
     let session = tokio::spawn(async move {
-        counters::run(&client, &config, tokio::time::sleep_until(stop_at), tx).await
+        let stop = tokio::time::sleep_until(stop_at);
+        let share = collector::signals::SignalShare::unlimited();
+        counters::run(&client, &config, stop, tx, &share).await
     });
     let mut samples: Vec<CounterSample> = Vec::new();
     let mut first_at = None;
     while let Some(update) = rx.recv().await {
         first_at.get_or_insert_with(tokio::time::Instant::now);
-        match update {
+        match update.into_inner() {
             CounterUpdate::Sample(s) => samples.push(*s),
             CounterUpdate::MetricsError { message } => panic!("metrics error: {message}"),
         }

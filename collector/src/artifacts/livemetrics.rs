@@ -26,6 +26,7 @@ use crate::counters::{
     self, CounterSample, CounterSelection, CounterSessionConfig, CounterUpdate, CounterValue,
     DEFAULT_EVENT_COUNTER_SOURCES,
 };
+use crate::signals::SignalShare;
 
 /// Updates waiting to be written; a client slower than the runtime loses the excess (logged).
 const UPDATES_QUEUE: usize = 1024;
@@ -108,11 +109,13 @@ impl EventMetricsConfiguration {
     }
 }
 
-/// Live metrics to write: what to listen to, and for how long (`None`: until stopped).
+/// Live metrics to write: what to listen to, for how long (`None`: until stopped), and the
+/// process's share of the signal budget that the updates waiting for the writer are charged to.
 #[derive(Debug, Clone)]
 pub struct LiveMetricsRequest {
     pub selection: CounterSelection,
     pub duration: Option<Duration>,
+    pub share: SignalShare,
 }
 
 /// Runs the request's counter session and writes its values to `out` as they are published,
@@ -133,7 +136,13 @@ pub async fn write_live_metrics<W: AsyncWrite + Unpin>(
             None => stop.await,
         }
     };
-    let session = counters::run(client, &request.selection.session, end, updates);
+    let session = counters::run(
+        client,
+        &request.selection.session,
+        end,
+        updates,
+        &request.share,
+    );
     tokio::pin!(session);
     let mut written = 0u64;
     let mut text = String::new();
@@ -147,11 +156,11 @@ pub async fn write_live_metrics<W: AsyncWrite + Unpin>(
             update = received.recv() => update,
         };
         let Some(update) = update else { break };
-        match update {
-            CounterUpdate::Sample(sample) if request.selection.accepts(&sample) => {
+        match &*update {
+            CounterUpdate::Sample(sample) if request.selection.accepts(sample) => {
                 text.clear();
                 write_records(
-                    &sample,
+                    sample,
                     request.selection.session.interval_seconds,
                     &mut text,
                 );

@@ -8,10 +8,9 @@
 
 use super::cursor::{Cursor, ReadFault, ReadResult};
 use super::error::NettraceError;
+use crate::budget::SharedBudget;
+pub(crate) use crate::budget::{slot, string_pairs};
 use std::fmt::Write as _;
-use std::mem::size_of;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
 
 /// What the parser holds, for the budget's breakdown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,93 +45,6 @@ impl Held {
         }
     }
 }
-
-/// The heap cost of one slot of a vector or map holding `T`.
-pub(crate) const fn slot<T>() -> usize {
-    2 * size_of::<T>()
-}
-
-/// The heap cost of `(key, value)` string pairs.
-pub(crate) fn string_pairs(pairs: &Vec<(String, String)>) -> usize {
-    pairs.capacity() * size_of::<(String, String)>()
-        + pairs
-            .iter()
-            .map(|(k, v)| k.capacity() + v.capacity())
-            .sum::<usize>()
-}
-
-/// A memory budget several parsers share ([`ParserOptions::shared_budget`](super::ParserOptions::shared_budget)):
-/// what they hold together, decoded state and input buffers, stays under its limit, so an agent
-/// parsing the streams of a hundred processes holds at most this much whatever each stream's own
-/// budget allows. A parser gives back what it held when it is dropped. Cloning shares.
-#[derive(Debug, Clone)]
-pub struct SharedBudget(Arc<SharedState>);
-
-#[derive(Debug)]
-struct SharedState {
-    limit: usize,
-    held: AtomicUsize,
-    /// Streams stopped because they did not fit.
-    refusals: AtomicU64,
-}
-
-impl SharedBudget {
-    pub fn new(limit: usize) -> Self {
-        SharedBudget(Arc::new(SharedState {
-            limit,
-            held: AtomicUsize::new(0),
-            refusals: AtomicU64::new(0),
-        }))
-    }
-
-    /// The limit in bytes.
-    pub fn limit(&self) -> usize {
-        self.0.limit
-    }
-
-    /// Bytes all its parsers hold now.
-    pub fn held(&self) -> usize {
-        self.0.held.load(Ordering::Relaxed)
-    }
-
-    /// How many parsers were refused memory (each stopped its stream).
-    pub fn refusals(&self) -> u64 {
-        self.0.refusals.load(Ordering::Relaxed)
-    }
-
-    fn left(&self) -> usize {
-        self.0.limit.saturating_sub(self.held())
-    }
-
-    fn take(&self, bytes: usize) -> bool {
-        self.0
-            .held
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
-                held.checked_add(bytes)
-                    .filter(|&total| total <= self.0.limit)
-            })
-            .is_ok()
-    }
-
-    fn give_back(&self, bytes: usize) {
-        // Never below zero, whatever the order of concurrent updates.
-        let _ = self
-            .0
-            .held
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
-                Some(held.saturating_sub(bytes))
-            });
-    }
-}
-
-/// Two options are equal when they share the same budget.
-impl PartialEq for SharedBudget {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl Eq for SharedBudget {}
 
 /// Bytes held by the parser, by kind, against a limit, and against the budget it shares with
 /// other parsers, if any.
@@ -255,7 +167,7 @@ impl MemoryBudget {
     /// The error that stops this parser's stream, counted as one refusal of the shared budget.
     fn shared_exceeded(&self, what: &'static str, offset: u64) -> NettraceError {
         let (limit, held_all) = self.shared.as_ref().map_or((0, 0), |s| {
-            s.0.refusals.fetch_add(1, Ordering::Relaxed);
+            s.refuse();
             (s.limit(), s.held())
         });
         NettraceError::OverSharedBudget {

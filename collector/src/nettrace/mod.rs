@@ -44,7 +44,6 @@ mod tests;
 pub(crate) mod testutil;
 
 pub use block::{EventHeader, StackIdentity};
-pub use budget::SharedBudget;
 pub use error::NettraceError;
 pub use event::{Event, Stack};
 pub use guid::Guid;

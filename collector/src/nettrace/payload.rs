@@ -120,14 +120,6 @@ pub fn find<'v, 'a>(fields: &'v [NamedValue<'a>], name: &str) -> Option<&'v Valu
     fields.iter().find(|f| f.name == name).map(|f| &f.value)
 }
 
-/// The text of the field called `name`; empty when it is absent or not text.
-pub(crate) fn find_text(fields: &[NamedValue<'_>], name: &str) -> String {
-    find(fields, name)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned()
-}
-
 /// The number in the field called `name`, if present and numeric.
 pub(crate) fn find_number(fields: &[NamedValue<'_>], name: &str) -> Option<f64> {
     find(fields, name).and_then(Value::as_f64)

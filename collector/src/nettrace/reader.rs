@@ -22,7 +22,7 @@ use super::block::{
     read_compressed_header, read_event_block_header, read_sequence_point, read_uncompressed_header,
     EventHeader, StackCache, UNCOMPRESSED_HEADER_SIZE,
 };
-use super::budget::{self, Held, MemoryBudget, Meter, SharedBudget};
+use super::budget::{self, Held, MemoryBudget, Meter};
 use super::cursor::{Cursor, ReadFault};
 use super::error::NettraceError;
 use super::event::{Event, StagedEvent};
@@ -31,6 +31,7 @@ use super::metadata::{parse_metadata, parse_metadata_v6, EventMetadata};
 use super::sequence::DropTracker;
 use super::time::Clock;
 use super::v6::{self, LabelCache, ThreadTable};
+use crate::budget::SharedBudget;
 use std::collections::HashMap;
 
 const MAGIC: &[u8; 8] = b"Nettrace";

@@ -18,6 +18,7 @@ use crate::ipc::CollectTracing;
 use crate::nettrace::splice::{ObjectSplitter, ObjectWriter};
 use crate::nettrace::NettraceError;
 use crate::session::{self, SessionError};
+use crate::signals::SignalShare;
 
 /// Largest block accepted from the runtime (it writes ~100 KB blocks).
 const MAX_BLOCK: usize = 16 << 20;
@@ -59,21 +60,33 @@ pub enum CaptureError {
     ProcessEnded,
 }
 
+/// How long a ring waits before it starts again when the signal budget had no room for its
+/// session's dictionary.
+const OVER_BUDGET_PAUSE: Duration = Duration::from_secs(10);
+
 /// Runs ring sessions with `config` until `stop` resolves, the requests channel closes, or the
-/// process ends, serving capture requests one at a time.
+/// process ends, serving capture requests one at a time; the rings are charged to `share`.
 pub async fn run_ring(
     client: &DiagnosticsClient,
     config: CollectTracing,
     limits: RingLimits,
+    share: &SignalShare,
     requests: &mut mpsc::Receiver<CaptureRequest>,
     stop: impl Future<Output = ()>,
 ) -> Result<(), CaptureError> {
     tokio::pin!(stop);
+    let mut pause = None;
     loop {
+        if let Some(pause) = pause.take() {
+            tokio::select! {
+                () = &mut stop => return Ok(()),
+                () = tokio::time::sleep(pause) => {}
+            }
+        }
         let (session, _) = session::start(client, config.clone()).await?;
         let id = session.id;
         let mut reader = Reader::new(session);
-        let mut ring = TraceRing::new(limits);
+        let mut ring = TraceRing::new(limits, share);
         loop {
             tokio::select! {
                 biased;
@@ -105,6 +118,12 @@ pub async fn run_ring(
                             Ok(()) => {}
                             Err(e @ RingError::DictionaryFull { .. }) => {
                                 tracing::info!(%e, "restarting the pre-trigger session");
+                                full = true;
+                                break;
+                            }
+                            Err(e @ RingError::OverBudget { .. }) => {
+                                tracing::warn!(%e, pause_s = OVER_BUDGET_PAUSE.as_secs(), "restarting the pre-trigger session after a pause");
+                                pause = Some(OVER_BUDGET_PAUSE);
                                 full = true;
                                 break;
                             }

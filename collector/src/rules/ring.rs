@@ -20,9 +20,11 @@
 //! session), and the stream's other blocks in order, grouped by sequence point: a group's stack
 //! blocks stay as long as any of its event blocks does, since stack ids are only valid within
 //! their group. Event blocks leave oldest first when the ring holds more than `max_bytes` or
-//! when they are older than `max_age` behind the newest. If metadata and the current group's
-//! stacks alone outgrow `max_bytes`, [`TraceRing::push`] says so and the owner restarts the
-//! session.
+//! when they are older than `max_age` behind the newest. Everything it holds is charged to the
+//! process's share of the signal budget: when the share has no room, the oldest event blocks
+//! leave too, counted as dropped ([`SignalKind::Rings`]). If metadata and the current group's
+//! stacks alone outgrow `max_bytes` or the share, [`TraceRing::push`] says so and the owner
+//! restarts the session.
 //!
 //! # The artifact
 //!
@@ -35,8 +37,10 @@ use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::time::Duration;
 
+use crate::budget::Hold;
 use crate::nettrace::splice::{ObjectKind, ObjectWriter, RawObject};
 use crate::nettrace::Clock;
+use crate::signals::{SignalKind, SignalShare};
 
 /// Bounds of a ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +59,12 @@ pub enum RingError {
          {limit}: the session must restart to start a fresh dictionary"
     )]
     DictionaryFull { bytes: usize, limit: usize },
+    #[error(
+        "the session's metadata and stacks alone take {bytes} bytes, more than the process's \
+         share of the signal budget has room for (--signal-process-budget, --signal-budget): \
+         the session must restart to start a fresh dictionary"
+    )]
+    OverBudget { bytes: usize },
     #[error("the stream has a {0:?} before its Trace object")]
     NoTrace(ObjectKind),
 }
@@ -83,10 +93,13 @@ pub struct TraceRing {
     groups: VecDeque<Group>,
     bytes: usize,
     newest: i64,
+    /// `bytes`, held of the process's share.
+    held: Hold,
+    share: SignalShare,
 }
 
 impl TraceRing {
-    pub fn new(limits: RingLimits) -> Self {
+    pub fn new(limits: RingLimits, share: &SignalShare) -> Self {
         TraceRing {
             limits,
             trace: None,
@@ -94,6 +107,8 @@ impl TraceRing {
             groups: VecDeque::new(),
             bytes: 0,
             newest: i64::MIN,
+            held: share.budget().hold_nothing(),
+            share: share.clone(),
         }
     }
 
@@ -127,6 +142,9 @@ impl TraceRing {
                     .ok_or(RingError::NoTrace(ObjectKind::Trace))?;
                 self.bytes += size;
                 self.trace = Some((object, clock));
+                if !self.held.resize(self.bytes) {
+                    return Err(RingError::OverBudget { bytes: self.bytes });
+                }
                 return Ok(());
             }
             ObjectKind::MetadataBlock => {
@@ -159,6 +177,9 @@ impl TraceRing {
                 limit: self.limits.max_bytes,
             });
         }
+        if !self.held.resize(self.bytes) {
+            return Err(RingError::OverBudget { bytes: self.bytes });
+        }
         Ok(())
     }
 
@@ -174,11 +195,16 @@ impl TraceRing {
             let old = first_event
                 .and_then(|i| front.items[i].range)
                 .is_some_and(|(_, end)| end < oldest_allowed);
+            // Asked last: a block that leaves for its age or the ring's size was not dropped.
+            let unpaid = first_event.is_some() && !over && !old && !self.held.resize(self.bytes);
             match first_event {
-                Some(i) if over || old => {
+                Some(i) if over || old || unpaid => {
                     let item = front.items.remove(i).expect("position is in range");
                     front.event_blocks -= 1;
                     self.bytes -= item.object.size();
+                    if unpaid {
+                        self.share.count_dropped(SignalKind::Rings, 1);
+                    }
                 }
                 // A closed group without events left holds stacks nobody refers to.
                 None if front.closed => {
@@ -279,10 +305,13 @@ mod tests {
 
     #[test]
     fn a_cut_keeps_its_groups_stacks_and_reads_back() {
-        let mut ring = TraceRing::new(RingLimits {
-            max_bytes: 1 << 20,
-            max_age: Duration::from_secs(5),
-        });
+        let mut ring = TraceRing::new(
+            RingLimits {
+                max_bytes: 1 << 20,
+                max_age: Duration::from_secs(5),
+            },
+            &SignalShare::unlimited(),
+        );
         for o in long_stream(20) {
             ring.push(o).unwrap();
         }
@@ -305,10 +334,13 @@ mod tests {
     #[test]
     fn bytes_bound_the_ring() {
         let objects = long_stream(30);
-        let mut ring = TraceRing::new(RingLimits {
-            max_bytes: 2000,
-            max_age: Duration::from_secs(3600),
-        });
+        let mut ring = TraceRing::new(
+            RingLimits {
+                max_bytes: 2000,
+                max_age: Duration::from_secs(3600),
+            },
+            &SignalShare::unlimited(),
+        );
         for o in objects {
             ring.push(o).unwrap();
             assert!(ring.bytes() <= 2000, "{}", ring.bytes());
@@ -319,15 +351,54 @@ mod tests {
         assert!(!events.is_empty() && events.len() < 30, "{events:?}");
         assert_eq!(events.last().unwrap().0, 29);
 
-        let mut tiny = TraceRing::new(RingLimits {
-            max_bytes: 50,
-            max_age: Duration::from_secs(1),
-        });
+        let mut tiny = TraceRing::new(
+            RingLimits {
+                max_bytes: 50,
+                max_age: Duration::from_secs(1),
+            },
+            &SignalShare::unlimited(),
+        );
         let mut objects = long_stream(3).into_iter();
         tiny.push(objects.next().unwrap()).unwrap();
         assert!(matches!(
             objects.try_for_each(|o| tiny.push(o)),
             Err(RingError::DictionaryFull { .. })
         ));
+    }
+
+    #[test]
+    fn the_signal_budget_bounds_the_ring_and_counts_what_it_dropped() {
+        let objects = long_stream(30);
+        let agent = crate::budget::SharedBudget::new(3000);
+        let share = SignalShare::new(agent.share(2000));
+        let limits = RingLimits {
+            max_bytes: 1 << 20,
+            max_age: Duration::from_secs(3600),
+        };
+        let mut ring = TraceRing::new(limits, &share);
+        for o in objects {
+            ring.push(o).unwrap();
+            assert!(ring.bytes() <= 2000, "{}", ring.bytes());
+            assert_eq!(agent.held(), ring.bytes());
+        }
+        let dropped = share.dropped(SignalKind::Rings);
+        assert!(dropped > 0);
+        let mut w = ObjectWriter::new(Vec::new()).unwrap();
+        ring.write_since(i64::MIN, &mut w).unwrap();
+        let events = parse(&w.finish().unwrap());
+        assert_eq!(events.len() as u64, 30 - dropped, "{events:?}");
+        assert_eq!(events.last().unwrap().0, 29);
+        drop(ring);
+        assert_eq!(agent.held(), 0);
+
+        // Another holder took the room: the dictionary alone does not fit.
+        let taken = agent.hold(2990).unwrap();
+        let mut starved = TraceRing::new(limits, &share);
+        let refused = long_stream(3).into_iter().try_for_each(|o| starved.push(o));
+        assert!(
+            matches!(refused, Err(RingError::OverBudget { .. })),
+            "{refused:?}"
+        );
+        drop(taken);
     }
 }

@@ -4,10 +4,12 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use serde::Deserialize;
 
 use crate::activity::Span;
+use crate::budget::Charged;
 use crate::ipc::ProviderConfig;
 use crate::nettrace::events::{LogLevel, LogMessage, LOGGING_PROVIDER};
 use crate::nettrace::Guid;
@@ -179,13 +181,17 @@ impl LogsSettings {
     }
 }
 
+/// The values of one `BeginScope`, kept once (charged to the process's signal budget) and shared
+/// by every record logged inside it.
+pub type ScopeValues = Arc<Charged<Vec<(String, String)>>>;
+
 /// One log message as clrscope keeps and serves it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogRecord {
     pub unix_nanos: i64,
     pub message: LogMessage,
     /// The values of the scopes open around it, outermost first.
-    pub scopes: Vec<Vec<(String, String)>>,
+    pub scopes: Vec<ScopeValues>,
     /// The span it was logged in: from the event itself (.NET ≥ 9), else trace linkage.
     pub span: Option<Span>,
 }
@@ -202,12 +208,12 @@ pub struct ScopeTracker {
 #[derive(Debug)]
 struct OpenScope {
     parent: Guid,
-    values: Vec<(String, String)>,
+    values: ScopeValues,
 }
 
 impl ScopeTracker {
     /// A scope started: its activity id and the one it was started under.
-    pub fn start(&mut self, activity: Guid, parent: Guid, values: Vec<(String, String)>) {
+    pub fn start(&mut self, activity: Guid, parent: Guid, values: ScopeValues) {
         if activity.is_nil() {
             return;
         }
@@ -224,7 +230,7 @@ impl ScopeTracker {
 
     /// The scopes around `activity` (outermost first) and the first activity outside them (the
     /// one a span tracker can know).
-    pub fn resolve(&self, activity: Guid) -> (Vec<Vec<(String, String)>>, Guid) {
+    pub fn resolve(&self, activity: Guid) -> (Vec<ScopeValues>, Guid) {
         let mut scopes = Vec::new();
         let mut current = activity;
         while let Some(scope) = self.open.get(&current) {
@@ -447,9 +453,15 @@ mod tests {
     #[test]
     fn scopes_resolve_to_the_activity_outside_them() {
         let id = |n: u8| Guid::from_bytes_le([n; 16]);
+        let share = crate::signals::SignalShare::unlimited();
+        let values = |k: &str, v: &str| {
+            let values = vec![(k.to_string(), v.to_string())];
+            let scope = crate::signals::SignalKind::Scopes;
+            Arc::new(share.charged(scope, values, 0).unwrap())
+        };
         let mut t = ScopeTracker::default();
-        t.start(id(2), id(1), vec![("Batch".into(), "4".into())]);
-        t.start(id(3), id(2), vec![("Inner".into(), "x".into())]);
+        t.start(id(2), id(1), values("Batch", "4"));
+        t.start(id(3), id(2), values("Inner", "x"));
         let (scopes, outside) = t.resolve(id(3));
         assert_eq!(outside, id(1));
         assert_eq!(scopes[0][0].0, "Batch");

@@ -4,7 +4,12 @@
 //! `/exceptions`), the collection rules (`CollectLogs` with the seconds before a trigger, exception
 //! counts) and OTLP export. Finished spans (with trace linkage, when an exporter sends traces) are
 //! fanned out live too, on a feed of their own, for OTLP export only; they are not kept.
+//!
+//! Every record, scope and queued value is charged to the process's share of the agent's signal
+//! budget ([`SignalShare`]) while anything holds it; log records are kept by the time they
+//! arrived, not the time the target stamped on them.
 
+pub mod budget;
 pub mod exceptions;
 pub mod logs;
 pub mod spans;
@@ -16,12 +21,14 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 
 use crate::activity::Span;
+use crate::budget::{Charged, Hold};
 use crate::nettrace::events::{ExceptionThrown, LoggingEvent};
 use crate::nettrace::Event;
+pub use budget::{SignalKind, SignalShare};
 pub use exceptions::{
     ExceptionFilter, ExceptionFormat, ExceptionFrame, ExceptionRecord, ExceptionsFilters,
 };
-pub use logs::{LogFormat, LogRecord, LogsSettings, ScopeTracker};
+pub use logs::{LogFormat, LogRecord, LogsSettings, ScopeTracker, ScopeValues};
 pub use spans::{SpanError, SpanKind, SpanRecord, SpanStatus};
 
 /// How much of each signal a process keeps.
@@ -48,17 +55,25 @@ impl Default for SignalLimits {
     }
 }
 
+/// A log record as it is kept and handed out: charged to its process's signal budget.
+pub type KeptLog = Arc<Charged<LogRecord>>;
+/// An exception as it is kept and handed out: charged to its process's signal budget.
+pub type KeptException = Arc<Charged<ExceptionRecord>>;
+
 /// A record as the live readers receive it.
 #[derive(Debug, Clone)]
 pub enum Signal {
-    Log(Arc<LogRecord>),
-    Exception(Arc<ExceptionRecord>),
+    Log(KeptLog),
+    Exception(KeptException),
 }
 
 #[derive(Debug, Default)]
 struct History {
-    logs: VecDeque<Arc<LogRecord>>,
-    exceptions: VecDeque<Arc<ExceptionRecord>>,
+    /// With the time each arrived (Unix nanoseconds, the agent's clock), oldest first.
+    logs: VecDeque<(i64, KeptLog)>,
+    exceptions: VecDeque<(i64, KeptException)>,
+    /// What the kept records hold of the process's share.
+    kept_bytes: usize,
     next_exception_id: u64,
     logs_total: u64,
     exceptions_total: u64,
@@ -68,6 +83,61 @@ struct History {
 
 /// Threads remembered for inner-exception linkage.
 const MAX_THREADS: usize = 4096;
+
+impl History {
+    fn keep_log(&mut self, arrived: i64, record: KeptLog) {
+        self.kept_bytes += record.held_bytes();
+        self.logs.push_back((arrived, record));
+    }
+
+    fn pop_log(&mut self) -> bool {
+        let Some((_, record)) = self.logs.pop_front() else {
+            return false;
+        };
+        self.kept_bytes -= record.held_bytes();
+        true
+    }
+
+    fn keep_exception(&mut self, arrived: i64, record: KeptException) {
+        self.kept_bytes += record.held_bytes();
+        self.exceptions.push_back((arrived, record));
+    }
+
+    fn pop_exception(&mut self) -> bool {
+        let Some((_, record)) = self.exceptions.pop_front() else {
+            return false;
+        };
+        self.kept_bytes -= record.held_bytes();
+        true
+    }
+
+    /// Lets the oldest record of `kind` go, else the oldest of the other kind (a flood of log
+    /// records takes the room of other log records first, not the exceptions'); what it was.
+    fn let_go_oldest(&mut self, kind: SignalKind) -> Option<SignalKind> {
+        use SignalKind::{Exceptions, Logs};
+        let order = if kind == Exceptions {
+            [Exceptions, Logs]
+        } else {
+            [Logs, Exceptions]
+        };
+        order.into_iter().find(|&k| {
+            if k == Exceptions {
+                self.pop_exception()
+            } else {
+                self.pop_log()
+            }
+        })
+    }
+
+    /// Lets the log records go that arrived longer than the retention before `now`.
+    fn expire_logs(&mut self, now: i64, limits: &SignalLimits) {
+        let retention = i64::try_from(limits.log_retention.as_nanos()).unwrap_or(i64::MAX);
+        let horizon = now.saturating_sub(retention);
+        while self.logs.front().is_some_and(|(at, _)| *at < horizon) {
+            self.pop_log();
+        }
+    }
+}
 
 /// Where a session of a request's own ([`write_session_logs`]) finds the spans its messages were
 /// logged in: the process's span tracker, which lives with its profiler and learns spans from
@@ -100,6 +170,8 @@ pub struct ProcessSignals {
     /// of a slow reader's reach, and each loss is counted for its signal.
     live_spans: LiveFeed<Arc<SpanRecord>>,
     limits: SignalLimits,
+    /// What everything kept or queued is charged to.
+    share: SignalShare,
     /// What the process's session collects (`None`: no logs, only exceptions).
     logs: Option<Arc<LogsSettings>>,
     /// Set once the process's profiler (and its span tracker, with linkage on) exists.
@@ -108,20 +180,21 @@ pub struct ProcessSignals {
     export_spans: bool,
 }
 
-/// Exceptions kept at the default limits, no logs.
+/// Exceptions kept at the default limits, no logs, no budget.
 impl Default for ProcessSignals {
     fn default() -> Self {
-        ProcessSignals::new(SignalLimits::default(), None)
+        ProcessSignals::new(SignalLimits::default(), None, SignalShare::unlimited())
     }
 }
 
 impl ProcessSignals {
-    pub fn new(limits: SignalLimits, logs: Option<LogsSettings>) -> Self {
+    pub fn new(limits: SignalLimits, logs: Option<LogsSettings>, share: SignalShare) -> Self {
         ProcessSignals {
             history: Arc::default(),
             live: LiveFeed::default(),
             live_spans: LiveFeed::default(),
             limits,
+            share,
             logs: logs.map(Arc::new),
             spans: Arc::default(),
             export_spans: false,
@@ -169,29 +242,68 @@ impl ProcessSignals {
         self.limits
     }
 
-    pub fn push_log(&self, record: LogRecord) {
+    /// The process's share of the signal budget.
+    pub fn share(&self) -> &SignalShare {
+        &self.share
+    }
+
+    /// Holds `bytes` for a record of `kind` (logs or exceptions) to keep, letting the oldest
+    /// kept records go, of its kind first, while the history would take more than half the
+    /// process's share (the rest is for scopes, rings, queued values and answers) or the share
+    /// has no room; `None`, counted, when nothing left to let go makes room. A record let go
+    /// early counts as dropped too.
+    fn make_room(&self, kind: SignalKind, bytes: usize) -> Option<Hold> {
+        let history_limit = self.share.budget().limit() / 2;
+        loop {
+            let mut h = self.lock();
+            if h.kept_bytes.saturating_add(bytes) <= history_limit {
+                if let Some(hold) = self.share.try_hold(bytes) {
+                    return Some(hold);
+                }
+            }
+            match h.let_go_oldest(kind) {
+                Some(let_go) => self.share.count_dropped(let_go, 1),
+                None => {
+                    self.share.count_dropped(kind, 1);
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// `record`, charged to the process's share (see [`ProcessSignals::make_room`]).
+    pub fn charge_log(&self, record: LogRecord) -> Option<Charged<LogRecord>> {
+        let hold = self.make_room(SignalKind::Logs, budget::log_bytes(&record))?;
+        Some(Charged::new(record, hold))
+    }
+
+    /// Keeps a charged record ([`ProcessSignals::charge_log`]) for the retention, by the time
+    /// it arrives, and hands it to the live readers.
+    pub fn push_log(&self, record: Charged<LogRecord>) {
         let record = Arc::new(record);
         {
             let mut h = self.lock();
             h.logs_total += 1;
-            let horizon = record.unix_nanos
-                - i64::try_from(self.limits.log_retention.as_nanos()).unwrap_or(i64::MAX);
-            while h
-                .logs
-                .front()
-                .is_some_and(|r| r.unix_nanos < horizon || h.logs.len() >= self.limits.max_logs)
-            {
-                h.logs.pop_front();
-            }
+            let now = profile::clock::unix_nanos();
+            h.expire_logs(now, &self.limits);
             if self.limits.max_logs > 0 {
-                h.logs.push_back(record.clone());
+                if h.logs.len() >= self.limits.max_logs {
+                    h.pop_log();
+                }
+                h.keep_log(now, record.clone());
             }
         }
         self.live.send(Signal::Log(record));
     }
 
-    /// Keeps an exception, giving it its id and its inner exception; returns the id.
-    pub fn push_exception(&self, mut record: ExceptionRecord) -> u64 {
+    /// Keeps an exception (with a history of more than 0), giving it its id and its inner
+    /// exception, and hands it to the live readers; unless it does not fit in the process's share
+    /// (counted).
+    pub fn push_exception(&self, mut record: ExceptionRecord) {
+        let bytes = budget::exception_bytes(&record);
+        let Some(hold) = self.make_room(SignalKind::Exceptions, bytes) else {
+            return;
+        };
         let record = {
             let mut h = self.lock();
             h.next_exception_id += 1;
@@ -205,28 +317,33 @@ impl ProcessSignals {
                 h.last_on_thread.clear();
             }
             h.last_on_thread.insert(record.thread_id, record.id);
-            while h.exceptions.len() >= self.limits.max_exceptions.max(1) {
-                h.exceptions.pop_front();
+            let record = Arc::new(Charged::new(record, hold));
+            if self.limits.max_exceptions > 0 {
+                while h.exceptions.len() >= self.limits.max_exceptions {
+                    h.pop_exception();
+                }
+                h.keep_exception(profile::clock::unix_nanos(), record.clone());
             }
-            let record = Arc::new(record);
-            h.exceptions.push_back(record.clone());
             record
         };
-        let id = record.id;
         self.live.send(Signal::Exception(record));
-        id
     }
 
-    /// The kept log records at or after `since_unix_nanos`, oldest first.
-    pub fn logs_since(&self, since_unix_nanos: i64) -> Vec<Arc<LogRecord>> {
-        let h = self.lock();
-        let first = h.logs.partition_point(|r| r.unix_nanos < since_unix_nanos);
-        h.logs.range(first..).cloned().collect()
+    /// The kept log records that arrived at or after `since_unix_nanos`, oldest first.
+    pub fn logs_since(&self, since_unix_nanos: i64) -> Vec<KeptLog> {
+        let mut h = self.lock();
+        h.expire_logs(profile::clock::unix_nanos(), &self.limits);
+        h.logs
+            .iter()
+            .filter(|(arrived, _)| *arrived >= since_unix_nanos)
+            .map(|(_, record)| record.clone())
+            .collect()
     }
 
     /// The kept exceptions, oldest first.
-    pub fn exceptions(&self) -> Vec<Arc<ExceptionRecord>> {
-        self.lock().exceptions.iter().cloned().collect()
+    pub fn exceptions(&self) -> Vec<KeptException> {
+        let h = self.lock();
+        h.exceptions.iter().map(|(_, e)| e.clone()).collect()
     }
 
     /// Log records and exceptions seen since the process attached.
@@ -340,7 +457,7 @@ pub struct LogsRequest {
 fn render_new(
     request: &LogsRequest,
     seen: &std::collections::HashSet<usize>,
-    record: &Arc<LogRecord>,
+    record: &KeptLog,
     text: &mut String,
 ) -> bool {
     if seen.contains(&(Arc::as_ptr(record) as usize))
@@ -354,6 +471,9 @@ fn render_new(
     request.format.write(record, text);
     true
 }
+
+/// Rendered text written out once it reaches this many bytes.
+const WRITE_CHUNK: usize = 64 * 1024;
 
 /// Writes `request`'s records to `out` until its duration is over or `stop` fires; returns the
 /// bytes written. A reader that falls behind the live feed loses the oldest records, counted in
@@ -379,6 +499,12 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
             .accepts(&record.message.category, record.message.level)
         {
             request.format.write(record, &mut text);
+        }
+        // The history is written as it is rendered, never built whole.
+        if text.len() >= WRITE_CHUNK {
+            out.write_all(text.as_bytes()).await?;
+            written += text.len() as u64;
+            text.clear();
         }
     }
     out.write_all(text.as_bytes()).await?;
@@ -456,7 +582,7 @@ struct OwnSession {
     /// Oldest first: the record, the activity outside its scopes, its thread and raw timestamp,
     /// and when it arrived.
     waiting: VecDeque<(
-        LogRecord,
+        Charged<LogRecord>,
         crate::nettrace::Guid,
         u64,
         i64,
@@ -534,13 +660,15 @@ pub async fn write_session_logs<W: tokio::io::AsyncWrite + Unpin>(
     use crate::artifacts::ArtifactError;
     use crate::session::{self, ParsingWriter};
 
-    // Records pass through a feed of their own: none is kept, none reaches other readers.
+    // Records pass through a feed of their own: none is kept, none reaches other readers; they
+    // are charged to the process's share while they wait and are written.
     let own = ProcessSignals::new(
         SignalLimits {
             max_logs: 0,
             ..request.signals.limits()
         },
         Some(request.settings.clone()),
+        request.signals.share().clone(),
     );
     let reader = LogsRequest {
         signals: own.clone(),
@@ -655,7 +783,7 @@ pub async fn write_exceptions<W: tokio::io::AsyncWrite + Unpin>(
         }
         request.format.write(&record, &mut text);
         // A history of 1,000 exceptions with deep stacks is megabytes: written in pieces.
-        if text.len() >= 64 * 1024 {
+        if text.len() >= WRITE_CHUNK {
             out.write_all(text.as_bytes()).await?;
             written += text.len() as u64;
             text.clear();
@@ -706,19 +834,31 @@ impl SignalCollector {
     }
 
     /// A logging event, for a caller that joins messages to spans later (the span tracking
-    /// runs in another session): the message's record, its span only if the event carries one,
-    /// and the activity outside its scopes. Scope events and messages the settings do not take
-    /// give `None`.
+    /// runs in another session): the message's record, charged to the process's share, its span
+    /// only if the event carries one, and the activity outside its scopes. Scope events, messages
+    /// the settings do not take or that do not fit, and every logging event of a process whose
+    /// logs nobody asked for, give `None`.
     pub fn log_unjoined(
         &mut self,
         event: &Event<'_>,
         logging: LoggingEvent,
-    ) -> Option<(LogRecord, crate::nettrace::Guid)> {
+    ) -> Option<(Charged<LogRecord>, crate::nettrace::Guid)> {
+        // A target may send what was not asked for: nothing is kept of it.
+        let settings = self.signals.logs.as_ref()?;
         let header = event.header;
         match logging {
             LoggingEvent::ScopeStart { values, .. } => {
-                self.scopes
-                    .start(header.activity_id, header.related_activity_id, values);
+                let bytes = budget::scope_bytes(&values);
+                // A scope that does not fit is left out of the records logged in it.
+                if let Some(values) = self
+                    .signals
+                    .share
+                    .charged(SignalKind::Scopes, values, bytes)
+                {
+                    let values = Arc::new(values);
+                    self.scopes
+                        .start(header.activity_id, header.related_activity_id, values);
+                }
                 None
             }
             LoggingEvent::ScopeStop { .. } => {
@@ -726,10 +866,8 @@ impl SignalCollector {
                 None
             }
             LoggingEvent::Message(message) => {
-                if let Some(settings) = &self.signals.logs {
-                    if !settings.accepts(&message.category, message.level) {
-                        return None;
-                    }
+                if !settings.accepts(&message.category, message.level) {
+                    return None;
                 }
                 let (scopes, outside) = self.scopes.resolve(header.activity_id);
                 let span = message.trace.map(|(trace_id, span_id)| Span {
@@ -743,7 +881,7 @@ impl SignalCollector {
                     scopes,
                     span,
                 };
-                Some((record, outside))
+                Some((self.signals.charge_log(record)?, outside))
             }
         }
     }
@@ -786,5 +924,176 @@ impl SignalCollector {
             frames,
             span,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::SharedBudget;
+    use crate::nettrace::events::{KnownEvent, LogLevel, LOGGING_PROVIDER};
+    use crate::nettrace::testutil::{
+        scalar_fields, utf16z, EventSpec, MetadataRecord, StreamBuilder,
+    };
+    use crate::nettrace::{Guid, Parser};
+
+    fn guid(n: u8) -> Guid {
+        let mut bytes = [0; 16];
+        bytes[0] = n;
+        Guid::from_bytes_le(bytes)
+    }
+
+    /// Issue 44's stream: 16 nested scopes of 30 values of 16,000 characters, then `messages`
+    /// messages inside them, stamped by the target at its start.
+    fn scoped_messages(messages: u32) -> Vec<u8> {
+        let start = scalar_fields(&[
+            (9, "ID"),
+            (9, "FactoryID"),
+            (18, "LoggerName"),
+            (18, "ArgumentsJson"),
+        ]);
+        let message = scalar_fields(&[
+            (9, "Level"),
+            (9, "FactoryID"),
+            (18, "LoggerName"),
+            (9, "EventId"),
+            (18, "EventName"),
+            (18, "ExceptionJson"),
+            (18, "ArgumentsJson"),
+            (18, "FormattedMessage"),
+        ]);
+        let mut b = StreamBuilder::new(8);
+        b.metadata_block(
+            &[
+                MetadataRecord::new(1, LOGGING_PROVIDER, 6, "ActivityJsonStart")
+                    .raw_fields(start)
+                    .encode(),
+                MetadataRecord::new(2, LOGGING_PROVIDER, 5, "MessageJson")
+                    .raw_fields(message)
+                    .encode(),
+            ],
+            true,
+        );
+        let mut seq = 0;
+        for depth in 0..16u8 {
+            let values: serde_json::Map<String, serde_json::Value> = (0..30)
+                .map(|i| (format!("v{depth}.{i}"), "x".repeat(16_000).into()))
+                .collect();
+            let mut p = i32::from(depth).to_le_bytes().to_vec();
+            p.extend(1i32.to_le_bytes());
+            p.extend(utf16z("Scopes"));
+            p.extend(utf16z(&serde_json::Value::Object(values).to_string()));
+            seq += 1;
+            let e = EventSpec::new(1, seq, 7, 1000, p).activity(guid(depth + 1), guid(depth));
+            b.event_block(&[e], true);
+        }
+        for n in 0..messages {
+            let mut p = 2i32.to_le_bytes().to_vec();
+            p.extend(1i32.to_le_bytes());
+            p.extend(utf16z("Scopes"));
+            p.extend(1i32.to_le_bytes());
+            for text in ["Inside", "", "{}", &format!("message {n}")] {
+                p.extend(utf16z(text));
+            }
+            seq += 1;
+            let e = EventSpec::new(2, seq, 7, 1000, p).activity(guid(16), guid(15));
+            b.event_block(&[e], true);
+        }
+        b.finish()
+    }
+
+    fn collect(signals: &ProcessSignals, stream: &[u8]) {
+        let mut collector = SignalCollector::new(signals.clone());
+        let mut parser = Parser::new();
+        parser.feed(stream).unwrap();
+        while let Some(event) = parser.next_event().unwrap() {
+            if let Ok(Some(KnownEvent::Logging(logging))) = event.known() {
+                collector.log(&event, logging, |_| None);
+            }
+        }
+    }
+
+    fn trace_logs() -> Option<LogsSettings> {
+        Some(LogsSettings::for_level(Some(LogLevel::Trace)))
+    }
+
+    #[test]
+    fn records_share_their_scopes_and_stay_within_the_share() {
+        let stream = scoped_messages(100);
+        let agent = SharedBudget::new(64 << 20);
+        let share = SignalShare::new(agent.share(16 << 20));
+        let signals = ProcessSignals::new(SignalLimits::default(), trace_logs(), share.clone());
+        collect(&signals, &stream);
+        let logs = signals.logs_since(i64::MIN);
+        assert_eq!(logs.len(), 100);
+        assert_eq!(logs[0].scopes.len(), 16);
+        // Kept once: every record holds the same values.
+        assert!(Arc::ptr_eq(&logs[0].scopes[15], &logs[99].scopes[15]));
+        // 16 scopes of at most MAX_ARGUMENTS_BYTES, plus a few hundred bytes per record.
+        let scopes = 16 * crate::nettrace::events::MAX_TEXT_BYTES * 5;
+        assert!(agent.held() < scopes + 100 * 1024, "{}", agent.held());
+        drop(logs);
+
+        // A share with room for the scopes and a few records: the oldest records go, counted.
+        let scopes_only = SignalShare::unlimited();
+        let signals = ProcessSignals::new(SignalLimits::default(), trace_logs(), scopes_only);
+        let mut collector = SignalCollector::new(signals.clone());
+        let mut parser = Parser::new();
+        parser.feed(&stream).unwrap();
+        while let Some(event) = parser.next_event().unwrap() {
+            if let Ok(Some(KnownEvent::Logging(logging))) = event.known() {
+                if matches!(logging, LoggingEvent::ScopeStart { .. }) {
+                    collector.log(&event, logging, |_| None);
+                }
+            }
+        }
+        let scope_bytes = signals.share().budget().held();
+        let small = SignalShare::new(agent.share(scope_bytes + 20_000));
+        let signals = ProcessSignals::new(SignalLimits::default(), trace_logs(), small.clone());
+        collect(&signals, &stream);
+        let kept = signals.logs_since(i64::MIN);
+        assert!(!kept.is_empty() && kept.len() < 100, "{}", kept.len());
+        assert_eq!(kept.last().unwrap().message.message, "message 99");
+        assert_eq!(small.dropped(SignalKind::Logs), 100 - kept.len() as u64);
+        assert_eq!(small.dropped(SignalKind::Scopes), 0);
+        assert!(small.budget().held() <= scope_bytes + 20_000);
+    }
+
+    #[test]
+    fn the_history_takes_at_most_half_the_share() {
+        let share = SignalShare::new(SharedBudget::new(64 << 10));
+        let signals = ProcessSignals::new(SignalLimits::default(), trace_logs(), share.clone());
+        collect(&signals, &scoped_messages(100));
+        // The scopes (1 MiB) did not fit: the records came without them.
+        assert_eq!(share.dropped(SignalKind::Scopes), 16);
+        let kept = signals.logs_since(i64::MIN);
+        assert!(kept.iter().all(|r| r.scopes.is_empty()));
+        let history: usize = kept.iter().map(|r| r.held_bytes()).sum();
+        assert!(history <= 32 << 10 && history > 24 << 10, "{history}");
+        // What the history does not take is there for the rest.
+        assert!(share.budget().hold(30 << 10).is_some());
+    }
+
+    #[test]
+    fn nothing_is_kept_of_logs_nobody_asked_for() {
+        let share = SignalShare::unlimited();
+        let signals = ProcessSignals::new(SignalLimits::default(), None, share.clone());
+        collect(&signals, &scoped_messages(10));
+        assert!(signals.logs_since(i64::MIN).is_empty());
+        assert_eq!(share.budget().held(), 0);
+    }
+
+    #[test]
+    fn logs_are_kept_by_the_time_they_arrived_not_the_targets_stamp() {
+        let limits = SignalLimits {
+            log_retention: Duration::from_millis(200),
+            ..SignalLimits::default()
+        };
+        let signals = ProcessSignals::new(limits, trace_logs(), SignalShare::unlimited());
+        // Stamped by the target in 2026-01-02, whatever the time now.
+        collect(&signals, &scoped_messages(3));
+        assert_eq!(signals.logs_since(i64::MIN).len(), 3);
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(signals.logs_since(i64::MIN).is_empty());
     }
 }

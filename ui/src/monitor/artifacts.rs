@@ -362,17 +362,29 @@ async fn logs_custom(
 }
 
 /// Live metrics of `selection` for `durationSeconds`, streamed as dotnet-monitor's JSON
-/// sequence (or egressed).
+/// sequence (or egressed); the values waiting for the reader are charged to the process's share
+/// of the signal budget.
 async fn collect_live_metrics(
     state: ApiState,
     params: MonitorParams,
     selection: collector::counters::CounterSelection,
 ) -> Result<Response, ApiError> {
+    let duration = trace_duration(&params)?;
+    let target = state
+        .monitor
+        .directory
+        .resolve(&params.process_key()?)
+        .await?;
+    let share = match state.processes.signals_of(&target.uid) {
+        Some(signals) => signals.share().clone(),
+        None => state.monitor.signals.clone(),
+    };
     let request = LiveMetricsRequest {
         selection,
-        duration: trace_duration(&params)?,
+        duration,
+        share,
     };
-    collect(state, params, Artifact::LiveMetrics(request)).await
+    collect_from(state, params, target, Artifact::LiveMetrics(request)).await
 }
 
 /// `GET /livemetrics`: the agent's `Metrics` section (its default providers and meters).

@@ -106,6 +106,9 @@ pub struct MonitorState {
     pub api_url: Option<String>,
     /// Limits of the parser that watches a trace's stream.
     pub parser: collector::nettrace::ParserOptions,
+    /// What requests about processes the agent does not profile charge what they queue to (a
+    /// share of the agent's signal budget); an attached process's requests charge its own.
+    pub signals: collector::signals::SignalShare,
 }
 
 impl Default for MonitorState {
@@ -120,6 +123,7 @@ impl Default for MonitorState {
                 .selection(collector::counters::DEFAULT_INTERVAL_SECONDS),
             api_url: None,
             parser: collector::nettrace::ParserOptions::default(),
+            signals: collector::signals::SignalShare::unlimited(),
         }
     }
 }

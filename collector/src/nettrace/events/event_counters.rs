@@ -152,9 +152,11 @@ fn take_payload(fields: Vec<NamedValue<'_>>) -> Option<Vec<NamedValue<'_>>> {
     }
 }
 
-/// The text of a value; empty when it is not text.
+/// The text of a value, cut as log text is ([`super::MAX_TEXT_BYTES`]); empty when it is not
+/// text.
 fn into_text(value: Value<'_>) -> String {
     match value {
+        Value::String(s) if s.len() > super::MAX_TEXT_BYTES => super::bounded(&s),
         Value::String(s) => s,
         _ => String::new(),
     }

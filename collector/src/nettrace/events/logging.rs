@@ -13,16 +13,16 @@
 //! (empty strings without a W3C `Activity`); .NET 8 sends none. Events 2–4 (Message, ActivityStart,
 //! ActivityStop: struct and array fields) are not read: clrscope enables the JSON keyword only.
 
+use super::{bounded, head, MAX_ARGUMENTS, MAX_TEXT_BYTES};
 use crate::activity::{SpanId, TraceId};
 use crate::nettrace::payload::{find, NamedValue, Value};
 
 /// Provider name of `LoggingEventSource`.
 pub const LOGGING_PROVIDER: &str = "Microsoft-Extensions-Logging";
 
-/// Longest message, category, argument key or value kept, in bytes: a log line is not a blob.
-pub const MAX_TEXT_BYTES: usize = 16 * 1024;
-/// Most arguments (or scope values) kept of one event.
-pub const MAX_ARGUMENTS: usize = 64;
+/// Most bytes the arguments (or scope values) of one event keep together, keys and values: the
+/// values past it are cut, the arguments after them left out.
+pub const MAX_ARGUMENTS_BYTES: usize = 4 * MAX_TEXT_BYTES;
 
 /// `Microsoft.Extensions.Logging.LogLevel`, as the events carry it (0 = Trace … 5 = Critical).
 #[derive(
@@ -161,37 +161,32 @@ impl LoggingEventKind {
     }
 }
 
-/// Cuts `text` to at most [`MAX_TEXT_BYTES`] on a character boundary.
-fn bounded(text: &str) -> String {
-    if text.len() <= MAX_TEXT_BYTES {
-        return text.to_owned();
-    }
-    let mut end = MAX_TEXT_BYTES;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
-}
-
 /// A flat JSON object's members as strings (numbers and booleans as written), at most
-/// [`MAX_ARGUMENTS`]; anything else (not JSON, not an object) gives none.
+/// [`MAX_ARGUMENTS`] of at most [`MAX_ARGUMENTS_BYTES`] together; anything else (not JSON, not an
+/// object) gives none.
 fn json_pairs(text: &str) -> Vec<(String, String)> {
     let Ok(serde_json::Value::Object(members)) = serde_json::from_str::<serde_json::Value>(text)
     else {
         return Vec::new();
     };
-    members
-        .into_iter()
-        .take(MAX_ARGUMENTS)
-        .map(|(k, v)| {
-            let value = match v {
-                serde_json::Value::String(s) => s,
-                serde_json::Value::Null => String::new(),
-                other => other.to_string(),
-            };
-            (bounded(&k), bounded(&value))
-        })
-        .collect()
+    let mut left = MAX_ARGUMENTS_BYTES;
+    let mut pairs = Vec::new();
+    for (key, value) in members.into_iter().take(MAX_ARGUMENTS) {
+        let key = head(&key, MAX_TEXT_BYTES.min(left)).to_owned();
+        left -= key.len();
+        let value = match value {
+            serde_json::Value::String(s) => s,
+            serde_json::Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        let value = head(&value, MAX_TEXT_BYTES.min(left)).to_owned();
+        left -= value.len();
+        pairs.push((key, value));
+        if left == 0 {
+            break;
+        }
+    }
+    pairs
 }
 
 fn logged_exception(text: &str) -> Option<LoggedException> {

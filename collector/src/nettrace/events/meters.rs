@@ -6,7 +6,8 @@
 //! (`"k=v,k2=v2"`). Fields added by later versions (`value` on counters, `count`/`sum` on
 //! histograms) are `None` when absent.
 
-use crate::nettrace::payload::{find, find_number, find_text, NamedValue, Value};
+use super::bounded;
+use crate::nettrace::payload::{find, find_number, NamedValue, Value};
 
 /// MetricsEventSource events, by event name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,12 +110,13 @@ pub struct MetricPublished {
 }
 
 impl MetricPublished {
-    /// The tags split into `(key, value)` pairs.
+    /// The tags split into `(key, value)` pairs, at most [`super::MAX_ARGUMENTS`].
     pub fn tag_pairs(&self) -> impl Iterator<Item = (&str, &str)> {
         self.tags
             .split(',')
             .filter(|t| !t.is_empty())
             .map(|t| t.split_once('=').unwrap_or((t, "")))
+            .take(super::MAX_ARGUMENTS)
     }
 }
 
@@ -192,6 +194,15 @@ pub struct InstrumentEvent {
     pub description: String,
 }
 
+/// The text of field `name` (empty when absent), cut as log text is: names, units and tags are
+/// queued for readers ([`super::MAX_TEXT_BYTES`]).
+fn text(fields: &[NamedValue<'_>], name: &str) -> String {
+    find(fields, name)
+        .and_then(Value::as_str)
+        .map(bounded)
+        .unwrap_or_default()
+}
+
 fn parse_quantiles(s: &str) -> Vec<Quantile> {
     s.split(';')
         .filter_map(|q| {
@@ -208,25 +219,25 @@ impl MetricsEvent {
     pub(crate) fn decode(kind: MetricsEventKind, f: &[NamedValue<'_>]) -> Self {
         let published = |value| {
             MetricsEvent::Published(MetricPublished {
-                session_id: find_text(f, "sessionId"),
-                meter_name: find_text(f, "meterName"),
-                meter_version: find_text(f, "meterVersion"),
-                instrument_name: find_text(f, "instrumentName"),
-                unit: find_text(f, "unit"),
-                tags: find_text(f, "tags"),
+                session_id: text(f, "sessionId"),
+                meter_name: text(f, "meterName"),
+                meter_version: text(f, "meterVersion"),
+                instrument_name: text(f, "instrumentName"),
+                unit: text(f, "unit"),
+                tags: text(f, "tags"),
                 value,
             })
         };
         let instrument = |kind| {
             MetricsEvent::Instrument(InstrumentEvent {
                 kind,
-                session_id: find_text(f, "sessionId"),
-                meter_name: find_text(f, "meterName"),
-                meter_version: find_text(f, "meterVersion"),
-                instrument_name: find_text(f, "instrumentName"),
-                instrument_type: find_text(f, "instrumentType"),
-                unit: find_text(f, "unit"),
-                description: find_text(f, "description"),
+                session_id: text(f, "sessionId"),
+                meter_name: text(f, "meterName"),
+                meter_version: text(f, "meterVersion"),
+                instrument_name: text(f, "instrumentName"),
+                instrument_type: text(f, "instrumentType"),
+                unit: text(f, "unit"),
+                description: text(f, "description"),
             })
         };
         match kind {
@@ -242,7 +253,7 @@ impl MetricsEvent {
                 last_value: find_number(f, "lastValue"),
             }),
             MetricsEventKind::Histogram => published(MetricValue::Histogram {
-                quantiles: parse_quantiles(&find_text(f, "quantiles")),
+                quantiles: parse_quantiles(&text(f, "quantiles")),
                 count: find(f, "count").and_then(Value::as_i64),
                 sum: find_number(f, "sum"),
             }),
@@ -255,19 +266,19 @@ impl MetricsEvent {
             MetricsEventKind::InstrumentPublished => instrument(InstrumentEventKind::Published),
             MetricsEventKind::Error | MetricsEventKind::ObservableInstrumentCallbackError => {
                 MetricsEvent::Error {
-                    session_id: find_text(f, "sessionId"),
-                    message: find_text(f, "errorMessage"),
+                    session_id: text(f, "sessionId"),
+                    message: text(f, "errorMessage"),
                 }
             }
             MetricsEventKind::MultipleSessionsNotSupportedError => MetricsEvent::Error {
-                session_id: find_text(f, "runningSessionId"),
+                session_id: text(f, "runningSessionId"),
                 message: String::new(),
             },
             MetricsEventKind::TimeSeriesLimitReached => MetricsEvent::TimeSeriesLimitReached {
-                session_id: find_text(f, "sessionId"),
+                session_id: text(f, "sessionId"),
             },
             MetricsEventKind::HistogramLimitReached => MetricsEvent::HistogramLimitReached {
-                session_id: find_text(f, "sessionId"),
+                session_id: text(f, "sessionId"),
             },
         }
     }

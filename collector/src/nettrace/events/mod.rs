@@ -34,6 +34,28 @@ use super::cursor::{Cursor, ReadFault};
 use super::error::NettraceError;
 use super::event::Event;
 
+/// Longest text kept of one field of an event the agent keeps or queues (a log message and its
+/// arguments, an exception's type and message, a counter's or meter's names, unit and tags), in
+/// bytes: a field is not a blob.
+pub const MAX_TEXT_BYTES: usize = 16 * 1024;
+
+/// Most arguments, scope values or tags kept of one event.
+pub const MAX_ARGUMENTS: usize = 64;
+
+/// The longest start of `text` of at most `max` bytes that ends on a character boundary.
+pub(crate) fn head(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// `text` cut to at most [`MAX_TEXT_BYTES`], as kept.
+pub(crate) fn bounded(text: &str) -> String {
+    head(text, MAX_TEXT_BYTES).to_owned()
+}
+
 /// Provider of the runtime's native events.
 pub const RUNTIME_PROVIDER: &str = "Microsoft-Windows-DotNETRuntime";
 /// Provider of the runtime's rundown events (method/module enumeration at session end).

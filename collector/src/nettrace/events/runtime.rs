@@ -314,10 +314,11 @@ pub struct ExceptionThrown {
 }
 
 impl ExceptionThrown {
+    /// Type name and message are cut as log text is ([`super::MAX_TEXT_BYTES`]).
     pub(crate) fn decode(mut r: PayloadReader<'_>) -> Result<Self, NettraceError> {
         Ok(ExceptionThrown {
-            exception_type: r.string()?,
-            message: r.string()?,
+            exception_type: super::bounded(&r.string()?),
+            message: super::bounded(&r.string()?),
             eip: r.pointer()?,
             hresult: r.u32()?,
             flags: r.u16()?,

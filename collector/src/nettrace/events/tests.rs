@@ -483,3 +483,85 @@ fn logging_events_from_the_golden_layout() {
     );
     assert_eq!(none.unwrap(), None);
 }
+
+/// Issue 44: what a target sends is cut before anything keeps or queues it: an exception's type
+/// and message and a meter's texts as log text is, a meter's tags and a scope's values to the
+/// arguments one event keeps.
+#[test]
+fn texts_a_target_sends_are_cut_as_log_text_is() {
+    let long = "\u{20ac}".repeat(100_000);
+    let cut = |text: &str| text.len() <= MAX_TEXT_BYTES && long.starts_with(text);
+    let mut p = utf16z(&long);
+    p.extend(utf16z(&long));
+    p.extend(0x7f00_1234u64.to_le_bytes());
+    p.extend([0; 8]);
+    let Some(KnownEvent::ExceptionThrown(x)) = runtime(80, 1, p).unwrap() else {
+        panic!()
+    };
+    assert!(
+        cut(&x.exception_type) && cut(&x.message),
+        "{}",
+        x.message.len()
+    );
+    assert!(x.message.len() > MAX_TEXT_BYTES - 3);
+
+    let names = [
+        "sessionId",
+        "meterName",
+        "meterVersion",
+        "instrumentName",
+        "unit",
+        "tags",
+        "rate",
+    ];
+    let fields: Vec<(i32, &str)> = names.iter().map(|n| (18, *n)).collect();
+    let tags = vec!["k=v"; 10_000].join(",");
+    let payload = ["SHARED", "M", &long, &long, &long, &tags, "1"]
+        .iter()
+        .flat_map(|v| utf16z(v))
+        .collect();
+    let metric = decode_with(
+        8,
+        METRICS_PROVIDER,
+        4,
+        "CounterRateValuePublished",
+        0,
+        Some(scalar_fields(&fields)),
+        payload,
+    );
+    let Some(KnownEvent::Metrics(MetricsEvent::Published(m))) = metric.unwrap() else {
+        panic!()
+    };
+    assert!(cut(&m.meter_version) && cut(&m.instrument_name) && cut(&m.unit));
+    assert!(m.tags.len() <= MAX_TEXT_BYTES);
+    assert_eq!(m.tag_pairs().count(), MAX_ARGUMENTS);
+
+    let values: serde_json::Map<String, serde_json::Value> = (0..30)
+        .map(|i| (format!("v{i}"), "x".repeat(16_000).into()))
+        .collect();
+    let mut p = 1i32.to_le_bytes().to_vec();
+    p.extend(1i32.to_le_bytes());
+    p.extend(utf16z("Scopes"));
+    p.extend(utf16z(&serde_json::Value::Object(values).to_string()));
+    let list = [
+        (9, "ID"),
+        (9, "FactoryID"),
+        (18, "LoggerName"),
+        (18, "ArgumentsJson"),
+    ];
+    let scope = decode_with(
+        8,
+        LOGGING_PROVIDER,
+        6,
+        "ActivityJsonStart",
+        0,
+        Some(scalar_fields(&list)),
+        p,
+    );
+    let Some(KnownEvent::Logging(LoggingEvent::ScopeStart { values, .. })) = scope.unwrap() else {
+        panic!()
+    };
+    let total: usize = values.iter().map(|(k, v)| k.len() + v.len()).sum();
+    assert_eq!(total, logging::MAX_ARGUMENTS_BYTES);
+    assert_eq!(values[0].1.len(), 16_000);
+}
