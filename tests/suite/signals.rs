@@ -1,7 +1,7 @@
-//! Logs and exceptions out of process on a real .NET 8 runtime: the `Logs` target logs through a
-//! `Microsoft-Extensions-Logging` EventSource with the real provider's .NET 8 layout, inside spans,
-//! and throws nested exceptions from known methods; the agent serves them on `/logs` and
-//! `/exceptions`. Everything is judged against what the target prints it did.
+//! Logs and exceptions out of process: the `Logs` target logs through the real
+//! Microsoft.Extensions.Logging and its EventSource provider (the package of the runtime it runs
+//! on), inside spans, and throws nested exceptions from known methods; the agent serves them on
+//! `/logs` and `/exceptions`. Everything is judged against what the target prints it did.
 
 use crate::support;
 
@@ -510,43 +510,139 @@ fn logs_and_exceptions_out_of_process() {
     );
 }
 
-/// Keeps the metadata of every `Microsoft-Extensions-Logging` event seen: name → fields.
+/// The sequence whose messages the layout golden keeps as examples: an Error (8 of the cycle of
+/// ten) of `Logs.Orders`, customer `c1`, amount `8.5` (every 700th message: once a second at 700/s;
+/// not the 8th, whose number would be mistaken for other digits).
+fn example_sequence(seq: u64) -> bool {
+    seq % 700 == 8 && seq > 8
+}
+
+/// A field type as the golden files name it.
+fn type_name(ty: &collector::nettrace::FieldType) -> String {
+    use collector::nettrace::FieldType;
+    match ty {
+        FieldType::Struct(fields) => {
+            let inner: Vec<String> = fields
+                .iter()
+                .map(|f| format!("{}: {}", f.name, type_name(&f.ty)))
+                .collect();
+            format!("Struct {{{}}}", inner.join(", "))
+        }
+        FieldType::Array(element) => format!("Array<{}>", type_name(element)),
+        other => format!("{other:?}"),
+    }
+}
+
+/// A decoded value as the golden files keep it, its run-dependent parts replaced: W3C ids by
+/// their shape, the example's sequence by `{seq}`, a scope's span number by `{span}`.
+fn golden_value(field: &str, value: &collector::nettrace::Value<'_>, seq: &str) -> Value {
+    use collector::nettrace::Value as V;
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    match value {
+        V::String(s) if field == "ActivityTraceId" && hex(s, 32) => "<32 hex>".into(),
+        V::String(s) if field == "ActivitySpanId" && hex(s, 16) => "<16 hex>".into(),
+        V::String(s) if !seq.is_empty() => s.replace(seq, "{seq}").into(),
+        V::String(s) => match serde_json::from_str::<Value>(s) {
+            // A scope's ArgumentsJson: its span number varies.
+            Ok(Value::Object(mut o)) if o.contains_key("Batch") => {
+                o.insert("Batch".into(), "{span}".into());
+                Value::Object(o).to_string().into()
+            }
+            _ => s.clone().into(),
+        },
+        V::I32(_) if field == "ID" => "{scope id}".into(),
+        V::I32(n) => (*n).into(),
+        V::Struct(fields) => fields
+            .iter()
+            .map(|f| (f.name.to_string(), golden_value(f.name, &f.value, seq)))
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
+        V::Array(items) => items
+            .iter()
+            .map(|v| golden_value("", v, seq))
+            .collect::<Vec<_>>()
+            .into(),
+        other => format!("{other:?}").into(),
+    }
+}
+
+/// Keeps, per `Microsoft-Extensions-Logging` event name, its metadata and one example: for
+/// messages, the example sequence's; for scopes, the first.
 #[derive(Default)]
-struct LoggingLayout(std::collections::BTreeMap<String, Vec<(String, String)>>);
+struct LoggingLayout(std::collections::BTreeMap<String, Value>);
 
 impl collector::session::EventObserver for LoggingLayout {
     fn on_event(&mut self, event: &collector::nettrace::Event<'_>) {
         let m = event.metadata;
-        if m.provider_name == "Microsoft-Extensions-Logging" {
-            let fields = m
+        if m.provider_name != "Microsoft-Extensions-Logging" || self.0.contains_key(&m.event_name) {
+            return;
+        }
+        let fields = event.decode().expect("the real provider's events decode");
+        let text = |name: &str| {
+            fields
+                .iter()
+                .find(|f| f.name == name)
+                .and_then(|f| f.value.as_str())
+                .map(str::to_string)
+        };
+        // A message's sequence: its OrderId argument (in ArgumentsJson, or Message's Arguments).
+        let order_id = text("ArgumentsJson")
+            .and_then(|json| serde_json::from_str::<Value>(&json).ok())
+            .and_then(|v| v["OrderId"].as_str().map(str::to_string))
+            .or_else(|| {
+                let arguments = fields.iter().find(|f| f.name == "Arguments")?;
+                let collector::nettrace::Value::Array(pairs) = &arguments.value else {
+                    return None;
+                };
+                pairs.iter().find_map(|pair| {
+                    (pair.field("Key")?.as_str()? == "OrderId")
+                        .then(|| pair.field("Value")?.as_str().map(str::to_string))?
+                })
+            })
+            .or_else(|| {
+                let text = text("FormattedMessage")?;
+                let rest = text.strip_prefix("Order ")?;
+                Some(rest.split(' ').next()?.to_string())
+            });
+        let is_message = fields.iter().any(|f| f.name == "Level");
+        let seq = match order_id {
+            Some(id) if id.parse().is_ok_and(example_sequence) => id,
+            _ if is_message => return,
+            _ => String::new(),
+        };
+        let example: serde_json::Map<String, Value> = fields
+            .iter()
+            .map(|f| (f.name.to_string(), golden_value(f.name, &f.value, &seq)))
+            .collect();
+        let layout = serde_json::json!({
+            "version": m.version,
+            "keywords": format!("{:#x}", m.keywords),
+            "level": m.level,
+            "opcode": m.opcode,
+            "fields": m
                 .fields
                 .iter()
-                .map(|f| (f.name.clone(), format!("{:?}", f.ty)))
-                .collect();
-            self.0.insert(m.event_name.clone(), fields);
-        }
+                .map(|f| format!("{}: {}", f.name, type_name(&f.ty)))
+                .collect::<Vec<_>>(),
+            "example": example,
+        });
+        self.0.insert(m.event_name.clone(), layout);
     }
 }
 
-/// The target's stand-in writes the layout of the real provider (`tests/golden/logging/
-/// layout.json`, which the decoder's unit test reads too): same event names, field names and
-/// types in the same order, as the runtime's EventPipe metadata describes them (the ids on the
-/// wire are TraceLogging's, assigned in order of first write: see the golden file's note).
+/// The real provider's events on this runtime, as the EventPipe metadata describes them and with
+/// an example of each, against `tests/golden/logging/layout-net<major>.json` (`CLRSCOPE_BLESS=1`
+/// records it anew; the decoder's unit test reads every runtime's): the `Logs` target logs through
+/// Microsoft.Extensions.Logging's EventSource provider with every keyword on (the ids on the wire
+/// are TraceLogging's, assigned in order of first write, so events are named, not numbered).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_target_writes_the_real_providers_layout() {
+async fn the_real_providers_layout_matches_its_golden_file() {
     use collector::ipc::{CollectTracing, ProviderConfig};
-    let golden: Value = serde_json::from_str(
-        &std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/golden/logging/layout.json"
-        ))
-        .unwrap(),
-    )
-    .unwrap();
+    let major = support::runtime_major();
     let target = Target::builder("Logs")
         .args([
             "--messages-per-second",
-            "200",
+            "700",
             "--span-size",
             "4",
             "--exceptions-per-second",
@@ -554,26 +650,28 @@ async fn the_target_writes_the_real_providers_layout() {
             "--no-span-lines",
         ])
         .start();
-    assert_eq!(
-        target.ready_fact("/provider/guid").unwrap(),
-        &golden["guid"]
-    );
     let client = collector::client::DiagnosticsClient::for_pid(target.pid()).unwrap();
-    // FormattedMessage (0x4) and the JSON events (0x8), every level.
+    // Message (0x2), FormattedMessage (0x4) and the JSON events (0x8), every level.
     let config = CollectTracing::v2(vec![ProviderConfig::new(
         "Microsoft-Extensions-Logging",
-        0xC,
+        0xE,
         5,
     )
     .with_arguments("FilterSpecs=\"Logs*:Trace\"")])
     .with_rundown(false);
     let mut sink =
         collector::session::ParsingWriter::new(tokio::io::sink(), LoggingLayout::default());
+    let wanted = [
+        "ActivityJsonStart",
+        "ActivityJsonStop",
+        "FormattedMessage",
+        "MessageJson",
+    ];
     collector::session::run(
         &client,
         config,
         &mut sink,
-        tokio::time::sleep(Duration::from_secs(3)),
+        tokio::time::sleep(Duration::from_secs(4)),
         Duration::from_secs(120),
         |_| {},
     )
@@ -581,15 +679,21 @@ async fn the_target_writes_the_real_providers_layout() {
     .expect("the session runs");
     assert!(sink.error().is_none(), "{:?}", sink.error());
     let (_, LoggingLayout(seen)) = sink.into_parts();
-    for event in golden["events"].as_array().unwrap() {
-        let name = event["name"].as_str().unwrap();
-        let fields: Vec<(String, String)> =
-            serde_json::from_value(event["fields"].clone()).unwrap();
-        let written = seen
-            .get(name)
-            .unwrap_or_else(|| panic!("{name} never written: {seen:?}"));
-        assert_eq!(written, &fields, "{name}");
+    for name in wanted {
+        assert!(seen.contains_key(name), "{name} never written: {seen:?}");
     }
+    let golden = serde_json::json!({
+        "recorded_from": format!(
+            "tests/targets/Logs on .NET {major}: Microsoft.Extensions.Logging.EventSource {}",
+            target.ready_fact("/provider/version").unwrap().as_str().unwrap()
+        ),
+        "provider": "Microsoft-Extensions-Logging",
+        "guid": target.ready_fact("/provider/guid").unwrap(),
+        "events": seen,
+    });
+    let mut text = serde_json::to_string_pretty(&golden).unwrap();
+    text.push('\n');
+    support::golden::check_golden(format!("logging/layout-net{major}.json"), text.as_bytes());
 }
 
 /// `yyyyMMdd_HHmmss_fff` (a file name's time stamp, UTC) as Unix milliseconds.

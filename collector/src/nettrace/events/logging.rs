@@ -9,9 +9,12 @@
 //! | 6 | ActivityJsonStart | ID, FactoryID, LoggerName, ArgumentsJson (a `BeginScope`) |
 //! | 7 | ActivityJsonStop | ID, FactoryID, LoggerName |
 //!
-//! .NET 9 appends `ActivityTraceId`, `ActivitySpanId` and `ActivityTraceFlags` to events 1, 2 and 5
-//! (empty strings without a W3C `Activity`); .NET 8 sends none. Events 2–4 (Message, ActivityStart,
-//! ActivityStop: struct and array fields) are not read: clrscope enables the JSON keyword only.
+//! The Microsoft.Extensions.Logging.EventSource package of .NET 9 and later (the assembly the app
+//! loads decides, not the runtime) appends `ActivityTraceId`, `ActivitySpanId` and
+//! `ActivityTraceFlags` to events 1, 2 and 5 (empty strings without a W3C `Activity`); 8.x sends
+//! none. Events 2–4 (Message, ActivityStart, ActivityStop: struct and array fields) are not read:
+//! clrscope enables the JSON keyword only. `tests/golden/logging/layout-net<major>.json` holds what
+//! each runtime of the matrix writes, recorded from the real provider.
 
 use crate::activity::{SpanId, TraceId};
 use crate::nettrace::payload::{find, NamedValue, Value};
@@ -173,25 +176,44 @@ fn bounded(text: &str) -> String {
     text[..end].to_owned()
 }
 
-/// A flat JSON object's members as strings (numbers and booleans as written), at most
-/// [`MAX_ARGUMENTS`]; anything else (not JSON, not an object) gives none.
+/// A flat JSON object's members as strings (numbers and booleans as written), in the object's
+/// order, at most [`MAX_ARGUMENTS`]; anything else (not JSON, not an object) gives none.
 fn json_pairs(text: &str) -> Vec<(String, String)> {
-    let Ok(serde_json::Value::Object(members)) = serde_json::from_str::<serde_json::Value>(text)
-    else {
-        return Vec::new();
-    };
-    members
-        .into_iter()
-        .take(MAX_ARGUMENTS)
-        .map(|(k, v)| {
-            let value = match v {
-                serde_json::Value::String(s) => s,
-                serde_json::Value::Null => String::new(),
-                other => other.to_string(),
-            };
-            (bounded(&k), bounded(&value))
-        })
-        .collect()
+    /// The members in order (a `serde_json::Map` would sort them by key).
+    struct Ordered(Vec<(String, String)>);
+    impl<'de> serde::Deserialize<'de> for Ordered {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Members;
+            impl<'de> serde::de::Visitor<'de> for Members {
+                type Value = Ordered;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Ordered, A::Error> {
+                    let mut pairs = Vec::new();
+                    while let Some((k, v)) = map.next_entry::<String, serde_json::Value>()? {
+                        if pairs.len() == MAX_ARGUMENTS {
+                            continue;
+                        }
+                        let value = match v {
+                            serde_json::Value::String(s) => s,
+                            serde_json::Value::Null => String::new(),
+                            other => other.to_string(),
+                        };
+                        pairs.push((bounded(&k), bounded(&value)));
+                    }
+                    Ok(Ordered(pairs))
+                }
+            }
+            d.deserialize_map(Members)
+        }
+    }
+    serde_json::from_str::<Ordered>(text)
+        .map(|o| o.0)
+        .unwrap_or_default()
 }
 
 fn logged_exception(text: &str) -> Option<LoggedException> {
