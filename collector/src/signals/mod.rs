@@ -1,10 +1,12 @@
-//! Logs and exceptions as first-class signals of an attached process: decoded once from its light
-//! session (`Microsoft-Extensions-Logging` messages, the runtime's `ExceptionThrown_V1`), kept in a
-//! bounded history per process and fanned out live, for the three consumers: the API (`/logs`,
+//! Logs and exceptions as first-class signals of an attached process: decoded once from its
+//! sessions (`Microsoft-Extensions-Logging` messages from its logs session, which asks for what
+//! every consumer asks: [`demand`]; the runtime's `ExceptionThrown_V1` from its light session), kept
+//! in a bounded history per process and fanned out live, for the three consumers: the API (`/logs`,
 //! `/exceptions`), the collection rules (`CollectLogs` with the seconds before a trigger, exception
 //! counts) and OTLP export. Finished spans (with trace linkage, when an exporter sends traces) are
 //! fanned out live too, on a feed of their own, for OTLP export only; they are not kept.
 
+pub mod demand;
 pub mod exceptions;
 pub mod logs;
 pub mod spans;
@@ -18,10 +20,11 @@ use tokio::sync::broadcast;
 use crate::activity::Span;
 use crate::nettrace::events::{ExceptionThrown, LoggingEvent};
 use crate::nettrace::Event;
+pub use demand::{DemandGuard, LogsDemand};
 pub use exceptions::{
     ExceptionFilter, ExceptionFormat, ExceptionFrame, ExceptionRecord, ExceptionsFilters,
 };
-pub use logs::{LogFormat, LogRecord, LogsSettings, ScopeTracker};
+pub use logs::{IdsFrom, LogFormat, LogRecord, LogsSettings, ScopeTracker};
 pub use spans::{SpanError, SpanKind, SpanRecord, SpanStatus};
 
 /// How much of each signal a process keeps.
@@ -69,9 +72,9 @@ struct History {
 /// Threads remembered for inner-exception linkage.
 const MAX_THREADS: usize = 4096;
 
-/// Where a session of a request's own ([`write_session_logs`]) finds the spans its messages were
-/// logged in: the process's span tracker, which lives with its profiler and learns spans from
-/// the always-on session, whose stream may run behind the request's.
+/// Where the process's logs session ([`LogsFeed`]) finds the spans its messages were logged in:
+/// the process's span tracker, which lives with its profiler and learns spans from another
+/// session, whose stream may run behind the logs session's.
 pub trait SpanSource: Send + Sync {
     /// Whether the tracking session has delivered its events up to `unix_nanos` (or has been
     /// quiet long enough that nothing is pending): spans begun by then are known.
@@ -100,8 +103,8 @@ pub struct ProcessSignals {
     /// of a slow reader's reach, and each loss is counted for its signal.
     live_spans: LiveFeed<Arc<SpanRecord>>,
     limits: SignalLimits,
-    /// What the process's session collects (`None`: no logs, only exceptions).
-    logs: Option<Arc<LogsSettings>>,
+    /// What the always-on collection keeps and exports, and what every consumer asks.
+    demand: Arc<LogsDemand>,
     /// Set once the process's profiler (and its span tracker, with linkage on) exists.
     spans: Arc<OnceLock<SpanLookup>>,
     /// Whether finished spans are read from the session's span stops, for export.
@@ -122,7 +125,7 @@ impl ProcessSignals {
             live: LiveFeed::default(),
             live_spans: LiveFeed::default(),
             limits,
-            logs: logs.map(Arc::new),
+            demand: LogsDemand::new(logs),
             spans: Arc::default(),
             export_spans: false,
         }
@@ -160,18 +163,29 @@ impl ProcessSignals {
         self.history.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The logs the process's session collects, if any.
+    /// The logs the always-on collection keeps and exports, if any.
     pub fn collected_logs(&self) -> Option<&LogsSettings> {
-        self.logs.as_deref()
+        self.demand.base()
+    }
+
+    /// Every consumer's demand for the process's logs, which its logs session serves.
+    pub fn logs_demand(&self) -> &Arc<LogsDemand> {
+        &self.demand
     }
 
     pub fn limits(&self) -> SignalLimits {
         self.limits
     }
 
+    /// A record of the logs session: kept when the always-on collection selects it, and handed
+    /// to the live readers, each of which picks its own.
     pub fn push_log(&self, record: LogRecord) {
         let record = Arc::new(record);
-        {
+        let kept = self.limits.max_logs > 0
+            && self
+                .collected_logs()
+                .is_some_and(|c| c.accepts(&record.message.category, record.message.level));
+        if kept {
             let mut h = self.lock();
             h.logs_total += 1;
             let horizon = record.unix_nanos
@@ -183,9 +197,7 @@ impl ProcessSignals {
             {
                 h.logs.pop_front();
             }
-            if self.limits.max_logs > 0 {
-                h.logs.push_back(record.clone());
-            }
+            h.logs.push_back(record.clone());
         }
         self.live.send(Signal::Log(record));
     }
@@ -331,8 +343,6 @@ pub struct LogsRequest {
     pub duration: Option<Duration>,
     /// How far back the kept records are included (`CollectLogs`' pre-trigger; zero for `/logs`).
     pub before: Duration,
-    /// The limits of the parser of a session of the request's own.
-    pub parser: crate::nettrace::ParserOptions,
 }
 
 /// Renders `record` into `text` (cleared first) when the live feed brings it anew: not already
@@ -442,194 +452,136 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
     Ok(written)
 }
 
-/// How long a request's own session may take to end after it is stopped.
-const OWN_SESSION_STOP_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a message of a request's own session waits for the span tracking to catch up.
+/// How long a message of the logs session waits for the span tracking to catch up.
 const MAX_SPAN_WAIT: Duration = Duration::from_secs(3);
 /// Messages waiting for their span at most; past it the oldest is written without waiting.
 const MAX_WAITING: usize = 16_384;
+/// How long a request waits for the logs session to ask for what it needs.
+const DEMAND_APPLY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A request's own session's messages, decoded and waiting for their spans.
-struct OwnSession {
-    collector: SignalCollector,
-    spans: Option<SpanLookup>,
-    /// Oldest first: the record, the activity outside its scopes, its thread and raw timestamp,
-    /// and when it arrived.
-    waiting: VecDeque<(
-        LogRecord,
-        crate::nettrace::Guid,
-        u64,
-        i64,
-        std::time::Instant,
-    )>,
+/// A message of the logs session waiting for the span tracking.
+struct Waiting {
+    record: LogRecord,
+    /// The activity outside its scopes, its thread and raw timestamp.
+    outside: crate::nettrace::Guid,
+    thread: u64,
+    at: i64,
+    arrived: std::time::Instant,
 }
 
-impl OwnSession {
-    /// Writes out the waiting records whose spans are known by now (or that waited long
-    /// enough), in order; with `all`, every one.
-    fn release(&mut self, all: bool) {
-        while let Some((record, ..)) = self.waiting.front() {
-            let ready = all
-                || self.waiting.len() > MAX_WAITING
-                || self
-                    .waiting
-                    .front()
-                    .is_some_and(|w| w.4.elapsed() >= MAX_SPAN_WAIT)
-                || self
-                    .spans
-                    .as_ref()
-                    .is_none_or(|s| s.0.caught_up(record.unix_nanos));
-            if !ready {
-                break;
-            }
-            let Some((mut record, outside, thread, at, _)) = self.waiting.pop_front() else {
-                break;
-            };
-            if record.span.is_none() {
-                record.span = self
-                    .spans
-                    .as_ref()
-                    .and_then(|s| s.0.span(outside, thread, at));
-            }
-            self.collector.signals.push_log(record);
-        }
+/// The process's logs session's messages: decoded, joined to their scopes, and, when the event
+/// carries no ids of its own, to the span trace linkage saw them in once its session (another
+/// stream, which may run behind) has caught up with them (at most [`MAX_SPAN_WAIT`] later);
+/// then handed to the process's signals, in order.
+#[derive(Debug)]
+pub struct LogsFeed(Mutex<FeedState>);
+
+struct FeedState {
+    collector: SignalCollector,
+    /// Oldest first.
+    waiting: VecDeque<Waiting>,
+}
+
+impl std::fmt::Debug for FeedState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FeedState")
+            .field("waiting", &self.waiting.len())
+            .finish()
     }
 }
 
-/// Feeds a request's own session's logging events to the [`OwnSession`] it shares.
-struct OwnSessionEvents(Arc<Mutex<OwnSession>>);
+impl LogsFeed {
+    pub fn new(signals: ProcessSignals) -> LogsFeed {
+        LogsFeed(Mutex::new(FeedState {
+            collector: SignalCollector::new(signals),
+            waiting: VecDeque::new(),
+        }))
+    }
 
-impl crate::session::EventObserver for OwnSessionEvents {
-    fn on_event(&mut self, event: &Event<'_>) {
+    fn lock(&self) -> MutexGuard<'_, FeedState> {
+        // Records move whole from the queue to the signals: a panic cannot leave one half-moved.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An event of the logs session.
+    pub fn on_event(&self, event: &Event<'_>) {
         let Ok(Some(crate::nettrace::events::KnownEvent::Logging(logging))) = event.known() else {
             return;
         };
-        let mut own = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((record, outside)) = own.collector.log_unjoined(event, logging) {
-            let (thread, at) = (event.header.thread_id, event.header.timestamp);
-            let now = std::time::Instant::now();
-            own.waiting.push_back((record, outside, thread, at, now));
+        let mut feed = self.lock();
+        if let Some((record, outside)) = feed.collector.log(event, logging) {
+            feed.waiting.push_back(Waiting {
+                record,
+                outside,
+                thread: event.header.thread_id,
+                at: event.header.timestamp,
+                arrived: std::time::Instant::now(),
+            });
         }
-        own.release(false);
+        feed.release(false);
+    }
+
+    /// Hands on the waiting records whose spans are known by now (or that waited long enough),
+    /// in order; with `all`, every one. Called as events come and on a timer, so that records
+    /// of a quiet session are released too.
+    pub fn release(&self, all: bool) {
+        self.lock().release(all);
     }
 }
 
-/// Writes the logs `request` selects from a session of its own with the process, as
-/// dotnet-monitor serves every `/logs`: for `request.duration` (or until `stop`), in its format,
-/// each message joined to its span through the process's [`SpanLookup`] once the span tracking
-/// has caught up with it (at most [`MAX_SPAN_WAIT`] later). Used when the agent's always-on
-/// session does not collect what the request asks ([`ProcessSignals::check_logs`]).
-///
-/// The logging EventSource's `FilterSpecs` are process-wide: while this session runs, the
-/// always-on session receives what this one asks too (and keeps only its own records), and after
-/// it the runtime leaves the EventSource with no `FilterSpecs` (every category at the level the
-/// remaining sessions ask), so an always-on session with `UseAppFilters` collects without the
-/// app's filters from then on.
-pub async fn write_session_logs<W: tokio::io::AsyncWrite + Unpin>(
-    client: &crate::client::DiagnosticsClient,
+impl FeedState {
+    fn release(&mut self, all: bool) {
+        let spans = self.collector.signals().span_lookup().cloned();
+        while let Some(first) = self.waiting.front() {
+            let ready = all
+                || first.record.span.is_some()
+                || self.waiting.len() > MAX_WAITING
+                || first.arrived.elapsed() >= MAX_SPAN_WAIT
+                || spans
+                    .as_ref()
+                    .is_none_or(|s| s.0.caught_up(first.record.unix_nanos));
+            if !ready {
+                break;
+            }
+            let Some(mut w) = self.waiting.pop_front() else {
+                break;
+            };
+            if w.record.span.is_none() {
+                w.record.span = spans
+                    .as_ref()
+                    .and_then(|s| s.0.span(w.outside, w.thread, w.at));
+                w.record.ids_from = w.record.span.as_ref().map(|_| IdsFrom::Linkage);
+            }
+            self.collector.signals.push_log(w.record);
+        }
+    }
+}
+
+/// Writes the logs `request` selects as [`write_logs`] does, having first made the process's logs
+/// session ask for them: its demand joins the union the session asks for ([`LogsDemand`]),
+/// which starts the session again if the union must widen; this waits until it has (at most
+/// [`DEMAND_APPLY_TIMEOUT`]), and the demand lasts until the request ends. Used when the always-on
+/// collection does not cover the request ([`ProcessSignals::check_logs`]); as dotnet-monitor's
+/// `/logs`, it serves the messages logged from then on.
+pub async fn write_demanded_logs<W: tokio::io::AsyncWrite + Unpin>(
     request: &LogsRequest,
     out: &mut W,
     stop: impl std::future::Future<Output = ()>,
-) -> Result<u64, crate::artifacts::ArtifactError> {
-    use crate::artifacts::ArtifactError;
-    use crate::session::{self, ParsingWriter};
-
-    // Records pass through a feed of their own: none is kept, none reaches other readers.
-    let own = ProcessSignals::new(
-        SignalLimits {
-            max_logs: 0,
-            ..request.signals.limits()
-        },
-        Some(request.settings.clone()),
-    );
-    let reader = LogsRequest {
-        signals: own.clone(),
-        before: Duration::ZERO,
-        duration: None,
-        ..request.clone()
-    };
-    let state = Arc::new(Mutex::new(OwnSession {
-        collector: SignalCollector::new(own),
-        spans: request.signals.span_lookup().cloned(),
-        waiting: VecDeque::new(),
-    }));
-    let (ended, session_ended) = tokio::sync::oneshot::channel::<()>();
-    // Polled first: it subscribes to the feed before the session can produce a record.
-    let writing = write_logs(&reader, out, async {
-        let _ = session_ended.await;
-    });
-    let config =
-        crate::ipc::CollectTracing::v2(vec![request.settings.provider()]).with_rundown(false);
-    let duration = request.duration;
-    let events = OwnSessionEvents(state.clone());
-    let session = async move {
-        let mut sink =
-            ParsingWriter::with_options(tokio::io::sink(), events, request.parser.clone());
-        let until = async {
-            let deadline = async {
-                match duration {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = deadline => {}
-                () = stop => {}
-            }
-        };
-        let ran = session::run(
-            client,
-            config,
-            &mut sink,
-            until,
-            OWN_SESSION_STOP_TIMEOUT,
-            |_| {},
-        )
-        .await;
-        if let Some(error) = sink.error() {
-            tracing::warn!(%error, "a logs session's stream stopped parsing");
-        }
-        ran
-    };
-    // Releases waiting records as the span tracking catches up, also while the session is
-    // quiet; once the session has ended, until none waits.
-    let session = async {
-        let ran = {
-            tokio::pin!(session);
-            let mut tick = tokio::time::interval(Duration::from_millis(100));
-            loop {
-                tokio::select! {
-                    ran = &mut session => break ran,
-                    _ = tick.tick() => {
-                        state.lock().unwrap_or_else(|p| p.into_inner()).release(false);
-                    }
-                }
-            }
-        };
-        loop {
-            let waiting = {
-                let mut own = state.lock().unwrap_or_else(|p| p.into_inner());
-                own.release(false);
-                own.waiting.front().map(|w| w.4)
-            };
-            match waiting {
-                None => break,
-                Some(since) if since.elapsed() >= MAX_SPAN_WAIT => {
-                    state
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .release(true);
-                }
-                Some(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-        // Every record of the session is on the feed now.
-        drop(ended);
-        ran
-    };
-    let (written, ran) = tokio::join!(writing, session);
-    ran.map_err(ArtifactError::Trace)?;
-    written.map_err(|source| ArtifactError::Write { bytes: 0, source })
+) -> Result<u64, std::io::Error> {
+    let demand = request.signals.logs_demand().add(request.settings.clone());
+    if tokio::time::timeout(DEMAND_APPLY_TIMEOUT, demand.applied())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "the logs session did not start with what a logs request asks within {}s; \
+             serving what it delivers",
+            DEMAND_APPLY_TIMEOUT.as_secs()
+        );
+    }
+    let written = write_logs(request, out, stop).await;
+    drop(demand);
+    written
 }
 
 /// The kept exceptions to write out, as dotnet-monitor's `/exceptions` and `CollectExceptions`
@@ -690,26 +642,11 @@ impl SignalCollector {
         &self.signals
     }
 
-    /// A logging event. `span_of(activity)` is the span whose EventSource activity id that is.
-    pub fn log(
-        &mut self,
-        event: &Event<'_>,
-        logging: LoggingEvent,
-        span_of: impl Fn(crate::nettrace::Guid) -> Option<Span>,
-    ) {
-        if let Some((mut record, outside)) = self.log_unjoined(event, logging) {
-            if record.span.is_none() {
-                record.span = span_of(outside);
-            }
-            self.signals.push_log(record);
-        }
-    }
-
-    /// A logging event, for a caller that joins messages to spans later (the span tracking
+    /// A logging event, for [`LogsFeed`], which joins messages to spans later (the span tracking
     /// runs in another session): the message's record, its span only if the event carries one,
-    /// and the activity outside its scopes. Scope events and messages the settings do not take
-    /// give `None`.
-    pub fn log_unjoined(
+    /// and the activity outside its scopes. Scope events and messages no consumer asks for give
+    /// `None`.
+    fn log(
         &mut self,
         event: &Event<'_>,
         logging: LoggingEvent,
@@ -726,22 +663,28 @@ impl SignalCollector {
                 None
             }
             LoggingEvent::Message(message) => {
-                if let Some(settings) = &self.signals.logs {
-                    if !settings.accepts(&message.category, message.level) {
-                        return None;
-                    }
+                // What the process-wide filters let through beyond what any consumer asks (a
+                // session of another tool's may have widened them) is not taken.
+                if !self
+                    .signals
+                    .demand
+                    .accepts(&message.category, message.level)
+                {
+                    return None;
                 }
                 let (scopes, outside) = self.scopes.resolve(header.activity_id);
-                let span = message.trace.map(|(trace_id, span_id)| Span {
-                    trace_id,
-                    span_id,
+                let span = message.trace.map(|t| Span {
+                    trace_id: t.trace_id,
+                    span_id: t.span_id,
                     name: Arc::from(""),
                 });
+                let ids_from = message.trace.map(|t| IdsFrom::Event { flags: t.flags });
                 let record = LogRecord {
                     unix_nanos: event.unix_nanos(),
                     message,
                     scopes,
                     span,
+                    ids_from,
                 };
                 Some((record, outside))
             }

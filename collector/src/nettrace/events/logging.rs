@@ -124,8 +124,34 @@ pub struct LogMessage {
     pub exception: Option<LoggedException>,
     /// The structured arguments in order, `{OriginalFormat}` included, values as strings.
     pub arguments: Vec<(String, String)>,
-    /// The W3C ids the event carries itself (.NET ≥ 9 with a current Activity).
-    pub trace: Option<(TraceId, SpanId)>,
+    /// The W3C context the event carries itself (packages of .NET ≥ 9, with a current Activity).
+    pub trace: Option<EventTrace>,
+}
+
+/// The `ActivityTraceId`, `ActivitySpanId` and `ActivityTraceFlags` of a message event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventTrace {
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+    /// W3C trace flags (1: sampled/recorded).
+    pub flags: u8,
+}
+
+impl EventTrace {
+    /// From the three fields as the event writes them (`ActivityTraceFlags` as a number: "1"; or
+    /// as the enum's name); none when the ids are empty (no Activity) or malformed.
+    fn read(trace_id: &str, span_id: &str, flags: &str) -> Option<EventTrace> {
+        let flags = match flags.trim() {
+            "Recorded" => 1,
+            "None" | "" => 0,
+            number => number.parse().ok()?,
+        };
+        Some(EventTrace {
+            trace_id: TraceId::from_hex(trace_id)?,
+            span_id: SpanId::from_hex(span_id)?,
+            flags,
+        })
+    }
 }
 
 /// A decoded `Microsoft-Extensions-Logging` event.
@@ -245,8 +271,10 @@ impl LoggingEvent {
         Some(match kind {
             LoggingEventKind::FormattedMessage | LoggingEventKind::MessageJson => {
                 let level = LogLevel::from_number(number("Level")?)?;
-                let trace = match (text("ActivityTraceId"), text("ActivitySpanId")) {
-                    (Some(t), Some(s)) => TraceId::from_hex(&t).zip(SpanId::from_hex(&s)),
+                let trace = match (raw("ActivityTraceId"), raw("ActivitySpanId")) {
+                    (Some(t), Some(s)) => {
+                        EventTrace::read(t, s, raw("ActivityTraceFlags").unwrap_or(""))
+                    }
                     _ => None,
                 };
                 LoggingEvent::Message(LogMessage {

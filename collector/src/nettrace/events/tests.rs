@@ -441,9 +441,11 @@ fn logging_events_from_the_golden_layouts() {
                         "{what}"
                     );
                     // The package of .NET 9 and later writes the Activity's ids; 8.x does not.
-                    let ids = m.trace.map(|(t, s)| (t.to_string(), s.to_string()));
+                    let ids = m
+                        .trace
+                        .map(|t| (t.trace_id.to_string(), t.span_id.to_string(), t.flags));
                     let expected =
-                        (major >= 9).then(|| (trace_id.to_string(), span_id.to_string()));
+                        (major >= 9).then(|| (trace_id.to_string(), span_id.to_string(), 1));
                     assert_eq!(ids, expected, "{what}");
                     if name == "MessageJson" {
                         let e = m.exception.unwrap();
