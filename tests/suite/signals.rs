@@ -19,6 +19,8 @@ use support::{http_request, http_request_with_body, HttpResponse, Target};
 struct Reported {
     /// Message sequence → span id of the `Logs.Batch` span it was logged in.
     batch_span_of: HashMap<u64, String>,
+    /// Span id → trace id, as the target printed them.
+    trace_of: HashMap<String, String>,
     /// Episode → span id of its `Logs.Charge` span.
     charge_span_of: HashMap<u64, String>,
     episodes: u64,
@@ -33,6 +35,8 @@ impl Reported {
             match v["span"].as_str() {
                 Some("Logs.Batch") => {
                     let id = v["span_id"].as_str().unwrap().to_string();
+                    let trace = v["trace_id"].as_str().unwrap().to_string();
+                    self.trace_of.insert(id.clone(), trace);
                     for seq in v["first"].as_u64().unwrap()..=v["last"].as_u64().unwrap() {
                         self.batch_span_of.insert(seq, id.clone());
                     }
@@ -75,6 +79,26 @@ fn get(agent: &Agent, path: &str, accept: &str) -> HttpResponse {
         path,
         &[("Authorization", &auth), ("Accept", accept)],
     )
+}
+
+/// Where the records' ids come from on this runtime: the events' own (the logging package of .NET
+/// 9 and later writes them), else trace linkage's inference.
+fn ids_from() -> &'static str {
+    if support::runtime_major() >= 9 {
+        "event"
+    } else {
+        "linkage"
+    }
+}
+
+/// The share of messages logged in a span that must carry its ids: every one where the event
+/// carries them; inferred, 95 %.
+fn min_linked() -> f64 {
+    if support::runtime_major() >= 9 {
+        1.0
+    } else {
+        0.95
+    }
 }
 
 /// The level the target gives message `seq` (its cycle of ten).
@@ -218,6 +242,8 @@ fn logs_and_exceptions_out_of_process() {
             in_span += 1;
             if let Some(span_id) = r["SpanId"].as_str() {
                 assert_eq!(span_id, expected, "message {seq} carries another span's id");
+                assert_eq!(r["TraceId"], reported.trace_of[expected].as_str(), "{r}");
+                assert_eq!(r["IdsFrom"], ids_from(), "{r}");
                 right_span += 1;
             }
         }
@@ -239,7 +265,7 @@ fn logs_and_exceptions_out_of_process() {
     assert!(in_span > 100, "{in_span} messages in reported spans");
     let linked = right_span as f64 / in_span as f64;
     assert!(
-        linked >= 0.95,
+        linked >= min_linked(),
         "{right_span} of {in_span} messages carry their span's ids"
     );
     assert!(scoped > 0, "no message carries its scope");
@@ -1058,7 +1084,9 @@ fn logs_and_exceptions_reach_an_otlp_receiver() {
                 let span = r["span_id"].as_str().unwrap();
                 if !span.is_empty() {
                     assert_eq!(span, expected, "message {seq}: another span's id");
-                    assert_eq!(r["trace_id"].as_str().unwrap().len(), 32);
+                    assert_eq!(r["trace_id"], reported.trace_of[expected].as_str());
+                    assert_eq!(a["clrscope.ids_from"], ids_from(), "{r}");
+                    assert_eq!(r["flags"], 1, "{r}");
                     right += 1;
                 }
             }
@@ -1068,7 +1096,7 @@ fn logs_and_exceptions_reach_an_otlp_receiver() {
             "{transport}: {in_span} messages in reported spans"
         );
         assert!(
-            right as f64 >= 0.95 * in_span as f64,
+            right as f64 >= min_linked() * in_span as f64,
             "{transport}: {right} of {in_span} with their span ids"
         );
         assert!(
@@ -1094,4 +1122,235 @@ fn logs_and_exceptions_reach_an_otlp_receiver() {
         .count();
     assert!(linked > 0, "no profile sample links to a Logs.Batch span");
     println!("profiles: {linked} samples linked to the logs' Logs.Batch spans");
+}
+
+/// The target's ground truth from its progress lines: the last sequence logged, and the
+/// Information-or-above sequences its logger refused (not handed to the EventSource).
+#[derive(Default)]
+struct Refused {
+    last_sequence: u64,
+    ranges: Vec<(u64, u64)>,
+}
+
+impl Refused {
+    fn absorb(&mut self, target: &mut Target) {
+        for line in target.drain_lines() {
+            let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                continue;
+            };
+            if v["progress"] != "Logs" {
+                continue;
+            }
+            self.last_sequence = v["totals"]["last_sequence"].as_u64().unwrap();
+            for range in v["not_enabled"].as_array().unwrap() {
+                let (a, b) = (range[0].as_u64().unwrap(), range[1].as_u64().unwrap());
+                self.ranges.push((a, b));
+            }
+        }
+    }
+
+    fn refused(&self, seq: u64) -> bool {
+        self.ranges.iter().any(|&(a, b)| (a..=b).contains(&seq))
+    }
+
+    fn count(&self) -> u64 {
+        self.ranges.iter().map(|(a, b)| b - a + 1).sum()
+    }
+}
+
+/// Issue 44 item 5: with `--logs Information` feeding OTLP, `/logs` requests at Warning, at Debug
+/// and with filter specs come and go, and another tool's session with the provider (`clrscope
+/// trace`) starts and stops, over and over (`CLRSCOPE_LOGS_SHARING_SECONDS`, default 60; the
+/// issue's run is 600). OTLP must receive every Information-or-above message the target's logger
+/// handed to the EventSource exactly once; what it did not hand on (the runtime turns every
+/// logger off when any session with the provider ends, until a session is enabled anew) is
+/// counted from the target's own report, and each of those is near the end of another tool's
+/// session or a restart of the agent's.
+#[test]
+fn otlp_logs_survive_other_sessions_on_the_provider() {
+    let seconds: u64 = std::env::var("CLRSCOPE_LOGS_SHARING_SECONDS")
+        .ok()
+        .map_or(60, |s| {
+            s.parse().expect("CLRSCOPE_LOGS_SHARING_SECONDS: seconds")
+        });
+    let dir = data_dir("signals-sharing");
+    let receiver = support::receiver::Receiver::start(&dir.join("received"), 0, 0);
+    let mut target = Target::builder("Logs")
+        .args([
+            "--messages-per-second",
+            "100",
+            "--exceptions-per-second",
+            "0",
+            "--no-span-lines",
+        ])
+        .start();
+    let pid = target.pid();
+    std::fs::create_dir_all(dir.join("config")).unwrap();
+    let config = dir.join("config/settings.json");
+    let settings = serde_json::json!({"Exporters": {
+        "grpc": {"Kind": "otlp-grpc", "Endpoint": format!("http://127.0.0.1:{}", receiver.grpc_port),
+                 "Interval": "1s", "Signals": ["Logs"]}}});
+    std::fs::write(&config, settings.to_string()).unwrap();
+    let agent = Agent::start(
+        &dir.join("store"),
+        &[
+            "--pid",
+            &pid.to_string(),
+            "--logs",
+            "Information",
+            "--no-exceptions",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    agent
+        .wait_attached(pid, true, Duration::from_secs(60))
+        .expect("attached");
+    let mut truth = Refused::default();
+    let mut got: Vec<Value> = Vec::new();
+    let started = Instant::now();
+    let (mut requests, mut traces) = (0, 0);
+    let mut step = 0;
+    while started.elapsed() < Duration::from_secs(seconds) {
+        match step % 5 {
+            0 => {
+                let r = get(
+                    &agent,
+                    &format!("/logs?pid={pid}&durationSeconds=3&level=Warning"),
+                    "application/x-ndjson",
+                );
+                let r = agent.expect_status(r, 200, "GET /logs?level=Warning");
+                assert!(r.body.lines().count() > 50, "{}", r.body.len());
+                assert!(r.body.lines().all(|l| {
+                    let v: Value = serde_json::from_str(l).unwrap();
+                    rank(v["LogLevel"].as_str().unwrap()) >= rank("Warning")
+                }));
+                requests += 1;
+            }
+            1 => {
+                let r = get(
+                    &agent,
+                    &format!("/logs?pid={pid}&durationSeconds=3&level=Debug"),
+                    "application/x-ndjson",
+                );
+                let r = agent.expect_status(r, 200, "GET /logs?level=Debug");
+                assert!(r.body.contains(r#""LogLevel":"Debug""#), "{}", r.body.len());
+                requests += 1;
+            }
+            2 => {
+                let r = post(
+                    &agent,
+                    &format!("/logs?pid={pid}&durationSeconds=3"),
+                    "application/x-ndjson",
+                    r#"{"logLevel": "Critical", "filterSpecs": {"Logs.Orders": "Trace"}, "useAppFilters": false}"#,
+                );
+                let r = agent.expect_status(r, 200, "POST /logs with filter specs");
+                assert!(r.body.contains(r#""LogLevel":"Trace""#), "{}", r.body.len());
+                requests += 1;
+            }
+            3 => {
+                // Another tool's session with the provider: its end turns the loggers off.
+                let out = std::process::Command::new(env!("CARGO_BIN_EXE_clrscope"))
+                    .args([
+                        "trace",
+                        "--pid",
+                        &pid.to_string(),
+                        "--providers",
+                        "Microsoft-Extensions-Logging:0x8:5",
+                        "--no-rundown",
+                        "--duration",
+                        "3s",
+                        "-o",
+                    ])
+                    .arg(dir.join(format!("other-{traces}.nettrace")))
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                traces += 1;
+            }
+            _ => std::thread::sleep(Duration::from_secs(3)),
+        }
+        step += 1;
+        truth.absorb(&mut target);
+        got.extend(receiver.drain());
+    }
+    // Everything logged by now reaches the receiver within a few export intervals.
+    std::thread::sleep(Duration::from_secs(2));
+    truth.absorb(&mut target);
+    let upto = truth.last_sequence;
+    let received = |got: &[Value]| -> HashMap<u64, u32> {
+        let mut counts = HashMap::new();
+        for record in scoped_items(got, "otlp-logs", "grpc", "records") {
+            if let Some(seq) = record.item["attributes"]["OrderId"].as_str() {
+                *counts.entry(seq.parse().unwrap()).or_insert(0) += 1;
+            }
+        }
+        counts
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let counts = loop {
+        got.extend(receiver.drain());
+        let counts = received(&got);
+        let missing = (1..=upto)
+            .filter(|&s| rank(level_of(s)) >= rank("Information") && !truth.refused(s))
+            .filter(|s| !counts.contains_key(s))
+            .count();
+        if missing == 0 || Instant::now() > deadline {
+            break counts;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let (mut expected, mut missing, mut twice) = (0, Vec::new(), Vec::new());
+    for s in 1..=upto {
+        let n = counts.get(&s).copied().unwrap_or(0);
+        if n > 1 {
+            twice.push(s);
+        }
+        if rank(level_of(s)) < rank("Information") {
+            assert_eq!(n, 0, "message {s} is below Information");
+            continue;
+        }
+        if truth.refused(s) {
+            assert_eq!(n, 0, "message {s} was refused by the logger, yet received");
+        } else {
+            expected += 1;
+            if n == 0 {
+                missing.push(s);
+            }
+        }
+    }
+    let renewals = |reason: &str| {
+        agent.metric(
+            "clrscope_logs_session_renewals_total",
+            &[&format!("reason=\"{reason}\"")],
+        )
+    };
+    let report = format!(
+        "{upto} messages logged in {:.0} s ({requests} /logs requests, {traces} other sessions); \
+         {expected} at Information or above handed to the EventSource, {} of them received; {} \
+         refused by the logger ({:?}); renewals: {} union, {} quiet",
+        started.elapsed().as_secs_f64(),
+        expected - missing.len(),
+        truth.count(),
+        truth.ranges,
+        renewals("union"),
+        renewals("quiet"),
+    );
+    println!("{report}");
+    assert!(
+        twice.is_empty(),
+        "received more than once: {twice:?}; {report}"
+    );
+    // The agent's own restarts of its session (a wider union) lose what is logged meanwhile:
+    // the old session has left, the new one is not enabled yet (~40 ms; 100 ms allowed each).
+    assert!(
+        missing.len() as f64 <= 10.0 * renewals("union"),
+        "{} missing: {missing:?}; {report}",
+        missing.len()
+    );
+    assert!(traces >= 2 && requests >= 6, "{report}");
 }
