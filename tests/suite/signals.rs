@@ -298,6 +298,7 @@ fn logs_and_exceptions_out_of_process() {
         "{}",
         text.body
     );
+    assert!(text.body.contains("[1004][OrderLogged]\n"), "{}", text.body);
     assert!(
         text.body.contains("\n      Order ") && !text.body.contains(" info: "),
         "{}",
@@ -403,6 +404,7 @@ fn logs_and_exceptions_out_of_process() {
             }
             other => panic!("unexpected exception {other}: {e}"),
         };
+        assert!(e["stack"]["threadName"].is_null(), "{e}");
         let frames: Vec<&str> = e["stack"]["frames"]
             .as_array()
             .unwrap()
@@ -465,6 +467,16 @@ fn logs_and_exceptions_out_of_process() {
         .body
         .contains("System.TimeoutException: connect timed out #"));
     assert!(text.body.contains("\n   at Logs.Payments.Gateway.Connect("));
+    // Each decline nests its timeout, as .NET and dotnet-monitor print them.
+    assert!(
+        text.body.contains(
+            "\n ---> System.TimeoutException: connect timed out #"
+        ) && text
+            .body
+            .contains("\n   --- End of inner exception stack trace ---\n   at Logs.Payments.Gateway.Charge("),
+        "{}",
+        &text.body[..text.body.len().min(3000)]
+    );
     // POST /exceptions with dotnet-monitor's filters: the throwing frame's method and type
     // include the timeouts alone (and, as dotnet-monitor's, exceptions with no frame, which the
     // frame's fields cannot rule out: those thrown before the rundown named their code);

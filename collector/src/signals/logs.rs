@@ -516,10 +516,12 @@ fn exception_text(e: &crate::nettrace::events::LoggedException) -> String {
     }
 }
 
-/// The console formatter's layout, as dotnet-monitor's text output writes it.
+/// dotnet-monitor's text layout (`StreamingLogger`, after the simple console formatter, with the
+/// event name after the id): `<time> <lvl>: Category[EventId][EventName]`, the scopes on one
+/// line (`      => k:v, k:v => k:v`), the message and the exception, indented.
 fn write_text(record: &LogRecord, out: &mut String) {
     let m = &record.message;
-    let _ = writeln!(
+    let _ = write!(
         out,
         "{} {}: {}[{}]",
         universal_sortable(record.unix_nanos),
@@ -527,9 +529,20 @@ fn write_text(record: &LogRecord, out: &mut String) {
         m.category,
         m.event_id
     );
-    for scope in &record.scopes {
-        let values: Vec<String> = scope.iter().map(|(k, v)| format!("{k}:{v}")).collect();
-        let _ = writeln!(out, "      => {}", values.join(", "));
+    if !m.event_name.is_empty() {
+        let _ = write!(out, "[{}]", m.event_name);
+    }
+    out.push('\n');
+    if !record.scopes.is_empty() {
+        let scopes: Vec<String> = record
+            .scopes
+            .iter()
+            .map(|scope| {
+                let values: Vec<String> = scope.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                format!("=> {}", values.join(", "))
+            })
+            .collect();
+        let _ = writeln!(out, "      {}", scopes.join(" "));
     }
     for line in m.message.lines() {
         let _ = writeln!(out, "      {line}");
@@ -671,6 +684,41 @@ mod tests {
             log_level: LogLevel::Error,
             ..LogsSettings::default()
         }));
+    }
+
+    /// dotnet-monitor's text: the event name after the id, the scopes on one line.
+    #[test]
+    fn text_names_the_event_and_its_scopes() {
+        let record = LogRecord {
+            unix_nanos: 1_700_000_000_000_000_000,
+            message: LogMessage {
+                level: LogLevel::Warning,
+                factory_id: 1,
+                category: "Logs.Orders".into(),
+                event_id: 1003,
+                event_name: "OrderLogged".into(),
+                message: "Order 7".into(),
+                exception: None,
+                arguments: Vec::new(),
+                trace: None,
+            },
+            scopes: vec![
+                vec![
+                    ("Batch".into(), "4".into()),
+                    ("{OriginalFormat}".into(), "Batch {Batch}".into()),
+                ],
+                vec![("Inner".into(), "x".into())],
+            ],
+            span: None,
+            ids_from: None,
+        };
+        let mut text = String::new();
+        LogFormat::Text.write(&record, &mut text);
+        assert_eq!(
+            text,
+            "2023-11-14 22:13:20Z warn: Logs.Orders[1003][OrderLogged]\n      => Batch:4, \
+             {OriginalFormat}:Batch {Batch} => Inner:x\n      Order 7\n"
+        );
     }
 
     #[test]

@@ -206,10 +206,27 @@ impl ProcessSignals {
     pub fn push_exception(&self, mut record: ExceptionRecord) -> u64 {
         let record = {
             let mut h = self.lock();
+            let previous = h.last_on_thread.get(&record.thread_id).copied();
+            // A rethrow (`throw;`) raises the same exception object again: reported once, as
+            // dotnet-monitor does (the event has no object identity; the last one thrown on the
+            // thread, of the same type and message, is taken to be it).
+            let rethrown = record.flags & exceptions::FLAG_RETHROWN != 0;
+            if let (true, Some(previous)) = (rethrown, previous) {
+                let same = h
+                    .exceptions
+                    .iter()
+                    .rev()
+                    .find(|e| e.id == previous)
+                    .is_some_and(|e| {
+                        e.type_name == record.type_name && e.message == record.message
+                    });
+                if same {
+                    return previous;
+                }
+            }
             h.next_exception_id += 1;
             h.exceptions_total += 1;
             record.id = h.next_exception_id;
-            let previous = h.last_on_thread.get(&record.thread_id).copied();
             if record.flags & exceptions::FLAG_HAS_INNER != 0 {
                 record.inner_id = previous;
             }
@@ -601,11 +618,20 @@ pub async fn write_exceptions<W: tokio::io::AsyncWrite + Unpin>(
     use tokio::io::AsyncWriteExt;
     let mut text = String::new();
     let mut written = 0u64;
-    for record in request.signals.exceptions() {
-        if !request.filters.selects(&record) {
-            continue;
+    let records: Vec<Arc<ExceptionRecord>> = request
+        .signals
+        .exceptions()
+        .into_iter()
+        .filter(|r| request.filters.selects(r))
+        .collect();
+    // Text nests each inner exception from those written before it (as dotnet-monitor's).
+    let mut prior = HashMap::new();
+    for record in records {
+        match request.format {
+            ExceptionFormat::Text => exceptions::write_text_with(&record, &prior, &mut text),
+            format => format.write(&record, &mut text),
         }
-        request.format.write(&record, &mut text);
+        prior.insert(record.id, record);
         // A history of 1,000 exceptions with deep stacks is megabytes: written in pieces.
         if text.len() >= 64 * 1024 {
             out.write_all(text.as_bytes()).await?;
@@ -729,5 +755,38 @@ impl SignalCollector {
             frames,
             span,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rethrow raises the same exception object again: one record, as dotnet-monitor reports
+    /// each exception object once; a new exception of the same type is a record of its own.
+    #[test]
+    fn a_rethrow_is_the_exception_it_rethrows() {
+        let signals = ProcessSignals::default();
+        let thrown = |flags: u16, message: &str| ExceptionRecord {
+            id: 0,
+            unix_nanos: 0,
+            thread_id: 7,
+            type_name: "System.TimeoutException".into(),
+            message: message.into(),
+            hresult: 0,
+            flags,
+            inner_id: None,
+            frames: Vec::new(),
+            span: None,
+        };
+        let first = signals.push_exception(thrown(0, "late"));
+        assert_eq!(
+            signals.push_exception(thrown(exceptions::FLAG_RETHROWN, "late")),
+            first
+        );
+        let other = signals.push_exception(thrown(exceptions::FLAG_RETHROWN, "later"));
+        assert_ne!(other, first);
+        assert_eq!(signals.exceptions().len(), 2);
+        assert_eq!(signals.totals().1, 2);
     }
 }
