@@ -44,11 +44,16 @@ struct DemandState {
     /// Demands of requests, by id.
     requests: Vec<(u64, LogsSettings)>,
     next_id: u64,
-    /// Bumped at each change of the union.
+    /// Bumped at each change of what the session asks for.
     generation: u64,
+    /// The union of the demands.
     union: Option<LogsSettings>,
-    /// When the session should next be started again with the current union, if it should.
-    due: Option<Instant>,
+    /// What the session asks for: the union, or wider until a narrowing is due.
+    held: Option<LogsSettings>,
+    /// A wider `held` waits for the session to start again.
+    widen: bool,
+    /// When `held` becomes the narrower union, if it is wider.
+    narrow_at: Option<Instant>,
     /// The union of the session being started, and its generation.
     starting: Option<(u64, LogsSettings)>,
     /// The union of the session enabled last (`None`: none runs).
@@ -64,8 +69,10 @@ impl LogsDemand {
                 requests: Vec::new(),
                 next_id: 0,
                 generation: 1,
+                held: union.clone(),
                 union,
-                due: None,
+                widen: false,
+                narrow_at: None,
                 starting: None,
                 applied: None,
             }),
@@ -92,21 +99,24 @@ impl LogsDemand {
             .is_some_and(|u| u.accepts(category, level))
     }
 
-    /// Adds a request's demand; the session is started again at once if the one running does not
-    /// cover it. The demand lasts as long as the guard.
+    /// Adds a request's demand; the session is started again at once if what it asks for does
+    /// not cover it. The demand lasts as long as the guard.
     pub fn add(self: &Arc<Self>, settings: LogsSettings) -> DemandGuard {
         let mut state = self.lock();
         state.next_id += 1;
         let id = state.next_id;
         state.requests.push((id, settings.clone()));
-        let covered = state.applied.as_ref().is_some_and(|a| a.covers(&settings));
-        let changed = self.recompute(&mut state);
-        if changed && !covered {
-            state.due = Some(Instant::now());
-            self.changed.notify_one();
-        } else if let Some(due) = &mut state.due {
+        self.recompute(&mut state);
+        if state.held.as_ref().is_some_and(|h| h.covers(&settings)) {
             // Requests still come: a pending narrowing waits for them to stop.
-            *due = (*due).max(Instant::now() + NARROW_AFTER);
+            if state.narrow_at.is_some() {
+                state.narrow_at = Some(Instant::now() + NARROW_AFTER);
+            }
+        } else {
+            state.held = LogsSettings::union(state.held.iter().chain(&state.union));
+            state.generation += 1;
+            state.widen = true;
+            self.changed.notify_one();
         }
         DemandGuard {
             demand: self.clone(),
@@ -118,41 +128,46 @@ impl LogsDemand {
     fn remove(&self, id: u64) {
         let mut state = self.lock();
         state.requests.retain(|(i, _)| *i != id);
-        if self.recompute(&mut state) {
-            // Narrower: once no demand has come or gone for a while (a wider one still due
-            // goes first).
-            let narrow_at = Instant::now() + NARROW_AFTER;
-            let widening = state.due.is_some_and(|due| due <= Instant::now());
-            if !widening {
-                state.due = Some(narrow_at);
-            }
+        self.recompute(&mut state);
+        if state.union != state.held {
+            // Narrower: once no demand has come or gone for a while.
+            state.narrow_at = Some(Instant::now() + NARROW_AFTER);
             self.changed.notify_one();
         }
     }
 
-    /// Computes the union anew; true when it changed.
-    fn recompute(&self, state: &mut DemandState) -> bool {
-        let union = LogsSettings::union(
+    fn recompute(&self, state: &mut DemandState) {
+        state.union = LogsSettings::union(
             self.base
                 .iter()
                 .chain(state.requests.iter().map(|(_, s)| s)),
         );
-        if union == state.union {
-            return false;
-        }
-        state.union = union;
-        state.generation += 1;
-        true
     }
 
-    /// The session to run now: the union's provider and its generation; `None` while nobody
-    /// asks for logs.
+    /// Whether the session asking for `held` as of `generation` should start again now: a wider
+    /// `held`, or a narrowing that is due.
+    fn renewal_due(state: &DemandState, generation: u64) -> Option<Instant> {
+        if state.widen && state.generation != generation {
+            return Some(Instant::now());
+        }
+        state.narrow_at.filter(|_| state.union != state.held)
+    }
+
+    /// The session to run now: what it asks for and its generation; `None` while nobody asks for
+    /// logs. A narrowing that is due takes effect.
     pub fn session(&self) -> Option<(u64, CollectTracing)> {
         let mut state = self.lock();
-        state.due = None;
-        let union = state.union.clone()?;
-        let config = CollectTracing::v2(vec![union.provider()]).with_rundown(false);
-        state.starting = Some((state.generation, union));
+        state.widen = false;
+        if state.narrow_at.is_some_and(|at| at <= Instant::now()) {
+            state.narrow_at = None;
+            if state.held != state.union {
+                state.held = state.union.clone();
+                state.generation += 1;
+            }
+        }
+        let held = state.held.clone()?;
+        let config = CollectTracing::v2(vec![held.provider()]).with_rundown(false);
+        state.starting = Some((state.generation, held));
         Some((state.generation, config))
     }
 
@@ -182,18 +197,13 @@ impl LogsDemand {
             .is_some_and(|a| a.covers(settings))
     }
 
-    /// Resolves when the union changed such that the session running with `generation` should be
-    /// started again: at once for a wider union, [`NARROW_AFTER`] later for a narrower one.
+    /// Resolves when the session running with `generation` should be started again: at once
+    /// when it must ask for more, [`NARROW_AFTER`] after the last demand came or went when it may
+    /// ask for less.
     pub async fn changed(&self, generation: u64) {
         loop {
             let notified = self.changed.notified();
-            let due = {
-                let state = self.lock();
-                match state.due {
-                    Some(due) if state.generation != generation => Some(due),
-                    _ => None,
-                }
-            };
+            let due = Self::renewal_due(&self.lock(), generation);
             match due {
                 Some(due) if due <= Instant::now() => return,
                 Some(due) => {
@@ -267,9 +277,15 @@ mod tests {
         );
         demand.enabled(second);
         debug.applied().await;
-        // Narrower: only after NARROW_AFTER.
+        // Narrower: only after NARROW_AFTER; a session started again meanwhile (quiet) keeps
+        // the wider union.
         drop(debug);
         drop(warning);
+        let (_, config) = demand.session().unwrap();
+        assert_eq!(
+            config.providers[0].arguments.as_deref(),
+            Some("FilterSpecs=*:Debug")
+        );
         assert!(
             tokio::time::timeout(NARROW_AFTER / 2, demand.changed(second))
                 .await
