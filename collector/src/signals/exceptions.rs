@@ -276,9 +276,9 @@ pub fn write_text_with(
     prior: &std::collections::HashMap<u64, Arc<ExceptionRecord>>,
     out: &mut String,
 ) {
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "First chance exception at {}\n",
+        "First chance exception at {}",
         iso8601(record.unix_nanos)
     );
     write_type_and_message(record, out);
