@@ -362,15 +362,19 @@ pub struct LogsRequest {
     pub before: Duration,
 }
 
-/// Renders `record` into `text` (cleared first) when the live feed brings it anew: not already
-/// written from the history and accepted by the request's filters.
+/// Renders `record` into `text` (cleared first) when the live feed brings it anew: logged since
+/// `since`, not already written from the history and accepted by the request's filters.
 fn render_new(
     request: &LogsRequest,
     seen: &std::collections::HashSet<usize>,
+    since: i64,
     record: &Arc<LogRecord>,
     text: &mut String,
 ) -> bool {
-    if seen.contains(&(Arc::as_ptr(record) as usize))
+    // A record logged before the window that the feed brings only now (it waited for its span,
+    // or a session restarted for this request delivered the old session's last ones) is not in it.
+    if record.unix_nanos < since
+        || seen.contains(&(Arc::as_ptr(record) as usize))
         || !request
             .settings
             .accepts(&record.message.category, record.message.level)
@@ -434,7 +438,7 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
                 Err(broadcast::error::RecvError::Closed) => break,
             },
         };
-        if !render_new(request, &seen, &record, &mut text) {
+        if !render_new(request, &seen, since, &record, &mut text) {
             continue;
         }
         out.write_all(text.as_bytes()).await?;
@@ -453,7 +457,7 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
             }
             Err(_) => break,
         };
-        if !render_new(request, &seen, &record, &mut text) {
+        if !render_new(request, &seen, since, &record, &mut text) {
             continue;
         }
         out.write_all(text.as_bytes()).await?;
