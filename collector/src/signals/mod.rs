@@ -473,6 +473,10 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
     Ok(written)
 }
 
+/// How far past a message the span tracking's stream must have come before the message is
+/// joined: a stream brings each thread's events in order, but blocks of different threads out of
+/// order (a span's start may come after another thread's later event).
+const SPAN_CATCH_UP_MARGIN: i64 = 1_000_000_000;
 /// How long a message of the logs session waits for the span tracking to catch up.
 const MAX_SPAN_WAIT: Duration = Duration::from_secs(3);
 /// Messages waiting for their span at most; past it the oldest is written without waiting.
@@ -558,9 +562,9 @@ impl FeedState {
                 || first.record.span.is_some()
                 || self.waiting.len() > MAX_WAITING
                 || first.arrived.elapsed() >= MAX_SPAN_WAIT
-                || spans
-                    .as_ref()
-                    .is_none_or(|s| s.0.caught_up(first.record.unix_nanos));
+                || spans.as_ref().is_none_or(|s| {
+                    s.0.caught_up(first.record.unix_nanos + SPAN_CATCH_UP_MARGIN)
+                });
             if !ready {
                 break;
             }
