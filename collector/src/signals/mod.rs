@@ -424,10 +424,10 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
     tokio::pin!(deadline);
     tokio::pin!(stop);
     let mut lost = 0u64;
-    loop {
+    let timed_out = loop {
         let record = tokio::select! {
-            () = &mut deadline => break,
-            () = &mut stop => break,
+            () = &mut deadline => break true,
+            () = &mut stop => break false,
             received = live.recv() => match received {
                 Ok(Signal::Log(record)) => record,
                 Ok(Signal::Exception(_)) => continue,
@@ -435,7 +435,7 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
                     lost += n;
                     continue;
                 }
-                Err(broadcast::error::RecvError::Closed) => break,
+                Err(broadcast::error::RecvError::Closed) => break false,
             },
         };
         if !render_new(request, &seen, since, &record, &mut text) {
@@ -445,18 +445,31 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
         written += text.len() as u64;
         // Each record reaches the reader as it happens, as dotnet-monitor streams them.
         out.flush().await?;
-    }
-    // Records already on the feed when the end came were logged within the window.
+    };
+    // Records logged within the window may still come: those waiting for their spans (at most
+    // MAX_SPAN_WAIT). At the window's end they are waited for, until one logged after it comes;
+    // stopped, only those already on the feed are written.
+    let end = profile::clock::unix_nanos();
+    let tail = if timed_out {
+        MAX_SPAN_WAIT + Duration::from_secs(1)
+    } else {
+        Duration::ZERO
+    };
+    let tail_end = tokio::time::Instant::now() + tail;
     loop {
-        let record = match live.try_recv() {
-            Ok(Signal::Log(record)) => record,
-            Ok(Signal::Exception(_)) => continue,
-            Err(broadcast::error::TryRecvError::Lagged(n)) => {
+        let record = match tokio::time::timeout_at(tail_end, live.recv()).await {
+            Err(_) => break,
+            Ok(Ok(Signal::Log(record))) => record,
+            Ok(Ok(Signal::Exception(_))) => continue,
+            Ok(Err(broadcast::error::RecvError::Lagged(n))) => {
                 lost += n;
                 continue;
             }
-            Err(_) => break,
+            Ok(Err(broadcast::error::RecvError::Closed)) => break,
         };
+        if record.unix_nanos >= end {
+            break;
+        }
         if !render_new(request, &seen, since, &record, &mut text) {
             continue;
         }
