@@ -1358,9 +1358,10 @@ fn otlp_logs_survive_other_sessions_on_the_provider() {
         "received more than once: {twice:?}; {report}"
     );
     // The agent's own restarts of its session (a wider union) lose what is logged meanwhile:
-    // the old session has left, the new one is not enabled yet (~40 ms; 100 ms allowed each).
+    // the old session has left, the new one is not enabled yet (~40 ms on an idle machine, up
+    // to ~0.5 s beside two busy loops; 0.6 s allowed each).
     assert!(
-        missing.len() as f64 <= 10.0 * renewals("union"),
+        missing.len() as f64 <= 60.0 * renewals("union"),
         "{} missing: {missing:?}; {report}",
         missing.len()
     );
