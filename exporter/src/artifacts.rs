@@ -31,7 +31,7 @@ use collector::client::DiagnosticsClient;
 use collector::gcdump::SnapshotOptions;
 use collector::local::LocalProcess;
 use collector::signals::{
-    write_exceptions, write_logs, write_session_logs, ExceptionFormat, ExceptionsRequest,
+    write_demanded_logs, write_exceptions, write_logs, ExceptionFormat, ExceptionsRequest,
     LogFormat, LogsRequest,
 };
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -48,7 +48,7 @@ pub enum Artifact {
     Dump { kind: DumpKind, temp_dir: PathBuf },
     /// Every managed thread's stack at one moment.
     Stacks(StackFormat),
-    /// A process's log messages, from its light session (or a session of their own).
+    /// A process's log messages, from its logs session.
     Logs(LogsRequest),
     /// Counter and meter values as they are published, from a counter session of its own.
     LiveMetrics(LiveMetricsRequest),
@@ -136,16 +136,16 @@ impl Artifact {
                     .map_err(|source| ArtifactError::Write { bytes: 0, source })?;
                 text.len() as u64
             }
-            // What the agent's always-on session does not collect, a session of its own does.
+            // What the always-on collection does not cover, the process's logs session is made
+            // to ask for, for as long as the request runs.
             Artifact::Logs(request) => match request.signals.check_logs(&request.settings) {
-                Ok(()) => write_logs(request, out, stop)
-                    .await
-                    .map_err(|source| ArtifactError::Write { bytes: 0, source })?,
+                Ok(()) => write_logs(request, out, stop).await,
                 Err(why) => {
-                    tracing::debug!(%why, "logs from a session of their own");
-                    write_session_logs(client, request, out, stop).await?
+                    tracing::debug!(%why, "logs asked of the process's logs session");
+                    write_demanded_logs(request, out, stop).await
                 }
-            },
+            }
+            .map_err(|source| ArtifactError::Write { bytes: 0, source })?,
             Artifact::Exceptions(request) => write_exceptions(request, out)
                 .await
                 .map_err(|source| ArtifactError::Write { bytes: 0, source })?,

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use collector::nettrace::events::LogLevel;
-use collector::signals::{ExceptionRecord, LogRecord, Signal};
+use collector::signals::{ExceptionRecord, IdsFrom, LogRecord, Signal};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
@@ -546,7 +546,9 @@ fn span_ids(span: Option<&collector::activity::Span>) -> (Vec<u8>, Vec<u8>, u32)
 
 /// An OTLP log record: severity from the level, body the formatted message, the category as the
 /// scope, the arguments as attributes (`{OriginalFormat}` as `message.template`, OpenTelemetry
-/// .NET's name for it), the logged exception as `exception.*`.
+/// .NET's name for it), the logged exception as `exception.*`; its trace and span ids, with
+/// `clrscope.ids_from` saying where they came from (`event`: the event's own, with its trace
+/// flags; `linkage`: trace linkage's inference).
 fn log_record(record: &LogRecord) -> LogsRecord {
     let m = &record.message;
     let mut attributes = vec![
@@ -577,7 +579,13 @@ fn log_record(record: &LogRecord) -> LogsRecord {
             ));
         }
     }
-    let (trace_id, span_id, flags) = span_ids(record.span.as_ref());
+    let (trace_id, span_id, mut flags) = span_ids(record.span.as_ref());
+    if let Some(from) = record.ids_from {
+        attributes.push(attribute("clrscope.ids_from", any_string(from.name())));
+        if let IdsFrom::Event { flags: event_flags } = from {
+            flags = u32::from(event_flags);
+        }
+    }
     let at = u64::try_from(record.unix_nanos).unwrap_or(0);
     LogsRecord {
         time_unix_nano: at,

@@ -112,6 +112,7 @@ impl ExportTaps {
         self,
         series: Arc<[(String, String)]>,
         mut logs: Option<broadcast::Receiver<collector::signals::Signal>>,
+        collected: Option<collector::signals::LogsSettings>,
         mut spans: Option<broadcast::Receiver<Arc<SpanRecord>>>,
         spans_per_second: u32,
     ) {
@@ -120,6 +121,12 @@ impl ExportTaps {
         while logs.is_some() || spans.is_some() {
             tokio::select! {
                 signal = async { Some(logs.as_mut()?.recv().await) }, if logs.is_some() => match signal {
+                    // The live feed has what every consumer of the process's logs asks: the
+                    // always-on collection exports what it selects.
+                    Some(Ok(collector::signals::Signal::Log(record)))
+                        if !collected.as_ref().is_some_and(|c| {
+                            c.accepts(&record.message.category, record.message.level)
+                        }) => {}
                     Some(Ok(signal)) => self.offer_log(&LogExport {
                         series: series.clone(),
                         signal,

@@ -32,6 +32,7 @@ pub struct LossMetrics {
     pub session_restarts: CounterVec,
     /// Times the linkage session was renewed because no span had started for a while.
     pub linkage_refreshes: CounterVec,
+    pub logs_renewals: CounterVec,
     /// The span tracker's counters, by `what`.
     pub linkage: CounterVec,
     /// Signals dropped for want of room in the process's share of the signal budget, by
@@ -108,6 +109,7 @@ impl LossMetrics {
             &self.dropped_events,
             &self.session_restarts,
             &self.linkage_refreshes,
+            &self.logs_renewals,
             &self.linkage,
             &self.signals_dropped,
         ] {
@@ -174,6 +176,13 @@ impl Health {
                      started for a while (another session's end may have taken its providers' \
                      arguments away)",
                     &["process_id"],
+                ),
+                logs_renewals: registry.counter_vec(
+                    "clrscope_logs_session_renewals_total",
+                    "Times a process's logs session was started again, by reason: union (what the \
+                     agent's consumers of logs ask together changed), quiet (nothing for a while: \
+                     another session's end may have turned the process's loggers off)",
+                    &["process_id", "reason"],
                 ),
                 linkage: registry.counter_vec(
                     "clrscope_linkage_total",

@@ -22,7 +22,9 @@ use collector::rules::state::RuleStates;
 use collector::sampler::{SamplerControl, SamplerStep, MAX_WINDOW};
 use collector::samples::SampleAggregator;
 use collector::session::{self, EventObserver, ParsingWriter, Reading, SessionProgress};
-use collector::signals::{ProcessSignals, SignalCollector, SpanLookup, SpanSource};
+use collector::signals::{
+    LogsDemand, LogsFeed, ProcessSignals, SignalCollector, SpanLookup, SpanSource,
+};
 use collector::timer_grid;
 use exporter::remote::otel_env::parse_pairs;
 use profile::labels;
@@ -92,6 +94,10 @@ enum Stream {
     /// A rundown's list of the code loaded so far: it names code like the light session, but its
     /// events, written at the rundown, say nothing of how far the light session has come.
     Rundown,
+    /// `Microsoft-Extensions-Logging` at the union of what every consumer asks
+    /// ([`collector::signals::LogsDemand`]): a session of its own, so that it can be started
+    /// again with another union without touching the others.
+    Logs,
 }
 
 impl Stream {
@@ -100,6 +106,7 @@ impl Stream {
             Stream::Light => "light",
             Stream::Linkage => "linkage",
             Stream::Rundown => "rundown",
+            Stream::Logs => "logs",
         }
     }
 }
@@ -144,12 +151,20 @@ struct SharedProfiler {
     linkage: Option<Arc<StreamProgress>>,
     /// When the linkage session last delivered a span start (ms since `started`).
     span_start_ms: Arc<AtomicU64>,
+    logs: Arc<StreamProgress>,
+    /// Where the logs session's events go.
+    logs_feed: Arc<LogsFeed>,
     pid: u64,
     started: Instant,
 }
 
 impl SharedProfiler {
-    fn new(profiler: ProcessProfiler, local: Option<LocalProcess>, pid: u64) -> Self {
+    fn new(
+        profiler: ProcessProfiler,
+        local: Option<LocalProcess>,
+        pid: u64,
+        signals: &ProcessSignals,
+    ) -> Self {
         let linkage = profiler.spans().is_some().then(StreamProgress::new);
         let shared = SharedProfiler {
             profiler: Arc::new(Mutex::new(profiler)),
@@ -159,6 +174,8 @@ impl SharedProfiler {
             light: StreamProgress::new(),
             linkage,
             span_start_ms: Arc::new(AtomicU64::new(0)),
+            logs: StreamProgress::new(),
+            logs_feed: Arc::new(LogsFeed::new(signals.clone())),
             pid,
             started: Instant::now(),
         };
@@ -176,6 +193,7 @@ impl SharedProfiler {
             Stream::Light => Some(&self.light),
             Stream::Linkage => self.linkage.as_deref(),
             Stream::Rundown => None,
+            Stream::Logs => Some(&self.logs),
         }
     }
 
@@ -396,6 +414,14 @@ struct StreamObserver {
 impl EventObserver for StreamObserver {
     fn on_event(&mut self, event: &Event<'_>) {
         let shared = &self.profiler;
+        if self.stream == Stream::Logs {
+            shared
+                .logs
+                .seen_ms
+                .store(shared.elapsed_ms(), Ordering::Relaxed);
+            shared.logs_feed.on_event(event);
+            return;
+        }
         match event.metadata.kind {
             EventKind::Module(ModuleEventKind::Load) => {
                 shared.images_stale.store(true, Ordering::Relaxed);
@@ -489,8 +515,8 @@ impl EventObserver for WindowSamples {
 }
 
 /// JIT/Loader events for the code map, plus the events of the switched-on event profiles; with
-/// trace linkage, exceptions and log messages go to the linkage session instead (see
-/// [`linkage_session`]).
+/// trace linkage, exceptions go to the linkage session instead (see [`linkage_session`]). Log
+/// messages have a session of their own ([`Stream::Logs`]).
 fn light_session(events: EventProfiles, signals: &SignalSettings, linkage: bool) -> CollectTracing {
     let mut keywords = providers::RUNTIME_JIT_LOADER_KEYWORDS;
     if !linkage && (events.exceptions || signals.exceptions()) {
@@ -500,19 +526,16 @@ fn light_session(events: EventProfiles, signals: &SignalSettings, linkage: bool)
         keywords |= providers::RUNTIME_CONTENTION_KEYWORD;
     }
     // Verbose: MethodLoadVerbose names methods.
-    let mut session = vec![ProviderConfig::new(
+    let session = vec![ProviderConfig::new(
         providers::RUNTIME,
         keywords,
         level::VERBOSE,
     )];
-    if let (Some(logs), false) = (&signals.logs, linkage) {
-        session.push(logs.provider());
-    }
     CollectTracing::v2(session).with_rundown(false)
 }
 
 /// The linkage providers, plus the events that are joined to the span current when they happen
-/// (exceptions, log messages): in one stream, each thread's events come in order, so a span has
+/// (exceptions): in one stream, each thread's events come in order, so a span has
 /// started before what happens in it is read.
 fn linkage_session(
     linkage: &[ProviderConfig],
@@ -526,9 +549,6 @@ fn linkage_session(
             providers::RUNTIME_EXCEPTION_KEYWORD,
             level::VERBOSE,
         ));
-    }
-    if let Some(logs) = &signals.logs {
-        session.push(logs.provider());
     }
     CollectTracing::v2(session).with_rundown(false)
 }
@@ -757,6 +777,7 @@ async fn attach(
         tokio::spawn(exports.forward_signals(
             resource.clone(),
             logs,
+            signals.collected_logs().cloned(),
             spans,
             agent.settings.signals.spans.unwrap_or(0),
         ));
@@ -766,6 +787,7 @@ async fn attach(
             .with_signals(SignalCollector::new(signals.clone())),
         local,
         target.pid,
+        &signals,
     );
     // A `/logs` session of its own joins its messages to the spans the light session tracks.
     signals.set_span_lookup(SpanLookup(Arc::new(LightSpans::of(&profiler))));
@@ -828,6 +850,10 @@ async fn attach(
             }
         })
     });
+    let logs = tokio::spawn(run_logs_session(
+        long(Stream::Logs, CollectTracing::v2(Vec::new()), None),
+        signals.logs_demand().clone(),
+    ));
     // A session failing to start ends the wait too (its sender is dropped).
     let _ = tokio::time::timeout(LIGHT_SESSION_START_TIMEOUT, light_enabled).await;
     gate.open().await;
@@ -884,11 +910,11 @@ async fn attach(
         // The agent is stopping: the light session stops on the same signal.
         let _ = light.await;
     }
-    if let Some(linkage) = linkage {
+    for task in linkage.into_iter().chain([logs]) {
         if *agent.shutdown.borrow() {
-            let _ = linkage.await;
+            let _ = task.await;
         } else {
-            linkage.abort();
+            task.abort();
         }
     }
     let names = profiler.thread_names();
@@ -1030,6 +1056,144 @@ async fn run_long_session(
     }
 }
 
+/// A logs session quiet for this long is started again (doubling, up to [`LOGS_QUIET_MAX`], while
+/// sessions started so bring nothing): when any other session with the logging provider ends,
+/// the runtime turns the process's loggers off for every session, and only a session enabled
+/// anew turns them on again; nothing tells a session that this happened.
+const LOGS_QUIET: Duration = Duration::from_secs(1);
+const LOGS_QUIET_MAX: Duration = Duration::from_secs(64);
+/// How often a logs session's quiet is looked at, and its messages waiting for their spans.
+const LOGS_TICK: Duration = Duration::from_millis(100);
+
+/// Runs the process's logs session while anybody asks for logs, at the union of every demand
+/// ([`LogsDemand`]): started again when the union changes (a wider one at once, a narrower one
+/// later), when it has been quiet for a while (see [`LOGS_QUIET`]), and when it ends while the
+/// process runs; until the agent stops or the process exits. Each start again is counted on
+/// `/metrics` (`clrscope_logs_session_renewals_total`, by reason).
+async fn run_logs_session(long: LongSession, demand: Arc<LogsDemand>) {
+    let pid_label = long.pid.to_string();
+    let renewals = &long.health.losses.logs_renewals;
+    // The series exist at 0 from the start (see run_long_session).
+    for reason in ["union", "quiet"] {
+        renewals.with(&[&pid_label, reason]);
+    }
+    let restarts = long
+        .health
+        .losses
+        .session_restarts
+        .with(&[&pid_label, Stream::Logs.name()]);
+    let progress = &long.profiler.logs;
+    let mut quiet_after = LOGS_QUIET;
+    loop {
+        let Some((generation, config)) = demand.session() else {
+            // Nobody asks: no session until somebody does.
+            tokio::select! {
+                () = demand.changed(0) => continue,
+                () = stopped(long.shutdown.clone()) => return,
+            }
+        };
+        let _open = GaugeGuard::new(&long.health.sessions);
+        let mut sink = ParsingWriter::with_options(
+            tokio::io::sink(),
+            long.profiler.observer(Stream::Logs),
+            long.parser.clone(),
+        )
+        .ending_on_error();
+        let enabled_ms = AtomicU64::new(u64::MAX);
+        let mut renewal = None;
+        let stop = async {
+            tokio::select! {
+                () = stopped(long.shutdown.clone()) => {}
+                () = demand.changed(generation) => renewal = Some("union"),
+                () = logs_went_quiet(&long.profiler, &enabled_ms, quiet_after) => {
+                    renewal = Some("quiet");
+                }
+            }
+        };
+        let on_enabled = |p: SessionProgress| {
+            if enabled_ms.load(Ordering::Relaxed) == u64::MAX {
+                enabled_ms.store(long.profiler.elapsed_ms(), Ordering::Relaxed);
+                demand.enabled(generation);
+                tracing::info!(
+                    pid = long.pid,
+                    session = "logs",
+                    session_id = p.session_id,
+                    generation,
+                    "session enabled"
+                );
+            }
+        };
+        let session = session::run_reading(
+            &long.client,
+            config,
+            &mut sink,
+            stop,
+            STOP_TIMEOUT,
+            on_enabled,
+            Reading::OnTimerGrid,
+        );
+        // Records waiting for their spans are released while the session is quiet too.
+        let ticking = async {
+            let mut tick = tokio::time::interval(LOGS_TICK);
+            loop {
+                tick.tick().await;
+                long.profiler.logs_feed.release(false);
+            }
+        };
+        let result = tokio::select! {
+            result = session => result,
+            never = ticking => never,
+        };
+        demand.ended();
+        if *long.shutdown.borrow() {
+            return;
+        }
+        if let Some(reason) = renewal {
+            renewals.with(&[&pid_label, reason]).inc();
+            let heard =
+                progress.seen_ms.load(Ordering::Relaxed) >= enabled_ms.load(Ordering::Relaxed);
+            quiet_after = if reason == "quiet" && !heard {
+                (quiet_after * 2).min(LOGS_QUIET_MAX)
+            } else {
+                LOGS_QUIET
+            };
+            tracing::debug!(pid = long.pid, reason, "starting the logs session again");
+            continue;
+        }
+        let alive = tokio::time::timeout(ALIVE_TIMEOUT, long.client.process_info()).await;
+        if !matches!(alive, Ok(Ok(_))) {
+            return;
+        }
+        restarts.inc();
+        let reason = match &result {
+            Ok(_) => "ended by the runtime".to_string(),
+            Err(error) => error.to_string(),
+        };
+        tracing::warn!(pid = long.pid, session = "logs", %reason, "the logs session ended while the process runs; starting a new one");
+        tokio::select! {
+            () = tokio::time::sleep(SESSION_RESTART_PAUSE) => {}
+            () = stopped(long.shutdown.clone()) => return,
+        }
+    }
+}
+
+/// Resolves once the logs session has delivered nothing for `quiet_after` since it was enabled
+/// (`enabled_ms`, ms since the profiler's start; `u64::MAX` until then) or since its last event.
+async fn logs_went_quiet(profiler: &SharedProfiler, enabled_ms: &AtomicU64, quiet_after: Duration) {
+    let quiet_ms = u64::try_from(quiet_after.as_millis()).unwrap_or(u64::MAX);
+    loop {
+        tokio::time::sleep(LOGS_TICK).await;
+        let enabled = enabled_ms.load(Ordering::Relaxed);
+        if enabled == u64::MAX {
+            continue;
+        }
+        let last = profiler.logs.seen_ms.load(Ordering::Relaxed).max(enabled);
+        if profiler.elapsed_ms().saturating_sub(last) >= quiet_ms {
+            return;
+        }
+    }
+}
+
 /// `period_nanos`: what each sample of sampled batches stands for; 0 for event batches.
 fn send(sink: &BatchSink, batches: Batches, period_nanos: i64) {
     for batch in batches.batches {
@@ -1075,6 +1239,7 @@ struct Published {
     tracker: TrackerStats,
     light_dropped: u64,
     linkage_dropped: u64,
+    logs_dropped: u64,
 }
 
 /// What became of a duty-cycled session.
@@ -1381,7 +1546,7 @@ impl SamplingLoop<'_> {
     /// trace linkage, renews its session when no span has started for [`LINKAGE_QUIET`], so that
     /// linkage comes back within one sampler period of losing its providers' arguments.
     async fn check_losses(&mut self) {
-        for stream in [Stream::Light, Stream::Linkage] {
+        for stream in [Stream::Light, Stream::Linkage, Stream::Logs] {
             let Some(progress) = self.profiler.progress(stream) else {
                 continue;
             };
@@ -1389,6 +1554,7 @@ impl SamplingLoop<'_> {
             let published = match stream {
                 Stream::Light => &mut self.published.light_dropped,
                 Stream::Linkage => &mut self.published.linkage_dropped,
+                Stream::Logs => &mut self.published.logs_dropped,
                 Stream::Rundown => continue,
             };
             let delta = dropped - std::mem::replace(published, dropped);

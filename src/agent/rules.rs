@@ -340,7 +340,6 @@ impl ActionContext {
                     format: *format,
                     duration: Some(*duration),
                     before: *pre_trigger + firing.time.elapsed().unwrap_or_default(),
-                    parser: self.parser.clone(),
                 };
                 self.collect(Artifact::Logs(request), egress, &by).await
             }

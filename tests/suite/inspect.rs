@@ -29,7 +29,10 @@ fn fixture_sets() -> Vec<PathBuf> {
         .filter(|p| p.is_dir())
         .collect();
     per_runtime.sort();
-    assert!(per_runtime.len() >= 4, "per-runtime fixtures: {per_runtime:?}");
+    assert!(
+        per_runtime.len() >= 4,
+        "per-runtime fixtures: {per_runtime:?}"
+    );
     sets.extend(per_runtime);
     sets
 }
@@ -38,7 +41,9 @@ fn fixture_sets() -> Vec<PathBuf> {
 fn golden_of(path: &Path) -> PathBuf {
     let name = format!("{}.txt", path.file_stem().unwrap().to_str().unwrap());
     match path.parent().filter(|p| *p != fixtures()) {
-        Some(runtime) => Path::new("inspect").join(runtime.file_name().unwrap()).join(name),
+        Some(runtime) => Path::new("inspect")
+            .join(runtime.file_name().unwrap())
+            .join(name),
         None => Path::new("inspect").join(name),
     }
 }

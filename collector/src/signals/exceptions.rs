@@ -188,7 +188,7 @@ impl ExceptionFormat {
         })
     }
 
-    /// One record, terminated.
+    /// One record, terminated (in text, without its inner exception: see [`write_text_with`]).
     pub fn write(self, record: &ExceptionRecord, out: &mut String) {
         match self {
             ExceptionFormat::NdJson => {
@@ -200,7 +200,7 @@ impl ExceptionFormat {
                 out.push_str(&exception_json(record).to_string());
                 out.push('\n');
             }
-            ExceptionFormat::Text => write_text(record, out),
+            ExceptionFormat::Text => write_text_with(record, &Default::default(), out),
         }
     }
 }
@@ -224,9 +224,10 @@ fn split_method(display: &str) -> (&str, &str) {
 }
 
 /// dotnet-monitor's `ExceptionInstance` fields (`id`, `timestamp`, `typeName`, `moduleName`,
-/// `message`, `activity`, `innerExceptions`, `stack` with frames of `methodName`,
-/// `parameterTypes`, `typeName` and `moduleName`), plus each frame's `fullName`, `hresult`,
-/// `flags`, `traceId` and `spanId`.
+/// `message`, `activity`, `innerExceptions`, `stack` (its `JsonPropertyName`; the C# property is
+/// `CallStack`) with `threadId`, `threadName` (null: not known out of process) and frames of
+/// `methodName`, `parameterTypes`, `typeName` and `moduleName`), plus each frame's `fullName`,
+/// `hresult`, `flags`, `traceId` and `spanId`.
 pub fn exception_json(record: &ExceptionRecord) -> serde_json::Value {
     let frames: Vec<serde_json::Value> = record
         .frames
@@ -249,7 +250,7 @@ pub fn exception_json(record: &ExceptionRecord) -> serde_json::Value {
         "moduleName": record.frames.first().map(|f| &*f.module_name).unwrap_or(""),
         "message": record.message,
         "innerExceptions": record.inner_id.map(|id| vec![serde_json::json!({"id": id})]).unwrap_or_default(),
-        "stack": {"threadId": record.thread_id, "frames": frames},
+        "stack": {"threadId": record.thread_id, "threadName": null, "frames": frames},
         "hresult": format!("0x{:08X}", record.hresult),
         "flags": record.flags,
     });
@@ -264,18 +265,64 @@ pub fn exception_json(record: &ExceptionRecord) -> serde_json::Value {
     value
 }
 
-/// dotnet-monitor's text layout: `First chance exception at <time>`, `Type: message`, `   at ...`.
-fn write_text(record: &ExceptionRecord, out: &mut String) {
+/// dotnet-monitor's text layout (`ExceptionsOperation.WriteTextInstance`, after .NET's own):
+/// `First chance exception at <time>`, `Type: message`, its inner exception nested as ` ---> Type:
+/// message` with its frames and `   --- End of inner exception stack trace ---` (or, when the inner
+/// one is not among those written before, `   --- The inner exception was not included in the
+/// filter ---`), then `   at ...`, then `Activity ID: <W3C id>` when it was thrown in a span.
+/// `prior`: the records written before it (filtered), by id.
+pub fn write_text_with(
+    record: &ExceptionRecord,
+    prior: &std::collections::HashMap<u64, &ExceptionRecord>,
+    out: &mut String,
+) {
     let _ = writeln!(
         out,
         "First chance exception at {}",
         iso8601(record.unix_nanos)
     );
-    let _ = writeln!(out, "{}: {}", record.type_name, record.message);
-    for frame in &record.frames {
-        let _ = writeln!(out, "   at {}", frame.method_name);
+    write_type_and_message(record, out);
+    write_inner_and_frames(record, prior, out, 0);
+    if let Some(span) = &record.span {
+        let _ = write!(
+            out,
+            "\nActivity ID: 00-{}-{}-01",
+            span.trace_id, span.span_id
+        );
     }
-    out.push('\n');
+    out.push_str("\n\n");
+}
+
+fn write_type_and_message(record: &ExceptionRecord, out: &mut String) {
+    out.push_str(&record.type_name);
+    if !record.message.is_empty() {
+        let _ = write!(out, ": {}", record.message);
+    }
+}
+
+/// Nesting deeper than this is cut (each level is an exception written before).
+const MAX_INNER_DEPTH: usize = 16;
+
+fn write_inner_and_frames(
+    record: &ExceptionRecord,
+    prior: &std::collections::HashMap<u64, &ExceptionRecord>,
+    out: &mut String,
+    depth: usize,
+) {
+    if let Some(inner) = record.inner_id {
+        match prior.get(&inner).filter(|_| depth < MAX_INNER_DEPTH) {
+            Some(inner) => {
+                out.push_str("\n ---> ");
+                write_type_and_message(inner, out);
+                write_inner_and_frames(inner, prior, out, depth + 1);
+                out.push_str("\n   --- End of inner exception stack trace ---");
+            }
+            None => out.push_str("\n   --- The inner exception was not included in the filter ---"),
+        }
+    }
+    for frame in &record.frames {
+        let _ = write!(out, "\n   at {}", frame.method_name);
+    }
 }
 
 #[cfg(test)]
@@ -362,6 +409,49 @@ mod tests {
         assert_eq!(v["timestamp"], "2023-11-14T22:13:20.1234567Z");
         let mut text = String::new();
         ExceptionFormat::Text.write(&record, &mut text);
-        assert!(text.contains("System.TimeoutException: connect timed out #1\n   at Logs.Payments.Gateway.Connect(long)\n"));
+        assert!(text.contains("System.TimeoutException: connect timed out #1\n   --- The inner exception was not included in the filter ---\n   at Logs.Payments.Gateway.Connect(long)\n"));
+    }
+
+    /// As dotnet-monitor and .NET print them: the inner exception nested with ` ---> `.
+    #[test]
+    fn text_nests_the_inner_exception() {
+        let frame = |m: &str| ExceptionFrame {
+            method_name: m.into(),
+            module_name: "Logs.dll".into(),
+        };
+        let timeout = Arc::new(ExceptionRecord {
+            id: 1,
+            unix_nanos: 1_700_000_000_000_000_000,
+            thread_id: 42,
+            type_name: "System.TimeoutException".into(),
+            message: "connect timed out #1".into(),
+            hresult: 0,
+            flags: 0,
+            inner_id: None,
+            frames: vec![frame("Logs.Payments.Gateway.Connect(long)")],
+            span: None,
+        });
+        let declined = Arc::new(ExceptionRecord {
+            id: 2,
+            type_name: "Logs.Payments.PaymentDeclinedException".into(),
+            message: "payment declined #1".into(),
+            flags: FLAG_HAS_INNER,
+            inner_id: Some(1),
+            frames: vec![frame("Logs.Payments.Gateway.Charge(long)")],
+            ..(*timeout).clone()
+        });
+        let mut text = String::new();
+        let prior = std::collections::HashMap::from([(1, &*timeout)]);
+        write_text_with(&timeout, &Default::default(), &mut text);
+        write_text_with(&declined, &prior, &mut text);
+        assert_eq!(
+            text,
+            "First chance exception at 2023-11-14T22:13:20.0000000Z\n\
+             System.TimeoutException: connect timed out #1\n   at Logs.Payments.Gateway.Connect(long)\n\n\
+             First chance exception at 2023-11-14T22:13:20.0000000Z\n\
+             Logs.Payments.PaymentDeclinedException: payment declined #1\n \
+             ---> System.TimeoutException: connect timed out #1\n   at Logs.Payments.Gateway.Connect(long)\n   \
+             --- End of inner exception stack trace ---\n   at Logs.Payments.Gateway.Charge(long)\n\n"
+        );
     }
 }

@@ -160,23 +160,173 @@ impl LogsSettings {
             .with_arguments(encode_arguments(&[("FilterSpecs", &specs.join(";"))]))
     }
 
-    /// Whether a message passes these settings: the category's first matching filter, else the
-    /// default level. The provider filters too; this guards against another session's wider
-    /// filter, since the EventSource's FilterSpecs are process-wide.
+    /// Whether a message passes these settings, as the runtime's filters select (the spec
+    /// `Microsoft.Extensions.Logging`'s rule selector picks: see [`matching_spec`]), else the
+    /// default level. What a session receives is already filtered by the process-wide FilterSpecs;
+    /// this selects one consumer's messages out of what the union of all of them lets through.
     pub fn accepts(&self, category: &str, level: LogLevel) -> bool {
-        let rule = self
-            .filter_specs
-            .iter()
-            .find(|(name, _)| match name.strip_suffix('*') {
-                Some(prefix) => category.starts_with(prefix),
-                None => category == name,
-            });
-        match rule {
+        match matching_spec(&self.filter_specs, category) {
             Some((_, Some(min))) => level >= *min,
             Some((_, None)) => level >= self.log_level,
             // Specs without the app's filters turn other categories off, as the runtime does.
             None if !self.use_app_filters && !self.filter_specs.is_empty() => false,
             None => level >= self.log_level,
+        }
+    }
+
+    /// Settings whose provider lets through every message any of `demands` selects, so that one
+    /// session serves them all (the logging EventSource keeps one FilterSpecs for the whole
+    /// process: the last session enabled sets it for every session). Per category, the lowest
+    /// level any demand asks there; the app's own filters are kept (`UseAppFilters`) where no
+    /// demand names the category when any demand keeps them. A demand that keeps the app's filters
+    /// for a category another demand names is given that category at its own level (the app's
+    /// filters cannot be applied afterwards). `None` without demands.
+    pub fn union<'a>(demands: impl IntoIterator<Item = &'a LogsSettings>) -> Option<LogsSettings> {
+        let demands: Vec<&LogsSettings> = demands.into_iter().collect();
+        let log_level = demands.iter().map(|d| d.lowest_level()).min()?;
+        let all: Vec<Vec<(String, Option<LogLevel>)>> =
+            demands.iter().map(|d| d.effective_specs()).collect();
+        let mut prefixes: Vec<&str> = Vec::new();
+        for (name, _) in all.iter().flatten() {
+            let prefix = spec_prefix(name);
+            if !prefixes.iter().any(|p| p.eq_ignore_ascii_case(prefix)) {
+                prefixes.push(prefix);
+            }
+        }
+        // A spec's cell: the categories it is the longest match of. Each demand selects one level
+        // in a cell, by its own longest spec that prefixes the cell's (a category of the cell
+        // matches exactly those of its specs).
+        let mut filter_specs = Vec::new();
+        for prefix in prefixes {
+            let level = demands
+                .iter()
+                .zip(&all)
+                .filter_map(|(d, specs)| match d.cell_level(specs, prefix) {
+                    CellLevel::Level(level) | CellLevel::App(level) => Some(level),
+                    CellLevel::Off => None,
+                })
+                .min();
+            if let Some(level) = level {
+                filter_specs.push((format!("{prefix}*"), Some(level)));
+            }
+        }
+        Some(LogsSettings {
+            log_level,
+            filter_specs,
+            use_app_filters: demands.iter().any(|d| d.use_app_filters),
+        })
+    }
+}
+
+/// What a setting lets through in one cell of categories (see [`LogsSettings::union`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CellLevel {
+    /// Nothing.
+    Off,
+    /// This level and above, whatever the app's filters say.
+    Level(LogLevel),
+    /// What the app's own filters let through, of this level and above.
+    App(LogLevel),
+}
+
+impl CellLevel {
+    /// Whether a session at `self` receives every message `other` selects.
+    fn covers(self, other: CellLevel) -> bool {
+        match (self, other) {
+            (_, CellLevel::Off) => true,
+            (CellLevel::Level(a), CellLevel::Level(b) | CellLevel::App(b)) => a <= b,
+            (CellLevel::App(a), CellLevel::App(b)) => a <= b,
+            _ => false,
+        }
+    }
+}
+
+impl LogsSettings {
+    /// The specs as the runtime applies them: a level for every category is a spec of `*`.
+    fn effective_specs(&self) -> Vec<(String, Option<LogLevel>)> {
+        if self.filter_specs.is_empty() && !self.use_app_filters {
+            return vec![("*".to_string(), Some(self.log_level))];
+        }
+        self.filter_specs
+            .iter()
+            .map(|(name, l)| (name.clone(), Some(l.unwrap_or(self.log_level))))
+            .collect()
+    }
+
+    /// What these settings let through in the cell of categories `prefix` is the longest spec of.
+    fn cell_level(&self, specs: &[(String, Option<LogLevel>)], prefix: &str) -> CellLevel {
+        match matching_spec(specs, prefix) {
+            Some((_, Some(level))) => CellLevel::Level(*level),
+            Some((_, None)) => CellLevel::Level(self.log_level),
+            None if self.use_app_filters => CellLevel::App(self.log_level),
+            None => CellLevel::Off,
+        }
+    }
+
+    /// Whether a session with these settings receives every message `other` selects.
+    pub fn covers(&self, other: &LogsSettings) -> bool {
+        let (mine, theirs) = (self.effective_specs(), other.effective_specs());
+        // Every cell either side names, and the categories neither names.
+        let mut prefixes = mine.iter().chain(&theirs).map(|(n, _)| spec_prefix(n));
+        let covered = prefixes.all(|p| {
+            self.cell_level(&mine, p)
+                .covers(other.cell_level(&theirs, p))
+        });
+        covered
+            && self
+                .cell_level(&mine, NO_CATEGORY)
+                .covers(other.cell_level(&theirs, NO_CATEGORY))
+    }
+}
+
+/// A category no spec names (no spec name starts with a control character).
+const NO_CATEGORY: &str = "\u{1}";
+
+/// The prefix a filter spec's name matches: `LoggingEventSource` drops a trailing `*`, and the
+/// rule selector matches every name as a prefix.
+fn spec_prefix(name: &str) -> &str {
+    name.strip_suffix('*').unwrap_or(name)
+}
+
+/// The spec `Microsoft.Extensions.Logging`'s `LoggerRuleSelector` applies to `category`: of the
+/// names that prefix it (ignoring ASCII case, as its ordinal-ignore-case comparison), the longest;
+/// of equal ones, the last. (Not the first that matches, as `LoggingEventSource`'s comment says:
+/// FilterSpecs become filter rules of the logger factory.)
+pub fn matching_spec<'a>(
+    specs: &'a [(String, Option<LogLevel>)],
+    category: &str,
+) -> Option<&'a (String, Option<LogLevel>)> {
+    let mut best: Option<(usize, &(String, Option<LogLevel>))> = None;
+    for spec in specs {
+        let prefix = spec_prefix(&spec.0);
+        let matches = category
+            .as_bytes()
+            .get(..prefix.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()));
+        if matches && best.is_none_or(|(len, _)| prefix.len() >= len) {
+            best = Some((prefix.len(), spec));
+        }
+    }
+    best.map(|(_, spec)| spec)
+}
+
+/// Where a record's trace and span ids came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdsFrom {
+    /// The event's own `ActivityTraceId`, `ActivitySpanId` and `ActivityTraceFlags` (the
+    /// logging package of .NET 9 and later), with those flags.
+    Event { flags: u8 },
+    /// Trace linkage: the span the message's EventSource activity, else its thread, was in when
+    /// it was logged (packages that write no ids: 8.x).
+    Linkage,
+}
+
+impl IdsFrom {
+    /// As `/logs` (`IdsFrom`) and OTLP (`clrscope.ids_from`) name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            IdsFrom::Event { .. } => "event",
+            IdsFrom::Linkage => "linkage",
         }
     }
 }
@@ -194,6 +344,8 @@ pub struct LogRecord {
     pub scopes: Vec<ScopeValues>,
     /// The span it was logged in: from the event itself (.NET ≥ 9), else trace linkage.
     pub span: Option<Span>,
+    /// Where `span`'s ids came from; `Some` exactly when `span` is.
+    pub ids_from: Option<IdsFrom>,
 }
 
 /// Open `BeginScope`s by EventSource activity id, so a message can be given the scopes around it
@@ -313,8 +465,9 @@ fn universal_sortable(unix_nanos: i64) -> String {
         .to_string()
 }
 
-/// dotnet-monitor's JSON fields, in its order (`StreamingLogger`), plus `TraceId`, `SpanId` and
-/// `UnixNanos` (the full-precision time), which its scripts ignore.
+/// dotnet-monitor's JSON fields, in its order (`StreamingLogger`), plus `TraceId`, `SpanId`,
+/// `IdsFrom` (where those came from: `event` or `linkage`) and `UnixNanos` (the full-precision
+/// time), which its scripts ignore.
 pub fn record_json(record: &LogRecord) -> serde_json::Value {
     let m = &record.message;
     let mut object = serde_json::Map::new();
@@ -354,6 +507,9 @@ pub fn record_json(record: &LogRecord) -> serde_json::Value {
         put("TraceId", span.trace_id.to_string().into());
         put("SpanId", span.span_id.to_string().into());
     }
+    if let Some(from) = record.ids_from {
+        put("IdsFrom", from.name().into());
+    }
     put("UnixNanos", record.unix_nanos.into());
     object.into()
 }
@@ -366,10 +522,12 @@ fn exception_text(e: &crate::nettrace::events::LoggedException) -> String {
     }
 }
 
-/// The console formatter's layout, as dotnet-monitor's text output writes it.
+/// dotnet-monitor's text layout (`StreamingLogger`, after the simple console formatter, with the
+/// event name after the id): `<time> <lvl>: Category[EventId][EventName]`, the scopes on one
+/// line (`      => k:v, k:v => k:v`), the message and the exception, indented.
 fn write_text(record: &LogRecord, out: &mut String) {
     let m = &record.message;
-    let _ = writeln!(
+    let _ = write!(
         out,
         "{} {}: {}[{}]",
         universal_sortable(record.unix_nanos),
@@ -377,9 +535,20 @@ fn write_text(record: &LogRecord, out: &mut String) {
         m.category,
         m.event_id
     );
-    for scope in &record.scopes {
-        let values: Vec<String> = scope.iter().map(|(k, v)| format!("{k}:{v}")).collect();
-        let _ = writeln!(out, "      => {}", values.join(", "));
+    if !m.event_name.is_empty() {
+        let _ = write!(out, "[{}]", m.event_name);
+    }
+    out.push('\n');
+    if !record.scopes.is_empty() {
+        let scopes: Vec<String> = record
+            .scopes
+            .iter()
+            .map(|scope| {
+                let values: Vec<String> = scope.iter().map(|(k, v)| format!("{k}:{v}")).collect();
+                format!("=> {}", values.join(", "))
+            })
+            .collect();
+        let _ = writeln!(out, "      {}", scopes.join(" "));
     }
     for line in m.message.lines() {
         let _ = writeln!(out, "      {line}");
@@ -434,6 +603,136 @@ mod tests {
         // Without the app's filters, categories the specs do not name are off.
         assert!(body.accepts("Logs.Payments", LogLevel::Trace));
         assert!(!body.accepts("Other", LogLevel::Critical));
+    }
+
+    /// FilterSpecs become rules of the app's logger factory, which applies the longest name that
+    /// prefixes a category (ignoring case), not the first listed; an exact-looking name is a
+    /// prefix too.
+    #[test]
+    fn specs_select_as_the_runtimes_rule_selector() {
+        let body: LogsSettings = serde_json::from_str(
+            r#"{"logLevel":"Critical","filterSpecs":{"Logs*":"Trace","Logs.Pay*":"Error","logs.orders":"Warning"},"useAppFilters":false}"#,
+        )
+        .unwrap();
+        // Logs.Pay is longer than Logs: Error, although Logs* comes first.
+        assert!(!body.accepts("Logs.Payments", LogLevel::Warning));
+        assert!(body.accepts("Logs.Payments", LogLevel::Error));
+        // Case is ignored; a name without `*` matches longer categories too.
+        assert!(!body.accepts("Logs.Orders", LogLevel::Information));
+        assert!(body.accepts("Logs.OrdersArchive", LogLevel::Warning));
+        assert!(body.accepts("Logs.Other", LogLevel::Trace));
+        assert!(!body.accepts("Other", LogLevel::Critical));
+        // Of equal names, the last.
+        let specs = vec![
+            ("A*".to_string(), Some(LogLevel::Trace)),
+            ("a".to_string(), Some(LogLevel::Error)),
+        ];
+        assert_eq!(
+            matching_spec(&specs, "Abc").unwrap().1,
+            Some(LogLevel::Error)
+        );
+    }
+
+    /// The union lets through what every demand selects, each category at the lowest level any
+    /// demand asks there, and nothing no demand asks.
+    #[test]
+    fn the_union_serves_every_demand() {
+        let always = LogsSettings::for_level(Some(LogLevel::Information));
+        let debug_orders: LogsSettings = serde_json::from_str(
+            r#"{"logLevel":"Critical","filterSpecs":{"Logs.Orders":"Debug","Logs.Pay*":null},"useAppFilters":false}"#,
+        )
+        .unwrap();
+        let warning = LogsSettings::for_level(Some(LogLevel::Warning));
+        let demands = [always.clone(), debug_orders.clone(), warning.clone()];
+        let union = LogsSettings::union(&demands).unwrap();
+        assert_eq!(
+            union.provider().arguments.as_deref(),
+            Some("FilterSpecs=\"*:Information;Logs.Orders*:Debug;Logs.Pay*:Information\"")
+        );
+        assert_eq!(union.provider().level, level::VERBOSE);
+        let categories = ["Logs.Orders", "Logs.Payments", "Other", "Logs.OrdersX"];
+        for category in categories {
+            for level in LogLevel::ALL {
+                let wanted = demands.iter().any(|d| d.accepts(category, level));
+                assert_eq!(
+                    union.accepts(category, level),
+                    wanted,
+                    "{category} {level:?}"
+                );
+            }
+        }
+        // Specs alone: what no demand names stays off.
+        let alone = LogsSettings::union([&debug_orders]).unwrap();
+        assert!(!alone.accepts("Other", LogLevel::Critical));
+        assert!(alone.accepts("Logs.Payments", LogLevel::Critical));
+        // The app's filters are kept where no demand names the category.
+        let app = LogsSettings::for_level(None);
+        let union = LogsSettings::union([&app, &debug_orders]).unwrap();
+        assert_eq!(
+            union.provider().arguments.as_deref(),
+            Some("FilterSpecs=\"UseAppFilters;Logs.Orders*:Trace;Logs.Pay*:Trace\"")
+        );
+        assert_eq!(LogsSettings::union([]), None);
+        // What a union covers.
+        let union = LogsSettings::union(&demands).unwrap();
+        for d in &demands {
+            assert!(union.covers(d));
+        }
+        assert!(!always.covers(&debug_orders));
+        assert!(always.covers(&warning) && !warning.covers(&always));
+        let orders_warning: LogsSettings =
+            serde_json::from_str(r#"{"logLevel":"Critical","filterSpecs":{"Logs.Orders":"Warning"},"useAppFilters":false}"#)
+                .unwrap();
+        assert!(union.covers(&orders_warning));
+        // The app's filters cannot be undone: an app-filtered union does not cover a level.
+        assert!(!app.covers(&warning));
+        assert!(warning.covers(&LogsSettings {
+            log_level: LogLevel::Error,
+            ..LogsSettings::default()
+        }));
+    }
+
+    /// dotnet-monitor's text: the event name after the id, the scopes on one line.
+    #[test]
+    fn text_names_the_event_and_its_scopes() {
+        let record = LogRecord {
+            unix_nanos: 1_700_000_000_000_000_000,
+            message: LogMessage {
+                level: LogLevel::Warning,
+                factory_id: 1,
+                category: "Logs.Orders".into(),
+                event_id: 1003,
+                event_name: "OrderLogged".into(),
+                message: "Order 7".into(),
+                exception: None,
+                arguments: Vec::new(),
+                trace: None,
+            },
+            scopes: [
+                vec![
+                    ("Batch".into(), "4".into()),
+                    ("{OriginalFormat}".into(), "Batch {Batch}".into()),
+                ],
+                vec![("Inner".into(), "x".into())],
+            ]
+            .map(|values| {
+                let unlimited = crate::budget::SharedBudget::unlimited();
+                Arc::new(crate::budget::Charged::new(
+                    values,
+                    unlimited.hold_nothing(),
+                ))
+            })
+            .into(),
+            span: None,
+            ids_from: None,
+        };
+        let mut text = String::new();
+        LogFormat::Text.write(&record, &mut text);
+        assert_eq!(
+            text,
+            "2023-11-14 22:13:20Z warn: Logs.Orders[1003][OrderLogged]\n      => Batch:4, \
+             {OriginalFormat}:Batch {Batch} => Inner:x\n      Order 7\n"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! Logs and exceptions as first-class signals of an attached process: decoded once from its light
-//! session (`Microsoft-Extensions-Logging` messages, the runtime's `ExceptionThrown_V1`), kept in a
-//! bounded history per process and fanned out live, for the three consumers: the API (`/logs`,
+//! Logs and exceptions as first-class signals of an attached process: decoded once from its
+//! sessions (`Microsoft-Extensions-Logging` messages from its logs session, which asks for what
+//! every consumer asks: [`demand`]; the runtime's `ExceptionThrown_V1` from its light session), kept
+//! in a bounded history per process and fanned out live, for the three consumers: the API (`/logs`,
 //! `/exceptions`), the collection rules (`CollectLogs` with the seconds before a trigger, exception
 //! counts) and OTLP export. Finished spans (with trace linkage, when an exporter sends traces) are
 //! fanned out live too, on a feed of their own, for OTLP export only; they are not kept.
@@ -10,6 +11,7 @@
 //! arrived, not the time the target stamped on them.
 
 pub mod budget;
+pub mod demand;
 pub mod exceptions;
 pub mod logs;
 pub mod spans;
@@ -25,10 +27,11 @@ use crate::budget::{Charged, Hold};
 use crate::nettrace::events::{ExceptionThrown, LoggingEvent};
 use crate::nettrace::Event;
 pub use budget::{SignalKind, SignalShare};
+pub use demand::{DemandGuard, LogsDemand};
 pub use exceptions::{
     ExceptionFilter, ExceptionFormat, ExceptionFrame, ExceptionRecord, ExceptionsFilters,
 };
-pub use logs::{LogFormat, LogRecord, LogsSettings, ScopeTracker, ScopeValues};
+pub use logs::{IdsFrom, LogFormat, LogRecord, LogsSettings, ScopeTracker, ScopeValues};
 pub use spans::{SpanError, SpanKind, SpanRecord, SpanStatus};
 
 /// How much of each signal a process keeps.
@@ -139,9 +142,9 @@ impl History {
     }
 }
 
-/// Where a session of a request's own ([`write_session_logs`]) finds the spans its messages were
-/// logged in: the process's span tracker, which lives with its profiler and learns spans from
-/// the always-on session, whose stream may run behind the request's.
+/// Where the process's logs session ([`LogsFeed`]) finds the spans its messages were logged in:
+/// the process's span tracker, which lives with its profiler and learns spans from another
+/// session, whose stream may run behind the logs session's.
 pub trait SpanSource: Send + Sync {
     /// Whether the tracking session has delivered its events up to `unix_nanos` (or has been
     /// quiet long enough that nothing is pending): spans begun by then are known.
@@ -172,8 +175,8 @@ pub struct ProcessSignals {
     limits: SignalLimits,
     /// What everything kept or queued is charged to.
     share: SignalShare,
-    /// What the process's session collects (`None`: no logs, only exceptions).
-    logs: Option<Arc<LogsSettings>>,
+    /// What the always-on collection keeps and exports, and what every consumer asks.
+    demand: Arc<LogsDemand>,
     /// Set once the process's profiler (and its span tracker, with linkage on) exists.
     spans: Arc<OnceLock<SpanLookup>>,
     /// Whether finished spans are read from the session's span stops, for export.
@@ -195,7 +198,7 @@ impl ProcessSignals {
             live_spans: LiveFeed::default(),
             limits,
             share,
-            logs: logs.map(Arc::new),
+            demand: LogsDemand::new(logs),
             spans: Arc::default(),
             export_spans: false,
         }
@@ -233,9 +236,14 @@ impl ProcessSignals {
         self.history.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The logs the process's session collects, if any.
+    /// The logs the always-on collection keeps and exports, if any.
     pub fn collected_logs(&self) -> Option<&LogsSettings> {
-        self.logs.as_deref()
+        self.demand.base()
+    }
+
+    /// Every consumer's demand for the process's logs, which its logs session serves.
+    pub fn logs_demand(&self) -> &Arc<LogsDemand> {
+        &self.demand
     }
 
     pub fn limits(&self) -> SignalLimits {
@@ -277,39 +285,46 @@ impl ProcessSignals {
         Some(Charged::new(record, hold))
     }
 
-    /// Keeps a charged record ([`ProcessSignals::charge_log`]) for the retention, by the time
-    /// it arrives, and hands it to the live readers.
+    /// A charged record of the logs session ([`ProcessSignals::charge_log`]): kept for the
+    /// retention, by the time it arrives, when the always-on collection selects it, and handed to
+    /// the live readers, each of which picks its own.
     pub fn push_log(&self, record: Charged<LogRecord>) {
         let record = Arc::new(record);
-        {
+        let kept = self.limits.max_logs > 0
+            && self
+                .collected_logs()
+                .is_some_and(|c| c.accepts(&record.message.category, record.message.level));
+        if kept {
             let mut h = self.lock();
             h.logs_total += 1;
             let now = profile::clock::unix_nanos();
             h.expire_logs(now, &self.limits);
-            if self.limits.max_logs > 0 {
-                if h.logs.len() >= self.limits.max_logs {
-                    h.pop_log();
-                }
-                h.keep_log(now, record.clone());
+            if h.logs.len() >= self.limits.max_logs {
+                h.pop_log();
             }
+            h.keep_log(now, record.clone());
         }
         self.live.send(Signal::Log(record));
     }
 
     /// Keeps an exception (with a history of more than 0), giving it its id and its inner
-    /// exception, and hands it to the live readers; unless it does not fit in the process's share
-    /// (counted).
-    pub fn push_exception(&self, mut record: ExceptionRecord) {
+    /// exception, and hands it to the live readers; its id, or `None` when it does not fit in
+    /// the process's share (counted). A rethrow (`throw;`) raises the same exception object
+    /// again: it is reported once, as dotnet-monitor does, and gets the id it had (the event has
+    /// no object identity; the last one thrown on the thread, of the same type and message, is
+    /// taken to be it).
+    pub fn push_exception(&self, mut record: ExceptionRecord) -> Option<u64> {
+        if let Some(id) = self.rethrown(&record) {
+            return Some(id);
+        }
         let bytes = budget::exception_bytes(&record);
-        let Some(hold) = self.make_room(SignalKind::Exceptions, bytes) else {
-            return;
-        };
+        let hold = self.make_room(SignalKind::Exceptions, bytes)?;
         let record = {
             let mut h = self.lock();
+            let previous = h.last_on_thread.get(&record.thread_id).copied();
             h.next_exception_id += 1;
             h.exceptions_total += 1;
             record.id = h.next_exception_id;
-            let previous = h.last_on_thread.get(&record.thread_id).copied();
             if record.flags & exceptions::FLAG_HAS_INNER != 0 {
                 record.inner_id = previous;
             }
@@ -326,7 +341,26 @@ impl ProcessSignals {
             }
             record
         };
+        let id = record.id;
         self.live.send(Signal::Exception(record));
+        Some(id)
+    }
+
+    /// The id of the kept exception `record` rethrows, if it is a rethrow of the last one thrown
+    /// on its thread.
+    fn rethrown(&self, record: &ExceptionRecord) -> Option<u64> {
+        if record.flags & exceptions::FLAG_RETHROWN == 0 {
+            return None;
+        }
+        let h = self.lock();
+        let previous = h.last_on_thread.get(&record.thread_id).copied()?;
+        h.exceptions
+            .iter()
+            .rev()
+            .map(|(_, e)| e)
+            .find(|e| e.id == previous)
+            .filter(|e| e.type_name == record.type_name && e.message == record.message)
+            .map(|e| e.id)
     }
 
     /// The kept log records that arrived at or after `since_unix_nanos`, oldest first.
@@ -448,19 +482,21 @@ pub struct LogsRequest {
     pub duration: Option<Duration>,
     /// How far back the kept records are included (`CollectLogs`' pre-trigger; zero for `/logs`).
     pub before: Duration,
-    /// The limits of the parser of a session of the request's own.
-    pub parser: crate::nettrace::ParserOptions,
 }
 
-/// Renders `record` into `text` (cleared first) when the live feed brings it anew: not already
-/// written from the history and accepted by the request's filters.
+/// Renders `record` into `text` (cleared first) when the live feed brings it anew: logged since
+/// `since`, not already written from the history and accepted by the request's filters.
 fn render_new(
     request: &LogsRequest,
     seen: &std::collections::HashSet<usize>,
+    since: i64,
     record: &KeptLog,
     text: &mut String,
 ) -> bool {
-    if seen.contains(&(Arc::as_ptr(record) as usize))
+    // A record logged before the window that the feed brings only now (it waited for its span,
+    // or a session restarted for this request delivered the old session's last ones) is not in it.
+    if record.unix_nanos < since
+        || seen.contains(&(Arc::as_ptr(record) as usize))
         || !request
             .settings
             .accepts(&record.message.category, record.message.level)
@@ -519,10 +555,10 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
     tokio::pin!(deadline);
     tokio::pin!(stop);
     let mut lost = 0u64;
-    loop {
+    let timed_out = loop {
         let record = tokio::select! {
-            () = &mut deadline => break,
-            () = &mut stop => break,
+            () = &mut deadline => break true,
+            () = &mut stop => break false,
             received = live.recv() => match received {
                 Ok(Signal::Log(record)) => record,
                 Ok(Signal::Exception(_)) => continue,
@@ -530,29 +566,42 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
                     lost += n;
                     continue;
                 }
-                Err(broadcast::error::RecvError::Closed) => break,
+                Err(broadcast::error::RecvError::Closed) => break false,
             },
         };
-        if !render_new(request, &seen, &record, &mut text) {
+        if !render_new(request, &seen, since, &record, &mut text) {
             continue;
         }
         out.write_all(text.as_bytes()).await?;
         written += text.len() as u64;
         // Each record reaches the reader as it happens, as dotnet-monitor streams them.
         out.flush().await?;
-    }
-    // Records already on the feed when the end came were logged within the window.
+    };
+    // Records logged within the window may still come: those waiting for their spans (at most
+    // MAX_SPAN_WAIT). At the window's end they are waited for, until one logged after it comes;
+    // stopped, only those already on the feed are written.
+    let end = profile::clock::unix_nanos();
+    let tail = if timed_out {
+        MAX_SPAN_WAIT + Duration::from_secs(1)
+    } else {
+        Duration::ZERO
+    };
+    let tail_end = tokio::time::Instant::now() + tail;
     loop {
-        let record = match live.try_recv() {
-            Ok(Signal::Log(record)) => record,
-            Ok(Signal::Exception(_)) => continue,
-            Err(broadcast::error::TryRecvError::Lagged(n)) => {
+        let record = match tokio::time::timeout_at(tail_end, live.recv()).await {
+            Err(_) => break,
+            Ok(Ok(Signal::Log(record))) => record,
+            Ok(Ok(Signal::Exception(_))) => continue,
+            Ok(Err(broadcast::error::RecvError::Lagged(n))) => {
                 lost += n;
                 continue;
             }
-            Err(_) => break,
+            Ok(Err(broadcast::error::RecvError::Closed)) => break,
         };
-        if !render_new(request, &seen, &record, &mut text) {
+        if record.unix_nanos >= end {
+            break;
+        }
+        if !render_new(request, &seen, since, &record, &mut text) {
             continue;
         }
         out.write_all(text.as_bytes()).await?;
@@ -568,196 +617,141 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
     Ok(written)
 }
 
-/// How long a request's own session may take to end after it is stopped.
-const OWN_SESSION_STOP_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a message of a request's own session waits for the span tracking to catch up.
+/// How far past a message the span tracking's stream must have come before the message is
+/// joined: a stream brings each thread's events in order, but blocks of different threads out of
+/// order (a span's start may come after another thread's later event).
+const SPAN_CATCH_UP_MARGIN: i64 = 1_000_000_000;
+/// How long a message of the logs session waits for the span tracking to catch up.
 const MAX_SPAN_WAIT: Duration = Duration::from_secs(3);
 /// Messages waiting for their span at most; past it the oldest is written without waiting.
 const MAX_WAITING: usize = 16_384;
+/// How long a request waits for the logs session to ask for what it needs.
+const DEMAND_APPLY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A request's own session's messages, decoded and waiting for their spans.
-struct OwnSession {
-    collector: SignalCollector,
-    spans: Option<SpanLookup>,
-    /// Oldest first: the record, the activity outside its scopes, its thread and raw timestamp,
-    /// and when it arrived.
-    waiting: VecDeque<(
-        Charged<LogRecord>,
-        crate::nettrace::Guid,
-        u64,
-        i64,
-        std::time::Instant,
-    )>,
+/// A message of the logs session waiting for the span tracking.
+struct Waiting {
+    /// Charged to the process's share while it waits.
+    record: Charged<LogRecord>,
+    /// The activity outside its scopes, its thread and raw timestamp.
+    outside: crate::nettrace::Guid,
+    thread: u64,
+    at: i64,
+    arrived: std::time::Instant,
 }
 
-impl OwnSession {
-    /// Writes out the waiting records whose spans are known by now (or that waited long
-    /// enough), in order; with `all`, every one.
-    fn release(&mut self, all: bool) {
-        while let Some((record, ..)) = self.waiting.front() {
-            let ready = all
-                || self.waiting.len() > MAX_WAITING
-                || self
-                    .waiting
-                    .front()
-                    .is_some_and(|w| w.4.elapsed() >= MAX_SPAN_WAIT)
-                || self
-                    .spans
-                    .as_ref()
-                    .is_none_or(|s| s.0.caught_up(record.unix_nanos));
-            if !ready {
-                break;
-            }
-            let Some((mut record, outside, thread, at, _)) = self.waiting.pop_front() else {
-                break;
-            };
-            if record.span.is_none() {
-                record.span = self
-                    .spans
-                    .as_ref()
-                    .and_then(|s| s.0.span(outside, thread, at));
-            }
-            self.collector.signals.push_log(record);
-        }
+/// The process's logs session's messages: decoded, joined to their scopes, and, when the event
+/// carries no ids of its own, to the span trace linkage saw them in once its session (another
+/// stream, which may run behind) has caught up with them (at most [`MAX_SPAN_WAIT`] later);
+/// then handed to the process's signals, in order.
+#[derive(Debug)]
+pub struct LogsFeed(Mutex<FeedState>);
+
+struct FeedState {
+    collector: SignalCollector,
+    /// Oldest first.
+    waiting: VecDeque<Waiting>,
+}
+
+impl std::fmt::Debug for FeedState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FeedState")
+            .field("waiting", &self.waiting.len())
+            .finish()
     }
 }
 
-/// Feeds a request's own session's logging events to the [`OwnSession`] it shares.
-struct OwnSessionEvents(Arc<Mutex<OwnSession>>);
+impl LogsFeed {
+    pub fn new(signals: ProcessSignals) -> LogsFeed {
+        LogsFeed(Mutex::new(FeedState {
+            collector: SignalCollector::new(signals),
+            waiting: VecDeque::new(),
+        }))
+    }
 
-impl crate::session::EventObserver for OwnSessionEvents {
-    fn on_event(&mut self, event: &Event<'_>) {
+    fn lock(&self) -> MutexGuard<'_, FeedState> {
+        // Records move whole from the queue to the signals: a panic cannot leave one half-moved.
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An event of the logs session.
+    pub fn on_event(&self, event: &Event<'_>) {
         let Ok(Some(crate::nettrace::events::KnownEvent::Logging(logging))) = event.known() else {
             return;
         };
-        let mut own = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((record, outside)) = own.collector.log_unjoined(event, logging) {
-            let (thread, at) = (event.header.thread_id, event.header.timestamp);
-            let now = std::time::Instant::now();
-            own.waiting.push_back((record, outside, thread, at, now));
+        let mut feed = self.lock();
+        if let Some((record, outside)) = feed.collector.log(event, logging) {
+            feed.waiting.push_back(Waiting {
+                record,
+                outside,
+                thread: event.header.thread_id,
+                at: event.header.timestamp,
+                arrived: std::time::Instant::now(),
+            });
         }
-        own.release(false);
+        feed.release(false);
+    }
+
+    /// Hands on the waiting records whose spans are known by now (or that waited long enough),
+    /// in order; with `all`, every one. Called as events come and on a timer, so that records
+    /// of a quiet session are released too.
+    pub fn release(&self, all: bool) {
+        self.lock().release(all);
     }
 }
 
-/// Writes the logs `request` selects from a session of its own with the process, as
-/// dotnet-monitor serves every `/logs`: for `request.duration` (or until `stop`), in its format,
-/// each message joined to its span through the process's [`SpanLookup`] once the span tracking
-/// has caught up with it (at most [`MAX_SPAN_WAIT`] later). Used when the agent's always-on
-/// session does not collect what the request asks ([`ProcessSignals::check_logs`]).
-///
-/// The logging EventSource's `FilterSpecs` are process-wide: while this session runs, the
-/// always-on session receives what this one asks too (and keeps only its own records), and after
-/// it the runtime leaves the EventSource with no `FilterSpecs` (every category at the level the
-/// remaining sessions ask), so an always-on session with `UseAppFilters` collects without the
-/// app's filters from then on.
-pub async fn write_session_logs<W: tokio::io::AsyncWrite + Unpin>(
-    client: &crate::client::DiagnosticsClient,
+impl FeedState {
+    fn release(&mut self, all: bool) {
+        let spans = self.collector.signals().span_lookup().cloned();
+        while let Some(first) = self.waiting.front() {
+            let ready = all
+                || first.record.span.is_some()
+                || self.waiting.len() > MAX_WAITING
+                || first.arrived.elapsed() >= MAX_SPAN_WAIT
+                || spans.as_ref().is_none_or(|s| {
+                    s.0.caught_up(first.record.unix_nanos + SPAN_CATCH_UP_MARGIN)
+                });
+            if !ready {
+                break;
+            }
+            let Some(mut w) = self.waiting.pop_front() else {
+                break;
+            };
+            if w.record.span.is_none() {
+                w.record.span = spans
+                    .as_ref()
+                    .and_then(|s| s.0.span(w.outside, w.thread, w.at));
+                w.record.ids_from = w.record.span.as_ref().map(|_| IdsFrom::Linkage);
+            }
+            self.collector.signals.push_log(w.record);
+        }
+    }
+}
+
+/// Writes the logs `request` selects as [`write_logs`] does, having first made the process's logs
+/// session ask for them: its demand joins the union the session asks for ([`LogsDemand`]),
+/// which starts the session again if the union must widen; this waits until it has (at most
+/// [`DEMAND_APPLY_TIMEOUT`]), and the demand lasts until the request ends. Used when the always-on
+/// collection does not cover the request ([`ProcessSignals::check_logs`]); as dotnet-monitor's
+/// `/logs`, it serves the messages logged from then on.
+pub async fn write_demanded_logs<W: tokio::io::AsyncWrite + Unpin>(
     request: &LogsRequest,
     out: &mut W,
     stop: impl std::future::Future<Output = ()>,
-) -> Result<u64, crate::artifacts::ArtifactError> {
-    use crate::artifacts::ArtifactError;
-    use crate::session::{self, ParsingWriter};
-
-    // Records pass through a feed of their own: none is kept, none reaches other readers; they
-    // are charged to the process's share while they wait and are written.
-    let own = ProcessSignals::new(
-        SignalLimits {
-            max_logs: 0,
-            ..request.signals.limits()
-        },
-        Some(request.settings.clone()),
-        request.signals.share().clone(),
-    );
-    let reader = LogsRequest {
-        signals: own.clone(),
-        before: Duration::ZERO,
-        duration: None,
-        ..request.clone()
-    };
-    let state = Arc::new(Mutex::new(OwnSession {
-        collector: SignalCollector::new(own),
-        spans: request.signals.span_lookup().cloned(),
-        waiting: VecDeque::new(),
-    }));
-    let (ended, session_ended) = tokio::sync::oneshot::channel::<()>();
-    // Polled first: it subscribes to the feed before the session can produce a record.
-    let writing = write_logs(&reader, out, async {
-        let _ = session_ended.await;
-    });
-    let config =
-        crate::ipc::CollectTracing::v2(vec![request.settings.provider()]).with_rundown(false);
-    let duration = request.duration;
-    let events = OwnSessionEvents(state.clone());
-    let session = async move {
-        let mut sink =
-            ParsingWriter::with_options(tokio::io::sink(), events, request.parser.clone());
-        let until = async {
-            let deadline = async {
-                match duration {
-                    Some(d) => tokio::time::sleep(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                () = deadline => {}
-                () = stop => {}
-            }
-        };
-        let ran = session::run(
-            client,
-            config,
-            &mut sink,
-            until,
-            OWN_SESSION_STOP_TIMEOUT,
-            |_| {},
-        )
-        .await;
-        if let Some(error) = sink.error() {
-            tracing::warn!(%error, "a logs session's stream stopped parsing");
-        }
-        ran
-    };
-    // Releases waiting records as the span tracking catches up, also while the session is
-    // quiet; once the session has ended, until none waits.
-    let session = async {
-        let ran = {
-            tokio::pin!(session);
-            let mut tick = tokio::time::interval(Duration::from_millis(100));
-            loop {
-                tokio::select! {
-                    ran = &mut session => break ran,
-                    _ = tick.tick() => {
-                        state.lock().unwrap_or_else(|p| p.into_inner()).release(false);
-                    }
-                }
-            }
-        };
-        loop {
-            let waiting = {
-                let mut own = state.lock().unwrap_or_else(|p| p.into_inner());
-                own.release(false);
-                own.waiting.front().map(|w| w.4)
-            };
-            match waiting {
-                None => break,
-                Some(since) if since.elapsed() >= MAX_SPAN_WAIT => {
-                    state
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .release(true);
-                }
-                Some(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-        // Every record of the session is on the feed now.
-        drop(ended);
-        ran
-    };
-    let (written, ran) = tokio::join!(writing, session);
-    ran.map_err(ArtifactError::Trace)?;
-    written.map_err(|source| ArtifactError::Write { bytes: 0, source })
+) -> Result<u64, std::io::Error> {
+    let demand = request.signals.logs_demand().add(request.settings.clone());
+    if tokio::time::timeout(DEMAND_APPLY_TIMEOUT, demand.applied())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "the logs session did not start with what a logs request asks within {}s; \
+             serving what it delivers",
+            DEMAND_APPLY_TIMEOUT.as_secs()
+        );
+    }
+    let written = write_logs(request, out, stop).await;
+    drop(demand);
+    written
 }
 
 /// The kept exceptions to write out, as dotnet-monitor's `/exceptions` and `CollectExceptions`
@@ -777,11 +771,20 @@ pub async fn write_exceptions<W: tokio::io::AsyncWrite + Unpin>(
     use tokio::io::AsyncWriteExt;
     let mut text = String::new();
     let mut written = 0u64;
-    for record in request.signals.exceptions() {
-        if !request.filters.selects(&record) {
-            continue;
+    let records: Vec<KeptException> = request
+        .signals
+        .exceptions()
+        .into_iter()
+        .filter(|r| request.filters.selects(r))
+        .collect();
+    // Text nests each inner exception from those written before it (as dotnet-monitor's).
+    let mut prior: HashMap<u64, &ExceptionRecord> = HashMap::new();
+    for record in &records {
+        match request.format {
+            ExceptionFormat::Text => exceptions::write_text_with(record, &prior, &mut text),
+            format => format.write(record, &mut text),
         }
-        request.format.write(&record, &mut text);
+        prior.insert(record.id, record);
         // A history of 1,000 exceptions with deep stacks is megabytes: written in pieces.
         if text.len() >= WRITE_CHUNK {
             out.write_all(text.as_bytes()).await?;
@@ -818,33 +821,19 @@ impl SignalCollector {
         &self.signals
     }
 
-    /// A logging event. `span_of(activity)` is the span whose EventSource activity id that is.
-    pub fn log(
-        &mut self,
-        event: &Event<'_>,
-        logging: LoggingEvent,
-        span_of: impl Fn(crate::nettrace::Guid) -> Option<Span>,
-    ) {
-        if let Some((mut record, outside)) = self.log_unjoined(event, logging) {
-            if record.span.is_none() {
-                record.span = span_of(outside);
-            }
-            self.signals.push_log(record);
-        }
-    }
-
-    /// A logging event, for a caller that joins messages to spans later (the span tracking
+    /// A logging event, for [`LogsFeed`], which joins messages to spans later (the span tracking
     /// runs in another session): the message's record, charged to the process's share, its span
     /// only if the event carries one, and the activity outside its scopes. Scope events, messages
-    /// the settings do not take or that do not fit, and every logging event of a process whose
-    /// logs nobody asked for, give `None`.
-    pub fn log_unjoined(
+    /// no consumer asks for and those that do not fit give `None`.
+    fn log(
         &mut self,
         event: &Event<'_>,
         logging: LoggingEvent,
     ) -> Option<(Charged<LogRecord>, crate::nettrace::Guid)> {
         // A target may send what was not asked for: nothing is kept of it.
-        let settings = self.signals.logs.as_ref()?;
+        if !self.signals.demand.wanted() {
+            return None;
+        }
         let header = event.header;
         match logging {
             LoggingEvent::ScopeStart { values, .. } => {
@@ -866,20 +855,28 @@ impl SignalCollector {
                 None
             }
             LoggingEvent::Message(message) => {
-                if !settings.accepts(&message.category, message.level) {
+                // What the process-wide filters let through beyond what any consumer asks (a
+                // session of another tool's may have widened them) is not taken.
+                if !self
+                    .signals
+                    .demand
+                    .accepts(&message.category, message.level)
+                {
                     return None;
                 }
                 let (scopes, outside) = self.scopes.resolve(header.activity_id);
-                let span = message.trace.map(|(trace_id, span_id)| Span {
-                    trace_id,
-                    span_id,
+                let span = message.trace.map(|t| Span {
+                    trace_id: t.trace_id,
+                    span_id: t.span_id,
                     name: Arc::from(""),
                 });
+                let ids_from = message.trace.map(|t| IdsFrom::Event { flags: t.flags });
                 let record = LogRecord {
                     unix_nanos: event.unix_nanos(),
                     message,
                     scopes,
                     span,
+                    ids_from,
                 };
                 Some((self.signals.charge_log(record)?, outside))
             }
@@ -1002,15 +999,15 @@ mod tests {
         b.finish()
     }
 
+    /// Feeds `stream`'s logging events to `signals` as the process's logs session would.
     fn collect(signals: &ProcessSignals, stream: &[u8]) {
-        let mut collector = SignalCollector::new(signals.clone());
+        let feed = LogsFeed::new(signals.clone());
         let mut parser = Parser::new();
         parser.feed(stream).unwrap();
         while let Some(event) = parser.next_event().unwrap() {
-            if let Ok(Some(KnownEvent::Logging(logging))) = event.known() {
-                collector.log(&event, logging, |_| None);
-            }
+            feed.on_event(&event);
         }
+        feed.release(true);
     }
 
     fn trace_logs() -> Option<LogsSettings> {
@@ -1043,7 +1040,7 @@ mod tests {
         while let Some(event) = parser.next_event().unwrap() {
             if let Ok(Some(KnownEvent::Logging(logging))) = event.known() {
                 if matches!(logging, LoggingEvent::ScopeStart { .. }) {
-                    collector.log(&event, logging, |_| None);
+                    assert!(collector.log(&event, logging).is_none());
                 }
             }
         }
@@ -1095,5 +1092,34 @@ mod tests {
         assert_eq!(signals.logs_since(i64::MIN).len(), 3);
         std::thread::sleep(Duration::from_millis(300));
         assert!(signals.logs_since(i64::MIN).is_empty());
+    }
+
+    /// A rethrow raises the same exception object again: one record, as dotnet-monitor reports
+    /// each exception object once; a new exception of the same type is a record of its own.
+    #[test]
+    fn a_rethrow_is_the_exception_it_rethrows() {
+        let signals = ProcessSignals::default();
+        let thrown = |flags: u16, message: &str| ExceptionRecord {
+            id: 0,
+            unix_nanos: 0,
+            thread_id: 7,
+            type_name: "System.TimeoutException".into(),
+            message: message.into(),
+            hresult: 0,
+            flags,
+            inner_id: None,
+            frames: Vec::new(),
+            span: None,
+        };
+        let first = signals.push_exception(thrown(0, "late"));
+        assert!(first.is_some());
+        assert_eq!(
+            signals.push_exception(thrown(exceptions::FLAG_RETHROWN, "late")),
+            first
+        );
+        let other = signals.push_exception(thrown(exceptions::FLAG_RETHROWN, "later"));
+        assert_ne!(other, first);
+        assert_eq!(signals.exceptions().len(), 2);
+        assert_eq!(signals.totals().1, 2);
     }
 }

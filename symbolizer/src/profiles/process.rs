@@ -180,20 +180,8 @@ impl ProcessProfiler {
         };
         let thread = event.header.thread_id;
         let known = match known {
-            KnownEvent::Logging(logging) => {
-                if let Some(collector) = &mut self.signals {
-                    let spans = self.symbolizer.spans.as_ref();
-                    let at = event.header.timestamp;
-                    collector.log(event, logging, |activity| {
-                        let spans = spans?;
-                        spans
-                            .span_of_activity(&activity, at)
-                            .or_else(|| spans.span_at(thread, at))
-                            .cloned()
-                    });
-                }
-                return;
-            }
+            // Log messages come from the process's logs session (collector::signals::LogsFeed).
+            KnownEvent::Logging(_) => return,
             KnownEvent::ExceptionThrown(thrown) => {
                 if self.signals.is_some() {
                     let frames = self.exception_frames(event);

@@ -323,7 +323,6 @@ async fn collect_logs(
         format,
         duration: trace_duration(&params)?,
         before: Duration::ZERO,
-        parser: state.monitor.parser.clone(),
     };
     collect_from(state, params, target, Artifact::Logs(request)).await
 }

@@ -9,9 +9,12 @@
 //! | 6 | ActivityJsonStart | ID, FactoryID, LoggerName, ArgumentsJson (a `BeginScope`) |
 //! | 7 | ActivityJsonStop | ID, FactoryID, LoggerName |
 //!
-//! .NET 9 appends `ActivityTraceId`, `ActivitySpanId` and `ActivityTraceFlags` to events 1, 2 and 5
-//! (empty strings without a W3C `Activity`); .NET 8 sends none. Events 2–4 (Message, ActivityStart,
-//! ActivityStop: struct and array fields) are not read: clrscope enables the JSON keyword only.
+//! The Microsoft.Extensions.Logging.EventSource package of .NET 9 and later (the assembly the app
+//! loads decides, not the runtime) appends `ActivityTraceId`, `ActivitySpanId` and
+//! `ActivityTraceFlags` to events 1, 2 and 5 (empty strings without a W3C `Activity`); 8.x sends
+//! none. Events 2–4 (Message, ActivityStart, ActivityStop: struct and array fields) are not read:
+//! clrscope enables the JSON keyword only. `tests/golden/logging/layout-net<major>.json` holds what
+//! each runtime of the matrix writes, recorded from the real provider.
 
 use super::{bounded, head, MAX_ARGUMENTS, MAX_TEXT_BYTES};
 use crate::activity::{SpanId, TraceId};
@@ -121,8 +124,34 @@ pub struct LogMessage {
     pub exception: Option<LoggedException>,
     /// The structured arguments in order, `{OriginalFormat}` included, values as strings.
     pub arguments: Vec<(String, String)>,
-    /// The W3C ids the event carries itself (.NET ≥ 9 with a current Activity).
-    pub trace: Option<(TraceId, SpanId)>,
+    /// The W3C context the event carries itself (packages of .NET ≥ 9, with a current Activity).
+    pub trace: Option<EventTrace>,
+}
+
+/// The `ActivityTraceId`, `ActivitySpanId` and `ActivityTraceFlags` of a message event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventTrace {
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+    /// W3C trace flags (1: sampled/recorded).
+    pub flags: u8,
+}
+
+impl EventTrace {
+    /// From the three fields as the event writes them (`ActivityTraceFlags` as a number: "1"; or
+    /// as the enum's name); none when the ids are empty (no Activity) or malformed.
+    fn read(trace_id: &str, span_id: &str, flags: &str) -> Option<EventTrace> {
+        let flags = match flags.trim() {
+            "Recorded" => 1,
+            "None" | "" => 0,
+            number => number.parse().ok()?,
+        };
+        Some(EventTrace {
+            trace_id: TraceId::from_hex(trace_id)?,
+            span_id: SpanId::from_hex(span_id)?,
+            flags,
+        })
+    }
 }
 
 /// A decoded `Microsoft-Extensions-Logging` event.
@@ -161,32 +190,50 @@ impl LoggingEventKind {
     }
 }
 
-/// A flat JSON object's members as strings (numbers and booleans as written), at most
-/// [`MAX_ARGUMENTS`] of at most [`MAX_ARGUMENTS_BYTES`] together; anything else (not JSON, not an
-/// object) gives none.
+/// A flat JSON object's members as strings (numbers and booleans as written), in the object's
+/// order, at most [`MAX_ARGUMENTS`] of at most [`MAX_ARGUMENTS_BYTES`] together; anything else (not
+/// JSON, not an object) gives none.
 fn json_pairs(text: &str) -> Vec<(String, String)> {
-    let Ok(serde_json::Value::Object(members)) = serde_json::from_str::<serde_json::Value>(text)
-    else {
-        return Vec::new();
-    };
-    let mut left = MAX_ARGUMENTS_BYTES;
-    let mut pairs = Vec::new();
-    for (key, value) in members.into_iter().take(MAX_ARGUMENTS) {
-        let key = head(&key, MAX_TEXT_BYTES.min(left)).to_owned();
-        left -= key.len();
-        let value = match value {
-            serde_json::Value::String(s) => s,
-            serde_json::Value::Null => String::new(),
-            other => other.to_string(),
-        };
-        let value = head(&value, MAX_TEXT_BYTES.min(left)).to_owned();
-        left -= value.len();
-        pairs.push((key, value));
-        if left == 0 {
-            break;
+    /// The members in order (a `serde_json::Map` would sort them by key), within the budget.
+    struct Ordered(Vec<(String, String)>);
+    impl<'de> serde::Deserialize<'de> for Ordered {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Members;
+            impl<'de> serde::de::Visitor<'de> for Members {
+                type Value = Ordered;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Ordered, A::Error> {
+                    let mut left = MAX_ARGUMENTS_BYTES;
+                    let mut pairs = Vec::new();
+                    while let Some((k, v)) = map.next_entry::<String, serde_json::Value>()? {
+                        if pairs.len() == MAX_ARGUMENTS || left == 0 {
+                            continue;
+                        }
+                        let value = match v {
+                            serde_json::Value::String(s) => s,
+                            serde_json::Value::Null => String::new(),
+                            other => other.to_string(),
+                        };
+                        let key = head(&k, MAX_TEXT_BYTES.min(left)).to_owned();
+                        left -= key.len();
+                        let value = head(&value, MAX_TEXT_BYTES.min(left)).to_owned();
+                        left -= value.len();
+                        pairs.push((key, value));
+                    }
+                    Ok(Ordered(pairs))
+                }
+            }
+            d.deserialize_map(Members)
         }
     }
-    pairs
+    serde_json::from_str::<Ordered>(text)
+        .map(|o| o.0)
+        .unwrap_or_default()
 }
 
 fn logged_exception(text: &str) -> Option<LoggedException> {
@@ -218,8 +265,10 @@ impl LoggingEvent {
         Some(match kind {
             LoggingEventKind::FormattedMessage | LoggingEventKind::MessageJson => {
                 let level = LogLevel::from_number(number("Level")?)?;
-                let trace = match (text("ActivityTraceId"), text("ActivitySpanId")) {
-                    (Some(t), Some(s)) => TraceId::from_hex(&t).zip(SpanId::from_hex(&s)),
+                let trace = match (raw("ActivityTraceId"), raw("ActivitySpanId")) {
+                    (Some(t), Some(s)) => {
+                        EventTrace::read(t, s, raw("ActivityTraceFlags").unwrap_or(""))
+                    }
                     _ => None,
                 };
                 LoggingEvent::Message(LogMessage {

@@ -17,7 +17,8 @@ mod tpl;
 pub use diagnostic_source::{DiagnosticSourceEvent, DiagnosticSourceKind};
 pub use event_counters::{EventCounter, EventCounterValue};
 pub use logging::{
-    LogLevel, LogMessage, LoggedException, LoggingEvent, LoggingEventKind, LOGGING_PROVIDER,
+    EventTrace, LogLevel, LogMessage, LoggedException, LoggingEvent, LoggingEventKind,
+    LOGGING_PROVIDER,
 };
 pub use meters::{
     InstrumentEvent, InstrumentEventKind, MetricPublished, MetricValue, MetricsEvent,

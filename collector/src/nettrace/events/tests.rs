@@ -355,94 +355,131 @@ fn tpl_set_activity_id() {
     );
 }
 
-/// The real provider's layout (`tests/golden/logging/layout.json`, read from dotnet/runtime's
-/// `LoggingEventSource.cs`): each event laid out from it decodes, on .NET 8 and with the fields
-/// .NET 9 appends. A change of the golden layout that the decoder does not follow fails here.
+/// The real provider's events as each runtime of the matrix writes them (`tests/golden/logging/
+/// layout-net<major>.json`, recorded from Microsoft.Extensions.Logging.EventSource by the suite's
+/// `signals::the_real_providers_layout_matches_its_golden_file`): each event clrscope reads, laid out
+/// as recorded with its recorded example's values, decodes to those values (the trace ids where
+/// the runtime's package writes them); the Message event (struct and array fields) is not read.
 #[test]
-fn logging_events_from_the_golden_layout() {
-    let golden: serde_json::Value =
-        serde_json::from_str(include_str!("../../../../tests/golden/logging/layout.json")).unwrap();
-    assert_eq!(golden["provider"], LOGGING_PROVIDER);
-    let type_code = |t: &str| match t {
-        "I32" => 9,
-        "String" => 18,
-        other => panic!("type {other} in the golden layout"),
-    };
-    // A value per field name, as EventSourceLogger writes them.
-    let value = |name: &str| -> Vec<u8> {
-        match name {
-            "Level" => 4i32.to_le_bytes().to_vec(),
-            "FactoryID" => 1i32.to_le_bytes().to_vec(),
-            "EventId" => 1004i32.to_le_bytes().to_vec(),
-            "ID" => 17i32.to_le_bytes().to_vec(),
-            "LoggerName" => utf16z("Shop.Orders"),
-            "EventName" => utf16z("OrderFailed"),
-            "FormattedMessage" => utf16z("Order 7 failed"),
-            "ExceptionJson" => utf16z(
-                r#"{"TypeName":"System.TimeoutException","Message":"late","HResult":"-2146233083","VerboseMessage":"System.TimeoutException: late"}"#,
-            ),
-            "ArgumentsJson" => {
-                utf16z(r#"{"OrderId":"7","{OriginalFormat}":"Order {OrderId} failed"}"#)
+fn logging_events_from_the_golden_layouts() {
+    let goldens = [
+        include_str!("../../../../tests/golden/logging/layout-net8.json"),
+        include_str!("../../../../tests/golden/logging/layout-net9.json"),
+        include_str!("../../../../tests/golden/logging/layout-net10.json"),
+        include_str!("../../../../tests/golden/logging/layout-net11.json"),
+    ];
+    for (major, text) in [8, 9, 10, 11].into_iter().zip(goldens) {
+        let golden: serde_json::Value = serde_json::from_str(text).unwrap();
+        assert_eq!(golden["provider"], LOGGING_PROVIDER);
+        let mut read = 0;
+        for (name, event) in golden["events"].as_object().unwrap() {
+            let what = format!(".NET {major} {name}");
+            let fields: Vec<(&str, &str)> = event["fields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f.as_str().unwrap().split_once(": ").unwrap())
+                .collect();
+            if EventKind::classify(LOGGING_PROVIDER, 0, name) == EventKind::Unknown {
+                assert_eq!(name, "Message", "{what} is not read");
+                continue;
             }
-            "ActivityTraceId" => utf16z("0af7651916cd43dd8448eb211c80319c"),
-            "ActivitySpanId" => utf16z("b7ad6b7169203331"),
-            "ActivityTraceFlags" => utf16z("1"),
-            other => panic!("no sample value for {other}"),
-        }
-    };
-    let net9: Vec<(String, String)> =
-        serde_json::from_value(golden["net9_fields"].clone()).unwrap();
-    for event in golden["events"].as_array().unwrap() {
-        let id = event["id"].as_u64().unwrap() as u32;
-        let name = event["name"].as_str().unwrap();
-        let mut fields: Vec<(String, String)> =
-            serde_json::from_value(event["fields"].clone()).unwrap();
-        let appended = golden["net9_appended_to"]
-            .as_array()
-            .unwrap()
-            .contains(&serde_json::json!(id));
-        for with_net9 in [false, true].into_iter().filter(|&n| !n || appended) {
-            if with_net9 {
-                fields.extend(net9.iter().cloned());
-            }
+            read += 1;
+            let example = &event["example"];
+            // The example's placeholders as a run would have them.
+            let trace_id = "0af7651916cd43dd8448eb211c80319c";
+            let span_id = "b7ad6b7169203331";
+            let value = |field: &str| -> Vec<u8> {
+                let v = &example[field];
+                if let Some(n) = v.as_i64() {
+                    return (n as i32).to_le_bytes().to_vec();
+                }
+                let s = v
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{what}: {field} = {v}"));
+                match s {
+                    "{scope id}" => 17i32.to_le_bytes().to_vec(),
+                    "<32 hex>" => utf16z(trace_id),
+                    "<16 hex>" => utf16z(span_id),
+                    s => utf16z(&s.replace("{seq}", "708").replace("{span}", "177")),
+                }
+            };
             let list: Vec<(i32, &str)> = fields
                 .iter()
-                .map(|(n, t)| (type_code(t), n.as_str()))
+                .map(|(n, t)| match *t {
+                    "I32" => (9, *n),
+                    "String" => (18, *n),
+                    other => panic!("{what}: a field of type {other} to read"),
+                })
                 .collect();
             let payload = fields.iter().flat_map(|(n, _)| value(n)).collect();
+            // On the wire the ids are TraceLogging's, assigned in order of first write.
             let decoded = decode_with(
                 8,
                 LOGGING_PROVIDER,
-                id,
+                read,
                 name,
-                0,
+                event["version"].as_u64().unwrap() as u32,
                 Some(scalar_fields(&list)),
                 payload,
             )
             .unwrap()
-            .unwrap_or_else(|| panic!("{name} did not decode"));
+            .unwrap_or_else(|| panic!("{what} did not decode"));
             let KnownEvent::Logging(logging) = decoded else {
-                panic!("{name}: {decoded:?}")
+                panic!("{what}: {decoded:?}")
             };
             match logging {
                 LoggingEvent::Message(m) => {
                     assert_eq!(
                         (m.level, m.category.as_str(), m.event_id),
-                        (LogLevel::Error, "Shop.Orders", 1004)
+                        (LogLevel::Error, "Logs.Orders", 1004),
+                        "{what}"
                     );
                     assert_eq!(
                         (m.event_name.as_str(), m.message.as_str()),
-                        ("OrderFailed", "Order 7 failed")
+                        ("OrderLogged", "Order 708 for c1 costs 8.5"),
+                        "{what}"
                     );
-                    assert_eq!(m.trace.is_some(), with_net9, "{name}");
+                    // The package of .NET 9 and later writes the Activity's ids; 8.x does not.
+                    let ids = m
+                        .trace
+                        .map(|t| (t.trace_id.to_string(), t.span_id.to_string(), t.flags));
+                    let expected =
+                        (major >= 9).then(|| (trace_id.to_string(), span_id.to_string(), 1));
+                    assert_eq!(ids, expected, "{what}");
                     if name == "MessageJson" {
                         let e = m.exception.unwrap();
                         assert_eq!(
-                            (e.type_name.as_str(), e.hresult),
-                            ("System.TimeoutException", Some(-2146233083))
+                            (e.type_name.as_str(), e.message.as_str(), e.hresult),
+                            (
+                                "Logs.Payments.PaymentDeclinedException",
+                                "declined #708",
+                                Some(-2146233088)
+                            ),
+                            "{what}"
                         );
-                        assert_eq!(m.arguments[0], ("OrderId".to_string(), "7".to_string()));
-                        assert_eq!(m.arguments[1].0, "{OriginalFormat}");
+                        assert_eq!(
+                            e.verbose_message,
+                            "Logs.Payments.PaymentDeclinedException: declined #708"
+                        );
+                        let arguments: Vec<(&str, &str)> = m
+                            .arguments
+                            .iter()
+                            .map(|(k, v)| (k.as_str(), v.as_str()))
+                            .collect();
+                        assert_eq!(
+                            arguments,
+                            [
+                                ("OrderId", "708"),
+                                ("Customer", "c1"),
+                                ("Amount", "8.5"),
+                                (
+                                    "{OriginalFormat}",
+                                    "Order {OrderId} for {Customer} costs {Amount}"
+                                )
+                            ],
+                            "{what}"
+                        );
                     }
                 }
                 LoggingEvent::ScopeStart {
@@ -450,12 +487,13 @@ fn logging_events_from_the_golden_layout() {
                     category,
                     values,
                 } => {
-                    assert_eq!((id, category.as_str()), (17, "Shop.Orders"));
-                    assert_eq!(values[0], ("OrderId".to_string(), "7".to_string()));
+                    assert_eq!((id, category.as_str()), (17, "Logs.Orders"), "{what}");
+                    assert_eq!(values[0], ("Batch".to_string(), "177".to_string()));
                 }
-                LoggingEvent::ScopeStop { id, .. } => assert_eq!(id, 17),
+                LoggingEvent::ScopeStop { id, .. } => assert_eq!(id, 17, "{what}"),
             }
         }
+        assert_eq!(read, 4, ".NET {major}: the events clrscope reads");
     }
     // A truncated payload is an error or no event, never a panic; a level of None is no message.
     let list = [(9, "Level"), (9, "FactoryID"), (18, "LoggerName")];
