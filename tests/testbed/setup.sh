@@ -228,7 +228,7 @@ write_runtimes_env() {
 ensure_targets() {
     local stamp=$TESTBED/targets/.built want
     # Every file the build reads from the repository, and the SDK's version.
-    want=$( (cd "$ROOT/tests/targets" && find . -type f \( -name '*.cs' -o -name '*.csproj' -o -name '*.props' -o -name '*.slnx' \) -print0 |
+    want=$( (cd "$ROOT/tests/targets" && find . -type f \( -name '*.cs' -o -name '*.csproj' -o -name '*.props' -o -name '*.slnx' -o -name '*.proto' -o -name '*.json' \) -print0 |
         sort -z | xargs -0 sha256sum; "$SDK_DOTNET" --version) | sha256sum | cut -c1-16)
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
         return
