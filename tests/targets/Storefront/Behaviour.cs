@@ -12,8 +12,9 @@ namespace Storefront
     {
         /// <summary>CPU ms each GET /api/recommendations burns in RecommendationEngine.Similarity.</summary>
         public double HotMs { get; init; } = 2;
-        /// <summary>The CPU regression: DiscountRules.Evaluate makes RegressionFactor times its passes.</summary>
+        /// <summary>The CPU regression: DiscountRules.Evaluate re-runs its rules for RegressionMs of CPU.</summary>
         public bool Regression { get; init; }
+        public double RegressionMs { get; init; } = 2;
         /// <summary>Every Nth GET /api/coupons/{code} throws CouponServiceException (0: never).</summary>
         public int ExceptionEvery { get; init; }
         /// <summary>Rows (SalesReportRow + LineItem[] + strings) each GET /api/reports/sales builds.</summary>
@@ -28,11 +29,9 @@ namespace Storefront
         public double InventoryTailMs { get; init; }
         public int InventoryTailEvery { get; init; } = 10;
 
-        public const int RegressionFactor = 5000;
-
         static readonly string[] names =
         {
-            "hot_ms", "regression", "exception_every", "report_rows", "lock_hold_ms", "lock_period_ms",
+            "hot_ms", "regression", "regression_ms", "exception_every", "report_rows", "lock_hold_ms", "lock_period_ms",
             "inventory_delay_ms", "inventory_tail_ms", "inventory_tail_every",
         };
 
@@ -45,6 +44,7 @@ namespace Storefront
             {
                 case "hot_ms": return this with { HotMs = Number(name, value, 0, 10_000) };
                 case "regression": return this with { Regression = Flag(name, value) };
+                case "regression_ms": return this with { RegressionMs = Number(name, value, 0, 10_000) };
                 case "exception_every": return this with { ExceptionEvery = (int)Number(name, value, 0, 1_000_000) };
                 case "report_rows": return this with { ReportRows = (int)Number(name, value, 0, 10_000_000) };
                 case "lock_hold_ms": return this with { LockHoldMs = Number(name, value, 0, 10_000) };
@@ -90,7 +90,7 @@ namespace Storefront
         public Json ToJson()
         {
             return new Json()
-                .Add("hot_ms", HotMs).Add("regression", Regression).Add("exception_every", ExceptionEvery)
+                .Add("hot_ms", HotMs).Add("regression", Regression).Add("regression_ms", RegressionMs).Add("exception_every", ExceptionEvery)
                 .Add("report_rows", ReportRows).Add("lock_hold_ms", LockHoldMs).Add("lock_period_ms", LockPeriodMs)
                 .Add("inventory_delay_ms", InventoryDelayMs).Add("inventory_tail_ms", InventoryTailMs)
                 .Add("inventory_tail_every", InventoryTailEvery);
@@ -113,7 +113,7 @@ namespace Storefront
                 .Add("hot", new Json().Add("knob", "hot_ms").Add("route", "recommend")
                     .Add("method", "Storefront.Recommendations.RecommendationEngine.Similarity")
                     .Add("caller", "Storefront.Recommendations.RecommendationEngine.ScoreCandidates"))
-                .Add("regression", new Json().Add("knob", "regression").Add("factor", Knobs.RegressionFactor)
+                .Add("regression", new Json().Add("knobs", new[] { "regression", "regression_ms" })
                     .Add("routes", new[] { "product", "checkout", "grpc.catalog" })
                     .Add("method", "Storefront.Pricing.DiscountRules.Evaluate"))
                 .Add("exceptions", new Json().Add("knob", "exception_every").Add("route", "coupon")

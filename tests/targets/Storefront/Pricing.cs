@@ -4,13 +4,13 @@ using System.Threading;
 
 namespace Storefront.Pricing
 {
-    /// <summary>Discount rules every price goes through. The "CPU regression" switch makes Evaluate
-    /// re-run its rule table Knobs.RegressionFactor times per price (as a change that dropped a
-    /// cache would): the same answer, much more CPU, all of it in this one method.</summary>
+    /// <summary>Discount rules every price goes through. The "CPU regression" switch (Knobs.Regression)
+    /// makes Evaluate re-run its rule table until it has used Knobs.RegressionMs of CPU per price (as a
+    /// change that dropped a cache would): the same answer, about a thousand times the CPU, all of it in
+    /// this one method.</summary>
     public static class DiscountRules
     {
         const int RuleCount = 256;
-        const int NormalPasses = 2;
         static readonly long[] MinimumCents = new long[RuleCount];
         static readonly int[] PercentOff = new int[RuleCount];
         static readonly int[] MinimumQuantity = new int[RuleCount];
@@ -30,10 +30,12 @@ namespace Storefront.Pricing
         public static long Evaluate(long priceCents, int quantity)
         {
             Counts.Add(ref Counts.PricingEvaluations);
-            int passes = Behaviour.Current.Regression ? NormalPasses * Knobs.RegressionFactor : NormalPasses;
+            Knobs k = Behaviour.Current;
+            long budget = k.Regression ? (long)(k.RegressionMs * 1e6) : 0;
+            long start = budget > 0 ? ThreadCpu.Nanoseconds() : 0;
             long gross = priceCents * quantity;
             long best = 0;
-            for (int pass = 0; pass < passes; pass++)
+            do
             {
                 long passBest = 0;
                 for (int i = 0; i < RuleCount; i++)
@@ -45,7 +47,7 @@ namespace Storefront.Pricing
                 }
                 // Every pass finds the same discount; keeping the largest keeps the JIT from dropping any.
                 if (passBest > best) best = passBest;
-            }
+            } while (budget > 0 && ThreadCpu.Nanoseconds() - start < budget);
             return gross - best;
         }
     }

@@ -27,7 +27,7 @@
 //   admin         GET /admin/behaviour, POST /admin/behaviour?k=v&…  (the knobs; a bad one: 400), GET /admin/stats
 //
 // Behaviour knobs (Behaviour.cs; `--behaviour k=v,…` at start, POST /admin/behaviour while running):
-//   hot_ms (2)  regression (off)  exception_every (0)  report_rows (200)  lock_hold_ms (0)
+//   hot_ms (2)  regression (off)  regression_ms (2)  exception_every (0)  report_rows (200)  lock_hold_ms (0)
 //   lock_period_ms (20)  inventory_delay_ms (2)  inventory_tail_ms (0)  inventory_tail_every (10)
 //
 // Arguments
