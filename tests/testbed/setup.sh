@@ -20,6 +20,8 @@
 #   * `go` (Debian golang-go), whose `go tool pprof` is the real pprof reader;
 #   * `promtool` and `prometheus` (Debian prometheus; the package's service is not started);
 #   * Debian `python3-yaml` (tests/deploy.rs parses the Kubernetes manifests with it);
+#   * Debian `postgresql` (its initdb, postgres and psql: tests/support/postgres.rs starts a server of
+#     its own per test, on a unix socket; the package's own cluster and service are not used);
 #   * `curl` (Debian curl), with which the demo asks the agent's HTTP API;
 #   * Python `opentelemetry-proto`, `grpcio`, `grpcio-tools` and `moto[server]` in .testbed/pypeers
 #     (the OTLP receiver tests/otlp/receiver.py, and the S3 server of tests/api_monitor.rs);
@@ -267,6 +269,14 @@ ensure_pyyaml() {
     apt_install python3-yaml
 }
 
+# PostgreSQL's server programs (the Storefront's database in tests/suite/storefront.rs)
+ensure_postgres() {
+    compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && command -v psql >/dev/null 2>&1 && return
+    say "installing PostgreSQL (Debian postgresql)…"
+    apt_install postgresql
+    compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || die "postgresql installed but no /usr/lib/postgresql/*/bin/initdb"
+}
+
 # curl (the demo asks the agent's HTTP API with it)
 ensure_curl() {
     command -v curl >/dev/null 2>&1 && return
@@ -343,6 +353,7 @@ cmd_all() {
     ensure_go
     ensure_prometheus
     ensure_pyyaml
+    ensure_postgres
     ensure_curl
     ensure_browser
     ensure_python_peers
