@@ -381,13 +381,11 @@ fn hot_endpoint_and_cpu_regression_cost_what_proc_measures() {
     let front = Target::builder("Storefront").start();
     // Warm-up: every method of the two routes through the JIT's tiers (instrumented, then optimized).
     load(&front, 30, "recommend:1,product:1", 10, false);
-    settle(&front);
 
-    // 10 requests/s of 20 ms of CPU: a fifth of a core, which a loaded machine still gives.
-    set_behaviour(&front, "hot_ms=1");
-    let cool = Phase::run(&front, 10, "recommend:1", 6);
-    set_behaviour(&front, "hot_ms=20");
-    let hot = Phase::run(&front, 10, "recommend:1", 6);
+    // 10 requests/s of 20 ms of CPU: a fifth of a core, which a loaded machine still gives. The
+    // baseline is measured on both sides of the switch and the lower taken: what the JIT still
+    // recompiles in the background lands in whichever phase comes first.
+    let (cool, hot) = switched(&front, "hot_ms=1", "hot_ms=20", 10, "recommend:1", 6);
     let extra = hot.cpu_per_request() - cool.cpu_per_request();
     eprintln!(
         "recommend: {:.2} -> {:.2} CPU ms per request (hot_ms 1 -> 20); p50 {} -> {} ms",
@@ -397,7 +395,7 @@ fn hot_endpoint_and_cpu_regression_cost_what_proc_measures() {
         hot.load.route("recommend")["p50"]
     );
     assert!(
-        (19.0 * 0.85..=19.0 * 1.3).contains(&extra),
+        (19.0 * 0.8..=19.0 * 1.3).contains(&extra),
         "hot_ms 1 -> 20 should cost ~19 ms of CPU more per request; /proc says {extra:.2}"
     );
     // A request cannot take less wall time than the CPU it burns.
@@ -405,24 +403,53 @@ fn hot_endpoint_and_cpu_regression_cost_what_proc_measures() {
     // The engine's own account is within what the kernel charged the process.
     assert!(hot.delta("/hot_cpu_ms") <= hot.cpu_ms + 20.0);
 
-    settle(&front);
-    let before = Phase::run(&front, 30, "product:1", 5);
-    set_behaviour(&front, "regression=on&regression_ms=3");
-    let regressed = Phase::run(&front, 30, "product:1", 5);
+    let (before, regressed) = switched(
+        &front,
+        "regression=off",
+        "regression=on&regression_ms=5",
+        30,
+        "product:1",
+        5,
+    );
     let extra = regressed.cpu_per_request() - before.cpu_per_request();
     eprintln!(
-        "product: {:.2} -> {:.2} CPU ms per request (regression off -> on, 3 ms)",
+        "product: {:.2} -> {:.2} CPU ms per request (regression off -> on, 5 ms)",
         before.cpu_per_request(),
         regressed.cpu_per_request()
     );
     assert!(
-        (3.0 * 0.8..=3.0 * 1.5).contains(&extra),
-        "the regression should cost ~3 ms of CPU more per product request; /proc says {extra:.2}"
+        (5.0 * 0.8..=5.0 * 1.4).contains(&extra),
+        "the regression should cost ~5 ms of CPU more per product request; /proc says {extra:.2}"
     );
     assert_eq!(
         regressed.delta("/pricing_evaluations") as u64,
         regressed.load.count("completed")
     );
+}
+
+/// Phases of MIX with knobs OFF, ON, then OFF again, once the service is quiet: the cheaper of the
+/// OFF phases (by CPU per request), and the ON phase.
+fn switched(
+    front: &Target,
+    off: &str,
+    on: &str,
+    rps: u32,
+    mix: &str,
+    seconds: u32,
+) -> (Phase, Phase) {
+    settle(front);
+    set_behaviour(front, off);
+    let first = Phase::run(front, rps, mix, seconds);
+    set_behaviour(front, on);
+    let switched_on = Phase::run(front, rps, mix, seconds);
+    set_behaviour(front, off);
+    let last = Phase::run(front, rps, mix, seconds);
+    let baseline = if first.cpu_per_request() <= last.cpu_per_request() {
+        first
+    } else {
+        last
+    };
+    (baseline, switched_on)
 }
 
 #[test]
