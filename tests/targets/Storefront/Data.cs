@@ -56,6 +56,27 @@ namespace Storefront.Data
             }
         }
 
+        /// <summary>$TMPDIR/storefront-PID.db: the SQLite file when none is named.</summary>
+        public static string DefaultSqlitePath(int pid)
+        {
+            return Path.Combine(Path.GetTempPath(), "storefront-" + pid.ToString(CultureInfo.InvariantCulture) + ".db");
+        }
+
+        /// <summary>Removes the default SQLite files of instances no longer running (a killed process
+        /// cannot remove its own).</summary>
+        public static void RemoveDeadInstancesFiles()
+        {
+            foreach (string file in Directory.EnumerateFiles(Path.GetTempPath(), "storefront-*.db*"))
+            {
+                string name = Path.GetFileName(file);
+                int dot = name.IndexOf('.');
+                if (!int.TryParse(name.AsSpan("storefront-".Length, dot - "storefront-".Length), NumberStyles.None, CultureInfo.InvariantCulture, out int pid))
+                    continue;
+                if (!Directory.Exists("/proc/" + pid.ToString(CultureInfo.InvariantCulture)))
+                    File.Delete(file);
+            }
+        }
+
         public static Store Open(string postgresConnectionString, string sqlitePath, ILoggerFactory loggers, string instance)
         {
             if (postgresConnectionString != null)
@@ -64,7 +85,7 @@ namespace Storefront.Data
                 builder.UseLoggerFactory(loggers);
                 return new Store(builder.Build(), null, instance);
             }
-            File.Delete(sqlitePath);
+            foreach (string suffix in new[] { "", "-wal", "-shm" }) File.Delete(sqlitePath + suffix);
             return new Store(null, sqlitePath, instance);
         }
 

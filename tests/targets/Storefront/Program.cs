@@ -19,7 +19,8 @@
 //                                                    reservation (HTTP) at the downstream, the order row, metrics, a log line
 //   recommend     GET  /api/recommendations?product=P   five similar products; burns hot_ms of CPU
 //   coupon        GET  /api/coupons/{code}           percent off (SAVE10, SAVE20, WELCOME) or 404; every
-//                                                    exception_every-th lookup throws CouponServiceException (500)
+//                                                    exception_every-th lookup (checkouts with a coupon look up
+//                                                    too) throws CouponServiceException (500)
 //   report        GET  /api/reports/sales            a sales report of report_rows rows built as objects
 //   reserve       POST /api/inventory/reserve {"productId":P,"quantity":N}   the downstream's reservation:
 //                                                    inventory_delay_ms, every inventory_tail_every-th inventory_tail_ms
@@ -36,7 +37,8 @@
 //   --downstream URL             the downstream's HTTP base URL (default: this instance)
 //   --downstream-grpc URL        the downstream's gRPC URL (default: this instance)
 //   --postgres CONNSTRING        PostgreSQL (Npgsql connection string), else SQLite:
-//   --sqlite PATH                the SQLite file (default $TMPDIR/storefront-PID.db; removed at start and at exit)
+//   --sqlite PATH                the SQLite file (default $TMPDIR/storefront-PID.db; removed at start and at exit,
+//                                and those of instances no longer running when this one starts)
 //   --products N                 products in the catalogue (default 200)
 //   --behaviour k=v,…            initial knobs
 //   --request-lines              one JSON line per request
@@ -120,7 +122,7 @@ namespace Storefront
                 GrpcPort = a.Int("grpc-port", 0, 0, 65535),
                 Products = a.Int("products", 200, 1, 1_000_000),
                 Postgres = a.String("postgres", null),
-                SqlitePath = a.String("sqlite", Path.Combine(Path.GetTempPath(), "storefront-" + Out.Pid + ".db")),
+                SqlitePath = a.String("sqlite", Store.DefaultSqlitePath(Out.Pid)),
                 OtlpEndpoint = a.String("otlp-endpoint", null),
                 OtlpProtocol = a.String("otlp-protocol", null),
                 RequestLines = a.Has("request-lines"),
@@ -128,6 +130,7 @@ namespace Storefront
             };
             if (o.Role != "frontend" && o.Role != "downstream") a.Fail("--role must be frontend or downstream, not '" + o.Role + "'");
             if (a.Has("postgres") && a.Has("sqlite")) a.Fail("--postgres and --sqlite exclude each other");
+            if (!a.Has("postgres") && !a.Has("sqlite")) Store.RemoveDeadInstancesFiles();
             o.Downstream = Url(a, "downstream");
             o.DownstreamGrpc = Url(a, "downstream-grpc");
 #if !STOREFRONT_OTEL
