@@ -50,7 +50,17 @@ impl Postgres {
         );
         let log = std::fs::File::create(dir.join("server.log")).unwrap();
         // No TCP listener: the socket in DIR is the only way in. Durability is of no use to a test.
-        let child = as_owner(Command::new(bin.join("postgres")), owner)
+        let mut server = as_owner(Command::new(bin.join("postgres")), owner);
+        // A test process killed before its drop still stops the server (a fast shutdown). Set after
+        // the uid change (std runs pre_exec last), which would clear it.
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            server.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT);
+                Ok(())
+            });
+        }
+        let child = server
             .arg("-D")
             .arg(&data)
             .arg("-k")
