@@ -223,7 +223,8 @@ def traces_summary(request, transport, extra):
 def metrics_summary(request, transport, extra):
     """The metrics request as plain data: per resource its attributes, per scope (name, version)
     its metrics with their type, unit, temporality, monotonicity and points (attributes, start
-    and time, value; a summary's count, sum and quantiles)."""
+    and time, value; a summary's count, sum and quantiles; a histogram's count, sum, min, max and
+    buckets: explicit bounds and counts, or an exponential one's scale, zero count and offsets)."""
     temporalities = {
         metrics_pb2.AGGREGATION_TEMPORALITY_UNSPECIFIED: "unspecified",
         metrics_pb2.AGGREGATION_TEMPORALITY_DELTA: "delta",
@@ -237,6 +238,17 @@ def metrics_summary(request, transport, extra):
             "start_time_unix_nano": p.start_time_unix_nano,
             "time_unix_nano": p.time_unix_nano,
             "value": value,
+        }
+
+    def histogram_point(p):
+        return {
+            "attributes": {kv.key: any_value(kv.value) for kv in p.attributes},
+            "start_time_unix_nano": p.start_time_unix_nano,
+            "time_unix_nano": p.time_unix_nano,
+            "count": p.count,
+            "sum": p.sum if p.HasField("sum") else None,
+            "min": p.min if p.HasField("min") else None,
+            "max": p.max if p.HasField("max") else None,
         }
 
     resources = []
@@ -264,6 +276,30 @@ def metrics_summary(request, transport, extra):
                             "quantiles": [[q.quantile, q.value] for q in p.quantile_values],
                         }
                         for p in m.summary.data_points
+                    ]
+                elif kind == "histogram":
+                    out["temporality"] = temporalities.get(m.histogram.aggregation_temporality, "?")
+                    out["points"] = [
+                        dict(
+                            histogram_point(p),
+                            bucket_counts=list(p.bucket_counts),
+                            explicit_bounds=list(p.explicit_bounds),
+                        )
+                        for p in m.histogram.data_points
+                    ]
+                elif kind == "exponential_histogram":
+                    out["temporality"] = temporalities.get(
+                        m.exponential_histogram.aggregation_temporality, "?"
+                    )
+                    out["points"] = [
+                        dict(
+                            histogram_point(p),
+                            scale=p.scale,
+                            zero_count=p.zero_count,
+                            positive={"offset": p.positive.offset, "bucket_counts": list(p.positive.bucket_counts)},
+                            negative={"offset": p.negative.offset, "bucket_counts": list(p.negative.bucket_counts)},
+                        )
+                        for p in m.exponential_histogram.data_points
                     ]
                 else:
                     out["points"] = []

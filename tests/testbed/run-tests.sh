@@ -23,10 +23,11 @@ TESTBED=${CLRSCOPE_TESTBED_DIR:-$PWD/.testbed}
 OFFLINE=(agent_config:: auth:: convert:: entra_id:: hostile_clients:: hostile_targets:: inspect::
     openapi:: packaging::)
 # Suite modules whose results depend on the runtime (IPC commands, nettrace parsing, symbolization,
-# CPU split, listen mode, linkage, logs, exceptions, allocations, gcdump, counters and meters, rules).
+# CPU split, listen mode, linkage, logs, exceptions, allocations, gcdump, counters and meters, rules,
+# the Storefront service and its OpenTelemetry twin, whose SDK version differs per framework).
 RUNTIME_DEPENDENT=(targets:: ipc:: cli_ps:: nettrace_live:: r2r_images:: cli_record:: cli_trace::
     cli_live:: cli_dump:: agent:: linkage:: traces:: signals:: gcdump:: counters:: metrics_export::
-    rules:: api_monitor::)
+    rules:: api_monitor:: storefront::)
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -20,6 +20,8 @@
 #   * `go` (Debian golang-go), whose `go tool pprof` is the real pprof reader;
 #   * `promtool` and `prometheus` (Debian prometheus; the package's service is not started);
 #   * Debian `python3-yaml` (tests/deploy.rs parses the Kubernetes manifests with it);
+#   * Debian `postgresql` (its initdb, postgres and psql: tests/support/postgres.rs starts a server of
+#     its own per test, on a unix socket; the package's own cluster and service are not used);
 #   * `curl` (Debian curl), with which the demo asks the agent's HTTP API;
 #   * Python `opentelemetry-proto`, `grpcio`, `grpcio-tools` and `moto[server]` in .testbed/pypeers
 #     (the OTLP receiver tests/otlp/receiver.py, and the S3 server of tests/api_monitor.rs);
@@ -228,7 +230,7 @@ write_runtimes_env() {
 ensure_targets() {
     local stamp=$TESTBED/targets/.built want
     # Every file the build reads from the repository, and the SDK's version.
-    want=$( (cd "$ROOT/tests/targets" && find . -type f \( -name '*.cs' -o -name '*.csproj' -o -name '*.props' -o -name '*.slnx' \) -print0 |
+    want=$( (cd "$ROOT/tests/targets" && find . -type f \( -name '*.cs' -o -name '*.csproj' -o -name '*.props' -o -name '*.slnx' -o -name '*.proto' -o -name '*.json' \) -print0 |
         sort -z | xargs -0 sha256sum; "$SDK_DOTNET" --version) | sha256sum | cut -c1-16)
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
         return
@@ -265,6 +267,14 @@ ensure_pyyaml() {
     /usr/bin/python3 -c 'import yaml' >/dev/null 2>&1 && return
     say "installing PyYAML (Debian python3-yaml)…"
     apt_install python3-yaml
+}
+
+# PostgreSQL's server programs (the Storefront's database in tests/suite/storefront.rs)
+ensure_postgres() {
+    compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null && command -v psql >/dev/null 2>&1 && return
+    say "installing PostgreSQL (Debian postgresql)…"
+    apt_install postgresql
+    compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || die "postgresql installed but no /usr/lib/postgresql/*/bin/initdb"
 }
 
 # curl (the demo asks the agent's HTTP API with it)
@@ -343,6 +353,7 @@ cmd_all() {
     ensure_go
     ensure_prometheus
     ensure_pyyaml
+    ensure_postgres
     ensure_curl
     ensure_browser
     ensure_python_peers
