@@ -443,18 +443,19 @@ impl ApiWatch {
     }
 }
 
-/// Waits until the light session of the agent's process ended `count` times (each time, the
-/// fake runtime's stream was read to its end), or panics.
-fn wait_light_restarts(agent: &Agent, count: f64, timeout: Duration) {
+/// Waits until `session` (light, logs) of the agent's process ended `count` times (each time,
+/// the fake runtime's stream was read to its end), or panics.
+fn wait_restarts(agent: &Agent, session: &str, count: f64, timeout: Duration) {
     let deadline = Instant::now() + timeout;
+    let label = format!("session=\"{session}\"");
     loop {
-        let restarts = agent.metric("clrscope_session_restarts_total", &["session=\"light\""]);
+        let restarts = agent.metric("clrscope_session_restarts_total", &[&label]);
         if restarts >= count {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "the light session restarted {restarts} times of {count}; log:\n{}",
+            "the {session} session restarted {restarts} times of {count}; log:\n{}",
             agent.log()
         );
         std::thread::sleep(Duration::from_millis(500));
@@ -507,7 +508,7 @@ fn log_scopes_are_kept_once_and_within_the_signal_budget() {
     let data = data_dir("hostile-scopes");
     let agent = agent_for(&data, runtime.pid());
     let api = ApiWatch::start(&agent);
-    wait_light_restarts(&agent, 3.0, Duration::from_secs(180));
+    wait_restarts(&agent, "light", 3.0, Duration::from_secs(180));
     report_peak(&agent, "scopes without --logs");
     let signals = signals_answer(&agent, runtime.pid(), "level=Trace&limit=1000");
     assert_eq!(
@@ -521,7 +522,7 @@ fn log_scopes_are_kept_once_and_within_the_signal_budget() {
     drop(agent);
     drop(runtime);
 
-    // With --logs Trace: the light session asks for them.
+    // With --logs Trace: the process's logs session asks for them.
     let runtime = signals_runtime(&dir, "scopes", &[]);
     let data = data_dir("hostile-scopes-logs");
     let pid = runtime.pid().to_string();
@@ -530,7 +531,7 @@ fn log_scopes_are_kept_once_and_within_the_signal_budget() {
         &["--pid", &pid, "--rescan-interval", "1s", "--logs", "Trace"],
     );
     let api = ApiWatch::start(&agent);
-    wait_light_restarts(&agent, 3.0, Duration::from_secs(180));
+    wait_restarts(&agent, "logs", 3.0, Duration::from_secs(180));
     report_peak(&agent, "scopes with --logs Trace");
     let signals = signals_answer(&agent, runtime.pid(), "level=Trace&limit=50");
     report_peak(&agent, "scopes with --logs Trace, after /signals");
@@ -558,7 +559,7 @@ fn huge_exceptions_are_cut_and_kept_within_the_signal_budget() {
     let api = ApiWatch::start(&agent);
     // Every session that asks for the runtime's events reads the 192 MB (a debug build on a
     // loaded machine takes minutes): one pass of the light session is 200 exceptions.
-    wait_light_restarts(&agent, 1.0, Duration::from_secs(600));
+    wait_restarts(&agent, "light", 1.0, Duration::from_secs(600));
     report_peak(&agent, "exceptions");
     let signals = signals_answer(&agent, runtime.pid(), "limit=1000");
     let exceptions = signals["exceptions"].as_array().unwrap();
