@@ -932,3 +932,86 @@ fn linkage_through_the_agent_survives_lost_sessions() {
     assert!(restarts >= 2.0, "the stopped sessions were started again");
     assert!(refreshes >= 1.0, "the linkage session was renewed");
 }
+
+/// Counts a session's events and those that carry a stack.
+#[derive(Default)]
+struct StackCount {
+    events: u64,
+    with_stack: u64,
+}
+
+impl EventObserver for StackCount {
+    fn on_event(&mut self, event: &Event<'_>) {
+        self.events += 1;
+        if event.stack().is_some_and(|s| !s.is_empty()) {
+            self.with_stack += 1;
+        }
+    }
+}
+
+/// Runs `config` on `client` for 3 s: the command the runtime took it with, and its events.
+async fn stack_count(
+    client: &DiagnosticsClient,
+    config: CollectTracing,
+) -> (collector::ipc::CollectTracingVersion, StackCount) {
+    let mut sink = ParsingWriter::new(tokio::io::sink(), StackCount::default());
+    let summary = session::run(
+        client,
+        config,
+        &mut sink,
+        tokio::time::sleep(Duration::from_secs(3)),
+        Duration::from_secs(120),
+        |_| {},
+    )
+    .await
+    .expect("the session runs and stops");
+    assert!(sink.error().is_none(), "{:?}", sink.error());
+    (summary.version, sink.into_parts().1)
+}
+
+/// Issue 46 (1): the linkage (with span export's fields) and counter sessions ask for no stack
+/// walks. A runtime that offers it (CollectTracing3, .NET 9+) then writes their events without
+/// stacks, where the same session asking for stacks gets them; .NET 8 answers "unknown command",
+/// the session falls back to CollectTracing2 (stacks walked, events still flowing), and the
+/// client remembers it for the process's later sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linkage_and_counter_sessions_walk_no_stacks_where_the_runtime_allows() {
+    use collector::ipc::CollectTracingVersion as V;
+    let target = Target::builder("AsyncWeb")
+        .args(["--self-load", "100", "--no-request-lines"])
+        .start();
+    let client = DiagnosticsClient::for_pid(target.pid()).unwrap();
+    let linkage = || CollectTracing::v2(providers::linkage(&[], true).unwrap()).with_rundown(false);
+    let counters = collector::counters::CounterSessionConfig::new(1)
+        .with_event_counters("System.Runtime")
+        .collect_tracing();
+    let offers = support::runtime_major() >= 9;
+
+    let (version, walked) = stack_count(&client, linkage()).await;
+    assert_eq!(version, V::V2);
+    assert!(
+        walked.events > 100 && walked.with_stack * 2 > walked.events,
+        "asking for stacks, {} of {} events carry one",
+        walked.with_stack,
+        walked.events
+    );
+    for (name, config) in [
+        ("linkage", linkage().with_stackwalk(false)),
+        ("counters", counters.clone()),
+    ] {
+        let (version, count) = stack_count(&client, config).await;
+        assert!(count.events > 0, "{name}: no events");
+        if offers {
+            assert_eq!(version, V::V3, "{name}");
+            assert_eq!(
+                count.with_stack, 0,
+                "{name}: {} of {} events carry a stack",
+                count.with_stack, count.events
+            );
+        } else {
+            assert_eq!(version, V::V2, "{name}: the fallback");
+            assert!(count.with_stack > 0, "{name}: .NET 8 walks every event");
+        }
+    }
+    assert_eq!(client.collect_tracing_unknown(V::V3), !offers);
+}

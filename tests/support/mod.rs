@@ -1090,3 +1090,16 @@ fn cpu_ticks(path: &str) -> u64 {
         .and_then(|stat| collector::discovery::parse_cpu_ticks(&stat))
         .unwrap_or(0)
 }
+
+/// How long ago process `pid` started, by the kernel: the uptime less its start time.
+pub fn process_age(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the target runs");
+    // Field 22, counted after the command's closing parenthesis (field 2 may hold spaces).
+    let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+    let start_ticks: f64 = after_comm.split(' ').nth(19).unwrap().parse().unwrap();
+    let uptime = std::fs::read_to_string("/proc/uptime").unwrap();
+    let uptime: f64 = uptime.split(' ').next().unwrap().parse().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Duration::from_secs_f64((uptime - start_ticks / ticks_per_second).max(0.0))
+}
