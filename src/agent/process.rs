@@ -688,7 +688,11 @@ async fn attach(
         .unwrap_or_else(|| executable.clone());
     // Listen mode: the pid the runtime advertised is from its own pid namespace.
     let local = LocalProcess::find(info.pid, target.pid, &info.command_line);
-    let grace = StartupGrace::of(local.as_ref(), agent.settings.startup_grace);
+    let grace = agent.settings.startup_grace.unwrap_or_else(|| {
+        let version = info.clr_product_version.as_deref().unwrap_or_default();
+        collector::startup::startup_grace(version)
+    });
+    let grace = StartupGrace::of(local.as_ref(), grace);
     let command_line = local
         .as_ref()
         .map_or(info.command_line.as_str(), |l| l.command_line.as_str());
@@ -740,7 +744,7 @@ async fn attach(
         tracing::info!(
             pid = target.pid,
             wait_s = wait.as_secs(),
-            "the process has just started: its EventSources (runtime counters, trace linkage, \
+            "the process has just started: its EventSources (runtime counters, trace linkage, logs, \
              collection rules) are enabled once it has run --startup-grace"
         );
     }
@@ -881,10 +885,19 @@ async fn attach(
             profiler.lock().release_exceptions(&|_| true);
         })
     });
-    let logs = tokio::spawn(run_logs_session(
-        long(Stream::Logs, CollectTracing::v2(Vec::new()), None),
-        signals.logs_demand().clone(),
-    ));
+    let logs = {
+        let session = run_logs_session(
+            long(Stream::Logs, CollectTracing::v2(Vec::new()), None),
+            signals.logs_demand().clone(),
+        );
+        let shutdown = agent.shutdown.clone();
+        // The logging EventSource is enabled once the grace has passed, as linkage's are.
+        tokio::spawn(async move {
+            if grace.wait_or(stopped(shutdown)).await {
+                session.await;
+            }
+        })
+    };
     // A session failing to start ends the wait too (its sender is dropped).
     let _ = tokio::time::timeout(LIGHT_SESSION_START_TIMEOUT, light_enabled).await;
     gate.open().await;
