@@ -287,12 +287,18 @@ impl SharedProfiler {
     /// Keeps the light session's exceptions whose spans the linkage session's stream has come to
     /// ([`ProcessProfiler::release_exceptions`]).
     fn release_exceptions(&self) {
+        if self.linkage.is_some() {
+            self.release_exceptions_of(&mut self.lock());
+        }
+    }
+
+    /// [`SharedProfiler::release_exceptions`] with the profiler's lock held.
+    fn release_exceptions_of(&self, profiler: &mut ProcessProfiler) {
         let Some(linkage) = self.linkage.as_deref() else {
             return;
         };
         let now_ms = self.elapsed_ms();
-        self.lock()
-            .release_exceptions(&|unix_nanos| linkage.caught_up(unix_nanos, now_ms));
+        profiler.release_exceptions(&|unix_nanos| linkage.caught_up(unix_nanos, now_ms));
     }
 
     /// How long since the linkage session last delivered a span start (or since attaching).
@@ -459,8 +465,9 @@ impl EventObserver for StreamObserver {
                 .seen_ms
                 .store(shared.elapsed_ms(), Ordering::Relaxed);
         }
-        shared.lock().observe(event);
-        shared.release_exceptions();
+        let mut profiler = shared.lock();
+        profiler.observe(event);
+        shared.release_exceptions_of(&mut profiler);
     }
 
     fn on_dropped(&mut self, count: u64) {

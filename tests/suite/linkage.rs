@@ -1060,14 +1060,21 @@ async fn stackless_linkage_cost() {
         ),
     ];
     let runtimes = [8, 10];
+    // CLRSCOPE_BENCH_SPANS=N: the Activities target at N spans/s instead (µs per span, no
+    // HTTP stack or await: the span events alone, at a rate that lifts them above the noise).
+    let spans_per_second = std::env::var("CLRSCOPE_BENCH_SPANS").ok();
     let mut targets: Vec<Target> = runtimes
         .iter()
-        .map(|&major| {
-            Target::builder("AsyncWeb")
+        .map(|&major| match &spans_per_second {
+            Some(rate) => Target::builder("Activities")
+                .on_runtime(major)
+                .args(["--spans-per-second", rate, "--tags", "3", "--no-span-lines"])
+                .start(),
+            None => Target::builder("AsyncWeb")
                 .on_runtime(major)
                 .args(["--alpha-ms", "1", "--bravo-ms", "1"])
                 .args(["--self-load", "200", "--no-request-lines"])
-                .start()
+                .start(),
         })
         .collect();
     // JIT of both HTTP stacks, tier-up and a thread pool at its working size.
