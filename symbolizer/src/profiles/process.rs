@@ -13,9 +13,7 @@ use collector::activity::{SpanTracker, TrackerLimits};
 use collector::nettrace::events::KnownEvent;
 use collector::nettrace::Event;
 use collector::samples::SampleAggregator;
-use collector::signals::{
-    ExceptionFrame, ExceptionRecord, SignalCollector, MAX_SPAN_WAIT, SPAN_CATCH_UP_MARGIN,
-};
+use collector::signals::{ExceptionFrame, ExceptionRecord, SignalCollector, SPAN_CATCH_UP_MARGIN};
 use profile::labels;
 use profile::{Batch, BatchSample, LabelValue, ProfileType};
 
@@ -133,6 +131,10 @@ const MAX_EXCEPTION_FRAMES: usize = 128;
 /// Exceptions waiting for their span at most (each up to ~36 KB: texts are cut at 16 KiB); past
 /// it the oldest is kept without waiting.
 const MAX_WAITING_EXCEPTIONS: usize = 512;
+/// How long an exception waits for the linkage stream to catch up: longer than a log message
+/// (they are few, and were joined exactly when they came in linkage's own stream), since that
+/// stream runs seconds behind on a loaded machine.
+const MAX_EXCEPTION_SPAN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl ProcessProfiler {
     /// `series`: the labels of every batch (`service_name`, `process_id`, `host_name`);
@@ -289,7 +291,7 @@ impl ProcessProfiler {
 
     /// Keeps the waiting exceptions whose spans are known by now, in order, joined to them:
     /// `caught_up(unix_nanos)` says whether the span tracking's stream has come that far. One
-    /// that waited [`MAX_SPAN_WAIT`] is kept with what is known. Called as events of the light
+    /// that waited [`MAX_EXCEPTION_SPAN_WAIT`] is kept with what is known. Called as events of the light
     /// and linkage sessions come, and on a timer.
     pub fn release_exceptions(&mut self, caught_up: &dyn Fn(i64) -> bool) {
         let Some(collector) = &mut self.signals else {
@@ -299,7 +301,7 @@ impl ProcessProfiler {
         while let Some(first) = self.waiting_exceptions.front() {
             let ready = spans.is_none()
                 || self.waiting_exceptions.len() > MAX_WAITING_EXCEPTIONS
-                || first.arrived.elapsed() >= MAX_SPAN_WAIT
+                || first.arrived.elapsed() >= MAX_EXCEPTION_SPAN_WAIT
                 || caught_up(first.record.unix_nanos.saturating_add(SPAN_CATCH_UP_MARGIN));
             if !ready {
                 break;
