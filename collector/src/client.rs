@@ -6,6 +6,8 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -13,8 +15,8 @@ use tokio::net::UnixStream;
 
 use crate::discovery::{self, DiscoveryError};
 use crate::ipc::{
-    self, CollectTracing, CoreDump, EnvironmentHeader, Header, Hresult, PerfMapType, ProcessInfo,
-    ProtocolError, Request, HEADER_LEN,
+    self, CollectTracing, CollectTracingVersion, CoreDump, EnvironmentHeader, Header, Hresult,
+    PerfMapType, ProcessInfo, ProtocolError, Request, HEADER_LEN,
 };
 use crate::listen::{ListenError, RuntimeHandle};
 
@@ -127,11 +129,15 @@ pub struct EventPipeSession {
     pub stream: UnixStream,
 }
 
-/// Sends diagnostics commands to one runtime.
+/// Sends diagnostics commands to one runtime. Clones share what the runtime was found not to
+/// know ([`DiagnosticsClient::collect_tracing_unknown`]), so a process is asked once.
 #[derive(Debug, Clone)]
 pub struct DiagnosticsClient {
     endpoint: Endpoint,
     timeout: Duration,
+    /// The command id of the lowest CollectTracing version the runtime answered "unknown
+    /// command" to; 0 until one did.
+    collect_unknown: Arc<AtomicU8>,
 }
 
 impl DiagnosticsClient {
@@ -139,7 +145,26 @@ impl DiagnosticsClient {
         DiagnosticsClient {
             endpoint,
             timeout: DEFAULT_TIMEOUT,
+            collect_unknown: Arc::default(),
         }
+    }
+
+    /// Whether the runtime answered "unknown command" to `version` or an older one before: it
+    /// does not know `version` either.
+    pub fn collect_tracing_unknown(&self, version: CollectTracingVersion) -> bool {
+        let lowest = self.collect_unknown.load(Ordering::Relaxed);
+        lowest != 0 && version.command_id() >= lowest
+    }
+
+    /// Remembers that the runtime answered "unknown command" to `version`; true when that was
+    /// not known yet.
+    pub fn learn_collect_tracing_unknown(&self, version: CollectTracingVersion) -> bool {
+        let id = version.command_id();
+        self.collect_unknown
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |lowest| {
+                (lowest == 0 || id < lowest).then_some(id)
+            })
+            .is_ok()
     }
 
     /// A client for the runtime listening on `path`.

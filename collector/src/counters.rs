@@ -193,9 +193,12 @@ impl CounterSessionConfig {
         providers
     }
 
-    /// The session request: these providers, no rundown (counters need no method names).
+    /// The session request: these providers, no rundown (counters need no method names), no
+    /// stack walks (a counter payload's stack is never read).
     pub fn collect_tracing(&self) -> CollectTracing {
-        CollectTracing::v2(self.providers()).with_rundown(false)
+        CollectTracing::v2(self.providers())
+            .with_rundown(false)
+            .with_stackwalk(false)
     }
 }
 

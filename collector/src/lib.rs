@@ -40,4 +40,5 @@ pub mod sampler;
 pub mod samples;
 pub mod session;
 pub mod signals;
+pub mod startup;
 pub mod timer_grid;

@@ -87,6 +87,8 @@ pub enum SessionEnd {
 pub struct SessionProgress {
     /// The runtime's id of the session (what StopTracing takes).
     pub session_id: u64,
+    /// The command the runtime took it with (see [`start`]).
+    pub version: CollectTracingVersion,
     pub bytes: u64,
     pub elapsed: Duration,
     /// StopTracing was sent; what arrives now is the tail and rundown.
@@ -104,38 +106,52 @@ pub struct SessionSummary {
 }
 
 /// Starts a session, asking with the lowest command version its options need; a runtime too old
-/// for that version (e.g. a custom rundown keyword needs .NET 9) gets CollectTracing2 with the
-/// default rundown instead, so a trace is still taken.
+/// for that version (no per-session stack walks before .NET 9, no custom rundown keyword) gets
+/// CollectTracing2 with stack walks and the default rundown instead, so a trace is still taken.
+/// What the runtime does not know is learnt once per process (the client remembers it) and
+/// logged at debug: later sessions of that process ask CollectTracing2 at once.
 pub async fn start(
     client: &DiagnosticsClient,
     config: CollectTracing,
 ) -> Result<(crate::client::EventPipeSession, CollectTracingVersion), SessionError> {
     let config = config.with_lowest_version();
     let version = config.version;
-    match client.start_tracing(config.clone()).await {
-        Ok(session) => Ok((session, version)),
-        Err(e) if e.is_unknown_command() && version > CollectTracingVersion::V2 => {
-            let rundown = config.rundown_keyword != 0;
-            tracing::warn!(
-                asked = version.name(),
-                "the runtime is too old for this session's options; falling back to \
-                 CollectTracing2 (rundown {})",
-                if rundown {
-                    "with default keywords"
-                } else {
-                    "off"
+    if version > CollectTracingVersion::V2 && !client.collect_tracing_unknown(version) {
+        match client.start_tracing(config.clone()).await {
+            Ok(session) => return Ok((session, version)),
+            Err(e) if e.is_unknown_command() => {
+                if client.learn_collect_tracing_unknown(version) {
+                    tracing::debug!(
+                        asked = version.name(),
+                        stackwalk = config.request_stackwalk,
+                        rundown_keyword = config.rundown_keyword,
+                        "the runtime does not know this CollectTracing version; its sessions ask \
+                         CollectTracing2 (stack walks on, default rundown) from now on"
+                    );
                 }
-            );
-            let mut fallback = config.with_rundown(rundown).with_stackwalk(true);
-            fallback.version = CollectTracingVersion::V2;
-            let session = client
-                .start_tracing(fallback)
-                .await
-                .map_err(SessionError::Start)?;
-            Ok((session, CollectTracingVersion::V2))
+            }
+            Err(e) => return Err(SessionError::Start(e)),
         }
-        Err(e) => Err(SessionError::Start(e)),
     }
+    let config = fallback(config);
+    let version = config.version;
+    let session = client
+        .start_tracing(config)
+        .await
+        .map_err(SessionError::Start)?;
+    Ok((session, version))
+}
+
+/// What a runtime that knows only CollectTracing2 is asked for `config` (unchanged if it needs
+/// no more).
+fn fallback(config: CollectTracing) -> CollectTracing {
+    if config.version <= CollectTracingVersion::V2 {
+        return config;
+    }
+    let rundown = config.rundown_keyword != 0;
+    let mut fallback = config.with_rundown(rundown).with_stackwalk(true);
+    fallback.version = CollectTracingVersion::V2;
+    fallback
 }
 
 /// Runs a session: copies its stream byte for byte into `out` until `stop` resolves, then stops
@@ -197,6 +213,7 @@ pub async fn run_reading<W: AsyncWrite + Unpin>(
         buf: ReadBuffer::new(),
         bytes: 0,
         session_id,
+        version,
         started,
         progress,
     };
@@ -278,6 +295,7 @@ struct Copier<'a, W, P> {
     /// Bytes copied so far.
     bytes: u64,
     session_id: u64,
+    version: CollectTracingVersion,
     started: Instant,
     progress: P,
 }
@@ -286,6 +304,7 @@ impl<W: AsyncWrite + Unpin, P: FnMut(SessionProgress)> Copier<'_, W, P> {
     fn report(&mut self, stopping: bool) {
         (self.progress)(SessionProgress {
             session_id: self.session_id,
+            version: self.version,
             bytes: self.bytes,
             elapsed: self.started.elapsed(),
             stopping,

@@ -144,10 +144,10 @@ pub struct Args {
     #[arg(long, value_parser = parse_duration)]
     rescan_interval: Option<Duration>,
     /// How long a process runs before sessions that enable its EventSources start (runtime
-    /// counters, trace linkage, collection rules): on .NET 8 to 10, enabling an EventSource while
-    /// the app starts can deadlock it for good (dotnet/runtime#105682, #118014, #119014).
-    /// Sampling, code names and the runtime's own events start at once. [default: 30s]
-    /// [config: Profiling:StartupGrace]
+    /// counters, trace linkage, logs, collection rules): on .NET 8, enabling an EventSource while
+    /// the app starts can deadlock it for good (dotnet/runtime#105682). Sampling, code names and
+    /// the runtime's own events start at once. [default: by the process's runtime: 30s on .NET
+    /// 8, 0 on 9 and later (docs/runtimes.md)] [config: Profiling:StartupGrace]
     #[arg(long, value_parser = parse_duration)]
     startup_grace: Option<Duration>,
     /// Only profile these pids (repeatable). [config: Profiling:ProcessIds]
@@ -307,7 +307,7 @@ struct Resolved {
     connect: bool,
     data_dir: PathBuf,
     rescan_interval: Duration,
-    startup_grace: Duration,
+    startup_grace: Option<Duration>,
     duty: DutyCycle,
     /// The share of a core below which a process is idle (`--sample-idle-below`).
     idle_below: f64,
@@ -515,10 +515,7 @@ impl Args {
                 .rescan_interval
                 .or(profiling.rescan_interval)
                 .unwrap_or(Duration::from_secs(3)),
-            startup_grace: self
-                .startup_grace
-                .or(profiling.startup_grace)
-                .unwrap_or(DEFAULT_STARTUP_GRACE),
+            startup_grace: self.startup_grace.or(profiling.startup_grace),
             duty,
             idle_below: match self.sample_idle_below.or(profiling.sample_idle_below) {
                 Some(percent) => check_idle_percent(percent)
@@ -685,17 +682,15 @@ fn check_idle_percent(percent: f64) -> Result<f64, String> {
     Ok(percent)
 }
 
-/// How long a process runs before the agent enables its EventSources (`--startup-grace`).
-const DEFAULT_STARTUP_GRACE: Duration = Duration::from_secs(30);
-
 /// What every per-process task is configured with.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub duty: DutyCycle,
     /// The share of a core below which a process is idle ([`collector::sampler::SamplerControl::with_idle_below`]).
     pub idle_below: f64,
-    /// How long a process runs before sessions that enable its EventSources start.
-    pub startup_grace: Duration,
+    /// How long a process runs before sessions that enable its EventSources start; `None`: by
+    /// its runtime's version ([`collector::startup::startup_grace`]).
+    pub startup_grace: Option<Duration>,
     pub events: EventProfiles,
     pub filters: Filters,
     pub host_name: String,

@@ -11,7 +11,7 @@ use anyhow::Context;
 use collector::activity::{Span, TrackerLimits, TrackerStats};
 use collector::attached::AttachedProcess;
 use collector::client::DiagnosticsClient;
-use collector::ipc::{CollectTracing, ProviderConfig};
+use collector::ipc::{CollectTracing, CollectTracingVersion, ProviderConfig};
 use collector::local::{LocalProcess, ProcessCpu, StatFiles, ThreadCpu};
 use collector::nettrace::events::{EventKind, KnownEvent, ModuleEventKind};
 use collector::nettrace::Guid;
@@ -124,6 +124,14 @@ struct StreamProgress {
 }
 
 impl StreamProgress {
+    /// Whether the stream has delivered events up to `unix_nanos`, or has been quiet long enough
+    /// ([`LIGHT_QUIET`]) that nothing is pending; `now_ms`: ms since the profiler's start.
+    fn caught_up(&self, unix_nanos: i64, now_ms: u64) -> bool {
+        let quiet_ms = now_ms.saturating_sub(self.seen_ms.load(Ordering::Relaxed));
+        self.latest_ns.load(Ordering::Relaxed) >= unix_nanos
+            || Duration::from_millis(quiet_ms) >= LIGHT_QUIET
+    }
+
     fn new() -> Arc<StreamProgress> {
         Arc::new(StreamProgress {
             latest_ns: AtomicI64::new(i64::MIN),
@@ -261,11 +269,10 @@ impl SharedProfiler {
         let streams = [Some(&self.light), self.linkage.as_ref()];
         loop {
             let now_ms = self.elapsed_ms();
-            let done = streams.iter().flatten().all(|stream| {
-                let quiet_ms = now_ms.saturating_sub(stream.seen_ms.load(Ordering::Relaxed));
-                stream.latest_ns.load(Ordering::Relaxed) >= until_ns
-                    || Duration::from_millis(quiet_ms) >= LIGHT_QUIET
-            });
+            let done = streams
+                .iter()
+                .flatten()
+                .all(|stream| stream.caught_up(until_ns, now_ms));
             if done || Instant::now() >= deadline {
                 return;
             }
@@ -275,6 +282,23 @@ impl SharedProfiler {
 
     fn elapsed_ms(&self) -> u64 {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Keeps the light session's exceptions whose spans the linkage session's stream has come to
+    /// ([`ProcessProfiler::release_exceptions`]).
+    fn release_exceptions(&self) {
+        if self.linkage.is_some() {
+            self.release_exceptions_of(&mut self.lock());
+        }
+    }
+
+    /// [`SharedProfiler::release_exceptions`] with the profiler's lock held.
+    fn release_exceptions_of(&self, profiler: &mut ProcessProfiler) {
+        let Some(linkage) = self.linkage.as_deref() else {
+            return;
+        };
+        let now_ms = self.elapsed_ms();
+        profiler.release_exceptions(&|unix_nanos| linkage.caught_up(unix_nanos, now_ms));
     }
 
     /// How long since the linkage session last delivered a span start (or since attaching).
@@ -351,12 +375,8 @@ impl LightSpans {
 impl SpanSource for LightSpans {
     /// As [`SharedProfiler::caught_up`], without the wait.
     fn caught_up(&self, unix_nanos: i64) -> bool {
-        let stream = &self.spans_stream;
-        let quiet_ms = u64::try_from(self.started.elapsed().as_millis())
-            .unwrap_or(u64::MAX)
-            .saturating_sub(stream.seen_ms.load(Ordering::Relaxed));
-        stream.latest_ns.load(Ordering::Relaxed) >= unix_nanos
-            || Duration::from_millis(quiet_ms) >= LIGHT_QUIET
+        let now_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.spans_stream.caught_up(unix_nanos, now_ms)
     }
 
     fn span(&self, activity: Guid, thread: u64, timestamp: i64) -> Option<Span> {
@@ -445,7 +465,9 @@ impl EventObserver for StreamObserver {
                 .seen_ms
                 .store(shared.elapsed_ms(), Ordering::Relaxed);
         }
-        shared.lock().observe(event);
+        let mut profiler = shared.lock();
+        profiler.observe(event);
+        shared.release_exceptions_of(&mut profiler);
     }
 
     fn on_dropped(&mut self, count: u64) {
@@ -514,43 +536,45 @@ impl EventObserver for WindowSamples {
     }
 }
 
-/// JIT/Loader events for the code map, plus the events of the switched-on event profiles; with
-/// trace linkage, exceptions go to the linkage session instead (see [`linkage_session`]). Log
-/// messages have a session of their own ([`Stream::Logs`]).
-fn light_session(events: EventProfiles, signals: &SignalSettings, linkage: bool) -> CollectTracing {
+/// JIT/Loader events for the code map, plus the events of the switched-on event profiles and
+/// exceptions: from attach, since only the runtime's own provider is enabled (no startup grace),
+/// and with stack walks, which only exceptions and lock waits need (a runtime that cannot leave
+/// them out per session walks them anyway). With trace linkage, exceptions are joined to the
+/// span of the linkage session's stream once it has caught up with them
+/// ([`SharedProfiler::release_exceptions`]). Log messages have a session of their own
+/// ([`Stream::Logs`]).
+fn light_session(events: EventProfiles, signals: &SignalSettings) -> CollectTracing {
     let mut keywords = providers::RUNTIME_JIT_LOADER_KEYWORDS;
-    if !linkage && (events.exceptions || signals.exceptions()) {
+    if events.exceptions || signals.exceptions() {
         keywords |= providers::RUNTIME_EXCEPTION_KEYWORD;
     }
     if events.locks {
         keywords |= providers::RUNTIME_CONTENTION_KEYWORD;
     }
+    let stacks = keywords != providers::RUNTIME_JIT_LOADER_KEYWORDS;
     // Verbose: MethodLoadVerbose names methods.
     let session = vec![ProviderConfig::new(
         providers::RUNTIME,
         keywords,
         level::VERBOSE,
     )];
-    CollectTracing::v2(session).with_rundown(false)
+    CollectTracing::v2(session)
+        .with_rundown(false)
+        .with_stackwalk(stacks)
 }
 
-/// The linkage providers, plus the events that are joined to the span current when they happen
-/// (exceptions): in one stream, each thread's events come in order, so a span has
-/// started before what happens in it is read.
-fn linkage_session(
-    linkage: &[ProviderConfig],
-    events: EventProfiles,
-    signals: &SignalSettings,
-) -> CollectTracing {
-    let mut session = linkage.to_vec();
-    if events.exceptions || signals.exceptions() {
-        session.push(ProviderConfig::new(
-            providers::RUNTIME,
-            providers::RUNTIME_EXCEPTION_KEYWORD,
-            level::VERBOSE,
-        ));
-    }
-    CollectTracing::v2(session).with_rundown(false)
+/// The linkage providers, without stack walks: a span event's stack is never read, and walking
+/// it was most of linkage's cost on .NET 8 (BENCHMARKS.md, "Trace linkage").
+fn linkage_session(linkage: &[ProviderConfig]) -> CollectTracing {
+    CollectTracing::v2(linkage.to_vec())
+        .with_rundown(false)
+        .with_stackwalk(false)
+}
+
+/// Whether a session taken with `version` walks its events' stacks: before CollectTracing3 a
+/// session cannot leave them out.
+fn stack_walks(asked: bool, version: CollectTracingVersion) -> bool {
+    asked || version < CollectTracingVersion::V3
 }
 
 /// Apart from the sampler's window, allocation ticks are taken after one window in this many, for
@@ -671,7 +695,11 @@ async fn attach(
         .unwrap_or_else(|| executable.clone());
     // Listen mode: the pid the runtime advertised is from its own pid namespace.
     let local = LocalProcess::find(info.pid, target.pid, &info.command_line);
-    let grace = StartupGrace::of(local.as_ref(), agent.settings.startup_grace);
+    let grace = agent.settings.startup_grace.unwrap_or_else(|| {
+        let version = info.clr_product_version.as_deref().unwrap_or_default();
+        collector::startup::startup_grace(version)
+    });
+    let grace = StartupGrace::of(local.as_ref(), grace);
     let command_line = local
         .as_ref()
         .map_or(info.command_line.as_str(), |l| l.command_line.as_str());
@@ -723,7 +751,7 @@ async fn attach(
         tracing::info!(
             pid = target.pid,
             wait_s = wait.as_secs(),
-            "the process has just started: its EventSources (runtime counters, trace linkage, \
+            "the process has just started: its EventSources (runtime counters, trace linkage, logs, \
              collection rules) are enabled once it has run --startup-grace"
         );
     }
@@ -829,8 +857,7 @@ async fn attach(
         health: agent.health.clone(),
         renew,
     };
-    let linkage_on = agent.settings.linkage.is_some();
-    let config = light_session(agent.settings.events, &agent.settings.signals, linkage_on);
+    let config = light_session(agent.settings.events, &agent.settings.signals);
     let mut light = tokio::spawn(run_long_session(
         long(Stream::Light, config, None),
         Some(enabled),
@@ -841,19 +868,43 @@ async fn attach(
         .as_ref()
         .map(|_| Arc::new(Notify::new()));
     let linkage = agent.settings.linkage.as_ref().map(|providers| {
-        let config = linkage_session(providers, agent.settings.events, &agent.settings.signals);
+        let config = linkage_session(providers);
         let session = long(Stream::Linkage, config, renew_linkage.clone());
         let shutdown = agent.shutdown.clone();
+        let profiler = profiler.clone();
         tokio::spawn(async move {
-            if grace.wait_or(stopped(shutdown)).await {
-                let _ = run_long_session(session, None).await;
+            let linkage = async {
+                if grace.wait_or(stopped(shutdown)).await {
+                    let _ = run_long_session(session, None).await;
+                }
+            };
+            // Exceptions waiting for their spans are kept while both streams are quiet too.
+            let ticking = async {
+                loop {
+                    timer_grid::sleep(LIGHT_QUIET).await;
+                    profiler.release_exceptions();
+                }
+            };
+            tokio::select! {
+                () = linkage => {}
+                never = ticking => never,
             }
+            profiler.lock().release_exceptions(&|_| true);
         })
     });
-    let logs = tokio::spawn(run_logs_session(
-        long(Stream::Logs, CollectTracing::v2(Vec::new()), None),
-        signals.logs_demand().clone(),
-    ));
+    let logs = {
+        let session = run_logs_session(
+            long(Stream::Logs, CollectTracing::v2(Vec::new()), None),
+            signals.logs_demand().clone(),
+        );
+        let shutdown = agent.shutdown.clone();
+        // The logging EventSource is enabled once the grace has passed, as linkage's are.
+        tokio::spawn(async move {
+            if grace.wait_or(stopped(shutdown)).await {
+                session.await;
+            }
+        })
+    };
     // A session failing to start ends the wait too (its sender is dropped).
     let _ = tokio::time::timeout(LIGHT_SESSION_START_TIMEOUT, light_enabled).await;
     gate.open().await;
@@ -995,6 +1046,8 @@ async fn run_long_session(
                     pid,
                     session = name,
                     session_id = progress.session_id,
+                    command = progress.version.name(),
+                    stack_walks = stack_walks(long.config.request_stackwalk, progress.version),
                     "session enabled"
                 );
                 if let Some(enabled) = enabled.take() {
@@ -1100,6 +1153,7 @@ async fn run_logs_session(long: LongSession, demand: Arc<LogsDemand>) {
         )
         .ending_on_error();
         let enabled_ms = AtomicU64::new(u64::MAX);
+        let asks_stacks = config.request_stackwalk;
         let mut renewal = None;
         let stop = async {
             tokio::select! {
@@ -1118,6 +1172,8 @@ async fn run_logs_session(long: LongSession, demand: Arc<LogsDemand>) {
                     pid = long.pid,
                     session = "logs",
                     session_id = p.session_id,
+                    command = p.version.name(),
+                    stack_walks = stack_walks(asks_stacks, p.version),
                     generation,
                     "session enabled"
                 );

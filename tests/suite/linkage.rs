@@ -394,28 +394,41 @@ async fn window(
     providers: Option<Vec<ProviderConfig>>,
     measure: Duration,
 ) -> Window {
+    let sessions = providers
+        .map(|p| vec![CollectTracing::v2(p).with_rundown(false)])
+        .unwrap_or_default();
+    window_of(target, sessions, measure).await
+}
+
+/// [`window`] with these sessions side by side (none: no session).
+async fn window_of(
+    target: &mut Target,
+    sessions: Vec<CollectTracing>,
+    measure: Duration,
+) -> Window {
     let pid = target.pid();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let session = providers.map(|providers| {
-        let config = CollectTracing::v2(providers).with_rundown(false);
-        let stop = async {
-            let _ = stop_rx.await;
-        };
-        tokio::spawn(observe_session(pid, config, stop, SpanTracker::default()))
-    });
+    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let tasks: Vec<_> = sessions
+        .into_iter()
+        .map(|config| {
+            let mut stop_rx = stop_tx.subscribe();
+            let stop = async move {
+                let _ = stop_rx.recv().await;
+            };
+            tokio::spawn(observe_session(pid, config, stop, SpanTracker::default()))
+        })
+        .collect();
     let warm_up = Duration::from_secs(2);
     tokio::time::sleep(warm_up).await;
     let (t0, r0, cpu0, own0) = tokio::task::block_in_place(|| totals(target));
     tokio::time::sleep(measure).await;
     let (t1, r1, cpu1, own1) = tokio::task::block_in_place(|| totals(target));
     let _ = stop_tx.send(());
-    let session_kib_per_second = match session {
-        Some(task) => {
-            let summary = task.await.unwrap();
-            summary.bytes as f64 / 1024.0 / summary.elapsed.as_secs_f64()
-        }
-        None => 0.0,
-    };
+    let mut session_kib_per_second = 0.0;
+    for task in tasks {
+        let summary = task.await.unwrap();
+        session_kib_per_second += summary.bytes as f64 / 1024.0 / summary.elapsed.as_secs_f64();
+    }
     let seconds = (t1 - t0).as_secs_f64();
     let requests = (r1 - r0).max(1) as f64;
     Window {
@@ -931,4 +944,169 @@ fn linkage_through_the_agent_survives_lost_sessions() {
     assert!(all.precision() >= 90.0 && all.recall() >= 90.0, "{all:?}");
     assert!(restarts >= 2.0, "the stopped sessions were started again");
     assert!(refreshes >= 1.0, "the linkage session was renewed");
+}
+
+/// Counts a session's events and those that carry a stack.
+#[derive(Default)]
+struct StackCount {
+    events: u64,
+    with_stack: u64,
+}
+
+impl EventObserver for StackCount {
+    fn on_event(&mut self, event: &Event<'_>) {
+        self.events += 1;
+        if event.stack().is_some_and(|s| !s.is_empty()) {
+            self.with_stack += 1;
+        }
+    }
+}
+
+/// Runs `config` on `client` for 3 s: the command the runtime took it with, and its events.
+async fn stack_count(
+    client: &DiagnosticsClient,
+    config: CollectTracing,
+) -> (collector::ipc::CollectTracingVersion, StackCount) {
+    let mut sink = ParsingWriter::new(tokio::io::sink(), StackCount::default());
+    let summary = session::run(
+        client,
+        config,
+        &mut sink,
+        tokio::time::sleep(Duration::from_secs(3)),
+        Duration::from_secs(120),
+        |_| {},
+    )
+    .await
+    .expect("the session runs and stops");
+    assert!(sink.error().is_none(), "{:?}", sink.error());
+    (summary.version, sink.into_parts().1)
+}
+
+/// Issue 46 (1): the linkage (with span export's fields) and counter sessions ask for no stack
+/// walks. A runtime that offers it (CollectTracing3, .NET 9+) then writes their events without
+/// stacks, where the same session asking for stacks gets them; .NET 8 answers "unknown command",
+/// the session falls back to CollectTracing2 (stacks walked, events still flowing), and the
+/// client remembers it for the process's later sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linkage_and_counter_sessions_walk_no_stacks_where_the_runtime_allows() {
+    use collector::ipc::CollectTracingVersion as V;
+    let target = Target::builder("AsyncWeb")
+        .args(["--self-load", "100", "--no-request-lines"])
+        .start();
+    let client = DiagnosticsClient::for_pid(target.pid()).unwrap();
+    let linkage = || CollectTracing::v2(providers::linkage(&[], true).unwrap()).with_rundown(false);
+    let counters = collector::counters::CounterSessionConfig::new(1)
+        .with_event_counters("System.Runtime")
+        .collect_tracing();
+    let offers = support::runtime_major() >= 9;
+
+    let (version, walked) = stack_count(&client, linkage()).await;
+    assert_eq!(version, V::V2);
+    assert!(
+        walked.events > 100 && walked.with_stack * 2 > walked.events,
+        "asking for stacks, {} of {} events carry one",
+        walked.with_stack,
+        walked.events
+    );
+    for (name, config) in [
+        ("linkage", linkage().with_stackwalk(false)),
+        ("counters", counters.clone()),
+    ] {
+        let (version, count) = stack_count(&client, config).await;
+        assert!(count.events > 0, "{name}: no events");
+        if offers {
+            assert_eq!(version, V::V3, "{name}");
+            assert_eq!(
+                count.with_stack, 0,
+                "{name}: {} of {} events carry a stack",
+                count.with_stack, count.events
+            );
+        } else {
+            assert_eq!(version, V::V2, "{name}: the fallback");
+            assert!(count.with_stack > 0, "{name}: .NET 8 walks every event");
+        }
+    }
+    assert_eq!(client.collect_tracing_unknown(V::V3), !offers);
+}
+
+/// Issue 46 (1), the cost of linkage with span export as the agent now runs it: AsyncWeb at 200
+/// requests/s with 1 ms of work, on .NET 8 and .NET 10 side by side in one run (both targets run
+/// throughout; windows interleaved by round), with no session, the light session alone (runtime
+/// provider, stacks: exceptions), and the light session plus the linkage session with span
+/// export's fields, once asking for no stack walks (the agent's; .NET 8 falls back to walking
+/// them) and once with them (the agent before). Run by hand (BENCHMARKS.md, "Sessions without
+/// stack walks"):
+/// `cargo test --release --test suite -- --ignored --nocapture linkage::stackless_linkage_cost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark of several minutes; see BENCHMARKS.md"]
+async fn stackless_linkage_cost() {
+    let rounds: usize = std::env::var("CLRSCOPE_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(4);
+    let measure = Duration::from_secs(8);
+    let light = || CollectTracing::v2(vec![light_session()]).with_rundown(false);
+    let spans = || CollectTracing::v2(providers::linkage(&[], true).unwrap()).with_rundown(false);
+    let modes: [(&str, Vec<CollectTracing>); 4] = [
+        ("no session", vec![]),
+        ("light session", vec![light()]),
+        (
+            "light + linkage with span fields, stack walks",
+            vec![light(), spans()],
+        ),
+        (
+            "light + linkage with span fields, no stack walks",
+            vec![light(), spans().with_stackwalk(false)],
+        ),
+    ];
+    let runtimes = [8, 10];
+    // CLRSCOPE_BENCH_SPANS=N: the Activities target at N spans/s instead (µs per span, no
+    // HTTP stack or await: the span events alone, at a rate that lifts them above the noise).
+    let spans_per_second = std::env::var("CLRSCOPE_BENCH_SPANS").ok();
+    let mut targets: Vec<Target> = runtimes
+        .iter()
+        .map(|&major| match &spans_per_second {
+            Some(rate) => Target::builder("Activities")
+                .on_runtime(major)
+                .args(["--spans-per-second", rate, "--tags", "3", "--no-span-lines"])
+                .start(),
+            None => Target::builder("AsyncWeb")
+                .on_runtime(major)
+                .args(["--alpha-ms", "1", "--bravo-ms", "1"])
+                .args(["--self-load", "200", "--no-request-lines"])
+                .start(),
+        })
+        .collect();
+    // JIT of both HTTP stacks, tier-up and a thread pool at its working size.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut results: Vec<(u32, usize, Window)> = Vec::new();
+    for _ in 0..rounds {
+        for (target, &major) in targets.iter_mut().zip(&runtimes) {
+            for (m, (name, sessions)) in modes.iter().enumerate() {
+                let w = window_of(target, sessions.clone(), measure).await;
+                eprintln!(".NET {major}, {name}: {w:?}");
+                results.push((major, m, w));
+            }
+        }
+    }
+    eprintln!("\nmean (min–max) of {rounds} windows of {measure:?}, 200 requests/s, 1 ms of work");
+    eprintln!("| runtime | sessions | requests/s | target CPU ms/request | session KiB/s |");
+    for &major in &runtimes {
+        for (m, (name, _)) in modes.iter().enumerate() {
+            let of: Vec<Window> = results
+                .iter()
+                .filter(|(r, mode, _)| *r == major && *mode == m)
+                .map(|(_, _, w)| *w)
+                .collect();
+            let column = |f: fn(&Window) -> f64| {
+                support::mean_and_range(&of.iter().map(f).collect::<Vec<_>>())
+            };
+            eprintln!(
+                "| .NET {major} | {name} | {} | {} | {} |",
+                column(|w| w.requests_per_second),
+                column(|w| w.target_cpu_ms_per_request),
+                column(|w| w.session_kib_per_second),
+            );
+        }
+    }
 }

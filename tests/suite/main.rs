@@ -43,6 +43,7 @@ mod r2r_images;
 mod readme;
 mod rules;
 mod signals;
+mod startup;
 mod storefront;
 mod targets;
 mod traces;

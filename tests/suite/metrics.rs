@@ -225,19 +225,6 @@ fn prometheus_scrapes_the_agents_health_and_promtool_accepts_it() {
     }
 }
 
-/// How long ago process `pid` started, by the kernel: the uptime less its start time.
-fn process_age(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the target runs");
-    // Field 22, counted after the command's closing parenthesis (field 2 may hold spaces).
-    let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
-    let start_ticks: f64 = after_comm.split(' ').nth(19).unwrap().parse().unwrap();
-    let uptime = std::fs::read_to_string("/proc/uptime").unwrap();
-    let uptime: f64 = uptime.split(' ').next().unwrap().parse().unwrap();
-    // SAFETY: sysconf has no preconditions.
-    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Duration::from_secs_f64((uptime - start_ticks / ticks_per_second).max(0.0))
-}
-
 /// Enabling an EventSource while a .NET 8 app starts can deadlock it (dotnet/runtime#118014):
 /// the runtime counters of a process found a moment after it started come only once it has run
 /// `--startup-grace`, by the kernel's clock, and then they do come.
@@ -257,7 +244,7 @@ fn runtime_counters_wait_until_the_process_has_run_the_startup_grace() {
     let first_seen_at = loop {
         let scrape = http_get(agent.metrics_port, "/metrics", &[]);
         // Measured after the scrape: a session enabled before it was enabled younger than this.
-        let age = process_age(target.pid());
+        let age = support::process_age(target.pid());
         youngest_scrape.get_or_insert(age);
         if scrape.body.lines().any(|l| l.starts_with(&series)) {
             break age;

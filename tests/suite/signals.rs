@@ -162,7 +162,8 @@ fn logs_and_exceptions_out_of_process() {
         .expect("the agent attaches");
     let mut reported = Reported::default();
 
-    // The light session runs once exceptions arrive.
+    // Exceptions come from attach (the light session); one in a span says linkage's session
+    // runs too, and with it the target's spans (its ActivitySource has no other listener).
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         reported.absorb(&mut target);
@@ -171,7 +172,7 @@ fn logs_and_exceptions_out_of_process() {
             &format!("/exceptions?pid={pid}"),
             "application/x-ndjson",
         );
-        if r.status == 200 && r.body.lines().count() >= 4 {
+        if r.status == 200 && r.body.lines().count() >= 4 && r.body.contains("\"spanId\"") {
             break;
         }
         assert!(
@@ -1366,4 +1367,177 @@ fn otlp_logs_survive_other_sessions_on_the_provider() {
         missing.len()
     );
     assert!(traces >= 2 && requests >= 6, "{report}");
+}
+
+/// Issue 44 (7): with trace linkage, exceptions went to the linkage session, which waits out the
+/// startup grace, so a fresh process's first 30 s of exceptions were lost. They come in the light
+/// session from attach: within the grace, `/exceptions` holds every exception the target threw
+/// from the first one the agent saw on, and none it did not throw.
+#[test]
+fn exceptions_come_from_the_first_second_with_linkage() {
+    const GRACE: Duration = Duration::from_secs(30);
+    let mut target = Target::builder("Faults")
+        .args([
+            "--exceptions-per-second",
+            "20",
+            "--secondary-per-second",
+            "0",
+            "--lock-episodes-per-second",
+            "0",
+        ])
+        .start();
+    let pid = target.pid();
+    let dir = data_dir("exceptions-first-second");
+    let pid_arg = format!("--pid={pid}");
+    let agent = Agent::start(
+        &dir,
+        &[&pid_arg, "--trace-linkage", "--startup-grace", "30s"],
+    );
+    agent
+        .wait_attached(pid, true, Duration::from_secs(20))
+        .expect("the agent attaches");
+    let thrown = |v: &Value| {
+        v.pointer("/totals/exceptions/Faults.InjectedFaultException")
+            .and_then(Value::as_u64)
+    };
+    let kept = || {
+        let r = get(
+            &agent,
+            &format!("/exceptions?pid={pid}"),
+            "application/x-ndjson",
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+        r.body
+            .lines()
+            .filter(|l| l.contains("Faults.InjectedFaultException"))
+            .count() as u64
+    };
+    // Thrown before the agent's first exception: those may be missed (the session was not on).
+    let mut before_first = None;
+    let mut total = 0;
+    let mut checked_after = u64::MAX;
+    loop {
+        let age = support::process_age(pid);
+        assert!(
+            age < GRACE - Duration::from_secs(2),
+            "at age {age:?}: {} exceptions kept of {total} thrown ({before_first:?} before the \
+             first seen);\n{}",
+            kept(),
+            agent.log()
+        );
+        // The app's totals printed before the agent is asked bound the count from below; the
+        // second printed after it (a line a second), from above.
+        let printed = |target: &mut Target| {
+            target.drain_lines().iter().fold(None, |last, line| {
+                serde_json::from_str::<Value>(line)
+                    .ok()
+                    .and_then(|v| thrown(&v))
+                    .or(last)
+            })
+        };
+        let total_before = printed(&mut target).unwrap_or(total);
+        let count = kept();
+        printed(&mut target);
+        for _ in 0..2 {
+            if let Some(v) = target.wait_for_json(Duration::from_secs(5), |v| thrown(v).is_some()) {
+                total = thrown(&v).unwrap();
+            }
+        }
+        assert!(
+            count <= total,
+            "{count} exceptions kept, the app threw {total}"
+        );
+        let Some(first) = before_first else {
+            if count > 0 {
+                before_first = Some(total_before.saturating_sub(count));
+                checked_after = total_before + 60;
+            }
+            continue;
+        };
+        // Three seconds of exceptions after the first one seen, every one of them kept.
+        if total_before >= checked_after && count >= total_before - first {
+            eprintln!("at age {age:?}: {count} kept; thrown: {total_before} before asking, {total} after; {first} before the first seen");
+            break;
+        }
+    }
+}
+
+/// Issue 46 (1), through the agent: its linkage and logs sessions ask for no stack walks, which a
+/// .NET 9+ runtime grants (CollectTracing3) and .NET 8 answers "unknown command" to, once per
+/// process (logged at debug), its sessions then taken as CollectTracing2; the light session keeps
+/// its stacks (exceptions). Either way logs and exceptions still come, joined to their spans.
+#[test]
+fn linkage_and_logs_sessions_ask_for_no_stacks() {
+    let target = Target::builder("Logs")
+        .args([
+            "--messages-per-second",
+            "50",
+            "--span-size",
+            "5",
+            "--exceptions-per-second",
+            "5",
+        ])
+        .start();
+    let pid = target.pid();
+    let dir = data_dir("no-stacks");
+    let pid_arg = format!("--pid={pid}");
+    let agent = Agent::start(
+        &dir,
+        &[
+            &pid_arg,
+            "--trace-linkage",
+            "--trace-source",
+            "Logs",
+            "--logs",
+            "Information",
+            "--log",
+            "clrscope=info,collector::session=debug",
+        ],
+    );
+    agent
+        .wait_attached(pid, true, Duration::from_secs(60))
+        .expect("the agent attaches");
+    let path = format!("/api/v1/processes/{pid}/signals?limit=10");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let recent = agent.get(&path).json();
+        let linked = |kind: &str, id: &str| {
+            recent[kind]
+                .as_array()
+                .is_some_and(|r| r.iter().any(|r| r[id].is_string()))
+        };
+        if linked("logs", "SpanId") && linked("exceptions", "spanId") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no logs and exceptions in spans: {recent}\n{}",
+            agent.log()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let log = agent.log();
+    let enabled = |session: &str| {
+        log.lines()
+            .find(|l| {
+                l.contains("session enabled") && l.contains(&format!("session=\"{session}\""))
+            })
+            .unwrap_or_else(|| panic!("no {session} session enabled:\n{log}"))
+            .to_string()
+    };
+    let offers = support::runtime_major() >= 9;
+    for session in ["linkage", "logs"] {
+        let line = enabled(session);
+        let expected = if offers {
+            "command=\"CollectTracing3\" stack_walks=false"
+        } else {
+            "command=\"CollectTracing2\" stack_walks=true"
+        };
+        assert!(line.contains(expected), "{line}");
+    }
+    assert!(enabled("light").contains("stack_walks=true"));
+    let fallbacks = log
+        .matches("the runtime does not know this CollectTracing version")
+        .count();
+    assert_eq!(fallbacks, usize::from(!offers), "{log}");
 }

@@ -137,18 +137,23 @@ pub fn shared_framework_dir() -> PathBuf {
         .join(runtime_version())
 }
 
-/// The target framework folder of the build that runs on [`runtime_major`] (`net10.0`, …).
-fn target_framework() -> String {
-    format!("net{}.0", runtime_major().min(NEWEST_BUILT_MAJOR))
+/// The target framework folder of the build that runs on .NET `major` (`net10.0`, …).
+fn target_framework(major: u32) -> String {
+    format!("net{}.0", major.min(NEWEST_BUILT_MAJOR))
 }
 
 /// The compiled target `name` (`testbed_dir()/targets/NAME/TFM/NAME.dll`); panics with "run
 /// `make setup` first" if it is missing.
 pub fn target_dll(name: &str) -> PathBuf {
+    target_dll_on(name, runtime_major())
+}
+
+/// [`target_dll`] of the build that runs on .NET `major`.
+fn target_dll_on(name: &str, major: u32) -> PathBuf {
     let dll = testbed_dir()
         .join("targets")
         .join(name)
-        .join(target_framework())
+        .join(target_framework(major))
         .join(format!("{name}.dll"));
     if !dll.exists() {
         panic!(
@@ -159,10 +164,10 @@ pub fn target_dll(name: &str) -> PathBuf {
     dll
 }
 
-/// Panics unless the ready line's `runtime` is the version [`runtime_major`] asked for: a roll-forward
-/// or a missing framework must not turn a .NET 8 run into a .NET 10 one unnoticed.
-fn check_runtime(name: &str, ready: &Value) {
-    let want = runtime_major();
+/// Panics unless the ready line's `runtime` is the version asked for (`want`, [`runtime_major`]
+/// unless the builder said [`TargetBuilder::on_runtime`]): a roll-forward or a missing framework
+/// must not turn a .NET 8 run into a .NET 10 one unnoticed.
+fn check_runtime(name: &str, ready: &Value, want: u32) {
     let runtime = ready.get("runtime").and_then(Value::as_str).unwrap_or("");
     if !runtime.starts_with(&format!("{want}.")) {
         panic!("test-bed target {name} runs on .NET {runtime:?}, not the .NET {want} CLRSCOPE_DOTNET asked for");
@@ -427,9 +432,22 @@ pub struct TargetBuilder {
     env_removes: Vec<String>,
     current_dir: Option<PathBuf>,
     wrapper: Vec<String>,
+    /// The .NET major version to run on; `None`: [`runtime_major`].
+    runtime: Option<u32>,
 }
 
 impl TargetBuilder {
+    /// Runs on .NET `major` instead of [`runtime_major`]'s: for a benchmark that compares
+    /// runtimes side by side in one run.
+    pub fn on_runtime(mut self, major: u32) -> Self {
+        self.runtime = Some(major);
+        self
+    }
+
+    fn runtime(&self) -> u32 {
+        self.runtime.unwrap_or_else(runtime_major)
+    }
+
     /// One command-line argument for the target (after `NAME.dll`).
     pub fn arg(mut self, a: impl Into<String>) -> Self {
         self.args.push(a.into());
@@ -486,10 +504,11 @@ impl TargetBuilder {
             }
             None => Command::new(dotnet_host()),
         };
-        cmd.arg(target_dll(&self.name));
+        let major = self.runtime();
+        cmd.arg(target_dll_on(&self.name, major));
         cmd.args(&self.args);
         // A runtime newer than the newest build runs that build rolled forward to it.
-        if runtime_major() > NEWEST_BUILT_MAJOR {
+        if major > NEWEST_BUILT_MAJOR {
             cmd.env("DOTNET_ROLL_FORWARD", "LatestMajor");
         }
         // The target exits by itself within a second if this process dies without dropping it.
@@ -585,8 +604,10 @@ impl TargetBuilder {
             })
             .expect("spawn stderr reader");
 
+        let runtime = self.runtime();
         Target {
             child,
+            runtime,
             name: self.name,
             args: self.args,
             ready: None,
@@ -626,6 +647,8 @@ impl TargetBuilder {
 /// A running test-bed target process. Dropping it kills the process and waits for it.
 pub struct Target {
     pub child: Child,
+    /// The .NET major version it runs on.
+    runtime: u32,
     name: String,
     args: Vec<String>,
     ready: Option<Value>,
@@ -647,6 +670,7 @@ impl Target {
             env_removes: Vec::new(),
             current_dir: None,
             wrapper: Vec::new(),
+            runtime: None,
         }
     }
 
@@ -672,7 +696,7 @@ impl Target {
             match self.lines.recv_timeout(left) {
                 Ok(line) => match serde_json::from_str::<Value>(&line) {
                     Ok(v) if v.get("ready").is_some() => {
-                        check_runtime(&self.name, &v);
+                        check_runtime(&self.name, &v, self.runtime);
                         self.sockets = diagnostic_sockets(self.pid());
                         self.ready = Some(v.clone());
                         return Some(v);
@@ -1089,4 +1113,17 @@ fn cpu_ticks(path: &str) -> u64 {
         .ok()
         .and_then(|stat| collector::discovery::parse_cpu_ticks(&stat))
         .unwrap_or(0)
+}
+
+/// How long ago process `pid` started, by the kernel: the uptime less its start time.
+pub fn process_age(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the target runs");
+    // Field 22, counted after the command's closing parenthesis (field 2 may hold spaces).
+    let after_comm = &stat[stat.rfind(')').unwrap() + 2..];
+    let start_ticks: f64 = after_comm.split(' ').nth(19).unwrap().parse().unwrap();
+    let uptime = std::fs::read_to_string("/proc/uptime").unwrap();
+    let uptime: f64 = uptime.split(' ').next().unwrap().parse().unwrap();
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Duration::from_secs_f64((uptime - start_ticks / ticks_per_second).max(0.0))
 }

@@ -171,7 +171,10 @@ impl LogsDemand {
             }
         }
         let held = state.held.clone()?;
-        let config = CollectTracing::v2(vec![held.provider()]).with_rundown(false);
+        // No stack walks: a message's stack is never read.
+        let config = CollectTracing::v2(vec![held.provider()])
+            .with_rundown(false)
+            .with_stackwalk(false);
         state.starting = Some((state.generation, held));
         Some((state.generation, config))
     }

@@ -620,11 +620,13 @@ pub async fn write_logs<W: tokio::io::AsyncWrite + Unpin>(
 /// How far past a message the span tracking's stream must have come before the message is
 /// joined: a stream brings each thread's events in order, but blocks of different threads out of
 /// order (a span's start may come after another thread's later event).
-const SPAN_CATCH_UP_MARGIN: i64 = 1_000_000_000;
-/// How long a message of the logs session waits for the span tracking to catch up.
-const MAX_SPAN_WAIT: Duration = Duration::from_secs(3);
-/// Messages waiting for their span at most; past it the oldest is written without waiting.
-const MAX_WAITING: usize = 16_384;
+pub const SPAN_CATCH_UP_MARGIN: i64 = 1_000_000_000;
+/// How long a message of the logs session (or an exception of the light session) waits for the
+/// span tracking to catch up.
+pub const MAX_SPAN_WAIT: Duration = Duration::from_secs(3);
+/// Messages (or exceptions) waiting for their span at most; past it the oldest is written
+/// without waiting.
+pub const MAX_WAITING: usize = 16_384;
 /// How long a request waits for the logs session to ask for what it needs.
 const DEMAND_APPLY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -901,15 +903,14 @@ impl SignalCollector {
         }
     }
 
-    /// An `ExceptionThrown_V1` with its named stack (innermost first).
-    pub fn exception(
-        &mut self,
+    /// The record of an `ExceptionThrown_V1` with its named stack (innermost first), not joined
+    /// to a span yet: the caller looks it up once the span tracking has caught up with it.
+    pub fn exception_record(
         event: &Event<'_>,
         thrown: ExceptionThrown,
         frames: Vec<ExceptionFrame>,
-        span: Option<Span>,
-    ) {
-        self.signals.push_exception(ExceptionRecord {
+    ) -> ExceptionRecord {
+        ExceptionRecord {
             id: 0,
             unix_nanos: event.unix_nanos(),
             thread_id: event.header.thread_id,
@@ -919,8 +920,13 @@ impl SignalCollector {
             flags: thrown.flags,
             inner_id: None,
             frames,
-            span,
-        });
+            span: None,
+        }
+    }
+
+    /// Keeps an exception's record (see [`SignalCollector::exception_record`]).
+    pub fn exception(&mut self, record: ExceptionRecord) {
+        self.signals.push_exception(record);
     }
 }
 

@@ -6,13 +6,14 @@
 //! contention events. Sampler windows arrive as [`SampleAggregator`]s. Both turn into
 //! [`Batch`]es with frames named once per batch, ready for the store's `Store::append`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Instant;
 
 use collector::activity::{SpanTracker, TrackerLimits};
 use collector::nettrace::events::KnownEvent;
 use collector::nettrace::Event;
 use collector::samples::SampleAggregator;
-use collector::signals::{ExceptionFrame, SignalCollector};
+use collector::signals::{ExceptionFrame, ExceptionRecord, SignalCollector, SPAN_CATCH_UP_MARGIN};
 use profile::labels;
 use profile::{Batch, BatchSample, LabelValue, ProfileType};
 
@@ -111,10 +112,29 @@ pub struct ProcessProfiler {
     named_loaded_code: bool,
     /// Logs and exceptions for the API, the rules and OTLP, when collected.
     signals: Option<SignalCollector>,
+    /// With trace linkage: exceptions waiting for the span tracking (another session's stream,
+    /// which may run behind) to catch up with them, oldest first.
+    waiting_exceptions: VecDeque<WaitingException>,
+}
+
+/// An exception of the light session waiting for its span.
+#[derive(Debug)]
+struct WaitingException {
+    record: ExceptionRecord,
+    /// Its raw timestamp, as the span tracker keeps them.
+    at: i64,
+    arrived: Instant,
 }
 
 /// Frames of a throwing stack kept at most.
 const MAX_EXCEPTION_FRAMES: usize = 128;
+/// Exceptions waiting for their span at most (each up to ~36 KB: texts are cut at 16 KiB); past
+/// it the oldest is kept without waiting.
+const MAX_WAITING_EXCEPTIONS: usize = 512;
+/// How long an exception waits for the linkage stream to catch up: longer than a log message
+/// (they are few, and were joined exactly when they came in linkage's own stream), since that
+/// stream runs seconds behind on a loaded machine.
+const MAX_EXCEPTION_SPAN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl ProcessProfiler {
     /// `series`: the labels of every batch (`service_name`, `process_id`, `host_name`);
@@ -135,6 +155,7 @@ impl ProcessProfiler {
             refresh: RundownRefreshPolicy::new(RUNDOWN_MIN_INTERVAL_NS, RUNDOWN_MIN_MISSES),
             named_loaded_code: false,
             signals: None,
+            waiting_exceptions: VecDeque::new(),
         }
     }
 
@@ -185,12 +206,14 @@ impl ProcessProfiler {
             KnownEvent::ExceptionThrown(thrown) => {
                 if self.signals.is_some() {
                     let frames = self.exception_frames(event);
-                    let span =
-                        self.symbolizer.spans.as_ref().and_then(|spans| {
-                            spans.span_at(thread, event.header.timestamp).cloned()
-                        });
-                    if let Some(collector) = &mut self.signals {
-                        collector.exception(event, thrown.clone(), frames, span);
+                    let record = SignalCollector::exception_record(event, thrown.clone(), frames);
+                    self.waiting_exceptions.push_back(WaitingException {
+                        record,
+                        at: event.header.timestamp,
+                        arrived: Instant::now(),
+                    });
+                    if self.symbolizer.spans.is_none() {
+                        self.release_exceptions(&|_| true);
                     }
                 }
                 KnownEvent::ExceptionThrown(thrown)
@@ -264,6 +287,33 @@ impl ProcessProfiler {
             ips: ips.into(),
         };
         self.count(key, amount, event.unix_nanos());
+    }
+
+    /// Keeps the waiting exceptions whose spans are known by now, in order, joined to them:
+    /// `caught_up(unix_nanos)` says whether the span tracking's stream has come that far. One
+    /// that waited [`MAX_EXCEPTION_SPAN_WAIT`] is kept with what is known. Called as events of the light
+    /// and linkage sessions come, and on a timer.
+    pub fn release_exceptions(&mut self, caught_up: &dyn Fn(i64) -> bool) {
+        let Some(collector) = &mut self.signals else {
+            return;
+        };
+        let spans = self.symbolizer.spans.as_ref();
+        while let Some(first) = self.waiting_exceptions.front() {
+            let ready = spans.is_none()
+                || self.waiting_exceptions.len() > MAX_WAITING_EXCEPTIONS
+                || first.arrived.elapsed() >= MAX_EXCEPTION_SPAN_WAIT
+                || caught_up(first.record.unix_nanos.saturating_add(SPAN_CATCH_UP_MARGIN));
+            if !ready {
+                break;
+            }
+            let Some(mut waiting) = self.waiting_exceptions.pop_front() else {
+                break;
+            };
+            waiting.record.span = spans
+                .and_then(|spans| spans.span_at(waiting.record.thread_id, waiting.at))
+                .cloned();
+            collector.exception(waiting.record);
+        }
     }
 
     /// The managed frames of an event's stack, named, innermost first.

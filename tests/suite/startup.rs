@@ -1,0 +1,226 @@
+//! Issue 46 (3): whether enabling the agent's EventSources while a process starts can still hang
+//! it, on the runtime the suite runs on. The `Startup` target does at once, on several threads,
+//! the first uses behind the known deadlocks (thread pool, timers, `ArrayPool`, a Meter, an
+//! ActivitySource, the EventSource logger), then beats every 50 ms from the thread pool; each run
+//! starts it suspended in listen mode, resumes it, and enables the agent's sessions (alone and
+//! all together) a few milliseconds later. A run whose process never becomes ready, stops beating
+//! or never answers the session's start is a hang.
+
+use crate::support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use collector::client::DiagnosticsClient;
+use collector::counters::{CounterSessionConfig, DEFAULT_EVENT_COUNTER_SOURCES};
+use collector::ipc::CollectTracing;
+use collector::listen::{ListenOptions, ListenServer};
+use collector::providers;
+use collector::session;
+use collector::signals::LogsSettings;
+use support::{ScratchDir, Target};
+
+/// How long a starting process may take to print its ready line, and between two beats, before
+/// it is taken as hung: far beyond a start on a loaded machine (~0.1–3 s).
+const HANG: Duration = Duration::from_secs(30);
+/// Beats a run waits for after the ready line (1 s of them).
+const BEATS: u64 = 20;
+/// When the sessions are enabled, after the runtime is resumed: across the target's start
+/// (ready 0.2–1.5 s after it was spawned on a loaded machine).
+const DELAYS_MS: [u64; 10] = [0, 1, 2, 5, 10, 20, 50, 100, 200, 400];
+
+/// The EventSource sessions the agent starts on a process with its features on (the light
+/// session and the sampler enable only the runtime's native providers): the runtime's event
+/// counters (`System.Runtime` and dotnet-monitor's other default sources), meters
+/// (`System.Diagnostics.Metrics`), trace linkage with span export, and the logs.
+fn agent_sessions() -> Vec<(&'static str, CollectTracing)> {
+    let mut counters = CounterSessionConfig::new(1);
+    for source in DEFAULT_EVENT_COUNTER_SOURCES {
+        counters = counters.with_event_counters(source);
+    }
+    let meters = CounterSessionConfig::new(1)
+        .with_meter("Startup", &[])
+        .collect_tracing();
+    let linkage = CollectTracing::v2(providers::linkage(&[], true).unwrap())
+        .with_rundown(false)
+        .with_stackwalk(false);
+    let logs = CollectTracing::v2(vec![LogsSettings::default().provider()])
+        .with_rundown(false)
+        .with_stackwalk(false);
+    vec![
+        ("event counters", counters.collect_tracing()),
+        ("meters", meters),
+        ("linkage", linkage),
+        ("logs", logs),
+    ]
+}
+
+/// What one start did.
+#[derive(Debug)]
+enum Run {
+    /// Ready after this long, then beating.
+    Alive(Duration),
+    /// What stopped: no ready line, no beat, or no answer to a session's start.
+    Hung(String),
+}
+
+/// Starts the target suspended on `socket`, resumes it, enables `sessions` after `delay`, and
+/// watches it start.
+async fn one_start(
+    server: &ListenServer,
+    socket: &Path,
+    sessions: &[CollectTracing],
+    delay: Duration,
+) -> Run {
+    let mut target = Target::builder("Startup")
+        .env("DOTNET_DiagnosticPorts", socket.to_str().unwrap())
+        .spawn();
+    let spawned = Instant::now();
+    let pid = u64::from(target.pid());
+    let Some(info) = server.wait_for_pid(pid, HANG).await else {
+        return Run::Hung("never dialled the listen socket".into());
+    };
+    let client = server.client(info);
+    client.resume_runtime().await.expect("ResumeRuntime");
+    tokio::time::sleep(delay).await;
+    let (stop_tx, _) = tokio::sync::broadcast::channel::<()>(1);
+    let runs: Vec<_> = sessions
+        .iter()
+        .map(|config| {
+            let (client, config) = (client.clone(), config.clone());
+            let mut stop = stop_tx.subscribe();
+            tokio::spawn(async move {
+                let stop = async move {
+                    let _ = stop.recv().await;
+                };
+                run_session(&client, config, stop).await
+            })
+        })
+        .collect();
+    let watched = tokio::task::block_in_place(|| watch(&mut target, spawned));
+    let _ = stop_tx.send(());
+    let mut outcome = watched;
+    for run in runs {
+        if let Err(error) = run.await.unwrap() {
+            outcome = match outcome {
+                Run::Alive(_) => Run::Hung(format!("a session: {error}")),
+                Run::Hung(why) => Run::Hung(format!("{why}; a session: {error}")),
+            };
+        }
+    }
+    if let Run::Hung(why) = outcome {
+        outcome = Run::Hung(format!("{why}; {}", thread_states(target.pid())));
+    }
+    target.kill();
+    outcome
+}
+
+/// A session until `stop`; its start fails if the runtime does not answer it.
+async fn run_session(
+    client: &DiagnosticsClient,
+    config: CollectTracing,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), String> {
+    let mut sink = tokio::io::sink();
+    let run = session::run(client, config, &mut sink, stop, HANG, |_| {});
+    match tokio::time::timeout(HANG * 2, run).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err("no end".into()),
+    }
+}
+
+/// How many of a process's threads sleep, and where (`wchan`): a deadlocked process has every
+/// thread asleep, those of the deadlock in `futex_wait`.
+fn thread_states(pid: u32) -> String {
+    let mut waits: std::collections::BTreeMap<String, usize> = Default::default();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    for task in tasks.flatten() {
+        let wchan = std::fs::read_to_string(task.path().join("wchan")).unwrap_or_default();
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let state = stat.rsplit(')').next().unwrap_or("").trim().chars().next();
+        *waits
+            .entry(format!("{}:{wchan}", state.unwrap_or('?')))
+            .or_default() += 1;
+    }
+    format!("threads (state:wchan): {waits:?}")
+}
+
+/// Waits for the ready line and [`BEATS`] beats, each within [`HANG`].
+fn watch(target: &mut Target, spawned: Instant) -> Run {
+    if target.wait_ready(HANG).is_none() {
+        return Run::Hung(format!("no ready line; stderr: {}", target.stderr_text()));
+    }
+    let ready = spawned.elapsed();
+    for beat in 1..=BEATS {
+        if target
+            .wait_for_json(HANG, |v| v["beat"].as_u64().is_some())
+            .is_none()
+        {
+            return Run::Hung(format!("stopped beating before beat {beat}"));
+        }
+    }
+    Run::Alive(ready)
+}
+
+/// Every agent session alone and all of them together, enabled at each of [`DELAYS_MS`] after
+/// the runtime's resume, `CLRSCOPE_STARTUP_ROUNDS` times (default 2): the hangs found, reported
+/// per case, and judged against the runtime's startup grace ([`collector::startup`]).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enabling_eventsources_at_startup() {
+    let rounds: usize = std::env::var("CLRSCOPE_STARTUP_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(2);
+    let dir = ScratchDir::new("it-startup");
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("startup.sock");
+    let options = ListenOptions {
+        resume_on_attach: false,
+        ..ListenOptions::default()
+    };
+    let server = ListenServer::bind(&socket, options).await.unwrap();
+    let sessions = agent_sessions();
+    let mut cases: Vec<(String, Vec<CollectTracing>)> = sessions
+        .iter()
+        .map(|(name, config)| (name.to_string(), vec![config.clone()]))
+        .collect();
+    cases.push((
+        "all together".into(),
+        sessions.into_iter().map(|(_, c)| c).collect(),
+    ));
+    let mut hangs = Vec::new();
+    let mut runs = 0;
+    for _ in 0..rounds {
+        for (name, configs) in &cases {
+            for delay in DELAYS_MS {
+                let run = one_start(&server, &socket, configs, Duration::from_millis(delay)).await;
+                runs += 1;
+                let major = support::runtime_major();
+                match run {
+                    Run::Alive(ready) => {
+                        eprintln!(".NET {major}: {name}, +{delay} ms: ready after {ready:?}");
+                    }
+                    Run::Hung(why) => {
+                        eprintln!(".NET {major}: {name}, +{delay} ms: HUNG: {why}");
+                        hangs.push(format!("{name}, +{delay} ms: {why}"));
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        ".NET {}: {} hangs in {runs} starts",
+        support::runtime_version(),
+        hangs.len()
+    );
+    let grace = collector::startup::startup_grace(&support::runtime_version());
+    assert!(
+        hangs.is_empty() || !grace.is_zero(),
+        ".NET {} hangs when EventSources are enabled at startup, but its startup grace is 0:\n{}",
+        support::runtime_version(),
+        hangs.join("\n")
+    );
+}
