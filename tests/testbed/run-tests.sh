@@ -27,7 +27,7 @@ OFFLINE=(agent_config:: auth:: convert:: entra_id:: hostile_clients:: hostile_ta
 # the Storefront service and its OpenTelemetry twin, whose SDK version differs per framework).
 RUNTIME_DEPENDENT=(targets:: ipc:: cli_ps:: nettrace_live:: r2r_images:: cli_record:: cli_trace::
     cli_live:: cli_dump:: agent:: linkage:: traces:: signals:: gcdump:: counters:: metrics_export::
-    rules:: api_monitor:: storefront::)
+    rules:: api_monitor:: storefront:: startup::)
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
