@@ -335,6 +335,12 @@ impl CounterValue {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum CounterUpdate {
     Sample(Box<CounterSample>),
+    /// The metrics source begins reporting an interval (its values follow): when the interval
+    /// began, Unix nanoseconds. The first one a session sees begins when the runtime began
+    /// aggregating for it, which is where its running totals count from.
+    IntervalStart {
+        unix_nanos: i64,
+    },
     /// The metrics source refused or stopped something: a callback failed, another session holds
     /// the metrics source (runtime < 8), a MaxTimeSeries / MaxHistograms limit was reached.
     MetricsError {
@@ -364,6 +370,7 @@ impl CounterUpdate {
                         + quantiles
                 }
                 CounterUpdate::MetricsError { message } => message.capacity(),
+                CounterUpdate::IntervalStart { .. } => 0,
             }
     }
 }
@@ -469,6 +476,12 @@ impl CounterDecoder {
                     interval_seconds: None,
                     value,
                 }))
+            }
+            Some(KnownEvent::Metrics(MetricsEvent::CollectionStart {
+                session_id,
+                interval_start_unix_nanos: Some(unix_nanos),
+            })) if session_id == self.metrics_session_id => {
+                CounterUpdate::IntervalStart { unix_nanos }
             }
             Some(KnownEvent::Metrics(MetricsEvent::Error {
                 session_id,
@@ -744,6 +757,44 @@ mod tests {
         assert_eq!(s.value.percentile(50.0), Some(12.5));
         assert_eq!(s.value.percentile(90.0), None);
         assert_eq!(s.value.value(), None);
+    }
+
+    #[test]
+    fn an_interval_start_of_our_session_says_when_it_began() {
+        // CollectionStart(string sessionId, DateTime intervalStartTime, DateTime intervalEndTime)
+        let meta = MetadataRecord::new(1, METRICS_PROVIDER, 2, "CollectionStart").raw_fields(
+            scalar_fields(&[
+                (18, "sessionId"),
+                (16, "intervalStartTime"),
+                (16, "intervalEndTime"),
+            ]),
+        );
+        // 2026-01-01T00:00:00Z as FILETIME, and one second later.
+        let start: i64 = 134_116_992_000_000_000;
+        let payload = |session: &str| {
+            let mut p = utf16z(session);
+            p.extend(start.to_le_bytes());
+            p.extend((start + 10_000_000).to_le_bytes());
+            p
+        };
+        let stream = StreamBuilder::new(8)
+            .metadata_block(&[meta.encode()], true)
+            .event_block(
+                &[
+                    EventSpec::new(1, 1, 7, 100, payload("other")),
+                    EventSpec::new(1, 2, 7, 200, payload("SHARED")),
+                ],
+                true,
+            )
+            .finish();
+        let config = CounterSessionConfig::new(1).with_meter("M", &[]);
+        let updates = decode_all(&stream, &CounterDecoder::new(&config));
+        assert_eq!(
+            updates,
+            [CounterUpdate::IntervalStart {
+                unix_nanos: 1_767_225_600_000_000_000
+            }]
+        );
     }
 
     #[test]

@@ -13,9 +13,11 @@
 //!
 //! .NET 8 publishes no histogram buckets, only three percentiles estimated over each interval,
 //! so a histogram is a `Summary` (as Prometheus summaries are), not an OTLP `Histogram`.
-//! Cumulative points start when the agent's counter session with the process did
-//! ([`Cumulative::new`]); where the runtime publishes only the interval's growth (EventCounters,
-//! histograms' count and sum, counters before .NET 8) the agent adds them up from there.
+//! Cumulative points start when the runtime began aggregating for the agent's counter session
+//! ([`Cumulative::begin`]: the start of the metrics source's first interval, else of the first
+//! EventCounter payload's), not when the agent attached: the session waits out the startup
+//! grace. Where the runtime publishes only the interval's growth (EventCounters, histograms'
+//! count and sum, counters before .NET 8) the agent adds them up from there.
 //!
 //! One request holds a `ResourceMetrics` per process (the resource of its profiles:
 //! `service.name`, `process.pid`, `host.name`), a `ScopeMetrics` per meter or EventSource (name
@@ -90,19 +92,35 @@ type SeriesKey = (String, String, Vec<(String, String)>);
 /// as deltas, at most `max_series` of them.
 #[derive(Debug)]
 pub struct Cumulative {
-    start_unix_nanos: i64,
+    /// Where every cumulative value counts from, once known.
+    start_unix_nanos: Option<i64>,
     max_series: usize,
     running: HashMap<SeriesKey, Running>,
 }
 
 impl Cumulative {
-    /// Cumulative values count from `start_unix_nanos`, when the counter session began.
-    pub fn new(start_unix_nanos: i64, max_series: usize) -> Cumulative {
+    /// Cumulative values count from when the runtime began aggregating: see [`Cumulative::begin`].
+    pub fn new(max_series: usize) -> Cumulative {
         Cumulative {
-            start_unix_nanos,
+            start_unix_nanos: None,
             max_series,
             running: HashMap::new(),
         }
+    }
+
+    /// The runtime's metrics source began an interval at `unix_nanos`: the first one is when it
+    /// began aggregating for the session, where the running totals it publishes count from.
+    pub fn begin(&mut self, unix_nanos: i64) {
+        self.start_unix_nanos.get_or_insert(unix_nanos);
+    }
+
+    /// Where values count from: [`Cumulative::begin`]'s, else (a session of EventCounters
+    /// alone) the start of the first sample's interval.
+    fn start(&mut self, sample: &CounterSample) -> i64 {
+        *self.start_unix_nanos.get_or_insert_with(|| {
+            let interval = sample.interval_seconds.unwrap_or(0.0) * 1e9;
+            sample.unix_nanos.saturating_sub(interval as i64)
+        })
     }
 
     /// Adds an interval's growth to its series' running state; `None` when that is a new series
@@ -172,7 +190,7 @@ impl Cumulative {
             name: sample.name.clone(),
             unit: sample.unit.clone(),
             tags: sample.tags.clone(),
-            start_unix_nanos: self.start_unix_nanos,
+            start_unix_nanos: self.start(sample),
             unix_nanos: sample.unix_nanos,
             value,
         })
@@ -338,7 +356,10 @@ mod tests {
 
     #[test]
     fn deltas_add_up_and_totals_pass_through() {
-        let mut cumulative = Cumulative::new(100, 2);
+        let mut cumulative = Cumulative::new(2);
+        cumulative.begin(100);
+        // Only the first interval's start counts.
+        cumulative.begin(150);
         let histogram = |count, sum| CounterValue::Histogram {
             quantiles: vec![Percentile {
                 percentile: 95.0,
@@ -388,13 +409,35 @@ mod tests {
     }
 
     #[test]
+    fn without_an_interval_start_values_count_from_the_first_samples_interval() {
+        let mut cumulative = Cumulative::new(10);
+        let mut first = sample(
+            "gc",
+            5_000_000_000,
+            CounterValue::Increment { increment: 2.0 },
+        );
+        first.interval_seconds = Some(2.0);
+        let point = cumulative.point(&first).unwrap();
+        assert_eq!(point.start_unix_nanos, 3_000_000_000);
+        let later = cumulative
+            .point(&sample(
+                "gc",
+                7_000_000_000,
+                CounterValue::Increment { increment: 1.0 },
+            ))
+            .unwrap();
+        assert_eq!(later.start_unix_nanos, 3_000_000_000);
+    }
+
+    #[test]
     fn points_group_by_process_meter_and_instrument() {
         let series: Arc<[(String, String)]> = vec![
             ("process_id".to_string(), "42".to_string()),
             ("service_name".to_string(), "shop".to_string()),
         ]
         .into();
-        let mut cumulative = Cumulative::new(100, 10);
+        let mut cumulative = Cumulative::new(10);
+        cumulative.begin(100);
         let mut points = Vec::new();
         for (t, total) in [(200, 3.0), (300, 7.0)] {
             let p = cumulative

@@ -68,7 +68,6 @@ pub async fn export(
     let (updates, mut received) = mpsc::channel(UPDATES_QUEUE);
     // A node agent reads every process's counters when it wakes for its sampling anyway.
     let session_config = config.session.clone().read(Reading::OnTimerGrid);
-    let started = profile::clock::unix_nanos();
     let share = process.share.clone();
     let session = tokio::spawn(async move {
         let mut stop = std::pin::pin!(stop);
@@ -81,9 +80,14 @@ pub async fn export(
     let mut recorder = Recorder::new(registry, pid, process.service);
     let mut cumulative = exports
         .want_metrics()
-        .then(|| Cumulative::new(started, MAX_SERIES_PER_PROCESS));
+        .then(|| Cumulative::new(MAX_SERIES_PER_PROCESS));
     while let Some(update) = received.recv().await {
         match &*update {
+            CounterUpdate::IntervalStart { unix_nanos } => {
+                if let Some(cumulative) = &mut cumulative {
+                    cumulative.begin(*unix_nanos);
+                }
+            }
             CounterUpdate::Sample(sample) if config.accepts(sample) => {
                 recorder.record(sample);
                 if let Some(cumulative) = &mut cumulative {

@@ -54,6 +54,7 @@ async fn counters_arrive_typed(on_timer_grid: bool) {
         match update.into_inner() {
             CounterUpdate::Sample(s) => samples.push(*s),
             CounterUpdate::MetricsError { message } => panic!("metrics error: {message}"),
+            CounterUpdate::IntervalStart { .. } => {}
         }
     }
     session.await.unwrap().unwrap();

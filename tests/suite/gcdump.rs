@@ -208,3 +208,126 @@ async fn a_timeout_is_a_clear_error_and_leaves_the_process_usable() {
         &histogram.types[..histogram.types.len().min(8)]
     );
 }
+
+/// The kept types' counts in a `.gcdump` file, and its types without a name.
+fn kept_and_unnamed(file: &Path) -> (Vec<(String, u64)>, usize) {
+    let report = report_json(file);
+    let types = report["types"].as_array().unwrap();
+    let count = |name: &str| {
+        types
+            .iter()
+            .find(|t| t["name"] == name)
+            .map_or(0, |t| t["count"].as_u64().unwrap())
+    };
+    let kept = KEPT
+        .iter()
+        .map(|(name, _)| (name.to_string(), count(name)))
+        .collect();
+    let unnamed = types
+        .iter()
+        .filter(|t| t["name"].as_str().unwrap().starts_with("<unnamed type"))
+        .count();
+    (kept, unnamed)
+}
+
+/// 20 gcdumps through the agent, beside its own sessions on the runtime (the code map, trace
+/// linkage's exceptions, the sampler's allocation windows) and its logs session: one from a
+/// Startup rule, five from a Schedule rule, then 14 from `GET /gcdump`. Each names every type and
+/// counts exactly the objects the target keeps. Before the fix, a snapshot's stop left the
+/// runtime believing its Type keyword on (EventPipe reckons a stopping session's keywords with
+/// the session still counted), so the next walks named nothing (4 of 6 API gcdumps, every retry
+/// too), and the stop's own induced GC was walked into the file (twice the objects).
+#[test]
+fn agent_gcdumps_name_every_type_beside_the_agents_sessions() {
+    let target = Target::builder("Alloc")
+        .args(["--keep", "100000,25000,1000"])
+        .start();
+    let pid = target.pid();
+    let dir = out_dir("agent");
+    let artifacts = dir.join("artifacts");
+    let rule = |trigger: serde_json::Value, count: u32| {
+        serde_json::json!({
+            "Filters": [{"Key": "ProcessId", "Value": pid.to_string()}],
+            "Trigger": trigger,
+            "Actions": [{"Type": "CollectGCDump", "Settings": {"Egress": "artifacts"}}],
+            "Limits": {"ActionCount": count}
+        })
+    };
+    let settings = serde_json::json!({
+        "Egress": {"FileSystem": {"artifacts": {"DirectoryPath": artifacts}}},
+        "CollectionRules": {
+            "AtStartup": rule(serde_json::json!({"Type": "Startup"}), 1),
+            "Every7s": rule(serde_json::json!({"Type": "Schedule",
+                "Settings": {"Interval": "00:00:07"}}), 5),
+        },
+    });
+    let config = dir.join("settings.json");
+    std::fs::write(&config, settings.to_string()).unwrap();
+    let agent = support::agent::Agent::start(
+        &dir.join("data"),
+        &[
+            "--pid",
+            &pid.to_string(),
+            "--config",
+            config.to_str().unwrap(),
+            "--trace-linkage",
+            "--logs",
+            "Information",
+        ],
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    let ruled = loop {
+        let ruled: Vec<PathBuf> = std::fs::read_dir(&artifacts)
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|e| e == "gcdump"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if ruled.len() >= 6 || std::time::Instant::now() > deadline {
+            break ruled;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert_eq!(ruled.len(), 6, "{ruled:?}\n{}", agent.log());
+    let mut files = ruled;
+    // One gcdump runs at a time: a request while the last rule's file is written gets 429.
+    for n in 0..14 {
+        let answer = loop {
+            let answer = agent.request("GET", &format!("/gcdump?pid={pid}"));
+            if answer.status != 429 {
+                break answer;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        };
+        assert_eq!(answer.status, 200, "{}\n{}", answer.body, agent.log());
+        let file = dir.join(format!("api-{n}.gcdump"));
+        std::fs::write(&file, &answer.bytes).unwrap();
+        files.push(file);
+    }
+    let expected: Vec<(String, u64)> = KEPT.iter().map(|(n, c)| (n.to_string(), *c)).collect();
+    let judged: Vec<_> = files
+        .iter()
+        .map(|file| {
+            let (kept, unnamed) = kept_and_unnamed(file);
+            let name = file.file_name().unwrap().to_string_lossy().into_owned();
+            (name, kept, unnamed)
+        })
+        .collect();
+    let wrong: Vec<_> = judged
+        .iter()
+        .filter(|(_, kept, unnamed)| *kept != expected || *unnamed > 0)
+        .collect();
+    eprintln!(
+        "{} of {} gcdumps named and exact",
+        judged.len() - wrong.len(),
+        judged.len()
+    );
+    assert!(
+        wrong.is_empty(),
+        "gcdumps with unnamed types or other counts than {expected:?}: {wrong:?}\n{}",
+        agent.log()
+    );
+}

@@ -656,3 +656,82 @@ fn a_metrics_receiver_outage_is_bounded_and_counted() {
         .expect("points after the outage");
     assert!(oldest < back_at, "the queued points were lost");
 }
+
+/// Cumulative points start when the runtime began aggregating, not when the agent attached: the
+/// counter session waits out a 20 s startup grace, and the `Meters` target counts from the moment
+/// its instruments are first listened to (it says when: its ground truth). Every cumulative point
+/// of the process (the meter's sums and summary, System.Runtime's sums) must start within 5 s of
+/// that; before the fix they started at the attach, ~20 s early (a first rate 5x too low here).
+#[test]
+fn cumulative_points_start_when_the_runtime_began_counting() {
+    let dir = data_dir("metrics-start");
+    let receiver = Receiver::start(&dir.join("received"), 0, 0);
+    let mut target = Target::builder("Meters")
+        .args(["--steps", "6", "--step-ms", "1000"])
+        .start();
+    let pid = target.pid();
+    let config = settings(
+        &dir,
+        json!({"http": {"Kind": "otlp-http",
+                        "Endpoint": format!("http://127.0.0.1:{}", receiver.http_port),
+                        "Interval": "1s", "Signals": ["Metrics"]}}),
+        json!({}),
+    );
+    let agent = Agent::start(
+        &dir.join("data"),
+        &[
+            "--pid",
+            &pid.to_string(),
+            "--config",
+            config.to_str().unwrap(),
+            "--startup-grace",
+            "20s",
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let counting_from = loop {
+        let line = target
+            .next_json(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|| panic!("the target was never listened to:\n{}", agent.log()));
+        if line["listened"] == true {
+            break line["unix_ms"].as_u64().unwrap() * 1_000_000;
+        }
+    };
+    let requests = receiver.collect_until(Duration::from_secs(120), |got| {
+        let (meter, _) = points(got, "http", pid, METER);
+        of(&meter, "meters.orders").len() >= 3
+    });
+    let mut cumulative = Vec::new();
+    for scope in [METER, "System.Runtime"] {
+        let (all, _) = points(&requests, "http", pid, scope);
+        cumulative.extend(all.into_iter().filter(|p| p.kind != "gauge"));
+    }
+    assert!(
+        cumulative.iter().any(|p| p.metric == "meters.orders")
+            && cumulative.iter().any(|p| p.metric == "meters.latency"),
+        "{cumulative:?}\n{}",
+        agent.log()
+    );
+    let off: Vec<(String, i64)> = cumulative
+        .iter()
+        .map(|p| {
+            (
+                p.metric.clone(),
+                (p.start as i64 - counting_from as i64) / 1_000_000,
+            )
+        })
+        .filter(|(_, ms)| ms.abs() > 5_000)
+        .collect();
+    let starts: BTreeSet<i64> = cumulative
+        .iter()
+        .map(|p| (p.start as i64 - counting_from as i64) / 1_000_000)
+        .collect();
+    eprintln!(
+        "{} cumulative points; starts (ms after the target's first count): {starts:?}",
+        cumulative.len()
+    );
+    assert!(
+        off.is_empty(),
+        "points starting more than 5 s from the runtime's first count (ms): {off:?}"
+    );
+}

@@ -176,7 +176,7 @@ pub async fn write_live_metrics<W: AsyncWrite + Unpin>(
                 })?;
                 written += text.len() as u64;
             }
-            CounterUpdate::Sample(_) => {}
+            CounterUpdate::Sample(_) | CounterUpdate::IntervalStart { .. } => {}
             // dotnet-monitor logs these and writes nothing.
             CounterUpdate::MetricsError { message } => {
                 tracing::warn!(%message, "live metrics: the runtime's metrics source reported an error")

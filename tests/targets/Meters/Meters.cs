@@ -28,7 +28,8 @@
 //           "meter_version":"1.2.3","instruments":{"counter":"meters.orders",
 //           "up_down_counter":"meters.queue","gauge":"meters.temperature",
 //           "histogram":"meters.latency"},"steps":8,"step_ms":1500}
-//   {"listened":true,"waited_ms":812} once every instrument is listened to (or at once with --no-wait)
+//   {"listened":true,"waited_ms":812,"unix_ms":1765100000123} once every instrument is listened to
+//           (or at once with --no-wait): unix_ms is when the first step's measurements follow
 //   after each step: {"step":3,"orders_total":6,"queue":7,"temperature":21.5,
 //                     "latency_count":300,"latency_sum":15150}
 //   {"done":"Meters","steps":8} after the last step
@@ -97,7 +98,8 @@ namespace Meters
             var watch = Stopwatch.StartNew();
             while (wait && !AllListened() && !Lifetime.Stopping)
                 Lifetime.StopHandle.WaitOne(20);
-            Out.Line(new Json().Add("listened", AllListened()).Add("waited_ms", watch.ElapsedMilliseconds));
+            Out.Line(new Json().Add("listened", AllListened()).Add("waited_ms", watch.ElapsedMilliseconds)
+                .Add("unix_ms", DateTimeOffset.UtcNow.ToUnixTimeMilliseconds()));
             long ordersTotal = 0, queue = 0, latencyCount = 0;
             double latencySum = 0;
             var online = new KeyValuePair<string, object>("kind", "online");

@@ -7,11 +7,14 @@
 //! histograms) are `None` when absent.
 
 use super::bounded;
+use crate::nettrace::filetime_to_unix_nanos;
 use crate::nettrace::payload::{find, find_number, NamedValue, Value};
 
 /// MetricsEventSource events, by event name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricsEventKind {
+    /// CollectionStart: the values of one interval follow.
+    CollectionStart,
     /// CounterRateValuePublished.
     CounterRate,
     /// UpDownCounterRateValuePublished.
@@ -41,6 +44,7 @@ pub enum MetricsEventKind {
 impl MetricsEventKind {
     pub(crate) fn from_name(name: &str) -> Option<Self> {
         Some(match name {
+            "CollectionStart" => MetricsEventKind::CollectionStart,
             "CounterRateValuePublished" => MetricsEventKind::CounterRate,
             "UpDownCounterRateValuePublished" => MetricsEventKind::UpDownCounterRate,
             "GaugeValuePublished" => MetricsEventKind::Gauge,
@@ -66,6 +70,12 @@ impl MetricsEventKind {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum MetricsEvent {
+    /// The values of an interval follow: when the interval began (the first interval begins when
+    /// the source's aggregation did), Unix nanoseconds; `None` without the field.
+    CollectionStart {
+        session_id: String,
+        interval_start_unix_nanos: Option<i64>,
+    },
     /// A measurement: CounterRate/UpDownCounterRate/Gauge/HistogramValuePublished.
     Published(MetricPublished),
     /// An instrument starts or stops being reported, or was published.
@@ -241,6 +251,13 @@ impl MetricsEvent {
             })
         };
         match kind {
+            MetricsEventKind::CollectionStart => MetricsEvent::CollectionStart {
+                session_id: text(f, "sessionId"),
+                interval_start_unix_nanos: match find(f, "intervalStartTime") {
+                    Some(Value::DateTime(filetime)) => Some(filetime_to_unix_nanos(*filetime)),
+                    _ => None,
+                },
+            },
             MetricsEventKind::CounterRate => published(MetricValue::CounterRate {
                 rate: find_number(f, "rate"),
                 value: find_number(f, "value"),
