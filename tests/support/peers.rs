@@ -41,13 +41,20 @@ fn reader_dll() -> PathBuf {
 /// field names) or `cpu` (managed-code samples through TraceLog's stack source: per function,
 /// inclusive and exclusive counts). Panics with the reader's stderr if it fails.
 pub fn trace_event(mode: &str, file: &Path) -> Value {
-    let output = Command::new(dotnet_host())
-        .arg(reader_dll())
+    let output = trace_event_command()
         .arg(mode)
         .arg(file)
         .output()
         .expect("run the TraceEvent reader");
     json_of("TraceEventReader", &output)
+}
+
+/// The TraceEvent reader's command, for arguments beyond [`trace_event`]'s (a time window, a fold
+/// pattern: see tests/peers/TraceEventReader/Program.cs).
+pub fn trace_event_command() -> Command {
+    let mut command = Command::new(dotnet_host());
+    command.arg(reader_dll());
+    command
 }
 
 /// The JSON a peer printed; panics with its stderr unless it exited 0.

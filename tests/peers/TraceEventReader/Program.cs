@@ -1,16 +1,25 @@
 // TraceEventReader: what Microsoft's TraceEvent library reads from a trace, as JSON on stdout, for the
 // suite to compare with clrscope's own reading (tests/suite/peers.rs).
 //
-//   TraceEventReader events FILE.nettrace   providers; per (provider, event id): name, count, payload fields
-//   TraceEventReader cpu FILE.nettrace      managed-code ThreadSamples through TraceLog's stack source:
-//                                           per function, inclusive and exclusive sample counts
+//   TraceEventReader events FILE.nettrace [FROM UNTIL]
+//                                           providers; per (provider, event id): name, count, payload
+//                                           fields, and with FROM and UNTIL (unix seconds) the count of
+//                                           those dated within [FROM, UNTIL]; the first and last event's
+//                                           time and the rundown's first
+//   TraceEventReader cpu FILE.nettrace [FOLD]
+//                                           managed-code ThreadSamples through TraceLog's stack source:
+//                                           per function, inclusive and exclusive sample counts; FOLD is
+//                                           PerfView's fold pattern (frames matching it count as their
+//                                           caller's)
 //
 // Exit code 2 on bad usage, 1 when TraceEvent cannot read the file (the message on stderr).
 using System;
 using System.Collections.Generic;
+using System.Globalization;
 using System.IO;
 using System.Linq;
 using System.Text.Json;
+using Diagnostics.Tracing.StackSources;
 using Microsoft.Diagnostics.Tracing;
 using Microsoft.Diagnostics.Tracing.Etlx;
 using Microsoft.Diagnostics.Tracing.Parsers;
@@ -25,19 +34,26 @@ static class Program
 
     static int Main(string[] args)
     {
-        if (args.Length != 2 || (args[0] != "events" && args[0] != "cpu"))
+        bool events = args.Length >= 2 && args[0] == "events" && (args.Length == 2 || args.Length == 4);
+        bool cpu = args.Length >= 2 && args.Length <= 3 && args[0] == "cpu";
+        if (!events && !cpu)
         {
-            Console.Error.WriteLine("usage: TraceEventReader events|cpu FILE.nettrace");
+            Console.Error.WriteLine("usage: TraceEventReader events FILE.nettrace [FROM UNTIL] | cpu FILE.nettrace [FOLD]");
             return 2;
         }
         try
         {
             using var stdout = Console.OpenStandardOutput();
             using var json = new Utf8JsonWriter(stdout, new JsonWriterOptions { Indented = true });
-            if (args[0] == "events")
-                Events(args[1], json);
+            if (events)
+            {
+                (double, double)? window = args.Length == 4
+                    ? (double.Parse(args[2], CultureInfo.InvariantCulture), double.Parse(args[3], CultureInfo.InvariantCulture))
+                    : null;
+                Events(args[1], window, json);
+            }
             else
-                Cpu(args[1], json);
+                Cpu(args[1], args.Length == 3 ? args[2] : null, json);
             json.Flush();
             return 0;
         }
@@ -54,16 +70,18 @@ static class Program
         public int Id;
         public string Name;
         public long Count;
+        public long InWindow;
         public string[] Payload;
     }
 
     // Every event the EventPipe source delivers, named by the parsers a PerfView user has: the runtime's
     // (and its rundown), and the dynamic one that reads EventSource events from the trace's metadata.
-    static void Events(string path, Utf8JsonWriter json)
+    static void Events(string path, (double From, double Until)? window, Utf8JsonWriter json)
     {
         var kinds = new Dictionary<(string, int), EventKind>();
         var providers = new SortedSet<string>(StringComparer.Ordinal);
         long total = 0;
+        double first = double.NaN, last = double.NaN, rundown = double.NaN;
         using (var source = new EventPipeEventSource(path))
         {
             Action<TraceEvent> count = e =>
@@ -83,11 +101,21 @@ static class Program
                     kinds[key] = kind;
                 }
                 kind.Count++;
+                double at = UnixSeconds(e.TimeStamp);
+                if (double.IsNaN(first))
+                    first = at;
+                last = at;
+                if (double.IsNaN(rundown) && e.ProviderName == ClrRundownTraceEventParser.ProviderName)
+                    rundown = at;
+                if (window is var (from, until) && at >= from && at <= until)
+                    kind.InWindow++;
             };
             // A parser's templates are registered by subscribing to them; each event goes to one.
             source.Clr.All += count;
             new ClrRundownTraceEventParser(source).All += count;
             source.Dynamic.All += count;
+            // GCDynamicEvent (id 39) reaches a subscriber only through its own parser.
+            new GCDynamicTraceEventParser(source).All += count;
             source.UnhandledEvents += count;
             source.Process();
             json.WriteStartObject();
@@ -95,6 +123,9 @@ static class Program
             json.WriteNumber("events", total);
             json.WriteNumber("events_lost", source.EventsLost);
             json.WriteNumber("pointer_size", source.PointerSize);
+            WriteTime(json, "first", first);
+            WriteTime(json, "last", last);
+            WriteTime(json, "rundown_from", rundown);
         }
         json.WriteStartArray("providers");
         foreach (var p in providers)
@@ -108,6 +139,8 @@ static class Program
             json.WriteNumber("id", k.Id);
             json.WriteString("name", k.Name);
             json.WriteNumber("count", k.Count);
+            if (window.HasValue)
+                json.WriteNumber("in_window", k.InWindow);
             json.WriteStartArray("payload");
             foreach (var f in k.Payload)
                 json.WriteStringValue(f);
@@ -118,10 +151,21 @@ static class Program
         json.WriteEndObject();
     }
 
+    static double UnixSeconds(DateTime at) =>
+        (at.ToUniversalTime() - DateTime.UnixEpoch).Ticks / (double)TimeSpan.TicksPerSecond;
+
+    static void WriteTime(Utf8JsonWriter json, string name, double at)
+    {
+        if (double.IsNaN(at))
+            json.WriteNull(name);
+        else
+            json.WriteNumber(name, at);
+    }
+
     // PerfView's CPU view of an EventPipe trace: TraceLog resolves each sample's stack with the trace's
     // method events and rundown; MutableTraceEventStackSource holds them; CallTree's by-name view gives
     // inclusive (recursion counted once) and exclusive counts per frame.
-    static void Cpu(string path, Utf8JsonWriter json)
+    static void Cpu(string path, string fold, Utf8JsonWriter json)
     {
         var etlx = Path.Combine(Path.GetTempPath(), $"TraceEventReader-{Environment.ProcessId}-{Guid.NewGuid():N}.etlx");
         try
@@ -145,11 +189,16 @@ static class Program
                 stacks.AddSample(sample);
             }
             stacks.DoneAddingSamples();
-            var tree = new CallTree(ScalingPolicyKind.ScaleToData) { StackSource = stacks };
+            StackSource view = stacks;
+            if (fold != null)
+                view = new FilterStackSource(new FilterParams { FoldRegExs = fold }, stacks, ScalingPolicyKind.ScaleToData);
+            var tree = new CallTree(ScalingPolicyKind.ScaleToData) { StackSource = view };
             json.WriteStartObject();
             json.WriteString("file", path);
             json.WriteNumber("thread_samples", all);
             json.WriteNumber("managed_samples", managed);
+            if (fold != null)
+                json.WriteString("fold", fold);
             json.WriteStartArray("functions");
             foreach (var node in tree.ByIDSortedExclusiveMetric().OrderByDescending(n => n.InclusiveMetric))
             {
