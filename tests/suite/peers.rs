@@ -116,22 +116,24 @@ fn inspect(file: &Path) -> Value {
     json_of("clrscope inspect", &output)
 }
 
-/// (provider, event id) -> count, from TraceEvent's reading.
+/// The runtime's GCDynamicEvent, whose payloads TraceEvent's GCDynamicTraceEventParser decodes
+/// where it knows them, as events with ids of its own above 0xFF00 (`GC/CommittedUsage`: 0xFFF4);
+/// the runtime's own ids are below 400.
+const GC_DYNAMIC_EVENT: u64 = 39;
+const RUNTIME: &str = "Microsoft-Windows-DotNETRuntime";
+
+/// (provider, event id as the runtime wrote it) -> count, from TraceEvent's reading.
 fn trace_event_counts(reading: &Value) -> BTreeMap<(String, u64), u64> {
-    reading["by_event"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| {
-            (
-                (
-                    e["provider"].as_str().unwrap().to_string(),
-                    e["id"].as_u64().unwrap(),
-                ),
-                e["count"].as_u64().unwrap(),
-            )
-        })
-        .collect()
+    let mut counts = BTreeMap::new();
+    for e in reading["by_event"].as_array().unwrap() {
+        let provider = e["provider"].as_str().unwrap().to_string();
+        let mut id = e["id"].as_u64().unwrap();
+        if provider == RUNTIME && id > 0xFF00 {
+            id = GC_DYNAMIC_EVENT;
+        }
+        *counts.entry((provider, id)).or_default() += e["count"].as_u64().unwrap();
+    }
+    counts
 }
 
 /// (provider, event id) -> count, from `clrscope inspect`.
@@ -195,12 +197,15 @@ fn trace_agrees_with_dotnet_trace_and_trace_event() {
 
     let te_ours = trace_event("events", &ours);
     let te_theirs = trace_event("events", &theirs);
-    same_events(&ours, &theirs, &te_ours, &te_theirs);
-    for (file, te) in [(&ours, &te_ours), (&theirs, &te_theirs)] {
-        let summary = inspect(file);
+    let (in_ours, in_theirs) = (inspect(&ours), inspect(&theirs));
+    same_events(&ours, &theirs, &te_ours, &te_theirs, &in_ours);
+    for (file, te, summary) in [
+        (&ours, &te_ours, &in_ours),
+        (&theirs, &te_theirs, &in_theirs),
+    ] {
         assert_eq!(summary["complete"], true, "{}", file.display());
         assert_eq!(
-            inspect_counts(&summary),
+            inspect_counts(summary),
             trace_event_counts(te),
             "clrscope inspect and TraceEvent count {} differently",
             file.display()
@@ -209,10 +214,10 @@ fn trace_agrees_with_dotnet_trace_and_trace_event() {
     }
 }
 
-/// A reading's time field, unix seconds.
-fn seconds(reading: &Value, field: &str) -> f64 {
+/// A reading's time field, in ticks of the runtime's clock (the same in both files).
+fn ticks(reading: &Value, field: &str) -> u64 {
     reading[field]
-        .as_f64()
+        .as_u64()
         .unwrap_or_else(|| panic!("no {field} in {}", reading["file"]))
 }
 
@@ -222,16 +227,18 @@ fn seconds(reading: &Value, field: &str) -> f64 {
 /// stopped, and in the rundown each session gets at its stop (of the methods alive then). So the
 /// counts are compared in [later first event + EDGE_SECONDS, earlier rundown start −
 /// EDGE_SECONDS], where they may differ only by the events either session lost (a full buffer:
-/// the runtime says how many, TraceEvent's `events_lost`).
-fn same_events(ours: &Path, theirs: &Path, te_ours: &Value, te_theirs: &Value) {
+/// the runtime says how many, TraceEvent's `events_lost`). Times are the runtime's clock ticks,
+/// which every session's file shares (their UTC mappings differ by up to a millisecond).
+fn same_events(ours: &Path, theirs: &Path, te_ours: &Value, te_theirs: &Value, summary: &Value) {
     assert_eq!(te_ours["providers"], te_theirs["providers"]);
-    let from = seconds(te_ours, "first").max(seconds(te_theirs, "first")) + EDGE_SECONDS;
-    let until =
-        seconds(te_ours, "rundown_from").min(seconds(te_theirs, "rundown_from")) - EDGE_SECONDS;
+    let frequency = summary["trace"]["qpc_frequency"].as_u64().unwrap() as f64;
+    let edge = (EDGE_SECONDS * frequency) as u64;
+    let from = ticks(te_ours, "first").max(ticks(te_theirs, "first")) + edge;
+    let until = ticks(te_ours, "rundown_from").min(ticks(te_theirs, "rundown_from")) - edge;
+    let both_on = until.saturating_sub(from) as f64 / frequency;
     assert!(
-        until - from >= 5.0,
-        "the sessions were on together for {:.1} s only",
-        until - from
+        both_on >= 5.0,
+        "the sessions were on together for {both_on:.1} s only"
     );
     let window = |file: &Path| {
         let output = support::peers::trace_event_command()
@@ -269,8 +276,7 @@ fn same_events(ours: &Path, theirs: &Path, te_ours: &Value, te_theirs: &Value) {
         };
         let (n_a, n_b) = (n(&a), n(&b));
         eprintln!(
-            "{key:?}: in {:.1} s both were on, clrscope's session {n_a}, dotnet-trace's {n_b}",
-            until - from
+            "{key:?}: in {both_on:.1} s both were on, clrscope's session {n_a}, dotnet-trace's {n_b}"
         );
         in_window += n_a;
         match (a.get(key), b.get(key)) {
@@ -370,11 +376,17 @@ fn trace_event_shares(file: &Path) -> Shares {
     );
     let mut shares = Shares::new();
     for f in reading["functions"].as_array().unwrap() {
-        let share = shares
-            .entry(function_key(f["name"].as_str().unwrap(), true))
-            .or_default();
-        share.0 += 100.0 * f["inclusive"].as_f64().unwrap() / total;
-        share.1 += 100.0 * f["exclusive"].as_f64().unwrap() / total;
+        let inclusive = 100.0 * f["inclusive"].as_f64().unwrap() / total;
+        let exclusive = 100.0 * f["exclusive"].as_f64().unwrap() / total;
+        let key = function_key(f["name"].as_str().unwrap(), true);
+        match shares.get_mut(&key) {
+            // Several of TraceEvent's frames under one key (generic instantiations): their
+            // exclusive counts add up, their inclusive ones may not (one stack can hold two).
+            Some(share) => *share = (f64::NAN, share.1 + exclusive),
+            None => {
+                shares.insert(key, (inclusive, exclusive));
+            }
+        }
     }
     shares
 }
@@ -430,6 +442,7 @@ fn same_cpu_profile(file: &Path, dir: &Path) {
             .filter(|(name, _)| !name.ends_with('?'))
             .map(|(name, s)| (name, pick(s)))
             .collect();
+        names.retain(|(_, share)| !share.is_nan());
         names.sort_by(|x, y| y.1.total_cmp(&x.1));
         names.into_iter().take(10).map(|(n, _)| n.clone()).collect()
     };
@@ -447,6 +460,13 @@ fn same_cpu_profile(file: &Path, dir: &Path) {
         for name in names {
             let t = theirs.get(&name).map_or(0.0, pick);
             let o = ours.get(&name).map_or(0.0, pick);
+            if t.is_nan() {
+                eprintln!(
+                    "{}: {what} {name}: several TraceEvent frames, clrscope {o:.2} %",
+                    file.display()
+                );
+                continue;
+            }
             eprintln!(
                 "{}: {what} {name}: TraceEvent {t:.2} %, clrscope {o:.2} %",
                 file.display()

@@ -3,9 +3,11 @@
 //
 //   TraceEventReader events FILE.nettrace [FROM UNTIL]
 //                                           providers; per (provider, event id): name, count, payload
-//                                           fields, and with FROM and UNTIL (unix seconds) the count of
-//                                           those dated within [FROM, UNTIL]; the first and last event's
-//                                           time and the rundown's first
+//                                           fields, and with FROM and UNTIL the count of those dated
+//                                           within [FROM, UNTIL]; the first and last event's time and
+//                                           the rundown's first. Times are ticks of the runtime's
+//                                           clock (QPC), the same in every session's file; a file's
+//                                           UTC mapping is not (its sync time has whole milliseconds)
 //   TraceEventReader cpu FILE.nettrace [FOLD]
 //                                           managed-code ThreadSamples through TraceLog's stack source:
 //                                           per function, inclusive and exclusive sample counts; FOLD is
@@ -47,8 +49,8 @@ static class Program
             using var json = new Utf8JsonWriter(stdout, new JsonWriterOptions { Indented = true });
             if (events)
             {
-                (double, double)? window = args.Length == 4
-                    ? (double.Parse(args[2], CultureInfo.InvariantCulture), double.Parse(args[3], CultureInfo.InvariantCulture))
+                (long, long)? window = args.Length == 4
+                    ? (long.Parse(args[2], CultureInfo.InvariantCulture), long.Parse(args[3], CultureInfo.InvariantCulture))
                     : null;
                 Events(args[1], window, json);
             }
@@ -76,12 +78,12 @@ static class Program
 
     // Every event the EventPipe source delivers, named by the parsers a PerfView user has: the runtime's
     // (and its rundown), and the dynamic one that reads EventSource events from the trace's metadata.
-    static void Events(string path, (double From, double Until)? window, Utf8JsonWriter json)
+    static void Events(string path, (long From, long Until)? window, Utf8JsonWriter json)
     {
         var kinds = new Dictionary<(string, int), EventKind>();
         var providers = new SortedSet<string>(StringComparer.Ordinal);
         long total = 0;
-        double first = double.NaN, last = double.NaN, rundown = double.NaN;
+        long? first = null, last = null, rundown = null;
         using (var source = new EventPipeEventSource(path))
         {
             Action<TraceEvent> count = e =>
@@ -101,11 +103,12 @@ static class Program
                     kinds[key] = kind;
                 }
                 kind.Count++;
-                double at = UnixSeconds(e.TimeStamp);
-                if (double.IsNaN(first))
-                    first = at;
+#pragma warning disable CS0618 // "discouraged": the raw clock is the point, being the same in every file
+                long at = e.TimeStampQPC;
+#pragma warning restore CS0618
+                first ??= at;
                 last = at;
-                if (double.IsNaN(rundown) && e.ProviderName == ClrRundownTraceEventParser.ProviderName)
+                if (rundown == null && e.ProviderName == ClrRundownTraceEventParser.ProviderName)
                     rundown = at;
                 if (window is var (from, until) && at >= from && at <= until)
                     kind.InWindow++;
@@ -151,15 +154,12 @@ static class Program
         json.WriteEndObject();
     }
 
-    static double UnixSeconds(DateTime at) =>
-        (at.ToUniversalTime() - DateTime.UnixEpoch).Ticks / (double)TimeSpan.TicksPerSecond;
-
-    static void WriteTime(Utf8JsonWriter json, string name, double at)
+    static void WriteTime(Utf8JsonWriter json, string name, long? at)
     {
-        if (double.IsNaN(at))
-            json.WriteNull(name);
+        if (at is long ticks)
+            json.WriteNumber(name, ticks);
         else
-            json.WriteNumber(name, at);
+            json.WriteNull(name);
     }
 
     // PerfView's CPU view of an EventPipe trace: TraceLog resolves each sample's stack with the trace's
