@@ -38,6 +38,7 @@ mod nettrace_live;
 mod node;
 mod openapi;
 mod packaging;
+mod peers;
 mod querier;
 mod r2r_images;
 mod readme;

@@ -35,6 +35,7 @@ use serde_json::Value;
 pub mod agent;
 pub mod golden;
 pub mod openapi;
+pub mod peers;
 pub mod postgres;
 pub mod receiver;
 

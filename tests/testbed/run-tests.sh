@@ -24,10 +24,11 @@ OFFLINE=(agent_config:: auth:: convert:: entra_id:: hostile_clients:: hostile_ta
     openapi:: packaging::)
 # Suite modules whose results depend on the runtime (IPC commands, nettrace parsing, symbolization,
 # CPU split, listen mode, linkage, logs, exceptions, allocations, gcdump, counters and meters, rules,
-# the Storefront service and its OpenTelemetry twin, whose SDK version differs per framework).
+# the Storefront service and its OpenTelemetry twin, whose SDK version differs per framework, and the
+# agreement with Microsoft's tools, whose sessions see each runtime's events).
 RUNTIME_DEPENDENT=(targets:: ipc:: cli_ps:: nettrace_live:: r2r_images:: cli_record:: cli_trace::
     cli_live:: cli_dump:: agent:: linkage:: traces:: signals:: gcdump:: counters:: metrics_export::
-    rules:: api_monitor:: storefront:: startup::)
+    rules:: api_monitor:: storefront:: startup:: peers::)
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

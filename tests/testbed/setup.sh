@@ -5,6 +5,7 @@
 #   tests/testbed/setup.sh mirror     only points cargo and pip at ../shared/mirror (when it exists)
 #   tests/testbed/setup.sh demo       only what `make demo` uses: the runtimes, the targets and curl
 #   tests/testbed/setup.sh targets    rebuild the targets (after `all` or `demo`)
+#   tests/testbed/setup.sh peers      only Microsoft's diagnostics tools and the TraceEvent reader
 #
 # What it installs (idempotent; a few seconds when everything is there):
 #   * the offline mirror: when ../shared/mirror/use exists beside the clone (machines that reach no
@@ -17,6 +18,10 @@
 #   * .testbed/bin/dotnet -> .testbed/dotnet/dotnet, and .testbed/runtimes.env naming each runtime;
 #   * the targets: tests/targets/Targets.slnx built by `dotnet build` for net8.0, net9.0 and
 #     net10.0 into .testbed/targets/<Name>/<tfm>/ (skipped when no source changed since);
+#   * Microsoft's diagnostics tools dotnet-trace, dotnet-counters and dotnet-gcdump ($DOTNET_TOOLS_VERSION,
+#     NuGet) in .testbed/tools, run on the test bed's own runtimes (DOTNET_ROOT=.testbed/dotnet), and
+#     tests/peers/TraceEventReader (TraceEvent $TRACEEVENT_VERSION) built into .testbed/peers: the
+#     peers tests/suite/peers.rs compares clrscope with;
 #   * `go` (Debian golang-go), whose `go tool pprof` is the real pprof reader;
 #   * `promtool` and `prometheus` (Debian prometheus; the package's service is not started);
 #   * Debian `python3-yaml` (tests/deploy.rs parses the Kubernetes manifests with it);
@@ -52,6 +57,11 @@ NPM_PACKAGES=(
     @bufbuild/buf@1.75.0
     azurite@3.35.0
 )
+# Microsoft's diagnostics tools (one version for the three) and the TraceEvent the reader is built on
+# (tests/peers/TraceEventReader/TraceEventReader.csproj names it too).
+DOTNET_TOOLS=(dotnet-trace dotnet-counters dotnet-gcdump)
+DOTNET_TOOLS_VERSION=10.0.750501
+TRACEEVENT_VERSION=4.0.0
 # The SDK that builds the targets and restores the runtime packs.
 SDK_MAJOR_MIN=10
 DOTNET_ROOT_DIR=$TESTBED/dotnet
@@ -244,6 +254,28 @@ ensure_targets() {
 # ---------------------------------------------------------------------------------------------
 # peers
 
+# dotnet-trace, dotnet-counters, dotnet-gcdump (NuGet) in $TESTBED/tools, and the TraceEvent reader
+# (tests/peers) in $TESTBED/peers: the peers of tests/suite/peers.rs.
+ensure_dotnet_peers() {
+    local stamp=$TESTBED/tools/.installed want tool
+    want=$( (printf '%s\n' "${DOTNET_TOOLS[@]}" "$DOTNET_TOOLS_VERSION" "$TRACEEVENT_VERSION"
+        cd "$ROOT/tests/peers" && find . -type f \( -name '*.cs' -o -name '*.csproj' -o -name '*.props' \) -print0 |
+            sort -z | xargs -0 sha256sum; "$SDK_DOTNET" --version) | sha256sum | cut -c1-16)
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+        return
+    fi
+    say "installing ${DOTNET_TOOLS[*]} $DOTNET_TOOLS_VERSION (dotnet tool, NuGet) into $TESTBED/tools…"
+    rm -rf "$TESTBED/tools"
+    for tool in "${DOTNET_TOOLS[@]}"; do
+        quietly "$SDK_DOTNET" tool install "$tool" --version "$DOTNET_TOOLS_VERSION" \
+            --tool-path "$TESTBED/tools"
+    done
+    say "building tests/peers/TraceEventReader (TraceEvent $TRACEEVENT_VERSION)…"
+    quietly "$SDK_DOTNET" build "$ROOT/tests/peers/TraceEventReader/TraceEventReader.csproj" -c Release \
+        -nologo -v:q "-p:ClrscopeTestbed=$TESTBED"
+    printf '%s\n' "$want" >"$stamp"
+}
+
 # go tool pprof (a real peer for pprof output)
 ensure_go() {
     command -v go >/dev/null 2>&1 && return
@@ -350,6 +382,7 @@ cmd_all() {
     ensure_mirror
     ensure_runtimes
     ensure_targets
+    ensure_dotnet_peers
     ensure_go
     ensure_prometheus
     ensure_pyyaml
@@ -367,5 +400,9 @@ targets)
     ensure_sdk
     ensure_targets
     ;;
-*) die "usage: $0 [all|mirror|demo|targets]" ;;
+peers)
+    ensure_sdk
+    ensure_dotnet_peers
+    ;;
+*) die "usage: $0 [all|mirror|demo|targets|peers]" ;;
 esac

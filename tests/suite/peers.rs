@@ -1,0 +1,670 @@
+//! clrscope beside the tools .NET engineers already trust, on the real Storefront under load (with
+//! PostgreSQL) and two busy loops beside it: `dotnet-trace` collecting the same providers from the
+//! same process at the same time, TraceEvent (PerfView's library, tests/peers/TraceEventReader)
+//! reading both files, and `dotnet-trace ps` listing the same processes. Needs `make setup`.
+
+use crate::support;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+use support::peers::{dotnet_tool, json_of, trace_event};
+use support::postgres::Postgres;
+use support::{ScratchDir, Target};
+
+/// The providers both tools are given, in dotnet-trace's syntax (which `clrscope trace` takes too):
+/// the sampler, the runtime's GC, loader, JIT and exception events, and ASP.NET Core's hosting
+/// EventSource (its events TraceEvent reads from the trace's metadata).
+const PROVIDERS: &str = "Microsoft-DotNETCore-SampleProfiler:0x0:5,\
+Microsoft-Windows-DotNETRuntime:0x8019:4,\
+Microsoft.AspNetCore.Hosting:0x0:4";
+const RUNDOWN: &str = "Microsoft-Windows-DotNETRuntimeRundown";
+/// How long dotnet-trace traces; clrscope's session is 10 s longer, so it spans dotnet-trace's
+/// (which starts seconds later: the tool starts its own runtime first).
+const TRACE_SECONDS: u64 = 20;
+/// What is cut from each end of the interval both sessions were on: enabling and disabling a
+/// session's providers is not one instant for every thread.
+const EDGE_SECONDS: f64 = 1.0;
+/// PerfView's fold pattern for the managed GC poll, whose leaf frames clrscope leaves out of every
+/// stack on purpose (docs/runtimes.md, "GC poll in loops"): a PerfView user folds it the same way.
+const GC_POLL_FOLD: &str = "PollGC";
+
+/// Two `sh` busy loops, killed on drop: the suite's load beside a test.
+struct Hogs(Vec<Child>);
+
+impl Hogs {
+    fn start() -> Hogs {
+        Hogs(
+            (0..2)
+                .map(|_| {
+                    Command::new("sh")
+                        .args(["-c", "while :; do :; done"])
+                        .spawn()
+                        .expect("start a busy loop")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The Storefront on PostgreSQL with its downstream, and StorefrontLoad sending it a mix for
+/// `seconds`. Dropped in reverse: the load, the services, then the database.
+struct Service {
+    load: Target,
+    front: Target,
+    _down: Target,
+    _db: Postgres,
+}
+
+fn fact(t: &Target, pointer: &str) -> String {
+    t.ready_fact(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no {pointer} in {:?}", t.ready()))
+        .to_string()
+}
+
+impl Service {
+    fn start(name: &str, seconds: u32) -> Service {
+        let db = Postgres::start(name);
+        let down = Target::builder("Storefront")
+            .args(["--role", "downstream"])
+            .start();
+        let front = Target::builder("Storefront")
+            .args(["--postgres", &db.connection_string()])
+            .args(["--downstream", &fact(&down, "/url")])
+            .args(["--downstream-grpc", &fact(&down, "/grpc_url")])
+            // CPU in a function of the service's own, and exceptions for the runtime's events.
+            .args(["--behaviour", "hot_ms=20,exception_every=5"])
+            .start();
+        let load = Target::builder("StorefrontLoad")
+            .args(["--target", &fact(&front, "/url")])
+            .args(["--grpc-target", &fact(&front, "/grpc_url")])
+            .args(["--rps", "40"])
+            .args([
+                "--mix",
+                "catalog:2,product:4,cart:2,checkout:3,recommend:3,coupon:2,report:1",
+            ])
+            .args(["--duration-seconds", &seconds.to_string()])
+            .start();
+        Service {
+            load,
+            front,
+            _down: down,
+            _db: db,
+        }
+    }
+}
+
+/// `clrscope inspect --json FILE`.
+fn inspect(file: &Path) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_clrscope"))
+        .args(["inspect", "--json"])
+        .arg(file)
+        .output()
+        .unwrap();
+    json_of("clrscope inspect", &output)
+}
+
+/// The runtime's GCDynamicEvent, whose payloads TraceEvent's GCDynamicTraceEventParser decodes
+/// where it knows them, as events with ids of its own above 0xFF00 (`GC/CommittedUsage`: 0xFFF4);
+/// the runtime's own ids are below 400.
+const GC_DYNAMIC_EVENT: u64 = 39;
+const RUNTIME: &str = "Microsoft-Windows-DotNETRuntime";
+const GC_START: u64 = 1;
+
+/// (provider, event id as the runtime wrote it) -> count, from TraceEvent's reading.
+fn trace_event_counts(reading: &Value) -> BTreeMap<(String, u64), u64> {
+    let mut counts = BTreeMap::new();
+    for e in reading["by_event"].as_array().unwrap() {
+        let provider = e["provider"].as_str().unwrap().to_string();
+        let mut id = e["id"].as_u64().unwrap();
+        if provider == RUNTIME && id > 0xFF00 {
+            id = GC_DYNAMIC_EVENT;
+        }
+        *counts.entry((provider, id)).or_default() += e["count"].as_u64().unwrap();
+    }
+    counts
+}
+
+/// (provider, event id) -> count, from `clrscope inspect`.
+fn inspect_counts(summary: &Value) -> BTreeMap<(String, u64), u64> {
+    let mut counts = BTreeMap::new();
+    for provider in summary["providers"].as_array().unwrap() {
+        let name = provider["name"].as_str().unwrap();
+        for event in provider["by_event"].as_array().unwrap() {
+            *counts
+                .entry((name.to_string(), event["id"].as_u64().unwrap()))
+                .or_default() += event["count"].as_u64().unwrap();
+        }
+    }
+    counts
+}
+
+/// Both tools on one process at once, for TRACE_SECONDS, with the same providers and rundown.
+fn trace_both(pid: u32, dir: &Path) -> (PathBuf, PathBuf) {
+    let ours = dir.join("clrscope.nettrace");
+    let theirs = dir.join("dotnet-trace.nettrace");
+    let clrscope = Command::new(env!("CARGO_BIN_EXE_clrscope"))
+        .args(["trace", "--pid", &pid.to_string(), "--providers", PROVIDERS])
+        .args([
+            "--rundown",
+            "--duration",
+            &format!("{}s", TRACE_SECONDS + 10),
+            "-o",
+        ])
+        .arg(&ours)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let dotnet_trace = dotnet_tool("dotnet-trace")
+        .args(["collect", "-p", &pid.to_string(), "--providers", PROVIDERS])
+        .args(["--duration", &format!("00:00:00:{TRACE_SECONDS:02}"), "-o"])
+        .arg(&theirs)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ours_out = clrscope.wait_with_output().unwrap();
+    let theirs_out = dotnet_trace.wait_with_output().unwrap();
+    assert!(ours_out.status.success(), "clrscope trace: {ours_out:?}");
+    assert!(theirs_out.status.success(), "dotnet-trace: {theirs_out:?}");
+    (ours, theirs)
+}
+
+#[test]
+fn trace_agrees_with_dotnet_trace_and_trace_event() {
+    let _hogs = Hogs::start();
+    let mut service = Service::start("peers-trace", TRACE_SECONDS as u32 + 90);
+    let dir = ScratchDir::new("peers-trace");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ours, theirs) = trace_both(service.front.pid(), &dir);
+    assert!(
+        service.load.is_running(),
+        "the load ended before the traces"
+    );
+
+    let te_ours = trace_event("events", &ours);
+    let te_theirs = trace_event("events", &theirs);
+    let (in_ours, in_theirs) = (inspect(&ours), inspect(&theirs));
+    same_events(&ours, &theirs, &te_ours, &te_theirs, &in_ours);
+    for (file, te, summary) in [
+        (&ours, &te_ours, &in_ours),
+        (&theirs, &te_theirs, &in_theirs),
+    ] {
+        assert_eq!(summary["complete"], true, "{}", file.display());
+        assert_eq!(
+            inspect_counts(summary),
+            trace_event_counts(te),
+            "clrscope inspect and TraceEvent count {} differently",
+            file.display()
+        );
+        same_cpu_profile(file, &dir);
+    }
+}
+
+/// A reading's time field, in ticks of the runtime's clock (the same in both files).
+fn ticks(reading: &Value, field: &str) -> u64 {
+    reading[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no {field} in {}", reading["file"]))
+}
+
+/// TraceEvent reads the same providers, event names and payload fields from both files, and the
+/// same number of each event while both sessions were on. Two sessions on one process are sent
+/// the same events: the files differ only before the later one started, after the earlier one
+/// stopped, and in the rundown each session gets at its stop (of the methods alive then). So the
+/// counts are compared in [later first event + EDGE_SECONDS, earlier rundown start −
+/// EDGE_SECONDS], where they may differ only by the events either session lost (a full buffer:
+/// the runtime says how many, TraceEvent's `events_lost`). Times are the runtime's clock ticks,
+/// which every session's file shares (their UTC mappings differ by up to a millisecond).
+fn same_events(ours: &Path, theirs: &Path, te_ours: &Value, te_theirs: &Value, summary: &Value) {
+    assert_eq!(te_ours["providers"], te_theirs["providers"]);
+    let frequency = summary["trace"]["qpc_frequency"].as_u64().unwrap() as f64;
+    let edge = (EDGE_SECONDS * frequency) as u64;
+    let from = ticks(te_ours, "first").max(ticks(te_theirs, "first")) + edge;
+    let until = ticks(te_ours, "rundown_from").min(ticks(te_theirs, "rundown_from")) - edge;
+    let both_on = until.saturating_sub(from) as f64 / frequency;
+    assert!(
+        both_on >= 5.0,
+        "the sessions were on together for {both_on:.1} s only"
+    );
+    let window = |file: &Path| {
+        let output = support::peers::trace_event_command()
+            .args(["events"])
+            .arg(file)
+            .args([from.to_string(), until.to_string()])
+            .output()
+            .unwrap();
+        json_of("TraceEventReader", &output)
+    };
+    let (w_ours, w_theirs) = (window(ours), window(theirs));
+    let lost =
+        te_ours["events_lost"].as_u64().unwrap() + te_theirs["events_lost"].as_u64().unwrap();
+    let kinds = |v: &Value| -> BTreeMap<(String, u64), Value> {
+        v["by_event"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                let key = (
+                    e["provider"].as_str().unwrap().to_string(),
+                    e["id"].as_u64().unwrap(),
+                );
+                (key, e.clone())
+            })
+            .collect()
+    };
+    let (a, b) = (kinds(&w_ours), kinds(&w_theirs));
+    let gcs = |kinds: &BTreeMap<(String, u64), Value>| {
+        kinds
+            .get(&(RUNTIME.to_string(), GC_START))
+            .map_or(0, |e| e["in_window"].as_u64().unwrap())
+    };
+    let gcs = gcs(&a).max(gcs(&b));
+    let mut in_window = 0;
+    for key in a.keys().chain(b.keys()).collect::<BTreeSet<_>>() {
+        let n = |kinds: &BTreeMap<(String, u64), Value>| {
+            kinds
+                .get(key)
+                .map_or(0, |e| e["in_window"].as_u64().unwrap())
+        };
+        let (n_a, n_b) = (n(&a), n(&b));
+        eprintln!(
+            "{key:?}: in {both_on:.1} s both were on, clrscope's session {n_a}, dotnet-trace's {n_b}"
+        );
+        in_window += n_a;
+        match (a.get(key), b.get(key)) {
+            (Some(x), Some(y)) => {
+                assert_eq!(x["name"], y["name"], "{key:?}");
+                assert_eq!(x["payload"], y["payload"], "{key:?}: payload fields");
+            }
+            _ => assert!(
+                key.0 != RUNDOWN,
+                "{key:?}: a rundown event in one file only"
+            ),
+        }
+        // Measured, not explained: once in four runs on .NET 10 one session got a GCDynamicEvent
+        // more than the other within one GC (1 and 2, every other GC event equal). Bounded: one
+        // per GC while both were on.
+        let dynamic = key.0 == RUNTIME && (key.1 == GC_DYNAMIC_EVENT || key.1 > 0xFF00);
+        let bound = lost + if dynamic { gcs } else { 0 };
+        assert!(
+            n_a.abs_diff(n_b) <= bound,
+            "{key:?}: while both were on, clrscope's session got {n_a}, dotnet-trace's {n_b} (may differ by {bound}: {lost} lost, {gcs} GCs)"
+        );
+    }
+    assert!(
+        in_window >= 1000,
+        "only {in_window} events while both were on"
+    );
+}
+
+/// The part of a frame name both readers agree on. TraceEvent writes
+/// `Module!Ns.Outer+Inner`1[System.__Canon].Method(args)` and `?!?` for an address in no known
+/// code; clrscope `Ns.Outer.Inner<System.__Canon>.Method(args)` and `[unknown]`. Both become
+/// `Ns.Outer.Inner.Method` (compiler-made names such as `<Main>d__0` keep their brackets).
+fn function_key(name: &str, trace_event: bool) -> String {
+    if trace_event && name == "?!?" {
+        return "[unknown]".to_string();
+    }
+    let name = match name.split_once('!') {
+        Some((_, rest)) if trace_event => rest,
+        _ => name,
+    };
+    let mut key = String::with_capacity(name.len());
+    let mut chars = name.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '(' => break,
+            '+' => key.push('.'),
+            // Generic arity and arguments: `1[...] (TraceEvent), <...> after a name (clrscope).
+            '`' | '[' if trace_event => skip_group(&mut chars, c),
+            '<' if key.ends_with(|p: char| p.is_alphanumeric() || p == '_') => {
+                skip_group(&mut chars, c)
+            }
+            _ => key.push(c),
+        }
+    }
+    key.trim().to_string()
+}
+
+/// Skips what follows an opening `[` or `<` up to its match, or a backtick's arity and its `[...]`.
+fn skip_group(chars: &mut std::iter::Peekable<std::str::Chars<'_>>, open: char) {
+    if open == '`' {
+        while chars.peek().is_some_and(char::is_ascii_digit) {
+            chars.next();
+        }
+        if chars.peek() == Some(&'[') {
+            chars.next();
+            skip_group(chars, '[');
+        }
+        return;
+    }
+    let close = if open == '[' { ']' } else { '>' };
+    let mut depth = 1;
+    for c in chars.by_ref() {
+        if c == open {
+            depth += 1;
+        } else if c == close {
+            depth -= 1;
+            if depth == 0 {
+                return;
+            }
+        }
+    }
+}
+
+/// Per function, (inclusive, exclusive) in percent of all managed samples.
+type Shares = HashMap<String, (f64, f64)>;
+
+/// TraceEvent's CPU stacks of FILE.
+fn trace_event_shares(file: &Path) -> Shares {
+    let output = support::peers::trace_event_command()
+        .arg("cpu")
+        .arg(file)
+        .arg(GC_POLL_FOLD)
+        .output()
+        .unwrap();
+    let reading = json_of("TraceEventReader", &output);
+    let total = reading["managed_samples"].as_f64().unwrap();
+    assert!(
+        total >= 500.0,
+        "{} managed samples in {}",
+        total,
+        file.display()
+    );
+    let mut shares = Shares::new();
+    for f in reading["functions"].as_array().unwrap() {
+        let inclusive = 100.0 * f["inclusive"].as_f64().unwrap() / total;
+        let exclusive = 100.0 * f["exclusive"].as_f64().unwrap() / total;
+        let key = function_key(f["name"].as_str().unwrap(), true);
+        match shares.get_mut(&key) {
+            // Several of TraceEvent's frames under one key (generic instantiations): their
+            // exclusive counts add up, their inclusive ones may not (one stack can hold two).
+            Some(share) => *share = (f64::NAN, share.1 + exclusive),
+            None => {
+                shares.insert(key, (inclusive, exclusive));
+            }
+        }
+    }
+    shares
+}
+
+/// `clrscope convert FILE -o cpu.folded`, read back: a frame's inclusive share counts each stack
+/// holding it once.
+fn clrscope_shares(file: &Path, dir: &Path) -> Shares {
+    let folded = dir.join(format!(
+        "{}.folded",
+        file.file_stem().unwrap().to_str().unwrap()
+    ));
+    let output = Command::new(env!("CARGO_BIN_EXE_clrscope"))
+        .arg("convert")
+        .arg(file)
+        .arg("-o")
+        .arg(&folded)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "clrscope convert: {output:?}");
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let mut by_function: HashMap<String, (f64, f64)> = HashMap::new();
+    let mut total = 0.0;
+    for line in text.lines() {
+        let (stack, value) = line.rsplit_once(' ').unwrap();
+        let value: f64 = value.parse().unwrap();
+        total += value;
+        let frames: Vec<String> = stack.split(';').map(|f| function_key(f, false)).collect();
+        let distinct: BTreeSet<&String> = frames.iter().collect();
+        for frame in distinct {
+            by_function.entry(frame.clone()).or_default().0 += value;
+        }
+        by_function
+            .entry(frames.last().unwrap().clone())
+            .or_default()
+            .1 += value;
+    }
+    by_function
+        .into_iter()
+        .map(|(k, (i, e))| (k, (100.0 * i / total, 100.0 * e / total)))
+        .collect()
+}
+
+/// The top functions of FILE's CPU profile, by `clrscope convert` and by TraceEvent's stacks, agree
+/// within a point of the samples, inclusive and exclusive: the ten largest of either reader, with
+/// the GC poll folded into its caller on TraceEvent's side as clrscope does.
+fn same_cpu_profile(file: &Path, dir: &Path) {
+    let theirs = trace_event_shares(file);
+    let ours = clrscope_shares(file, dir);
+    let top = |shares: &Shares, pick: fn(&(f64, f64)) -> f64| -> Vec<String> {
+        let mut names: Vec<(&String, f64)> = shares
+            .iter()
+            // TraceEvent's `Module!?` (an address in a module but no method) has no match.
+            .filter(|(name, _)| !name.ends_with('?'))
+            .map(|(name, s)| (name, pick(s)))
+            .collect();
+        names.retain(|(_, share)| !share.is_nan());
+        names.sort_by(|x, y| y.1.total_cmp(&x.1));
+        names.into_iter().take(10).map(|(n, _)| n.clone()).collect()
+    };
+    for (what, pick) in [
+        (
+            "inclusive",
+            (|s: &(f64, f64)| s.0) as fn(&(f64, f64)) -> f64,
+        ),
+        ("exclusive", |s: &(f64, f64)| s.1),
+    ] {
+        let names: BTreeSet<String> = top(&theirs, pick)
+            .into_iter()
+            .chain(top(&ours, pick))
+            .collect();
+        for name in names {
+            let t = theirs.get(&name).map_or(0.0, pick);
+            let o = ours.get(&name).map_or(0.0, pick);
+            if t.is_nan() {
+                eprintln!(
+                    "{}: {what} {name}: several TraceEvent frames, clrscope {o:.2} %",
+                    file.display()
+                );
+                continue;
+            }
+            eprintln!(
+                "{}: {what} {name}: TraceEvent {t:.2} %, clrscope {o:.2} %",
+                file.display()
+            );
+            assert!(
+                (t - o).abs() <= 1.0,
+                "{}: {what} share of {name}: TraceEvent {t:.2} %, clrscope convert {o:.2} %",
+                file.display()
+            );
+        }
+    }
+}
+
+/// A row of `clrscope ps --json`.
+struct OurRow {
+    name: String,
+    entry_assembly: Option<String>,
+    command_line: Option<String>,
+    error: Option<String>,
+}
+
+fn clrscope_ps() -> BTreeMap<u64, OurRow> {
+    let output = Command::new(env!("CARGO_BIN_EXE_clrscope"))
+        .args(["ps", "--json"])
+        .output()
+        .unwrap();
+    let text = |v: &Value| v.as_str().map(str::to_string);
+    json_of("clrscope ps", &output)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            let our = OurRow {
+                name: row["name"].as_str().unwrap().to_string(),
+                entry_assembly: text(&row["entry_assembly"]),
+                command_line: text(&row["command_line"]),
+                error: text(&row["error"]),
+            };
+            (row["pid"].as_u64().unwrap(), our)
+        })
+        .collect()
+}
+
+/// `dotnet-trace ps`: per pid, the rest of its line after the pid (`NAME PATH COMMAND-LINE`, in
+/// columns padded with spaces; PATH is empty where the tool cannot read it).
+fn dotnet_trace_ps() -> BTreeMap<u64, String> {
+    // dotnet-trace 10.0.750501 fails whole ("Process has exited, so the requested information is
+    // not available", from its sort by name) when a listed process exits while it lists: on a
+    // machine where other runs start and stop processes, ask again.
+    let mut output = dotnet_tool("dotnet-trace").arg("ps").output().unwrap();
+    for _ in 0..5 {
+        if output.status.success() {
+            break;
+        }
+        output = dotnet_tool("dotnet-trace").arg("ps").output().unwrap();
+    }
+    assert!(output.status.success(), "dotnet-trace ps: {output:?}");
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|line| {
+            let (pid, rest) = line.trim_start().split_once(' ')?;
+            Some((pid.parse().ok()?, rest.trim().to_string()))
+        })
+        .collect()
+}
+
+/// Whether anything accepts connections on one of `pid`'s diagnostic sockets (a runtime does; a
+/// socket file left by a process that is gone does not).
+fn socket_answers(pid: u32) -> bool {
+    support::diagnostic_sockets(pid)
+        .iter()
+        .any(|socket| std::os::unix::net::UnixStream::connect(socket).is_ok())
+}
+
+/// `clrscope ps` and `dotnet-trace ps` list the same .NET processes, and say the same of each. The
+/// two name a process differently by design: dotnet-trace by the kernel's name (`dotnet` for
+/// every app the host runs), clrscope by the entry assembly the runtime reports (the kernel's name
+/// when it reports none); each is checked against its source. dotnet-trace's command line is the
+/// kernel's (`/proc/PID/cmdline`, argv[0] as the process was started, through a symlink or not,
+/// and left out where it is the executable's path);
+/// the runtime's, which clrscope prints, starts with the host's real path, which dotnet-trace
+/// prints in its PATH column, and for an app started by its apphost names the app's .dll after it
+/// (dotnet-trace's own process shows this): apart from that .dll, the two are the same.
+#[test]
+fn ps_lists_what_dotnet_trace_lists() {
+    let _hogs = Hogs::start();
+    let service = Service::start("peers-ps", 90);
+    let before = clrscope_ps();
+    let theirs = dotnet_trace_ps();
+    let after = clrscope_ps();
+    // Processes of other runs come and go: judge those listed (and answering) from before
+    // dotnet-trace's listing to after it.
+    let stable: Vec<u64> = before
+        .iter()
+        .filter(|(pid, row)| {
+            row.error.is_none() && after.get(pid).is_some_and(|r| r.error.is_none())
+        })
+        .map(|(pid, _)| *pid)
+        .collect();
+    for ours in [service.front.pid(), service.load.pid()] {
+        assert!(
+            stable.contains(&u64::from(ours)),
+            "clrscope ps lacks {ours}"
+        );
+    }
+    for pid in &stable {
+        let row = &before[pid];
+        let line = theirs
+            .get(pid)
+            .unwrap_or_else(|| panic!("dotnet-trace ps has no {pid} ({})", row.name));
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+        let exe = exe.to_str().unwrap();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        let args: Vec<String> = cmdline
+            .split(|&b| b == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        // dotnet-trace leaves argv[0] out when it is the executable's path (already in PATH).
+        let printed = if args.first().map(String::as_str) == Some(exe) {
+            &args[1..]
+        } else {
+            &args[..]
+        };
+        let want = format!("{}  {exe}  {}", comm.trim(), printed.join(" "));
+        let squeeze = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert_eq!(squeeze(line), squeeze(&want), "dotnet-trace ps of {pid}");
+        assert_eq!(
+            Some(&row.name),
+            row.entry_assembly.as_ref(),
+            "clrscope ps of {pid}"
+        );
+        // The runtime's line is the executable's path, then, for an app started by its own
+        // apphost (not `dotnet`), the app's .dll the host resolved, then the arguments.
+        let line = row.command_line.as_deref().unwrap_or("");
+        let middle = line
+            .strip_prefix(exe)
+            .and_then(|l| l.strip_suffix(args[1..].join(" ").as_str()))
+            .map(str::trim);
+        assert!(
+            middle.is_some_and(|m| m.is_empty() || (!m.contains(' ') && m.ends_with(".dll"))),
+            "{pid}: clrscope's command line {line:?} against dotnet-trace's PATH {exe:?} and arguments {:?}",
+            &args[1..]
+        );
+    }
+    eprintln!("{} processes listed alike: {stable:?}", stable.len());
+    // And each that dotnet-trace listed, still running after clrscope's second listing and
+    // answering on its socket, is in that listing.
+    for (pid, line) in &theirs {
+        if support::process_alive(*pid as u32) && socket_answers(*pid as u32) {
+            assert!(after.contains_key(pid), "clrscope ps has no {pid} ({line})");
+        }
+    }
+}
+
+#[test]
+fn function_names_of_both_readers_meet() {
+    let cases = [
+        (
+            "System.Private.CoreLib!System.Runtime.CompilerServices.AsyncTaskMethodBuilder`1+AsyncStateMachineBox`1[System.Threading.Tasks.VoidTaskResult,System.__Canon].MoveNext(class System.Threading.Thread)",
+            "System.Runtime.CompilerServices.AsyncTaskMethodBuilder<System.Threading.Tasks.VoidTaskResult>.AsyncStateMachineBox<System.__Canon>.MoveNext(Thread)",
+        ),
+        (
+            "Microsoft.AspNetCore.Server.Kestrel.Core!Microsoft.AspNetCore.Server.Kestrel.Core.Internal.Http.HttpProtocol+<ProcessRequests>d__237`1[System.__Canon].MoveNext()",
+            "Microsoft.AspNetCore.Server.Kestrel.Core.Internal.Http.HttpProtocol.<ProcessRequests>d__237<System.__Canon>.MoveNext()",
+        ),
+        (
+            "System.Private.CoreLib!System.Runtime.CompilerServices.AsyncMethodBuilderCore.Start[System.__Canon](!!0&)",
+            "System.Runtime.CompilerServices.AsyncMethodBuilderCore.Start<System.__Canon>(ref !!0)",
+        ),
+        ("?!?", "[unknown]"),
+    ];
+    for (trace_event, clrscope) in cases {
+        assert_eq!(
+            function_key(trace_event, true),
+            function_key(clrscope, false),
+            "{trace_event}"
+        );
+    }
+    assert_eq!(
+        function_key(
+            "CpuHot!CpuHot.Program+<>c__DisplayClass6_0.<Body>b__0()",
+            true
+        ),
+        "CpuHot.Program.<>c__DisplayClass6_0.<Body>b__0"
+    );
+}
