@@ -12,8 +12,7 @@
 #     sockets, so it profiles nothing else on the machine) with Warning logs and
 #     tests/testbed/demo-settings.json: two collection rules of a team moving off
 #     dotnet-monitor, both on the frontend — slow recommendations (AspNetRequestDuration on
-#     /api/recommendations: a CPU trace that starts 10 s before the trigger, and a sampling
-#     boost) and slow checkouts (AspNetRequestDuration on /api/orders: the warnings of the 30 s
+#     /api/recommendations: a 10 s CPU trace, and a sampling boost) and slow checkouts (AspNetRequestDuration on /api/orders: the warnings of the 30 s
 #     before, which name the slow reservations) — each limited to one action per 10 minutes,
 #     writing to a FileSystem egress under a disk budget;
 #  3. starts StorefrontLoad driving the frontend at 20 requests/s (open loop, a fixed mix);
@@ -98,6 +97,7 @@ stop() {
 # Newest first: the load, the frontend, its dependency, then the agent (it ends its sessions and
 # flushes the store).
 cleanup() {
+    trap '' INT TERM # a second Ctrl-C must not cut the stopping short
     [ -z "$sleeper" ] || kill "$sleeper" 2>/dev/null || true
     stop "$load" StorefrontLoad
     stop "$frontend" "Storefront (frontend)"
