@@ -40,6 +40,7 @@ async function main() {
   });
   try {
     const page = await (await browser.newContext({ viewport: { width: 1400, height: 1000 } })).newPage();
+    page.setDefaultTimeout(90000); // the page and the agent share 2 busy cores with the services
     const errors = [];
     page.on('pageerror', (e) => errors.push(`page error: ${e.message}`));
     const opened = Date.now();
