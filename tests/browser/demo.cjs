@@ -62,7 +62,7 @@ async function main() {
     }
     if (Object.keys(seen).length < 3) throw new Error(`after ${TIMEOUT_MS} ms the page shows ${JSON.stringify(now)}; seen ${JSON.stringify(seen)}\n${errors.join('\n')}`);
     if (errors.length > 0) throw new Error(errors.join('\n'));
-    await page.screenshot({ path: config.screenshot });
+    await page.screenshot({ path: config.screenshot, fullPage: true });
     console.log(JSON.stringify({ seen_ms: seen, shown: now }));
   } finally {
     await browser.close();
