@@ -9,7 +9,7 @@
 // Opens the page on the frontend's cpu profile of the last 5 minutes, gives it the token, and
 // presses Refresh until the page shows the three things the demo is about: a function starting with
 // `hot` as the first row of the top functions (by self time), `exception` in the process's recent
-// exceptions, and a warning starting with `slow` (the slow dependency's latency) in its logs. The
+// exceptions, and a warning holding `slow` (the slow dependency's latency) in its logs. The
 // last stdout line is a JSON report: when each showed, in ms since the page was first loaded, what
 // the page showed and the timeline's rule markers. Then a screenshot of the page goes to
 // `screenshot`. Anything missing after TIMEOUT_MS prints what the page showed and exits 1.

@@ -364,10 +364,10 @@ fn make_demo_shows_the_hot_endpoint_the_slow_dependency_and_the_exceptions() {
         .parent()
         .unwrap()
         .join("demo-webui.png");
+    let opened = started.elapsed().as_secs_f64();
     if let Some(report) = browser_check(&api, &env["frontend"], &screenshot) {
         println!(
-            "in the page, ms after it was opened at {:.1} s: {}",
-            started.elapsed().as_secs_f64(),
+            "in the page, ms after it was opened at {opened:.1} s: {}",
             report["seen_ms"]
         );
     }
