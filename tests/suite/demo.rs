@@ -215,8 +215,9 @@ fn slow_reservation_warnings(api: &Api, frontend: &str) -> Vec<(u64, f64)> {
 /// The demo's rules that fired on the frontend (markers on the web UI's timeline).
 fn rules_fired(api: &Api, frontend: &str) -> Vec<String> {
     let events = api.json("/api/v1/events");
-    let fired =
-        |e: &&Value| e["kind"] == "collection_rule_triggered" && e["pid"].to_string() == frontend;
+    let fired = |e: &&Value| {
+        e["kind"] == "collection_rule_triggered" && e["pid"].as_u64() == frontend.parse().ok()
+    };
     events
         .as_array()
         .unwrap()
