@@ -1,5 +1,6 @@
-// Beside one process's flame graph: its recent exceptions and error logs (what the agent keeps,
-// `/api/v1/processes/{pid}/signals`), each linked to the flame graph of the span it happened in.
+// Beside one process's flame graph: its recent exceptions and its warning and error logs (what the
+// agent keeps, `/api/v1/processes/{pid}/signals`), each linked to the flame graph of the span it
+// happened in. Warnings too: a slow dependency or a retry is often logged only as one.
 
 import { ApiError, getJson } from './api.js';
 import { byId, h } from './dom.js';
@@ -23,7 +24,7 @@ export class SignalsView {
     }
     let answer;
     try {
-      answer = await getJson(`/api/v1/processes/${pid}/signals`, { level: 'Error', limit: LIMIT }, { signal });
+      answer = await getJson(`/api/v1/processes/${pid}/signals`, { level: 'Warning', limit: LIMIT }, { signal });
     } catch (error) {
       // A process no longer attached (or an agent without the route) has nothing to show.
       if (error instanceof ApiError && error.status === 404) {
@@ -63,7 +64,7 @@ export class SignalsView {
       )),
     );
     byId('signal-logs-empty').textContent = collected
-      ? 'No error logs kept (the agent keeps the last 30 s).'
+      ? 'No warnings or errors kept (the agent keeps the last 30 s).'
       : 'The agent collects no logs (start it with --logs LEVEL).';
     byId('signal-logs-empty').hidden = logs.length > 0;
   }
