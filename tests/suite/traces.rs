@@ -293,11 +293,17 @@ fn asyncweb_spans_reach_an_otlp_receiver() {
     let links = profile_link_span_ids(&got[..profiles_before]);
     let missing: Vec<&&str> = links.iter().filter(|id| !exported.contains(**id)).collect();
     assert!(!links.is_empty(), "no profile sample is linked to a span");
+    let printed: HashSet<String> = requests
+        .iter()
+        .flat_map(spans_of)
+        .map(|p| p.id)
+        .collect();
     assert!(
         missing.is_empty(),
-        "{} of {} profile links name no exported span: {:?}",
+        "{} of {} profile links name no exported span ({} of them spans the target printed): {:?}",
         missing.len(),
         links.len(),
+        missing.iter().filter(|id| printed.contains(**id as &str)).count(),
         &missing[..missing.len().min(10)]
     );
     println!(
@@ -559,7 +565,7 @@ fn unsampled_leaf_run(
         config.to_str().unwrap(),
     ];
     for source in sources {
-        args.extend(["--trace-source", source]);
+        args.extend(["--trace-source", *source]);
     }
     let _agent = Agent::start(&dir.join("store"), &args);
     let mut iterations: Vec<Value> = Vec::new();
