@@ -58,17 +58,20 @@ const DIAGNOSTIC_SOURCE_EVENTS: u64 = 0x2;
 /// `Propagate` is the least a listener can vote for (.NET 8 offers no "observe only"): a span the
 /// service's own tracing records stays recorded, one nobody else wants is created unrecorded.
 const LINKAGE_SOURCE_SPEC: &str = "/-Propagate:-TraceId;SpanId";
-/// What span export asks of each ActivitySource: the start as for linkage plus whether the span is
-/// recorded (samples join only spans a backend will get), and at the stop every
-/// field of the finished span that .NET 8's transforms can reach (the spec dotnet-monitor's
-/// distributed-traces pipeline uses, with `Recorded` for `ActivityTraceFlags`: a bool's
-/// `ToString()` is a constant, and its payload 5 % smaller; BENCHMARKS.md, "With span export").
-/// Each transform is a property fetch, a `ToString()` and a key-value pair in the payload, so
-/// fields nobody exports are not asked for. `Events` and `Links` are absent: their items have no
-/// `ToString()` of their own, so `*Enumerate` would give type names (dotnet/runtime#102924).
-const SPAN_START_SPEC: &str = "/Start-Propagate:-TraceId;SpanId;Recorded";
-const SPAN_STOP_SPEC: &str = concat!(
-    "/Stop-Propagate:-TraceId;SpanId;ParentSpanId;Recorded;TraceStateString;Kind",
+/// What span export asks of each ActivitySource, in one line for both its start and its stop:
+/// .NET 9 and later keep one spec per source (per source and activity name), so a second line
+/// for the same source, such as a stop spec after a start spec, is ignored (the runtime says so
+/// in a `Message` event) and the stops never come. The ids and whether the app records the span
+/// (`Recorded` and `IsAllDataRequested`, see [`crate::nettrace::events::DiagnosticSourceEvent::recorded`]),
+/// then every field of the finished span that the transforms can reach (the fields
+/// dotnet-monitor's distributed-traces pipeline asks for, with `Recorded` for
+/// `ActivityTraceFlags`: a bool's `ToString()` is a constant). Starts carry the same fields, a
+/// price of the one line. Each transform is a property fetch, a `ToString()` and a key-value
+/// pair in the payload, so fields nobody exports are not asked for. `Events` and `Links` are
+/// absent: their items have no `ToString()` of their own, so `*Enumerate` would give type names
+/// (dotnet/runtime#102924).
+const SPAN_SOURCE_SPEC: &str = concat!(
+    "/-Propagate:-TraceId;SpanId;ParentSpanId;Recorded;IsAllDataRequested;TraceStateString;Kind",
     ";DisplayName;StartTimeTicks=StartTimeUtc.Ticks;DurationTicks=Duration.Ticks;Status",
     ";StatusDescription;Tags=TagObjects.*Enumerate;ActivitySourceVersion=Source.Version",
 );
@@ -128,20 +131,25 @@ pub fn linkage(
     {
         return Err(ProviderSpecError::BadActivitySource(bad.to_string()));
     }
-    let sources = if activity_sources.is_empty() {
-        &["*"][..]
+    // One line per source: .NET 9 and later ignore a later line naming a source again (names
+    // compared without case).
+    let mut sources: Vec<&str> = Vec::new();
+    for source in activity_sources {
+        if !sources.iter().any(|s| s.eq_ignore_ascii_case(source)) {
+            sources.push(source);
+        }
+    }
+    if sources.is_empty() {
+        sources.push("*");
+    }
+    let spec = if spans {
+        SPAN_SOURCE_SPEC
     } else {
-        activity_sources
+        LINKAGE_SOURCE_SPEC
     };
     let specs = sources
         .iter()
-        .map(|source| {
-            if spans {
-                format!("[AS]{source}{SPAN_START_SPEC}\r\n[AS]{source}{SPAN_STOP_SPEC}")
-            } else {
-                format!("[AS]{source}{LINKAGE_SOURCE_SPEC}")
-            }
-        })
+        .map(|source| format!("[AS]{source}{spec}"))
         .collect::<Vec<_>>()
         .join("\r\n");
     Ok(vec![
@@ -633,14 +641,24 @@ mod tests {
                 r#"[AS]Microsoft.AspNetCore/-Propagate:-TraceId;SpanId""#
             ))
         );
-        // Span export: a start spec as for linkage, a stop spec with the whole span.
-        let spans = linkage(&["shop"], true).unwrap();
-        let args = spans[0].arguments.as_deref().unwrap();
-        assert!(args.starts_with(
-            "FilterAndPayloadSpecs=\"[AS]shop/Start-Propagate:-TraceId;SpanId;Recorded\r\n[AS]shop/Stop-Propagate:"
-        ));
-        assert!(args.contains(";DurationTicks=Duration.Ticks;"));
-        assert!(args.ends_with("ActivitySourceVersion=Source.Version\""));
+        // Span export: one line per source for start and stop, the whole span in both (.NET 9+
+        // honour only the first line naming a source); a source named twice is one line.
+        let spans = linkage(&["shop", "billing", "SHOP"], true).unwrap();
+        let line = concat!(
+            "-Propagate:-TraceId;SpanId;ParentSpanId;Recorded;IsAllDataRequested;",
+            "TraceStateString;Kind;DisplayName;StartTimeTicks=StartTimeUtc.Ticks;",
+            "DurationTicks=Duration.Ticks;Status;StatusDescription;Tags=TagObjects.*Enumerate;",
+            "ActivitySourceVersion=Source.Version"
+        );
+        assert_eq!(
+            spans[0].arguments.as_deref().unwrap(),
+            format!("FilterAndPayloadSpecs=\"[AS]shop/{line}\r\n[AS]billing/{line}\"")
+        );
+        let every = linkage(&[], true).unwrap();
+        assert_eq!(
+            every[0].arguments.as_deref().unwrap(),
+            format!("FilterAndPayloadSpecs=\"[AS]*/{line}\"")
+        );
         for bad in ["", "a/b", "a:b", "a+op", "*", "a\"b", "a\nb"] {
             assert_eq!(
                 linkage(&[bad], false),

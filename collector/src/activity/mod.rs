@@ -158,8 +158,9 @@ pub enum ActivityEvent {
     /// A span started on `thread`: its EventSource activity id is `activity` (the start event's
     /// activity id); `restore` is the id the thread had before (its related activity id), which
     /// the thread returns to when the span stops. `recorded` is false for a span the start says
-    /// was only propagated (span export asks for its trace flags): it is followed, so that its
-    /// thread's timeline stays right, but no sample or log is joined to it, as no backend gets it.
+    /// the app does not record (span export asks for its trace flags and whether its data was
+    /// requested): it is followed, so that its thread's timeline stays right, but no sample or
+    /// log is joined to it, as no backend gets it; they join the recorded span around it, if any.
     SpanStart {
         thread: u64,
         timestamp: i64,
@@ -336,6 +337,10 @@ pub struct TrackerStats {
     pub evicted_switches: u64,
     pub evicted_threads: u64,
 }
+
+/// Unrecorded spans nested in one another that [`SpanTracker::span_at`] looks through for a
+/// recorded one around them.
+const MAX_UNRECORDED_DEPTH: usize = 8;
 
 #[derive(Debug)]
 struct SpanEntry {
@@ -520,10 +525,26 @@ impl SpanTracker {
         let entry = self.spans.get(&current.activity)?;
         // A span stopped from another flow leaves its id on the threads of its own flow.
         match entry.stopped {
-            _ if !entry.recorded => None,
             Some(stopped) if stopped < timestamp => None,
-            _ => Some(&entry.span),
+            _ => self.recorded_from(entry, timestamp),
         }
+    }
+
+    /// `entry`'s span if the app records it, else that of the nearest recorded span around it
+    /// that is still open at `timestamp`: where the app's own `Activity.Current` would be had
+    /// the agent's listening not created the unrecorded one (at most [`MAX_UNRECORDED_DEPTH`]
+    /// levels up).
+    fn recorded_from<'a>(&'a self, mut entry: &'a SpanEntry, timestamp: i64) -> Option<&'a Span> {
+        for _ in 0..MAX_UNRECORDED_DEPTH {
+            if entry.recorded {
+                return Some(&entry.span);
+            }
+            entry = self.spans.get(&entry.restore)?;
+            if entry.stopped.is_some_and(|stopped| stopped < timestamp) {
+                return None;
+            }
+        }
+        None
     }
 
     /// The span whose EventSource activity id is `activity`, if it was open at `timestamp`: how
@@ -531,10 +552,9 @@ impl SpanTracker {
     pub fn span_of_activity(&self, activity: &Guid, timestamp: i64) -> Option<&Span> {
         let entry = self.spans.get(activity)?;
         match entry.stopped {
-            _ if !entry.recorded => None,
             Some(stopped) if stopped < timestamp => None,
             _ if entry.started > timestamp => None,
-            _ => Some(&entry.span),
+            _ => self.recorded_from(entry, timestamp),
         }
     }
 

@@ -621,3 +621,34 @@ fn an_unrecorded_span_is_followed_but_joins_nothing() {
     assert_eq!(at(&t, 1, 35), 0);
     assert!(t.span_of_activity(&guid(1), 15).is_none());
 }
+
+#[test]
+fn an_unrecorded_leaf_lends_its_samples_to_the_recorded_span_around_it() {
+    let leaf = match start(1, 20, 2, 1, 2) {
+        ActivityEvent::SpanStart {
+            thread,
+            timestamp,
+            activity,
+            restore,
+            span,
+            ..
+        } => ActivityEvent::SpanStart {
+            thread,
+            timestamp,
+            activity,
+            restore,
+            span,
+            recorded: false,
+        },
+        other => other,
+    };
+    let t = feed([start(1, 10, 1, 0, 1), leaf, stop(1, 30, 2), stop(1, 40, 1)]);
+    // Inside the leaf, the app's current span is its recorded parent.
+    assert_eq!(at(&t, 1, 25), 1);
+    assert_eq!(
+        t.span_of_activity(&guid(2), 25).map(|s| s.span_id.0[0]),
+        Some(1)
+    );
+    assert_eq!(at(&t, 1, 35), 1);
+    assert_eq!(at(&t, 1, 45), 0);
+}

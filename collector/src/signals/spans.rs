@@ -274,6 +274,13 @@ mod tests {
         let mut unrecorded = FULL;
         unrecorded[3].1 = "False";
         assert_eq!(SpanRecord::from_stop(&stop(&unrecorded)), Ok(None));
+        // Sampled flag inherited from a recorded parent, but no listener in the app asked for
+        // the data: the activity exists only because the agent's session voted Propagate.
+        let mut leaf = FULL.to_vec();
+        leaf.push(("IsAllDataRequested", "False"));
+        assert_eq!(SpanRecord::from_stop(&stop(&leaf)), Ok(None));
+        leaf.last_mut().unwrap().1 = "True";
+        assert!(SpanRecord::from_stop(&stop(&leaf)).unwrap().is_some());
         // dotnet-monitor's specs, when its session replaced clrscope's, ask for the flags.
         let mut flags = FULL;
         flags[3] = ("ActivityTraceFlags", "Recorded");

@@ -20,12 +20,18 @@
 //        OpenTelemetry's SDK records the legacy activities it is told of), tag legacy.kind=root;
 //        "Activities.Legacy.Unrecorded", flags left None: nothing records it, so it must not be
 //        exported.
+//     4. with --unsampled-leaf, inside the span, "Activities.Unsampled.Leaf" of ActivitySource
+//        "Activities.Unsampled", which no ActivityListener of the app listens to: without an
+//        out-of-process listener StartActivity returns null; with one (a DiagnosticSourceEventSource
+//        session voting Propagate for every source) the runtime creates it, IsAllDataRequested
+//        false and the sampled flag inherited from the span. The app records nothing of it.
 //   Every activity created by a constructor has ActivitySource "" (Activity.Source), kind Internal.
 //
 // Arguments
 //   --spans-per-second N   iterations a second (default 100)
 //   --tags K               tags of each "Activities.Work" span, 0..64 (default 3)
 //   --legacy               also run the DiagnosticListener-only activities (2 and 3 above)
+//   --unsampled-leaf       also start the leaf of a source the app does not listen to (4 above)
 //   --no-span-lines        do not print a line per iteration
 //   --duration-seconds N   run N seconds, then exit 0 (default: until killed; Ctrl-C exits cleanly)
 //
@@ -43,10 +49,16 @@
 //                         "tags":{"legacy.kind":"child","legacy.iteration":"17"}},
 //                "root":{"trace_id":..,"span_id":..,"parent_span_id":null,"flags":"Recorded",
 //                        "duration_ms":..,"tags":{"legacy.kind":"root"}},
-//                "unrecorded":{"trace_id":..,"span_id":..,"flags":"None"}}}
-//     ("legacy" is null without --legacy.) *_ms: Activity.Duration in ms, to 0.1 us; tag values
+//                "unrecorded":{"trace_id":..,"span_id":..,"flags":"None"}},
+//      "recorded_span_ids":["<the span's id>", <the legacy child's and root's ids>],
+//      "unsampled":{"created":true,"span_id":"<16 hex>","is_all_data_requested":false,"flags":"Recorded"}}
+//     ("legacy" is null without --legacy; "unsampled" null without --unsampled-leaf, and
+//     {"created":false} when StartActivity returned null.) "recorded_span_ids": every span of the
+//     iteration the app records (an ActivityListener of its own asked for all its data and it is
+//     sampled), the ground truth of what an exporter may send. *_ms: Activity.Duration in ms, to 0.1 us; tag values
 //     as the app's own ToString() of them.
-//   every second: {"progress":"Activities","elapsed_s":1,"iterations":100}   (iterations so far)
+//   every second: {"progress":"Activities","elapsed_s":1,"iterations":100,"unsampled_created":0}
+//     (iterations so far; leaves of --unsampled-leaf that StartActivity created so far)
 //   at exit: {"exit":"Activities","elapsed_s":5.001,"iterations":500}
 using System;
 using System.Diagnostics;
@@ -76,18 +88,23 @@ namespace Activities
         const string ChildName = "Activities.Legacy.Child";
         const string RootName = "Activities.Legacy.Root";
         const string UnrecordedName = "Activities.Legacy.Unrecorded";
+        const string UnsampledSourceName = "Activities.Unsampled";
+        const string LeafName = "Activities.Unsampled.Leaf";
 
         static readonly ActivitySource Source = new ActivitySource(SourceName, SourceVersion);
+        static readonly ActivitySource Unsampled = new ActivitySource(UnsampledSourceName);
         static readonly DiagnosticListener Legacy = new DiagnosticListener(ListenerName);
         static long iterations;
+        static long unsampledCreated;
 
         static int Main(string[] argv)
         {
             var args = new Args("Activities", Usage, argv,
-                new[] { "spans-per-second", "tags" }, new[] { "legacy", "no-span-lines" });
+                new[] { "spans-per-second", "tags" }, new[] { "legacy", "unsampled-leaf", "no-span-lines" });
             int perSecond = args.Int("spans-per-second", 100, 1, 1000000);
             int tags = args.Int("tags", 3, 0, 64);
             bool legacy = args.Has("legacy");
+            bool leaf = args.Has("unsampled-leaf");
             bool lines = !args.Has("no-span-lines");
             double? duration = args.DurationSeconds();
             Lifetime.Install();
@@ -119,7 +136,7 @@ namespace Activities
                     long due = (long)(clock.Elapsed.TotalSeconds * perSecond) + 1;
                     while (done < due && !Lifetime.Stopping)
                     {
-                        Json line = Iterate(done, tagNames, tagValues, legacy);
+                        Json line = Iterate(done, tagNames, tagValues, legacy, leaf);
                         done++;
                         Interlocked.Exchange(ref iterations, done);
                         if (lines && Volatile.Read(ref ready)) Out.Line(line);
@@ -138,14 +155,18 @@ namespace Activities
                 .Add("diagnostic_listener", ListenerName)
                 .Add("legacy_spans", new[] { ChildName, RootName })
                 .Add("unrecorded_span", UnrecordedName)
+                .Add("unsampled_source", UnsampledSourceName)
+                .Add("unsampled_span", LeafName)
                 .Add("spans_per_second", perSecond)
                 .Add("tags", tags)
-                .Add("legacy", legacy));
+                .Add("legacy", legacy)
+                .Add("unsampled_leaf", leaf));
             Volatile.Write(ref ready, true);
 
             double elapsed = Lifetime.Run(duration, s => Out.Line(new Json()
                 .Add("progress", "Activities").Add("elapsed_s", s)
-                .Add("iterations", Interlocked.Read(ref iterations))));
+                .Add("iterations", Interlocked.Read(ref iterations))
+                .Add("unsampled_created", Interlocked.Read(ref unsampledCreated))));
             thread.Join(2000);
             Out.Line(new Json().Add("exit", "Activities").Add("elapsed_s", Math.Round(elapsed, 3))
                 .Add("iterations", Interlocked.Read(ref iterations)));
@@ -163,10 +184,11 @@ namespace Activities
         }
 
         /// <summary>One iteration (see the top of the file); returns its line.</summary>
-        static Json Iterate(long i, string[] tagNames, string[] tagValues, bool legacy)
+        static Json Iterate(long i, string[] tagNames, string[] tagValues, bool legacy, bool leaf)
         {
             Json spanTags = new Json();
             Json legacyLine = null;
+            Json leafLine = null;
             Activity span = Source.StartActivity(SpanName, ActivityKind.Internal);
             for (int k = 0; k < tagNames.Length; k++)
             {
@@ -181,6 +203,7 @@ namespace Activities
                     spanTags.Add(tagNames[k], tagValues[k]);
                 }
             }
+            if (leaf) leafLine = UnsampledLeaf();
             Activity child = null;
             if (legacy)
             {
@@ -194,10 +217,11 @@ namespace Activities
             }
             span.SetStatus(ActivityStatusCode.Ok);
             span.Stop();
+            Activity legacyRoot = null;
             if (legacy)
             {
                 var payload = new LegacyPayload { Iteration = i };
-                var root = new Activity(RootName);
+                var root = legacyRoot = new Activity(RootName);
                 root.ActivityTraceFlags = ActivityTraceFlags.Recorded;
                 root.SetTag("legacy.kind", "root");
                 Legacy.StartActivity(root, payload);
@@ -212,13 +236,35 @@ namespace Activities
                     .Add("root", Describe(root).Add("tags", new Json().Add("legacy.kind", "root")))
                     .Add("unrecorded", Describe(unrecorded));
             }
+            var recordedIds = new System.Collections.Generic.List<string> { span.SpanId.ToHexString() };
+            if (legacy)
+            {
+                recordedIds.Add(child.SpanId.ToHexString());
+                recordedIds.Add(legacyRoot.SpanId.ToHexString());
+            }
             return new Json()
                 .Add("iteration", i)
                 .Add("trace_id", span.TraceId.ToHexString())
                 .Add("span_id", span.SpanId.ToHexString())
                 .Add("span_ms", Math.Round(span.Duration.TotalMilliseconds, 4))
                 .Add("span_tags", spanTags)
-                .Add("legacy", legacyLine);
+                .Add("legacy", legacyLine)
+                .Add("recorded_span_ids", recordedIds.ToArray())
+                .Add("unsampled", leafLine);
+        }
+
+        /// <summary>Step 4 (see the top of the file): the leaf nobody in the app samples.</summary>
+        static Json UnsampledLeaf()
+        {
+            Activity leaf = Unsampled.StartActivity(LeafName, ActivityKind.Internal);
+            if (leaf == null) return new Json().Add("created", false);
+            Interlocked.Increment(ref unsampledCreated);
+            leaf.Stop();
+            return new Json()
+                .Add("created", true)
+                .Add("span_id", leaf.SpanId.ToHexString())
+                .Add("is_all_data_requested", leaf.IsAllDataRequested)
+                .Add("flags", leaf.ActivityTraceFlags.ToString());
         }
 
         static Json Describe(Activity a)

@@ -116,18 +116,23 @@ impl DiagnosticSourceEvent {
             .map(|(_, v)| v.as_str())
     }
 
-    /// Whether the activity is recorded: from `Recorded` (`Activity.Recorded`, `True` or `False`:
-    /// what clrscope's specs ask for, a bool's `ToString()` being a constant) or from
-    /// `ActivityTraceFlags` (`None` or `Recorded`, a flags enum: what dotnet-monitor's specs ask
-    /// for, in force when its session replaced clrscope's); `None` when neither was asked for.
+    /// Whether the app records the activity: its sampled flag, from `Recorded`
+    /// (`Activity.Recorded`, `True` or `False`: what clrscope's specs ask for, a bool's
+    /// `ToString()` being a constant) or from `ActivityTraceFlags` (`None` or `Recorded`, a flags
+    /// enum: what dotnet-monitor's specs ask for, in force when its session replaced clrscope's),
+    /// and, when asked for, `IsAllDataRequested`: an activity that only exists because the
+    /// agent's `Propagate` vote made the runtime create it (no listener in the app samples its
+    /// source) inherits its parent's sampled flag but no listener asked for its data, so nothing
+    /// in the app records it. `None` when neither flag was asked for.
     pub fn recorded(&self) -> Option<bool> {
-        match (
+        let flag = match (
             self.argument("Recorded"),
             self.argument("ActivityTraceFlags"),
         ) {
-            (Some(recorded), _) => Some(recorded == "True"),
-            (None, Some(flags)) => Some(flags.contains("Recorded")),
-            (None, None) => None,
-        }
+            (Some(recorded), _) => recorded == "True",
+            (None, Some(flags)) => flags.contains("Recorded"),
+            (None, None) => return None,
+        };
+        Some(flag && self.argument("IsAllDataRequested") != Some("False"))
     }
 }
