@@ -536,11 +536,15 @@ fn a_hanging_or_failing_issuer_neither_delays_held_keys_nor_is_hammered() {
     fixture.issuer.mode.store(HANG, Ordering::SeqCst);
     let prober = {
         let (port, token) = (agent.port, fixture.token("rsa-rotated", TENANT));
-        let hanging = fixture.issuer.hanging.clone();
+        let (requests, before) = (
+            fixture.issuer.requests.clone(),
+            fixture.issuer.requests.load(Ordering::SeqCst),
+        );
         std::thread::spawn(move || {
-            // Refused at once while the refresh limit holds; the first call after it hangs.
+            // Refused at once while the refresh limit holds; the first call after it fetches,
+            // and is held until the agent gives that fetch up.
             let mut statuses = Vec::new();
-            while hanging.load(Ordering::SeqCst) == 0 && statuses.len() < 400 {
+            while requests.load(Ordering::SeqCst) == before && statuses.len() < 400 {
                 let auth = format!("Bearer {token}");
                 let response = http_request(port, "GET", "/processes", &[("Authorization", &auth)]);
                 statuses.push(response.status);
