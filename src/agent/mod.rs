@@ -854,10 +854,8 @@ fn authentication(
     };
     match &auth {
         ui::Authentication::Unconfigured(error) => tracing::warn!(
-            "authentication is on but no usable API key is configured ({error}): every API \
-             request is refused. Run `clrscope generatekey` and set its Subject and PublicKey \
-             (settings.json Authentication:MonitorApiKey, or the environment variables it \
-             prints), or use --temp-apikey, or --no-auth on a trusted machine"
+            "every API request is refused: {}",
+            ui::auth::Refusal::Unconfigured(Arc::clone(error))
         ),
         ui::Authentication::ApiKey(key) if key.has_private_key() => tracing::warn!(
             "Authentication:MonitorApiKey:PublicKey holds private key material; the agent only \

@@ -26,7 +26,7 @@ use collector::rules::state::RuleStates;
 use collector::sampler::SamplerControl;
 use collector::signals::{ExceptionsRequest, LogsRequest, ProcessSignals};
 use exporter::artifacts::{Artifact, ArtifactSource};
-use exporter::egress::{ArtifactOrigin, Egress, RuleActionOrigin, Upload};
+use exporter::egress::{ArtifactOrigin, Egress, EgressError, RuleActionOrigin, Upload};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -256,8 +256,15 @@ impl ActionContext {
         let written = artifact
             .write(source, &mut upload, std::future::pending())
             .await;
-        upload.conclude(written).await?;
-        Ok(())
+        match upload.conclude(written).await {
+            Ok(_) => Ok(()),
+            // Not a failure: e.g. CollectExceptions while the app threw none.
+            Err(EgressError::Empty) => {
+                tracing::info!(pid = self.pid, rule = %by.firing.rule, action = %by.action.name, "the action collected nothing: no artifact written");
+                Ok(())
+            }
+            Err(error) => Err(error.into()),
+        }
     }
 
     async fn upload(

@@ -430,3 +430,126 @@ fn a_scheduled_gcdump_every_20_seconds_keeps_to_its_limits() {
         .count();
     assert_eq!(fired, 5, "{events}");
 }
+
+/// What the files of `dir` take: (files, bytes, bytes as the disk budget charges them — whole
+/// 4 KiB blocks, at least one a file —, bytes of the blocks the filesystem gave them).
+fn on_disk(dir: &Path) -> (usize, u64, u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let charge = |bytes: u64| bytes.div_ceil(4096).max(1) * 4096;
+    let mut total = (0, 0, 0, 0);
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(meta) = entry.metadata() else { continue };
+        if meta.is_file() {
+            total.0 += 1;
+            total.1 += meta.len();
+            total.2 += charge(meta.len());
+            total.3 += meta.blocks() * 512;
+        }
+    }
+    total
+}
+
+/// A Schedule rule every second for 30 s writing CollectExceptions on a target that throws
+/// nothing the rule asks for: no file (an action that collects nothing writes none). Beside it,
+/// small non-empty exception artifacts every second under a budget of eight blocks: the files on
+/// disk, counted as the budget counts them (a block each at least) and as the filesystem does
+/// (`st_blocks`), stay within it, and the oldest are evicted.
+#[test]
+fn scheduled_exceptions_write_no_empty_files_and_small_files_are_charged_a_block() {
+    let seconds = 30;
+    let budget: u64 = 8 * 4096;
+    let faults = |per_second: &str| {
+        Target::builder("Faults")
+            .args([
+                "--exceptions-per-second",
+                per_second,
+                "--secondary-per-second",
+                "0",
+                "--lock-episodes-per-second",
+                "0",
+            ])
+            .start()
+    };
+    let (quiet, throwing) = (faults("1"), faults("2"));
+    let rule = |pid: u32, include: &str| {
+        json!({"EverySecond": {
+            "Filters": [{"Key": "ProcessId", "Value": pid.to_string()}],
+            "Trigger": {"Type": "Schedule", "Settings": {"Interval": "00:00:01"}},
+            "Actions": [{"Type": "CollectExceptions", "Settings": {"Egress": "artifacts",
+                "Filters": {"Include": [{"ExceptionType": include}]}}}],
+            "Limits": {"ActionCount": 1000000}
+        }})
+    };
+    // The quiet target throws, but nothing of the type the rule collects.
+    let (_d1, empty_agent, empty_dir) = start_agent(
+        "rules-no-empty",
+        quiet.pid(),
+        rule(quiet.pid(), "Never.ThrownException"),
+        None,
+    );
+    let (_d2, budget_agent, budget_dir) = {
+        let dir = data_dir("rules-block-budget");
+        let artifacts = dir.join("artifacts");
+        let rules = rule(throwing.pid(), "Faults.InjectedFaultException");
+        let config = settings(&dir.join("config"), &artifacts, rules, Some(budget));
+        let agent = Agent::start(
+            &dir.join("store"),
+            &[
+                &format!("--pid={}", throwing.pid()),
+                // A few exceptions a file: well under a block each.
+                "--exception-history",
+                "2",
+                "--config",
+                config.to_str().unwrap(),
+            ],
+        );
+        (dir, agent, artifacts)
+    };
+    for (agent, pid) in [(&empty_agent, quiet.pid()), (&budget_agent, throwing.pid())] {
+        wait_rules(agent, pid, Duration::from_secs(120), |rules| {
+            rules.get("EverySecond").is_some()
+        });
+    }
+    let started = Instant::now();
+    let (mut most_files, mut most_charged, mut most_blocks) = (0, 0, 0);
+    while started.elapsed() < Duration::from_secs(seconds) {
+        let empty = on_disk(&empty_dir);
+        assert_eq!(empty.0, 0, "files written for nothing collected: {empty:?}");
+        let (files, _, charged, blocks) = on_disk(&budget_dir);
+        (most_files, most_charged, most_blocks) = (
+            most_files.max(files),
+            most_charged.max(charged),
+            most_blocks.max(blocks),
+        );
+        assert!(
+            charged <= budget && blocks <= budget,
+            "{files} files charged {charged} bytes, {blocks} bytes of blocks > budget {budget}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let fired = |agent: &Agent, pid: u32| {
+        agent
+            .get(&format!("/collectionrules/EverySecond?pid={pid}"))
+            .json()["lifetimeOccurrences"]
+            .as_u64()
+            .unwrap()
+    };
+    let (quiet_fired, throwing_fired) = (
+        fired(&empty_agent, quiet.pid()),
+        fired(&budget_agent, throwing.pid()),
+    );
+    let (files, bytes, charged, blocks) = on_disk(&budget_dir);
+    eprintln!(
+        "quiet: {quiet_fired} firings, {} files; budget {budget}: {throwing_fired} firings, \
+         {files} files now ({bytes} bytes, charged {charged}, {blocks} bytes of blocks), at most \
+         {most_files} files, {most_charged} charged, {most_blocks} of blocks",
+        on_disk(&empty_dir).0
+    );
+    assert!(quiet_fired >= seconds / 3, "only {quiet_fired} firings");
+    assert!(
+        throwing_fired >= seconds / 3,
+        "only {throwing_fired} firings"
+    );
+    // Evictions happened: far more firings than files kept, and the files are not empty.
+    assert!(throwing_fired as usize > most_files + 5 && files > 0 && bytes >= files as u64);
+}

@@ -243,6 +243,9 @@ impl ApiError {
                 "Method not allowed",
             ),
             ApiError::Busy(_) => (S::TOO_MANY_REQUESTS, "busy", "Too many requests"),
+            ApiError::Unauthorized(refusal) if refusal.is_forbidden() => {
+                (S::FORBIDDEN, "forbidden", "Forbidden")
+            }
             ApiError::Unauthorized(_) => (S::UNAUTHORIZED, "unauthorized", "Unauthorized"),
             ApiError::ForeignHost { .. } => (S::BAD_REQUEST, "foreign-host", "Host not allowed"),
             ApiError::CrossSite { .. } => (

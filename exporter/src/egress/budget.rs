@@ -1,6 +1,8 @@
 //! The disk budget of the artifacts written to FileSystem providers: bytes are reserved before
 //! they are written, and the oldest artifacts are deleted to make room, so the artifacts (those
-//! being written included) never take more than the budget.
+//! being written included) never take more than the budget. Each file is charged what it takes
+//! on disk ([`charge`]: whole blocks, at least one), so that many small files cannot fill a disk
+//! the budget says is nearly empty.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -11,6 +13,18 @@ use collector::artifacts::ArtifactKind;
 
 use super::EgressError;
 
+/// The unit files take on disk (ext4's and XFS's usual block): a file is charged whole blocks.
+pub const FILE_BLOCK_BYTES: u64 = 4096;
+
+/// What a file of `bytes` is charged: rounded up to whole [`FILE_BLOCK_BYTES`], at least one
+/// block (an empty file still takes an inode and a directory entry).
+pub fn charge(bytes: u64) -> u64 {
+    bytes
+        .div_ceil(FILE_BLOCK_BYTES)
+        .max(1)
+        .saturating_mul(FILE_BLOCK_BYTES)
+}
+
 /// Shared by every FileSystem provider; cloning shares.
 #[derive(Debug, Clone)]
 pub struct DiskBudget {
@@ -20,11 +34,11 @@ pub struct DiskBudget {
 #[derive(Debug)]
 struct Ledger {
     max_bytes: u64,
-    /// Bytes of the finished artifacts in `files`.
+    /// Bytes charged to the finished artifacts in `files`.
     used: u64,
     /// Bytes promised to artifacts being written.
     reserved: u64,
-    /// Finished artifacts, oldest first: (modified, path, bytes).
+    /// Finished artifacts, oldest first: (modified, path, bytes charged).
     files: BTreeSet<(SystemTime, PathBuf, u64)>,
 }
 
@@ -49,7 +63,7 @@ impl DiskBudget {
         self.lock().max_bytes
     }
 
-    /// Bytes of finished artifacts plus those being written.
+    /// Bytes charged to finished artifacts plus those being written.
     pub fn used_bytes(&self) -> u64 {
         let ledger = self.lock();
         ledger.used + ledger.reserved
@@ -82,8 +96,9 @@ impl DiskBudget {
                 continue;
             }
             let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-            if ledger.files.insert((modified, entry.path(), meta.len())) {
-                ledger.used += meta.len();
+            let charged = charge(meta.len());
+            if ledger.files.insert((modified, entry.path(), charged)) {
+                ledger.used += charged;
             }
         }
         ledger.make_room(0);
@@ -110,7 +125,7 @@ impl DiskBudget {
         ledger.reserved = ledger.reserved.saturating_sub(bytes);
     }
 
-    /// Turns `bytes` reserved into the finished artifact at `path`.
+    /// Turns `bytes` reserved (the file's [`charge`]) into the finished artifact at `path`.
     pub fn commit(&self, path: PathBuf, bytes: u64) {
         let mut ledger = self.lock();
         ledger.reserved = ledger.reserved.saturating_sub(bytes);
@@ -167,46 +182,67 @@ mod tests {
         path
     }
 
+    const B: u64 = FILE_BLOCK_BYTES;
+
+    #[test]
+    fn files_are_charged_whole_blocks() {
+        assert_eq!(charge(0), B);
+        assert_eq!(charge(1), B);
+        assert_eq!(charge(B), B);
+        assert_eq!(charge(B + 1), 2 * B);
+    }
+
     #[test]
     fn oldest_artifacts_make_room_and_others_are_left_alone() {
         let dir = tempfile::tempdir().unwrap();
-        let oldest = artifact(dir.path(), 1, 400);
-        let middle = artifact(dir.path(), 2, 400);
+        let oldest = artifact(dir.path(), 1, 4 * B as usize);
+        let middle = artifact(dir.path(), 2, 4 * B as usize);
         let newest = artifact(dir.path(), 3, 100);
         let notes = dir.path().join("notes.txt");
-        std::fs::write(&notes, vec![0u8; 5000]).unwrap();
+        std::fs::write(&notes, vec![0u8; 50_000]).unwrap();
 
-        let budget = DiskBudget::new(1000);
+        let budget = DiskBudget::new(10 * B);
         budget.adopt_folder(dir.path()).unwrap();
-        assert_eq!(budget.used_bytes(), 900);
-        // 300 more: the oldest goes.
-        budget.reserve(300).unwrap();
+        assert_eq!(budget.used_bytes(), 9 * B);
+        // 3 blocks more: the oldest goes.
+        budget.reserve(3 * B).unwrap();
         assert!(!oldest.exists() && middle.exists() && newest.exists() && notes.exists());
-        assert_eq!(budget.used_bytes(), 800);
+        assert_eq!(budget.used_bytes(), 8 * B);
         // Larger than the budget: refused, nothing reserved.
         assert!(matches!(
-            budget.reserve(2000),
+            budget.reserve(20 * B),
             Err(EgressError::OverBudget { .. })
         ));
-        budget.release(300);
-        assert_eq!(budget.used_bytes(), 500);
+        budget.release(3 * B);
+        assert_eq!(budget.used_bytes(), 5 * B);
         // A finished artifact counts, and is evicted in turn.
-        budget.reserve(500).unwrap();
-        let fresh = artifact(dir.path(), 4, 500);
-        budget.commit(fresh.clone(), 500);
-        budget.reserve(400).unwrap();
+        budget.reserve(5 * B).unwrap();
+        let fresh = artifact(dir.path(), 4, 5 * B as usize);
+        budget.commit(fresh.clone(), 5 * B);
+        budget.reserve(4 * B).unwrap();
         assert!(!middle.exists() && newest.exists() && fresh.exists());
-        assert_eq!(budget.used_bytes(), 1000);
+        assert_eq!(budget.used_bytes(), 10 * B);
+    }
+
+    #[test]
+    fn small_files_are_charged_a_block_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let files: Vec<_> = (0..5).map(|i| artifact(dir.path(), i, 10)).collect();
+        let budget = DiskBudget::new(3 * B);
+        budget.adopt_folder(dir.path()).unwrap();
+        // 50 bytes of content, but five files: the two oldest go.
+        assert!(!files[0].exists() && !files[1].exists() && files[2].exists());
+        assert_eq!(budget.used_bytes(), 3 * B);
     }
 
     #[test]
     fn a_folder_over_budget_is_trimmed_when_adopted() {
         let dir = tempfile::tempdir().unwrap();
-        let old = artifact(dir.path(), 1, 700);
-        let new = artifact(dir.path(), 2, 700);
-        let budget = DiskBudget::new(1000);
+        let old = artifact(dir.path(), 1, 7 * B as usize);
+        let new = artifact(dir.path(), 2, 7 * B as usize);
+        let budget = DiskBudget::new(10 * B);
         budget.adopt_folder(dir.path()).unwrap();
         assert!(!old.exists() && new.exists());
-        assert_eq!(budget.used_bytes(), 700);
+        assert_eq!(budget.used_bytes(), 7 * B);
     }
 }

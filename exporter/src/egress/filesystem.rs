@@ -8,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use collector::artifacts::ArtifactKind;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::budget::charge;
 use super::{DiskBudget, EgressError, FileSystemOptions, Input};
 
 /// Bytes copied at a time unless `CopyBufferSize` says otherwise (.NET's stream copy default).
@@ -108,7 +109,11 @@ impl FileSystemProvider {
             reserved: 0,
             budget: self.budget.clone(),
         };
+        // The file takes a block (and an inode) from its creation on.
+        self.budget.reserve(charge(0))?;
+        partial.reserved = charge(0);
         let mut file = tokio::fs::File::from_std(file);
+        let mut written = 0u64;
         let mut buf = vec![0u8; self.copy_buffer];
         let io = |what, source| EgressError::Io {
             what,
@@ -124,8 +129,12 @@ impl FileSystemProvider {
             if n == 0 {
                 break;
             }
-            self.budget.reserve(n as u64)?;
-            partial.reserved += n as u64;
+            written += n as u64;
+            let more = charge(written) - partial.reserved;
+            if more > 0 {
+                self.budget.reserve(more)?;
+                partial.reserved += more;
+            }
             file.write_all(&buf[..n])
                 .await
                 .map_err(|e| io("writing", e))?;

@@ -165,6 +165,10 @@ pub enum EgressError {
     },
     #[error("the upload was cancelled")]
     Cancelled,
+    /// The artifact had no bytes: nothing was collected, and nothing is written (empty files
+    /// would only fill the egress folder).
+    #[error("nothing was collected (an empty artifact), so no artifact was written")]
+    Empty,
     #[error("the upload task failed: {0}")]
     Task(String),
     /// The artifact could not be collected (the upload was given up).
@@ -289,6 +293,7 @@ impl Egress {
             writer: Some(writer),
             cancelled,
             task: Some(task),
+            written: 0,
         })
     }
 }
@@ -317,12 +322,19 @@ pub struct Upload {
     writer: Option<DuplexStream>,
     cancelled: Arc<AtomicBool>,
     task: Option<JoinHandle<Result<String, EgressError>>>,
+    /// Bytes written so far.
+    written: u64,
 }
 
 impl Upload {
     /// Ends the artifact and waits until the provider has it; returns where it is (a path;
     /// dotnet-monitor's `BucketName=…, Key=…` or a pre-signed URL for S3; the blob's URL).
+    /// An artifact with no bytes is given up: [`EgressError::Empty`].
     pub async fn finish(mut self) -> Result<String, EgressError> {
+        if self.written == 0 {
+            self.abort().await?;
+            return Err(EgressError::Empty);
+        }
         if let Some(mut writer) = self.writer.take() {
             // A provider that failed has closed its end; its own error says why.
             let _ = writer.shutdown().await;
@@ -383,10 +395,14 @@ impl AsyncWrite for Upload {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        match self.writer() {
+        let written = match self.writer() {
             Ok(writer) => Pin::new(writer).poll_write(cx, buf),
-            Err(e) => Poll::Ready(Err(e)),
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        if let Poll::Ready(Ok(n)) = written {
+            self.written += n as u64;
         }
+        written
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -443,7 +459,8 @@ mod tests {
     #[tokio::test]
     async fn folder_uploads_finish_abort_and_keep_to_the_budget() {
         let dir = tempfile::tempdir().unwrap();
-        let egress = folder_egress(dir.path(), 10_000);
+        // Files are charged whole 4 KiB blocks: 6000 bytes take 8192.
+        let egress = folder_egress(dir.path(), 20_000);
 
         let mut upload = egress
             .start("local", &name(1), &ArtifactOrigin::default())
@@ -461,7 +478,16 @@ mod tests {
         upload.abort().await.unwrap();
         assert_eq!(files(&dir.path().join("out")), [name(1)]);
         assert!(files(&dir.path().join("partial")).is_empty());
-        assert_eq!(egress.budget().used_bytes(), 6000);
+        assert_eq!(egress.budget().used_bytes(), 8192);
+
+        // Nothing written: no file, and the upload says nothing was collected.
+        let upload = egress
+            .start("local", &name(7), &ArtifactOrigin::default())
+            .unwrap();
+        assert!(matches!(upload.finish().await, Err(EgressError::Empty)));
+        assert_eq!(files(&dir.path().join("out")), [name(1)]);
+        assert!(files(&dir.path().join("partial")).is_empty());
+        assert_eq!(egress.budget().used_bytes(), 8192);
 
         // Dropped unfinished: cancelled too.
         let mut upload = egress
@@ -472,11 +498,11 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(files(&dir.path().join("partial")).is_empty());
 
-        // 6000 more do not fit beside the first: it is evicted.
+        // 12000 more (12288 charged) do not fit beside the first: it is evicted.
         let mut upload = egress
             .start("local", &name(4), &ArtifactOrigin::default())
             .unwrap();
-        upload.write_all(&[4u8; 6000]).await.unwrap();
+        upload.write_all(&[4u8; 12_000]).await.unwrap();
         upload.finish().await.unwrap();
         assert_eq!(files(&dir.path().join("out")), [name(4)]);
 
@@ -484,14 +510,14 @@ mod tests {
         let mut upload = egress
             .start("local", &name(5), &ArtifactOrigin::default())
             .unwrap();
-        let written = upload.write_all(&[5u8; 20_000]).await;
+        let written = upload.write_all(&[5u8; 30_000]).await;
         let error = match written {
             Ok(()) => upload.finish().await.unwrap_err(),
             Err(_) => upload.abort().await.unwrap_err(),
         };
         assert!(matches!(error, EgressError::OverBudget { .. }), "{error}");
         assert!(files(&dir.path().join("partial")).is_empty());
-        assert!(egress.budget().used_bytes() <= 10_000);
+        assert!(egress.budget().used_bytes() <= 20_000);
 
         assert!(matches!(
             egress.start("elsewhere", &name(6), &ArtifactOrigin::default()),

@@ -7,12 +7,23 @@
 //! issuer is the metadata's (`{tenantid}` read from the token's `tid`), and its `roles` hold
 //! `RequiredRole`.
 //!
-//! The keys are fetched over https when first needed, kept for [`KEYS_MAX_AGE`], and fetched
-//! again when a token names a key they lack (key rotation), at most once per
-//! [`REFRESH_AT_MOST_EVERY`], one fetch at a time, each answer at most [`MAX_DOCUMENT_BYTES`].
+//! The keys are fetched over https when first needed, kept for [`KEYS_MAX_AGE`] (then fetched
+//! again in the background while the held ones stay in use), and fetched again when a token names
+//! a key they lack (key rotation). Fetches run one at a time, within [`FETCH_TIMEOUT`], at most
+//! once per [`REFRESH_AT_MOST_EVERY`] whether they succeed or fail, that wait doubling with each
+//! failure up to [`MAX_BACKOFF`]; each answer is at most [`MAX_DOCUMENT_BYTES`]. A token whose
+//! key is held never waits on a fetch.
+//!
+//! `TenantId` must name one tenant. Microsoft.Identity.Web, under dotnet-monitor, takes
+//! `common`, `organizations` or `consumers` and then accepts the issuer of whatever tenant the
+//! token names (`{tenantid}` from its `tid`): any tenant that consents to a multi-tenant app
+//! registration can give its own users the required role, so such a token opens the API to
+//! outsiders. The agent refuses those values (every request is refused, saying so, and the start
+//! logs it) rather than hand a diagnostics API (dumps, traces) to every Entra ID tenant.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -33,8 +44,12 @@ pub const REFRESH_AT_MOST_EVERY: Duration = Duration::from_secs(10);
 pub const MAX_DOCUMENT_BYTES: usize = 1 << 20;
 /// The most keys kept from a JWKS.
 const MAX_KEYS: usize = 100;
-/// How long one fetch may take.
-const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// `TenantId`s that are not one tenant (Entra ID's multi-tenant authorities).
+const MULTI_TENANT: [&str; 3] = ["common", "organizations", "consumers"];
+/// How long one fetch (metadata and JWKS) may take: only tokens with a key not held wait on it.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest wait between fetches while the issuer keeps failing.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// `Authentication:AzureAd` (dotnet-monitor's `AzureAdOptions`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -62,7 +77,44 @@ pub struct AzureAd {
     audience: String,
     required_role: String,
     http: reqwest::Client,
-    keys: Mutex<KeySet>,
+    /// Held only to read or replace, never across a fetch.
+    cache: std::sync::Mutex<Cache>,
+    /// Serializes fetches.
+    fetching: Mutex<()>,
+}
+
+/// The keys held and when fetches may run.
+#[derive(Debug, Default)]
+struct Cache {
+    keys: Arc<KeySet>,
+    /// When the last fetch began, successful or not.
+    attempted: Option<Instant>,
+    /// Failed fetches since the last good one (each doubles the wait before the next).
+    failures: u32,
+    last_failure: String,
+}
+
+impl Cache {
+    /// The wait after the last attempt before another: [`REFRESH_AT_MOST_EVERY`], doubled per
+    /// failure up to [`MAX_BACKOFF`], so that an issuer failing (or tokens with made-up `kid`s)
+    /// cannot make the agent hammer it.
+    fn backoff(&self) -> Duration {
+        let doublings = self.failures.saturating_sub(1).min(8);
+        (REFRESH_AT_MOST_EVERY * 2u32.pow(doublings)).min(MAX_BACKOFF)
+    }
+
+    fn may_fetch(&self) -> bool {
+        self.attempted.is_none_or(|t| t.elapsed() >= self.backoff())
+    }
+
+    /// Whether a fetch may run now; if so, it counts from now.
+    fn begin_fetch(&mut self) -> bool {
+        let may = self.may_fetch();
+        if may {
+            self.attempted = Some(Instant::now());
+        }
+        may
+    }
 }
 
 #[derive(Debug, Default)]
@@ -86,6 +138,13 @@ impl AzureAd {
         };
         let client_id = required(&config.client_id, "ClientId")?;
         let tenant = required(&config.tenant_id, "TenantId")?;
+        if MULTI_TENANT.iter().any(|m| tenant.eq_ignore_ascii_case(m)) {
+            return Err(format!(
+                "Authentication:AzureAd:TenantId is {tenant:?}, which accepts tokens from every \
+                 Entra ID tenant (any tenant's admin can grant the required role): set it to your \
+                 own tenant's ID (a GUID, or its domain such as contoso.onmicrosoft.com)"
+            ));
+        }
         let required_role = required(&config.required_role, "RequiredRole")?;
         let instance = config
             .instance
@@ -110,6 +169,7 @@ impl AzureAd {
         let mut http = reqwest::Client::builder()
             .https_only(true)
             .timeout(FETCH_TIMEOUT)
+            .connect_timeout(FETCH_TIMEOUT)
             .redirect(reqwest::redirect::Policy::limited(3));
         if let Some(path) = &config.ca_certificate_path {
             let pem = std::fs::read(path).map_err(|e| {
@@ -134,12 +194,13 @@ impl AzureAd {
             audience,
             required_role,
             http,
-            keys: Mutex::new(KeySet::default()),
+            cache: std::sync::Mutex::new(Cache::default()),
+            fetching: Mutex::new(()),
         })
     }
 
     /// Checks a bearer `token` at `now_unix` (seconds).
-    pub async fn verify(&self, token: &str, now_unix: i64) -> Result<(), TokenError> {
+    pub async fn verify(self: &Arc<Self>, token: &str, now_unix: i64) -> Result<(), TokenError> {
         let jwt = Jwt::parse(token)?;
         let kid = jwt
             .header
@@ -176,26 +237,82 @@ impl AzureAd {
         Ok(())
     }
 
-    /// The key `kid` and the issuer, fetching the keys when they are missing or old, or lack
-    /// `kid` (and were not fetched within [`REFRESH_AT_MOST_EVERY`]).
-    async fn key(&self, kid: &str) -> Result<(PublicKey, String), TokenError> {
-        let mut set = self.keys.lock().await;
-        let age = set.fetched.map(|t| t.elapsed());
-        let stale = age.is_none_or(|a| a > KEYS_MAX_AGE);
-        let unknown = !set.keys.contains_key(kid) && age.is_none_or(|a| a > REFRESH_AT_MOST_EVERY);
-        if stale || unknown {
-            match self.fetch().await {
-                Ok(fresh) => *set = fresh,
-                Err(reason) if set.fetched.is_some() => {
-                    tracing::warn!(%reason, "the Entra ID signing keys could not be fetched again; the ones held are used");
+    /// The key `kid` and the issuer. Keys held are used at once: a token never waits on a fetch
+    /// when its key is cached (old keys are refreshed in the background). A `kid` not held waits
+    /// for one fetch, if [`Cache::may_fetch`] allows one now.
+    async fn key(self: &Arc<Self>, kid: &str) -> Result<(PublicKey, String), TokenError> {
+        let held = |cache: &Cache| {
+            cache
+                .keys
+                .keys
+                .get(kid)
+                .map(|key| (key.clone(), cache.keys.issuer.clone()))
+        };
+        {
+            let cache = self.lock_cache();
+            if let Some(found) = held(&cache) {
+                let old = cache
+                    .keys
+                    .fetched
+                    .is_none_or(|t| t.elapsed() > KEYS_MAX_AGE);
+                if old && cache.may_fetch() {
+                    let this = Arc::clone(self);
+                    tokio::spawn(async move { this.refresh().await });
                 }
-                Err(reason) => return Err(TokenError::Keys(reason)),
+                return Ok(found);
             }
         }
-        match set.keys.get(kid) {
-            Some(key) => Ok((key.clone(), set.issuer.clone())),
+        let failure = self.refresh().await;
+        let cache = self.lock_cache();
+        match held(&cache) {
+            Some(found) => Ok(found),
+            None if cache.keys.fetched.is_none() => Err(TokenError::Keys(
+                failure.unwrap_or_else(|| cache.last_failure.clone()),
+            )),
             None => Err(TokenError::UnknownKey(kid.to_string())),
         }
+    }
+
+    /// Fetches the keys if no fetch ran within the limit, one fetch at a time; the reason when
+    /// this call's fetch failed.
+    async fn refresh(&self) -> Option<String> {
+        let _one_at_a_time = self.fetching.lock().await;
+        if !self.lock_cache().begin_fetch() {
+            return None;
+        }
+        let result = match tokio::time::timeout(FETCH_TIMEOUT, self.fetch()).await {
+            Ok(result) => result,
+            Err(_) => Err(format!(
+                "{} and its JWKS did not answer within {} s",
+                self.metadata_url,
+                FETCH_TIMEOUT.as_secs()
+            )),
+        };
+        let mut cache = self.lock_cache();
+        match result {
+            Ok(fresh) => {
+                cache.keys = Arc::new(fresh);
+                cache.failures = 0;
+                None
+            }
+            Err(reason) => {
+                cache.failures = cache.failures.saturating_add(1);
+                tracing::warn!(
+                    %reason,
+                    retry_in_s = cache.backoff().as_secs(),
+                    "the Entra ID signing keys could not be fetched; keys held (if any) are used"
+                );
+                cache.last_failure.clone_from(&reason);
+                Some(reason)
+            }
+        }
+    }
+
+    fn lock_cache(&self) -> std::sync::MutexGuard<'_, Cache> {
+        // The cache is replaced whole, so a panic elsewhere cannot leave it half-written.
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     async fn fetch(&self) -> Result<KeySet, String> {

@@ -87,10 +87,7 @@ pub enum TokenError {
     #[error("the token is signed with {alg}, which does not fit the configured {key} key")]
     KeyMismatch { alg: String, key: &'static str },
 
-    #[error(
-        "the token's signature does not verify with the configured public key: it was made with \
-         another key (generate a new token, or configure the key it belongs to)"
-    )]
+    #[error("the token's signature does not verify with the key it was checked against")]
     Signature,
 
     #[error("the token's audience is {found}, not {expected:?}")]
@@ -102,7 +99,7 @@ pub enum TokenError {
     #[error("the token has no expiry (`exp`); tokens must expire")]
     NoExpiry,
 
-    #[error("the token expired {0} seconds ago: make a new one with `clrscope generatekey`")]
+    #[error("the token expired {0} seconds ago")]
     Expired(i64),
 
     #[error("the token is not valid for another {0} seconds (`nbf`)")]

@@ -7,7 +7,10 @@
 //!
 //! Auth is on unless the agent runs with `--no-auth`: without a usable key every request is
 //! refused with 401 and a problem+json body that says how to configure one. A refused request
-//! gets `WWW-Authenticate: Bearer` (with `error="invalid_token"` when a token was given).
+//! gets `WWW-Authenticate: Bearer` (with `error="invalid_token"` when a token was given). An
+//! Entra ID token that is valid but lacks the required role gets 403 with
+//! `error="insufficient_scope"` (RFC 6750 §3.1, and what dotnet-monitor answers). Each refusal's
+//! advice fits the scheme its token was checked under.
 
 mod azure_ad;
 mod generate;
@@ -109,7 +112,7 @@ impl Authentication {
                     return azure_ad
                         .verify(token, now_unix)
                         .await
-                        .map_err(Refusal::Token);
+                        .map_err(Refusal::EntraToken);
                 };
                 // The token's issuer tells which scheme's refusal explains it.
                 let issuer = key::Jwt::parse(token)
@@ -123,7 +126,7 @@ impl Authentication {
                     Err(_) => azure_ad
                         .verify(token, now_unix)
                         .await
-                        .map_err(Refusal::Token),
+                        .map_err(Refusal::EntraToken),
                 }
             }
         }
@@ -140,20 +143,77 @@ fn bearer(authorization: Option<&str>) -> Result<&str, Refusal> {
         .ok_or(Refusal::Token(TokenError::NotBearer))
 }
 
-/// Why a request may not call the API.
+/// Why a request may not call the API; the message gives the advice of the scheme the token
+/// was checked under.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Refusal {
-    #[error("{0}")]
+    /// No token, or a MonitorApiKey token refused.
+    #[error("{}{}", .0, api_key_advice(.0))]
     Token(TokenError),
 
-    #[error(
-        "the agent has authentication on but no usable API key ({0}); run `clrscope generatekey` \
-         and configure its Subject and PublicKey (settings.json Authentication:MonitorApiKey, or \
-         CLRSCOPE_Authentication__MonitorApiKey__Subject/__PublicKey), or start the agent with \
-         --temp-apikey, or --no-auth on a trusted machine"
-    )]
+    /// A Microsoft Entra ID token refused.
+    #[error("{}{}", .0, entra_advice(.0))]
+    EntraToken(TokenError),
+
+    #[error("{}", unconfigured(.0))]
     Unconfigured(Arc<KeyError>),
+}
+
+impl Refusal {
+    /// Whether the caller is known but lacks the right (RFC 6750 `insufficient_scope`: 403, as
+    /// dotnet-monitor's authorization policy answers), rather than unauthenticated (401).
+    pub fn is_forbidden(&self) -> bool {
+        matches!(self, Refusal::EntraToken(TokenError::Role { .. }))
+    }
+}
+
+fn api_key_advice(error: &TokenError) -> &'static str {
+    match error {
+        TokenError::Expired(_) => ": make a new one with `clrscope generatekey`",
+        TokenError::Signature | TokenError::KeyMismatch { .. } => {
+            ": it was made with another key (make a new token with `clrscope generatekey` and \
+             configure its key, or configure the key it belongs to)"
+        }
+        _ => "",
+    }
+}
+
+fn entra_advice(error: &TokenError) -> &'static str {
+    match error {
+        TokenError::Expired(_) | TokenError::NotYetValid(_) => {
+            ": request a new access token from Microsoft Entra ID (e.g. `az account \
+             get-access-token --scope <AppIdUri>/.default`)"
+        }
+        TokenError::Signature | TokenError::KeyMismatch { .. } | TokenError::UnknownKey(_) => {
+            ": request the token from the tenant configured as Authentication:AzureAd:TenantId"
+        }
+        TokenError::Audience { .. } => {
+            ": request the token for the scope `<AppIdUri>/.default` (AppIdUri defaults to \
+             api://<ClientId>)"
+        }
+        TokenError::Role { .. } => {
+            ": assign that app role to the caller (user, group or managed identity) in the app \
+             registration's enterprise application, then request a new token"
+        }
+        TokenError::Keys(_) => ": the issuer must be reachable from the agent; try again later",
+        _ => "",
+    }
+}
+
+fn unconfigured(error: &KeyError) -> String {
+    match error {
+        KeyError::AzureAd(reason) => format!(
+            "the agent's Authentication:AzureAd configuration cannot be used ({reason}), so it \
+             accepts no token: fix it and restart the agent"
+        ),
+        _ => format!(
+            "the agent has authentication on but no usable API key ({error}); run `clrscope \
+             generatekey` and configure its Subject and PublicKey (settings.json \
+             Authentication:MonitorApiKey, or CLRSCOPE_Authentication__MonitorApiKey__Subject/\
+             __PublicKey), or start the agent with --temp-apikey, or --no-auth on a trusted machine"
+        ),
+    }
 }
 
 /// The middleware over the whole router: requests for the web UI's files pass, every other
@@ -178,7 +238,8 @@ pub(crate) async fn authenticate(
         Err(refusal) => {
             let challenge = match refusal {
                 Refusal::Token(TokenError::Missing) | Refusal::Unconfigured(_) => "Bearer",
-                Refusal::Token(_) => "Bearer error=\"invalid_token\"",
+                _ if refusal.is_forbidden() => "Bearer error=\"insufficient_scope\"",
+                Refusal::Token(_) | Refusal::EntraToken(_) => "Bearer error=\"invalid_token\"",
             };
             let mut response = ApiError::Unauthorized(refusal).into_response();
             response.headers_mut().insert(
