@@ -293,17 +293,16 @@ fn asyncweb_spans_reach_an_otlp_receiver() {
     let links = profile_link_span_ids(&got[..profiles_before]);
     let missing: Vec<&&str> = links.iter().filter(|id| !exported.contains(**id)).collect();
     assert!(!links.is_empty(), "no profile sample is linked to a span");
-    let printed: HashSet<String> = requests
-        .iter()
-        .flat_map(spans_of)
-        .map(|p| p.id)
-        .collect();
+    let printed: HashSet<String> = requests.iter().flat_map(spans_of).map(|p| p.id).collect();
     assert!(
         missing.is_empty(),
         "{} of {} profile links name no exported span ({} of them spans the target printed): {:?}",
         missing.len(),
         links.len(),
-        missing.iter().filter(|id| printed.contains(**id as &str)).count(),
+        missing
+            .iter()
+            .filter(|id| printed.contains(**id as &str))
+            .count(),
         &missing[..missing.len().min(10)]
     );
     println!(
