@@ -170,7 +170,10 @@ fn without_a_key_every_request_is_refused_and_the_log_says_how_to_configure_one(
     assert!(detail.contains("clrscope generatekey"), "{detail}");
     assert!(detail.contains("--temp-apikey"), "{detail}");
     let log = agent.log();
-    assert!(log.contains("no usable API key is configured"), "{log}");
+    assert!(
+        log.contains("every API request is refused") && log.contains("no usable API key"),
+        "{log}"
+    );
 }
 
 #[test]
