@@ -598,6 +598,9 @@ fn a_hanging_or_failing_issuer_neither_delays_held_keys_nor_is_hammered() {
                         http_request(port, "GET", "/processes", &[("Authorization", &auth)]);
                     assert_eq!(response.status, 401, "{}", response.body);
                     sent += 1;
+                    // Paced (~50/s per thread, 40x the refresh limit's fetches): back-to-back
+                    // signature checks of a debug agent took both cores from the tests beside it.
+                    std::thread::sleep(Duration::from_millis(20));
                 }
                 sent
             })
