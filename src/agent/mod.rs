@@ -144,10 +144,11 @@ pub struct Args {
     #[arg(long, value_parser = parse_duration)]
     rescan_interval: Option<Duration>,
     /// How long a process runs before sessions that enable its EventSources start (runtime
-    /// counters, trace linkage, logs, collection rules): on .NET 8, enabling an EventSource while
-    /// the app starts can deadlock it for good (dotnet/runtime#105682). Sampling, code names and
-    /// the runtime's own events start at once. [default: by the process's runtime: 30s on .NET
-    /// 8, 0 on 9 and later (docs/runtimes.md)] [config: Profiling:StartupGrace]
+    /// counters, trace linkage, logs, collection rules): on .NET 8 to 10, enabling an EventSource
+    /// while the app starts can deadlock it for good (dotnet/runtime#105682, #119014). Sampling,
+    /// code names and the runtime's own events start at once. [default: by the process's runtime:
+    /// 30s on .NET 8, 9 and 10, 0 on 11 and later (docs/runtimes.md, "Startup hang")] [config:
+    /// Profiling:StartupGrace]
     #[arg(long, value_parser = parse_duration)]
     startup_grace: Option<Duration>,
     /// Only profile these pids (repeatable). [config: Profiling:ProcessIds]
