@@ -207,9 +207,10 @@ fn otlp_and_pyroscope_exports_reach_real_receivers() {
         .unwrap();
     assert_eq!(cpu_profile["period_type"], "cpu/nanoseconds");
     let period = cpu_profile["period"].as_i64().unwrap();
-    // What each sample stands for: the sampler's measured period (~1 ms, longer under load)
-    // times the duty cycle's scale (a 1 s window every 2 s stands for 2 s).
-    assert!((400_000..20_000_000).contains(&period), "period {period}");
+    // What each sample stands for: the sampler's measured period (~1 ms; 10.9 ms was measured
+    // with two busy loops and the suite beside it) times the duty cycle's scale (a 1 s window
+    // every 2 s stands for 2 s). The bounds catch a wrong unit, not a loaded machine.
+    assert!((400_000..100_000_000).contains(&period), "period {period}");
     assert_eq!(cpu_profile["scope"], "clrscope");
 
     // CpuHot's designed methods are its hot leaves, in the designed order.
