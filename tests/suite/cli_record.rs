@@ -378,12 +378,13 @@ fn convert_of_a_trace_gives_the_same_top_functions_as_record() {
     let converted = dir.join("converted.folded");
     let pid = target.pid().to_string();
     let cpu_before = target.thread_cpu_ticks();
-    // Both sessions watch the same seconds of the same process.
+    // Both sessions watch the same seconds of the same process; 8 s, so that their start under
+    // load (a second with two hogs) is a small part of the kernel's window around both.
     let tracing = trace_beside(&[
         "--pid",
         &pid,
         "--duration",
-        "4s",
+        "8s",
         "--profile",
         "Cpu",
         "-o",
@@ -394,7 +395,7 @@ fn convert_of_a_trace_gives_the_same_top_functions_as_record() {
         "--pid",
         &pid,
         "--duration",
-        "4s",
+        "8s",
         "-o",
         path_str(&recorded),
     ]);

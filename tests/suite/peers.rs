@@ -563,6 +563,13 @@ fn socket_answers(pid: u32) -> bool {
 /// the runtime's, which clrscope prints, starts with the host's real path, which dotnet-trace
 /// prints in its PATH column, and for an app started by its apphost names the app's .dll after it
 /// (dotnet-trace's own process shows this): apart from that .dll, the two are the same.
+/// Whether the process has the CoreCLR runtime mapped (what makes its ProcessInfo answer the
+/// runtime's own rather than whatever speaks the protocol on its socket).
+fn loads_coreclr(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .is_ok_and(|maps| maps.contains("/libcoreclr.so"))
+}
+
 #[test]
 fn ps_lists_what_dotnet_trace_lists() {
     let _hogs = Hogs::start();
@@ -616,7 +623,12 @@ fn ps_lists_what_dotnet_trace_lists() {
             "clrscope ps of {pid}"
         );
         // The runtime's line is the executable's path, then, for an app started by its own
-        // apphost (not `dotnet`), the app's .dll the host resolved, then the arguments.
+        // apphost (not `dotnet`), the app's .dll the host resolved, then the arguments. Only a
+        // real runtime's answer is held to /proc: the hostile tests' fake runtimes beside this
+        // one answer what they like.
+        if !loads_coreclr(*pid) {
+            continue;
+        }
         let line = row.command_line.as_deref().unwrap_or("");
         let middle = line
             .strip_prefix(exe)

@@ -1396,11 +1396,8 @@ fn exceptions_come_from_the_first_second_with_linkage() {
     agent
         .wait_attached(pid, true, Duration::from_secs(20))
         .expect("the agent attaches");
-    let thrown = |v: &Value| {
-        v.pointer("/totals/exceptions/Faults.InjectedFaultException")
-            .and_then(Value::as_u64)
-    };
-    let kept = || {
+    // Each exception's message carries its sequence number: what was kept is judged by number.
+    let kept = || -> Vec<u64> {
         let r = get(
             &agent,
             &format!("/exceptions?pid={pid}"),
@@ -1409,56 +1406,49 @@ fn exceptions_come_from_the_first_second_with_linkage() {
         assert_eq!(r.status, 200, "{}", r.body);
         r.body
             .lines()
-            .filter(|l| l.contains("Faults.InjectedFaultException"))
-            .count() as u64
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|e| {
+                e["message"]
+                    .as_str()?
+                    .strip_prefix("injected fault #")?
+                    .parse()
+                    .ok()
+            })
+            .collect()
     };
-    // Thrown before the agent's first exception: those may be missed (the session was not on).
-    let mut before_first = None;
-    let mut total = 0;
-    let mut checked_after = u64::MAX;
+    // Those thrown before the agent's first exception may be missed (its session was not on);
+    // from the first one seen on, 60 in a row (3 s) must be kept, each once.
+    const IN_A_ROW: u64 = 60;
     loop {
         let age = support::process_age(pid);
-        assert!(
-            age < GRACE - Duration::from_secs(2),
-            "at age {age:?}: {} exceptions kept of {total} thrown ({before_first:?} before the \
-             first seen);\n{}",
-            kept(),
-            agent.log()
+        let mut sequences = kept();
+        let count = sequences.len();
+        sequences.sort_unstable();
+        sequences.dedup();
+        assert_eq!(
+            count,
+            sequences.len(),
+            "an exception kept twice: {sequences:?}"
         );
-        // The app's totals printed before the agent is asked bound the count from below; the
-        // second printed after it (a line a second), from above.
-        let printed = |target: &mut Target| {
-            target.drain_lines().iter().fold(None, |last, line| {
-                serde_json::from_str::<Value>(line)
-                    .ok()
-                    .and_then(|v| thrown(&v))
-                    .or(last)
+        let first = sequences.first().copied();
+        let gaps: Vec<u64> = first
+            .map(|first| {
+                (first..first + IN_A_ROW)
+                    .filter(|n| sequences.binary_search(n).is_err())
+                    .collect()
             })
-        };
-        let total_before = printed(&mut target).unwrap_or(total);
-        let count = kept();
-        printed(&mut target);
-        for _ in 0..2 {
-            if let Some(v) = target.wait_for_json(Duration::from_secs(5), |v| thrown(v).is_some()) {
-                total = thrown(&v).unwrap();
-            }
-        }
-        assert!(
-            count <= total,
-            "{count} exceptions kept, the app threw {total}"
-        );
-        let Some(first) = before_first else {
-            if count > 0 {
-                before_first = Some(total_before.saturating_sub(count));
-                checked_after = total_before + 60;
-            }
-            continue;
-        };
-        // Three seconds of exceptions after the first one seen, every one of them kept.
-        if total_before >= checked_after && count >= total_before - first {
-            eprintln!("at age {age:?}: {count} kept; thrown: {total_before} before asking, {total} after; {first} before the first seen");
+            .unwrap_or_default();
+        if first.is_some() && gaps.is_empty() {
+            eprintln!("at age {age:?}: {count} kept from #{first:?} on, {IN_A_ROW} in a row");
             break;
         }
+        assert!(
+            age < GRACE - Duration::from_secs(2),
+            "at age {age:?}: {count} exceptions kept from #{first:?}, missing {gaps:?};\n{}",
+            agent.log()
+        );
+        target.drain_lines();
+        std::thread::sleep(Duration::from_millis(500));
     }
 }
 
