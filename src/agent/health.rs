@@ -47,6 +47,10 @@ impl LossMetrics {
             ("spans_started", now.spans_started - before.spans_started),
             ("spans_stopped", now.spans_stopped - before.spans_stopped),
             (
+                "starts_without_activity_id",
+                now.starts_without_activity_id - before.starts_without_activity_id,
+            ),
+            (
                 "unmatched_stops",
                 now.unmatched_stops - before.unmatched_stops,
             ),
@@ -187,7 +191,8 @@ impl Health {
                 linkage: registry.counter_vec(
                     "clrscope_linkage_total",
                     "Trace linkage's span tracker, by what: spans_started, spans_stopped, \
-                     unmatched_stops (stops without their start), abandoned_spans (stops lost: a \
+                     starts_without_activity_id (not joined to samples: the runtime gave the \
+                     span no EventSource activity id), unmatched_stops (stops without their start), abandoned_spans (stops lost: a \
                      span of another trace started inside), expired_spans (open too long), \
                      evicted_spans, evicted_switches, evicted_threads (over the caps), \
                      rejected_events (did not decode)",

@@ -1068,6 +1068,10 @@ async fn run_long_session(
         if *long.shutdown.borrow() || matches!(result, Err(session::SessionError::Start(_))) {
             return result;
         }
+        if stream == Stream::Linkage {
+            // Spans that stop before the next session is on are never seen to stop.
+            profiler.lock().linkage_stream_ended();
+        }
         if renewing {
             if let Some(refreshes) = &refreshes {
                 refreshes.inc();

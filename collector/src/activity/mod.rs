@@ -558,6 +558,22 @@ impl SpanTracker {
         }
     }
 
+    /// The stream that fed the tracker ended (its session was stopped, renewed or lost) and a
+    /// new one may follow: what happened in between is not seen, so a thread's span may have
+    /// stopped unseen and the thread gone on to other work. From just after the newest event on,
+    /// each thread runs no known span until its next event: samples there are left unlinked
+    /// rather than joined to a span that may be over.
+    pub fn stream_ended(&mut self) {
+        if self.latest == i64::MIN {
+            return;
+        }
+        let at = self.latest.saturating_add(1);
+        let threads: Vec<u64> = self.threads.keys().copied().collect();
+        for thread in threads {
+            self.switch(thread, at, Guid::NIL);
+        }
+    }
+
     /// The newest event time seen (QPC ticks): samples up to about this time can be joined now;
     /// later ones may still gain switches from events not yet delivered.
     pub fn latest_timestamp(&self) -> Option<i64> {

@@ -107,6 +107,23 @@ fn synchronous_nesting_resolves_to_the_innermost_span() {
 }
 
 #[test]
+fn a_span_open_when_its_stream_ended_is_not_joined_after() {
+    // Span 1's stop is lost with the stream; the new stream's first event on thread 1 comes at 50.
+    let mut tracker = feed([switch(1, 10, 1), start(1, 11, 1, 0, 1), switch(2, 12, 0)]);
+    tracker.stream_ended();
+    assert_eq!(at(&tracker, 1, 11), 1, "what was seen stays");
+    assert_eq!(at(&tracker, 1, 30), 0, "unknown after the end, not span 1");
+    tracker.apply(switch(1, 50, 2));
+    tracker.apply(start(1, 51, 2, 0, 2));
+    assert_eq!(
+        at(&tracker, 1, 55),
+        2,
+        "known again from the new stream's events"
+    );
+    assert_eq!(tracker.span_count(), 2);
+}
+
+#[test]
 fn an_async_hop_follows_the_continuation_to_its_thread() {
     let t = feed([
         // thread 1 starts the request span, then awaits (leaves the context)

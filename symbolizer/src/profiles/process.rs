@@ -170,6 +170,13 @@ impl ProcessProfiler {
         self.symbolizer.spans.as_ref()
     }
 
+    /// The linkage session's stream ended ([`SpanTracker::stream_ended`]).
+    pub fn linkage_stream_ended(&mut self) {
+        if let Some(spans) = &mut self.symbolizer.spans {
+            spans.stream_ended();
+        }
+    }
+
     pub fn series(&self) -> &[(String, String)] {
         &self.series
     }
