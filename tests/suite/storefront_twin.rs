@@ -393,10 +393,11 @@ fn clrscope_out_of_process_matches_the_otel_sdk_inside() {
     );
     compare_logs(&twin, (load_start, load_end), &mut failures);
     compare_links(&twin, profiles_before, &mut failures);
-    drop(agent);
     if !failures.0.is_empty() {
         twin.dump();
+        std::fs::write(scratch.join("agent.log"), agent.log()).unwrap();
     }
+    drop(agent);
     assert!(
         failures.0.is_empty(),
         "what clrscope exported differs from the SDK's:\n{}",
@@ -568,6 +569,33 @@ fn compare_metrics(
     }
 }
 
+/// A log record's content as the SDK gives it: (scope, severity, body, attributes). clrscope's
+/// body is the formatted message with the template as `message.template`, the SDK's body the
+/// template; clrscope's `exception.type` is fully qualified (the semantic conventions' and the
+/// logging event's), the SDK's the short name; clrscope's own attributes are left out.
+fn record_content(r: &Scoped) -> (String, u64, String, BTreeMap<String, String>) {
+    let body = r.item["attributes"]
+        .get("message.template")
+        .unwrap_or(&r.item["body"]);
+    let attributes = attributes_text(&r.item["attributes"])
+        .into_iter()
+        .filter(|(k, _)| !clrscope_only_log_attribute(k))
+        .map(|(k, v)| match k.as_str() {
+            "exception.type" => {
+                let short = v.rsplit(['.', '+']).next().unwrap_or(&v).to_string();
+                (k, short)
+            }
+            _ => (k, v),
+        })
+        .collect();
+    (
+        r.scope.to_string(),
+        r.item["severity_number"].as_u64().unwrap_or(0),
+        text(body),
+        attributes,
+    )
+}
+
 /// Attributes of clrscope's records the SDK does not send by default: the event's id and name, the
 /// template (the SDK's body), where the ids came from, logging scopes (`scope.N.key`).
 fn clrscope_only_log_attribute(key: &str) -> bool {
@@ -581,36 +609,15 @@ fn clrscope_only_log_attribute(key: &str) -> bool {
         || key.starts_with("scope.")
 }
 
-/// Whether clrscope's value of log attribute KEY is the SDK's WANT. The SDK gives
-/// `exception.type` as the type's short name; clrscope as the semantic conventions ask, fully
-/// qualified (the name the logging event carries): its last part must be the SDK's.
-fn same_log_attribute(key: &str, want: &str, have: Option<&String>) -> bool {
-    match have {
-        Some(have) if key == "exception.type" => {
-            have == want || have.rsplit(['.', '+']).next() == Some(want)
-        }
-        Some(have) => have == want,
-        None => false,
-    }
-}
-
-/// A log record's identity: (trace, span, scope, severity, body as the SDK gives it: the template
-/// where there is one, which clrscope sends as `message.template`).
-fn record_key(r: &Scoped) -> (String, String, String, u64, String) {
-    let body = r.item["attributes"]
-        .get("message.template")
-        .unwrap_or(&r.item["body"]);
-    (
-        text(&r.item["trace_id"]),
-        text(&r.item["span_id"]),
-        r.scope.to_string(),
-        r.item["severity_number"].as_u64().unwrap_or(0),
-        text(body),
-    )
+/// The trace and span ids of a record.
+fn record_ids(r: &Scoped) -> (String, String) {
+    (text(&r.item["trace_id"]), text(&r.item["span_id"]))
 }
 
 /// Every record the SDK exported from the load (Information and above): clrscope exports one with
-/// equal severity, body, attributes, category as scope and ids; ≥ 99.9 % of them.
+/// equal severity, body, attributes, category as scope and ids, ≥ 99.9 % of them. On .NET 8 the
+/// logging events carry no ids and trace linkage infers them: there up to 5 % may have other ids
+/// (the bound of signals::min_linked), the content still ≥ 99.9 %.
 fn compare_logs(twin: &Twin, (from, to): (u64, u64), failures: &mut Mismatches) {
     let in_load = |r: &Scoped| {
         let t = r.item["time_unix_nano"].as_u64().unwrap_or(0);
@@ -622,49 +629,56 @@ fn compare_logs(twin: &Twin, (from, to): (u64, u64), failures: &mut Mismatches) 
         .collect();
     let mut clrscope: HashMap<_, Vec<Scoped>> = HashMap::new();
     for r in scoped_items(&twin.clrscope_got, "otlp-logs", "grpc", "records") {
-        clrscope.entry(record_key(&r)).or_default().push(r);
+        clrscope.entry(record_content(&r)).or_default().push(r);
     }
-    let (mut matched, mut missing, mut exceptions) = (0, Vec::new(), 0);
+    let (mut matched, mut exceptions) = (0, 0);
+    let (mut missing, mut other_ids) = (Vec::new(), Vec::new());
     for r in &sdk {
-        let key = record_key(r);
-        let Some(c) = clrscope.get_mut(&key).and_then(Vec::pop) else {
-            missing.push((r.scope, format!("{key:?} {}", r.item)));
-            continue;
-        };
-        let want = attributes_text(&r.item["attributes"]);
-        let have = attributes_text(&c.item["attributes"]);
-        let mut equal = true;
-        for (k, v) in &want {
-            if !same_log_attribute(k, v, have.get(k)) {
-                equal = false;
-                failures.add(format!("log attribute {k} ({})", r.scope), || {
-                    format!("SDK {v:?}, clrscope {:?}", have.get(k))
-                });
+        let content = record_content(r);
+        let candidates = clrscope.entry(content.clone()).or_default();
+        let same_ids = candidates
+            .iter()
+            .position(|c| record_ids(c) == record_ids(r));
+        match (same_ids, candidates.is_empty()) {
+            (Some(i), _) => {
+                candidates.swap_remove(i);
+                matched += 1;
+                exceptions += content.3.contains_key("exception.type") as usize;
             }
-        }
-        for k in have.keys() {
-            if !want.contains_key(k) && !clrscope_only_log_attribute(k) {
-                equal = false;
-                failures.add(
-                    format!("log attribute {k} ({}) only in clrscope's", r.scope),
-                    || format!("{:?}", have[k]),
-                );
+            (None, false) => {
+                let c = candidates.swap_remove(0);
+                other_ids.push((
+                    r.scope,
+                    format!(
+                        "{:?}: SDK {:?}, clrscope {:?}",
+                        content.2,
+                        record_ids(r),
+                        record_ids(&c)
+                    ),
+                ));
             }
+            (None, true) => missing.push((r.scope, format!("{content:?} {:?}", record_ids(r)))),
         }
-        matched += equal as usize;
-        exceptions += (equal && want.contains_key("exception.type")) as usize;
     }
-    let share = matched as f64 / sdk.len().max(1) as f64;
+    let n = sdk.len().max(1) as f64;
+    let (exact, content) = (matched as f64 / n, (matched + other_ids.len()) as f64 / n);
     println!(
-        "logs: {matched} of {} SDK records matched with equal fields ({:.3} %; {exceptions} with exceptions), {} missing",
+        "logs: {matched} of {} SDK records matched with every field equal ({:.3} %; {exceptions} with exceptions), \
+         {} with other trace or span ids, {} missing",
         sdk.len(),
-        share * 100.0,
+        exact * 100.0,
+        other_ids.len(),
         missing.len()
     );
-    // The issue's bound: 99.9 % of the records (the provider's session may lose one in a restart).
-    if share < 0.999 {
+    let inferred = support::runtime_major() < 9;
+    if content < 0.999 {
         for (scope, example) in missing {
             failures.add(format!("log record of {scope} missing"), || example);
+        }
+    }
+    if (!inferred && exact < 0.999) || (inferred && (exact < 0.95 || content < 0.999)) {
+        for (scope, example) in other_ids {
+            failures.add(format!("log record of {scope} with other ids"), || example);
         }
     }
     if sdk.is_empty() {
