@@ -504,10 +504,17 @@ fn compare_metrics(
     failures: &mut Mismatches,
 ) {
     let shared = shared_instruments(sdk.1, clrscope.1);
+    // Every series of the SDK's instruments that moved must have moved as much in clrscope's (a
+    // series the SDK kept from before the agent came, unchanged since, need not be there).
+    let sdk_instruments: HashSet<(&str, &str)> = sdk
+        .1
+        .keys()
+        .map(|(s, n, _)| (s.as_str(), n.as_str()))
+        .collect();
     let growth = |(before, after): (&HashMap<Series, Latest>, &HashMap<Series, Latest>)| {
         let mut out: HashMap<Series, (String, f64, u64)> = HashMap::new();
         for (key, a) in after {
-            if !shared.contains(&(key.0.clone(), key.1.clone())) {
+            if !sdk_instruments.contains(&(key.0.as_str(), key.1.as_str())) {
                 continue;
             }
             let b = before.get(key);
@@ -558,14 +565,6 @@ fn compare_metrics(
     );
     if shared.is_empty() {
         failures.add("no instrument both export", String::new);
-    }
-    for (scope, name) in sdk.1.keys().map(|(s, n, _)| (s, n)) {
-        if !shared.contains(&(scope.clone(), name.clone())) {
-            failures.add(
-                format!("metric {scope}/{name} only in the SDK's"),
-                String::new,
-            );
-        }
     }
 }
 
