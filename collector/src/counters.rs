@@ -38,6 +38,7 @@
 
 use std::future::Future;
 use std::mem::size_of;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -100,16 +101,32 @@ pub struct CounterSessionConfig {
     pub reading: Reading,
 }
 
+/// The agent's `GlobalCounter:MaxHistograms` and `MaxTimeSeries`, set once at its start, so that
+/// every counter session asks for the same: on .NET ≥ 8 a process's metrics listeners share one
+/// aggregation, which refuses a listener asking for other limits.
+static GLOBAL_LIMITS: OnceLock<(u32, u32)> = OnceLock::new();
+
+/// Sets the histogram and time-series limits every later [`CounterSessionConfig::new`] asks the
+/// runtime for; false if they were set already (the first setting stays).
+pub fn set_global_limits(max_histograms: u32, max_time_series: u32) -> bool {
+    GLOBAL_LIMITS.set((max_histograms, max_time_series)).is_ok()
+}
+
 impl CounterSessionConfig {
-    /// No sources yet; values every `interval_seconds` (clamped to 1..=86400).
+    /// No sources yet; values every `interval_seconds` (clamped to 1..=86400); the agent's limits
+    /// ([`set_global_limits`]), else dotnet-monitor's defaults.
     pub fn new(interval_seconds: u32) -> Self {
+        let (max_histograms, max_time_series) = GLOBAL_LIMITS
+            .get()
+            .copied()
+            .unwrap_or((DEFAULT_MAX_HISTOGRAMS, DEFAULT_MAX_TIME_SERIES));
         CounterSessionConfig {
             interval_seconds: interval_seconds.clamp(1, 86_400),
             event_counter_sources: Vec::new(),
             meters: Vec::new(),
             metrics_session_id: SHARED_SESSION_ID.to_string(),
-            max_histograms: DEFAULT_MAX_HISTOGRAMS,
-            max_time_series: DEFAULT_MAX_TIME_SERIES,
+            max_histograms,
+            max_time_series,
             parser: ParserOptions::default(),
             reading: Reading::AsItComes,
         }

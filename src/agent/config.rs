@@ -240,13 +240,19 @@ pub struct MetricsConfig {
 /// dotnet-monitor's `GlobalCounter` section. One interval for every counter session of the
 /// agent (/metrics, OTLP, /livemetrics, triggers, the Metrics trace profile): on .NET ≥ 8 a
 /// process's metrics listeners share one aggregation, which refuses listeners that ask for
-/// another interval.
+/// another interval or other limits.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "PascalCase", deny_unknown_fields)]
 pub struct GlobalCounterConfig {
     /// Seconds between two published values, 1 to 86400 (default 5).
     #[serde(default, deserialize_with = "lenient::opt_number")]
     pub interval_seconds: Option<u32>,
+    /// Histogram tag sets the runtime aggregates per process, 1 to 100000 (default 20).
+    #[serde(default, deserialize_with = "lenient::opt_number")]
+    pub max_histograms: Option<u32>,
+    /// Tag sets of the other instruments, 1 to 1000000 (default 1000).
+    #[serde(default, deserialize_with = "lenient::opt_number")]
+    pub max_time_series: Option<u32>,
 }
 
 /// `Metrics:Providers:N`: an EventCounter source, and which of its counters (default: all).

@@ -435,6 +435,7 @@ impl Args {
         if !(1..=86_400).contains(&counter_interval_seconds) {
             bail!("GlobalCounter:IntervalSeconds must be from 1 to 86400");
         }
+        global_counter_limits(&config.global_counter)?;
         let mut parser = self.nettrace.parser_options();
         let agent_budget = self
             .nettrace_agent_budget
@@ -595,6 +596,24 @@ impl Args {
             .map_err(|e| anyhow::anyhow!("configuration key {e}"))?,
         })
     }
+}
+
+/// `GlobalCounter:MaxHistograms` and `MaxTimeSeries`, checked, for every counter session.
+fn global_counter_limits(config: &config::GlobalCounterConfig) -> anyhow::Result<()> {
+    let histograms = config
+        .max_histograms
+        .unwrap_or(collector::counters::DEFAULT_MAX_HISTOGRAMS);
+    let series = config
+        .max_time_series
+        .unwrap_or(collector::counters::DEFAULT_MAX_TIME_SERIES);
+    if !(1..=100_000).contains(&histograms) {
+        bail!("GlobalCounter:MaxHistograms must be from 1 to 100000");
+    }
+    if !(1..=1_000_000).contains(&series) {
+        bail!("GlobalCounter:MaxTimeSeries must be from 1 to 1000000");
+    }
+    collector::counters::set_global_limits(histograms, series);
+    Ok(())
 }
 
 /// The counter session of the `Metrics` section and `--meter` flags: dotnet-monitor's default

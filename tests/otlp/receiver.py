@@ -29,6 +29,7 @@ Usage: receiver.py --out-dir DIR [--grpc-port P] [--http-port Q] [--fail-status 
 import argparse
 import gzip
 import json
+import math
 import os
 import ssl
 import sys
@@ -54,11 +55,23 @@ PRINT_LOCK = threading.Lock()
 COUNTER = {"n": 0}
 
 
+def finite(obj):
+    """OBJ with each NaN or infinite float as its name ("NaN", "Infinity", "-Infinity"): JSON has
+    no such numbers, and a point may carry one (an SDK's gauge of a NaN, a min of nothing)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return repr(obj).replace("nan", "NaN").replace("inf", "Infinity")
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [finite(v) for v in obj]
+    return obj
+
+
 def emit(obj):
     if "ready" not in obj:
         obj["received_unix_nano"] = time.time_ns()
     with PRINT_LOCK:
-        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.write(json.dumps(finite(obj)) + "\n")
         sys.stdout.flush()
 
 

@@ -46,6 +46,7 @@ mod rules;
 mod signals;
 mod startup;
 mod storefront;
+mod storefront_twin;
 mod targets;
 mod traces;
 mod webui;

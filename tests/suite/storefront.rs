@@ -28,11 +28,11 @@ const LABELS: [(&str, &str); 9] = [
     ("grpc", "grpc.catalog"),
 ];
 
-fn port(t: &Target) -> u16 {
+pub(crate) fn port(t: &Target) -> u16 {
     t.ready_fact("/port").and_then(Value::as_u64).expect("port") as u16
 }
 
-fn fact(t: &Target, pointer: &str) -> String {
+pub(crate) fn fact(t: &Target, pointer: &str) -> String {
     t.ready_fact(pointer)
         .and_then(Value::as_str)
         .unwrap_or_else(|| panic!("no {pointer} in {:?}", t.ready()))
@@ -61,36 +61,36 @@ fn stats(t: &Target) -> Value {
 }
 
 /// POST /admin/behaviour?QUERY; the knobs it answers with.
-fn set_behaviour(t: &Target, query: &str) -> Value {
+pub(crate) fn set_behaviour(t: &Target, query: &str) -> Value {
     let r = http_request(port(t), "POST", &format!("/admin/behaviour?{query}"), &[]);
     assert_eq!(r.status, 200, "{query}: {}", r.body);
     r.json()
 }
 
 /// What one run of the load generator said.
-struct Load {
-    exit: Value,
-    requests: Vec<Value>,
+pub(crate) struct Load {
+    pub(crate) exit: Value,
+    pub(crate) requests: Vec<Value>,
 }
 
 impl Load {
-    fn route(&self, route: &str) -> &Value {
+    pub(crate) fn route(&self, route: &str) -> &Value {
         &self.exit["routes"][route]
     }
 
-    fn count(&self, field: &str) -> u64 {
+    pub(crate) fn count(&self, field: &str) -> u64 {
         self.exit[field]
             .as_u64()
             .unwrap_or_else(|| panic!("{field} in {}", self.exit))
     }
 
-    fn status(&self, code: &str) -> u64 {
+    pub(crate) fn status(&self, code: &str) -> u64 {
         self.exit["status"][code].as_u64().unwrap_or(0)
     }
 }
 
 /// Runs StorefrontLoad against FRONT for SECONDS at RPS with MIX; waits for its exit line.
-fn load(front: &Target, rps: u32, mix: &str, seconds: u32, request_lines: bool) -> Load {
+pub(crate) fn load(front: &Target, rps: u32, mix: &str, seconds: u32, request_lines: bool) -> Load {
     let mut args = vec![
         "--target".to_string(),
         fact(front, "/url"),
