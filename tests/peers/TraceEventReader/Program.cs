@@ -248,6 +248,7 @@ static class Program
     // the others are the roots PerfView adds ([.NET Roots], [static vars], ...).
     static void GcDump(string path, string toolDll, Utf8JsonWriter json)
     {
+        toolDll = Path.GetFullPath(toolDll);
         var resolver = new AssemblyDependencyResolver(toolDll);
         var context = new AssemblyLoadContext("dotnet-gcdump");
         context.Resolving += (ctx, name) => resolver.ResolveAssemblyToPath(name) is string p ? ctx.LoadFromAssemblyPath(p) : null;
