@@ -1008,14 +1008,26 @@ fn same_value(a: f64, b: f64) -> bool {
 /// 40); four intervals of slack.
 const STAMP_LAG_SECONDS: f64 = 4.0;
 
-/// Where `theirs` (dotnet-counters' run of one counter) sits in `ours` (clrscope's, which began
-/// before and ended after): the offset at which every value is the same and each of theirs is
-/// stamped at most STAMP_LAG_SECONDS after ours (and not before it, beyond clock rounding).
-fn aligned(ours: &[(f64, f64)], theirs: &[(f64, f64)]) -> Option<usize> {
-    (0..=ours.len().checked_sub(theirs.len())?).find(|&k| {
-        theirs.iter().zip(&ours[k..]).all(|(t, o)| {
-            same_value(t.1, o.1) && t.0 >= o.0 - 0.05 && t.0 - o.0 <= STAMP_LAG_SECONDS
-        })
+/// How many publications of each counter both tools must have seen.
+const OVERLAP: usize = 8;
+
+/// Where `theirs` (dotnet-counters' run of one counter) meets `ours` (clrscope's): the shift `d`
+/// (their i-th is our i+d-th) at which every publication both have is the same value, theirs
+/// stamped at most STAMP_LAG_SECONDS after ours (and not before it, beyond clock rounding), and
+/// at least OVERLAP of them. Either run may begin or end first: a session starts when its tool
+/// has attached, and each tool's writer flushes at its stop.
+fn aligned(ours: &[(f64, f64)], theirs: &[(f64, f64)]) -> Option<(isize, usize)> {
+    let (m, n) = (ours.len() as isize, theirs.len() as isize);
+    (1 - n..m).find_map(|d| {
+        let pairs: Vec<_> = (0..n)
+            .filter(|i| (0..m).contains(&(i + d)))
+            .map(|i| (theirs[i as usize], ours[(i + d) as usize]))
+            .collect();
+        let alike = pairs.len() >= OVERLAP
+            && pairs.iter().all(|(t, o)| {
+                same_value(t.1, o.1) && t.0 >= o.0 - 0.05 && t.0 - o.0 <= STAMP_LAG_SECONDS
+            });
+        alike.then_some((d, pairs.len()))
     })
 }
 
@@ -1023,9 +1035,9 @@ fn aligned(ours: &[(f64, f64)], theirs: &[(f64, f64)]) -> Option<usize> {
 /// clrscope (its agent's `/livemetrics` and `/metrics`) and by `dotnet-counters collect`, both
 /// every second. EventCounters publish each value once, to every session, at the shortest
 /// interval asked for: both tools get the same publications, so each counter's values are the
-/// same sequence, rates (the increment over the interval the runtime measured) included. They are
-/// matched as sequences, not by time: dotnet-counters stamps a value when its writer flushes it,
-/// not when the runtime published it. `/metrics` shows the latest: every value scraped is one
+/// same sequence where both runs overlap, rates (the increment over the interval the runtime
+/// measured) included. They are matched as sequences, not by time: dotnet-counters stamps a value
+/// when its writer flushes it, not when the runtime published it. `/metrics` shows the latest: every value scraped is one
 /// of them (GC heap size, MB in the counter, bytes in Prometheus).
 ///
 /// The app's own meters are not compared this way: dotnet-counters (10.0.750501) opens its
@@ -1051,10 +1063,22 @@ fn runtime_counters_agree_with_dotnet_counters() {
         ],
     );
     let file = dir.join("dotnet-counters.json");
+    // The agent has attached the process once its own counters are on /metrics (a debug agent
+    // beside load 40 was seen to take 50 s): only then the live session.
+    let attached = std::time::Instant::now();
+    while agent.metric("systemruntime_gc_heap_size_bytes", &[]) <= 0.0 {
+        assert!(
+            attached.elapsed() < std::time::Duration::from_secs(180),
+            "the agent published no runtime counters of {pid}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
     let (live, scraped) = std::thread::scope(|scope| {
-        let live = scope.spawn(|| agent.get(&format!("/livemetrics?pid={pid}&durationSeconds=40")));
-        // The live session first: dotnet-counters' run is to lie within it.
-        std::thread::sleep(std::time::Duration::from_secs(3));
+        let live = scope.spawn(|| agent.get(&format!("/livemetrics?pid={pid}&durationSeconds=60")));
+        // The live session first, dotnet-counters (which starts its own runtime first) after: a
+        // live session was seen to publish its first values 16 s after the request (debug agent,
+        // load 40), so the two runs overlap for some 20 s of dotnet-counters' 30.
+        std::thread::sleep(std::time::Duration::from_secs(5));
         let mut counters = dotnet_tool("dotnet-counters")
             .args(["collect", "-p", &pid.to_string(), "--format", "json"])
             .args([
@@ -1063,7 +1087,7 @@ fn runtime_counters_agree_with_dotnet_counters() {
                 "--counters",
                 r"EventCounters\System.Runtime",
             ])
-            .args(["--duration", "00:00:00:20", "-o"])
+            .args(["--duration", "00:00:00:30", "-o"])
             .arg(&file)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -1100,13 +1124,11 @@ fn runtime_counters_agree_with_dotnet_counters() {
             "{key:?}: {} values from dotnet-counters",
             run.len()
         );
-        let at = aligned(mine, run).unwrap_or_else(|| {
-            panic!("{key:?}: dotnet-counters' {run:?} is no run of clrscope's {mine:?}")
+        let (shift, alike) = aligned(mine, run).unwrap_or_else(|| {
+            panic!("{key:?}: dotnet-counters' {run:?} does not meet clrscope's {mine:?}")
         });
         eprintln!(
-            "{key:?}: {} values alike (clrscope's from the {}th)",
-            run.len(),
-            at + 1
+            "{key:?}: {alike} publications alike (dotnet-counters' i-th is clrscope's i{shift:+}-th)"
         );
     }
     let heap = &ours[&("System.Runtime".to_string(), "GC Heap Size".to_string())];
