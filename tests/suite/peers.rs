@@ -671,6 +671,9 @@ fn function_names_of_both_readers_meet() {
     );
 }
 
+/// What runtime arrays may grow by between two snapshots of a still heap (see below).
+const GROWN_ARRAY_BYTES: u64 = 16 * 1024;
+
 /// Per type name: (objects, bytes).
 type Histogram = BTreeMap<String, (u64, u64)>;
 
@@ -827,6 +830,10 @@ fn perfview_type_name(name: &str) -> String {
 /// up to one System.String (of 2–3 digits: 26–28 bytes) per second between the two may be new.
 /// The first diagnostic session a process sees makes objects of its own (EventSource manifests by
 /// reflection, dynamic methods) that die later, so one snapshot of each tool goes first, unjudged.
+/// And the runtime may replace one of its arrays by a larger one between the snapshots: twice in
+/// seven pairs on .NET 10 a System.Int32[] of 3,120 bytes was one of 6,192 in the second (the
+/// same count; which array, not found yet). So a runtime array type may hold up to
+/// GROWN_ARRAY_BYTES more in the later snapshot, with the same count.
 #[test]
 fn gcdump_agrees_with_dotnet_gcdump_and_perfviews_reader() {
     let _hogs = Hogs::start();
@@ -896,7 +903,7 @@ fn gcdump_agrees_with_dotnet_gcdump_and_perfviews_reader() {
             "dotnet-gcdump's {name}"
         );
     }
-    let mut strings = (0, 0);
+    let (mut strings, mut grown) = ((0, 0), 0);
     for name in a.keys().chain(b.keys()).collect::<BTreeSet<_>>() {
         let (x, y) = (a.get(name).copied(), b.get(name).copied());
         if name == "System.String" {
@@ -904,15 +911,22 @@ fn gcdump_agrees_with_dotnet_gcdump_and_perfviews_reader() {
             strings = (x.0.abs_diff(y.0), x.1.abs_diff(y.1));
             continue;
         }
-        assert_eq!(x, y, "{name}: clrscope's snapshot, then dotnet-gcdump's");
+        match (x, y) {
+            // A runtime array the same count of which holds more bytes: one replaced by a larger.
+            (Some(x), Some(y)) if name.ends_with("[]") && x.0 == y.0 && x.1 <= y.1 => {
+                grown += y.1 - x.1;
+            }
+            _ => assert_eq!(x, y, "{name}: clrscope's snapshot, then dotnet-gcdump's"),
+        }
     }
     eprintln!(
-        "{} types, {} objects alike; System.String differs by {} objects, {} bytes in {seconds} s",
+        "{} types, {} objects alike; System.String differs by {} objects, {} bytes in {seconds} s; arrays grew by {grown} bytes",
         a.len(),
         a.values().map(|r| r.0).sum::<u64>(),
         strings.0,
         strings.1
     );
+    assert!(grown <= GROWN_ARRAY_BYTES, "arrays grew by {grown} bytes");
     assert!(
         strings.0 <= seconds && strings.1 <= 28 * seconds,
         "System.String differs by {strings:?} (objects, bytes) over {seconds} s"
