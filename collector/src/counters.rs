@@ -500,10 +500,13 @@ impl CounterDecoder {
             })) if session_id == self.metrics_session_id => {
                 CounterUpdate::IntervalStart { unix_nanos }
             }
+            // MultipleSessionsNotSupportedError (no message) goes to every session and names the
+            // one that holds the source: when that is ours, another tool (dotnet-counters, whose
+            // sessions are never SHARED) was refused, and our values go on.
             Some(KnownEvent::Metrics(MetricsEvent::Error {
                 session_id,
                 message,
-            })) if session_id == self.metrics_session_id || message.is_empty() => {
+            })) if (session_id == self.metrics_session_id) != message.is_empty() => {
                 CounterUpdate::MetricsError {
                     message: if message.is_empty() {
                         format!(
@@ -810,6 +813,36 @@ mod tests {
             updates,
             [CounterUpdate::IntervalStart {
                 unix_nanos: 1_767_225_600_000_000_000
+            }]
+        );
+    }
+
+    #[test]
+    fn a_refused_session_is_an_error_only_when_it_is_ours() {
+        // MultipleSessionsNotSupportedError(string runningSessionId), sent to every session.
+        let meta =
+            MetadataRecord::new(1, METRICS_PROVIDER, 15, "MultipleSessionsNotSupportedError")
+                .raw_fields(scalar_fields(&[(18, "runningSessionId")]));
+        let stream = StreamBuilder::new(8)
+            .metadata_block(&[meta.encode()], true)
+            .event_block(
+                &[
+                    // dotnet-counters started while we held the source: it was refused, not us.
+                    EventSpec::new(1, 1, 7, 100, utf16z("SHARED")),
+                    // dotnet-counters held the source when we asked.
+                    EventSpec::new(1, 2, 7, 200, utf16z("6634fb08")),
+                ],
+                true,
+            )
+            .finish();
+        let config = CounterSessionConfig::new(1).with_meter("M", &[]);
+        let updates = decode_all(&stream, &CounterDecoder::new(&config));
+        assert_eq!(
+            updates,
+            [CounterUpdate::MetricsError {
+                message: "another metrics session (6634fb08) holds the process's \
+                          System.Diagnostics.Metrics source; meters are not reported"
+                    .into()
             }]
         );
     }

@@ -57,6 +57,45 @@ pub fn trace_event_command() -> Command {
     command
 }
 
+/// dotnet-gcdump's own assembly in the test bed's tool store: it compiles in PerfView's heap graph
+/// (`GCHeapDump`, `MemoryGraph`), the reader of `.gcdump` files that TraceEvent's package lacks.
+pub fn dotnet_gcdump_dll() -> PathBuf {
+    let store = testbed_dir().join("tools/.store/dotnet-gcdump");
+    let found = walk(&store, "dotnet-gcdump.dll");
+    found.unwrap_or_else(|| {
+        panic!(
+            "no dotnet-gcdump.dll under {}: run `make setup` first",
+            store.display()
+        )
+    })
+}
+
+fn walk(dir: &Path, name: &str) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if let Some(found) = walk(&path, name) {
+                return Some(found);
+            }
+        } else if path.file_name().is_some_and(|n| n == name) {
+            return Some(path);
+        }
+    }
+    None
+}
+
+/// What PerfView's reader (through the TraceEvent reader's `gcdump` mode) reads from a `.gcdump`:
+/// per type name `count`, `bytes`, `min_size`, `max_size`; `objects`, `bytes`, `pseudo_nodes`.
+pub fn perfview_gcdump(file: &Path) -> Value {
+    let output = trace_event_command()
+        .arg("gcdump")
+        .arg(file)
+        .arg(dotnet_gcdump_dll())
+        .output()
+        .expect("run the TraceEvent reader");
+    json_of("TraceEventReader gcdump", &output)
+}
+
 /// The JSON a peer printed; panics with its stderr unless it exited 0.
 pub fn json_of(what: &str, output: &Output) -> Value {
     assert!(

@@ -13,6 +13,12 @@
 //                                           per function, inclusive and exclusive sample counts; FOLD is
 //                                           PerfView's fold pattern (frames matching it count as their
 //                                           caller's)
+//   TraceEventReader gcdump FILE.gcdump DOTNET_GCDUMP_DLL
+//                                           a .gcdump through PerfView's own reader (GCHeapDump and
+//                                           MemoryGraph: TraceEvent's NuGet package does not ship them,
+//                                           dotnet-gcdump.dll compiles them in, public): per type name,
+//                                           objects, bytes and the smallest and largest object; the
+//                                           totals; the pseudo-nodes (roots) apart
 //
 // Exit code 2 on bad usage, 1 when TraceEvent cannot read the file (the message on stderr).
 using System;
@@ -20,6 +26,7 @@ using System.Collections.Generic;
 using System.Globalization;
 using System.IO;
 using System.Linq;
+using System.Runtime.Loader;
 using System.Text.Json;
 using Diagnostics.Tracing.StackSources;
 using Microsoft.Diagnostics.Tracing;
@@ -38,9 +45,10 @@ static class Program
     {
         bool events = args.Length >= 2 && args[0] == "events" && (args.Length == 2 || args.Length == 4);
         bool cpu = args.Length >= 2 && args.Length <= 3 && args[0] == "cpu";
-        if (!events && !cpu)
+        bool gcdump = args.Length == 3 && args[0] == "gcdump";
+        if (!events && !cpu && !gcdump)
         {
-            Console.Error.WriteLine("usage: TraceEventReader events FILE.nettrace [FROM UNTIL] | cpu FILE.nettrace [FOLD]");
+            Console.Error.WriteLine("usage: TraceEventReader events FILE.nettrace [FROM UNTIL] | cpu FILE.nettrace [FOLD] | gcdump FILE.gcdump DOTNET_GCDUMP_DLL");
             return 2;
         }
         try
@@ -54,6 +62,8 @@ static class Program
                     : null;
                 Events(args[1], window, json);
             }
+            else if (gcdump)
+                GcDump(args[1], args[2], json);
             else
                 Cpu(args[1], args.Length == 3 ? args[2] : null, json);
             json.Flush();
@@ -224,4 +234,85 @@ static class Program
     static bool IsPseudoFrame(string name) =>
         name == "ROOT" || name == "BROKEN" || name.StartsWith("Process64 ", StringComparison.Ordinal)
         || name.StartsWith("Process32 ", StringComparison.Ordinal) || name.StartsWith("Thread (", StringComparison.Ordinal);
+
+    sealed class TypeRow
+    {
+        public long Count;
+        public long Bytes;
+        public long MinSize = long.MaxValue;
+        public long MaxSize;
+    }
+
+    // PerfView's heap graph as dotnet-gcdump compiled it, loaded with the tool's own dependencies (its
+    // TraceEvent is older than ours) and used through reflection: a node with an address is an object;
+    // the others are the roots PerfView adds ([.NET Roots], [static vars], ...).
+    static void GcDump(string path, string toolDll, Utf8JsonWriter json)
+    {
+        toolDll = Path.GetFullPath(toolDll);
+        var resolver = new AssemblyDependencyResolver(toolDll);
+        var context = new AssemblyLoadContext("dotnet-gcdump");
+        context.Resolving += (ctx, name) => resolver.ResolveAssemblyToPath(name) is string p ? ctx.LoadFromAssemblyPath(p) : null;
+        var tool = context.LoadFromAssemblyPath(toolDll);
+        dynamic dump = Activator.CreateInstance(tool.GetType("GCHeapDump", true), path);
+        dynamic graph = dump.MemoryGraph;
+        var nodeIndex = tool.GetType("Graphs.NodeIndex", true);
+        var typeIndex = tool.GetType("Graphs.NodeTypeIndex", true);
+        dynamic node = graph.AllocNodeStorage();
+        dynamic type = graph.AllocTypeNodeStorage();
+        var byType = new Dictionary<int, TypeRow>();
+        long objects = 0, bytes = 0, pseudo = 0;
+        int limit = (int)graph.NodeIndexLimit;
+        for (int i = 0; i < limit; i++)
+        {
+            dynamic index = Enum.ToObject(nodeIndex, i);
+            if ((ulong)graph.GetAddress(index) == 0)
+            {
+                pseudo++;
+                continue;
+            }
+            graph.GetNode(index, node);
+            long size = (int)node.Size;
+            int t = (int)node.TypeIndex;
+            if (!byType.TryGetValue(t, out var row))
+                byType[t] = row = new TypeRow();
+            row.Count++;
+            row.Bytes += size;
+            row.MinSize = Math.Min(row.MinSize, size);
+            row.MaxSize = Math.Max(row.MaxSize, size);
+            objects++;
+            bytes += size;
+        }
+        // Types of one name (the same name in two modules) are one row, as clrscope's report has them.
+        var byName = new SortedDictionary<string, TypeRow>(StringComparer.Ordinal);
+        foreach (var (t, row) in byType)
+        {
+            dynamic index = Enum.ToObject(typeIndex, t);
+            string name = graph.GetType(index, type).Name;
+            if (!byName.TryGetValue(name, out var sum))
+                byName[name] = sum = new TypeRow();
+            sum.Count += row.Count;
+            sum.Bytes += row.Bytes;
+            sum.MinSize = Math.Min(sum.MinSize, row.MinSize);
+            sum.MaxSize = Math.Max(sum.MaxSize, row.MaxSize);
+        }
+        json.WriteStartObject();
+        json.WriteString("file", path);
+        json.WriteString("creation_tool", (string)dump.CreationTool);
+        json.WriteNumber("objects", objects);
+        json.WriteNumber("bytes", bytes);
+        json.WriteNumber("pseudo_nodes", pseudo);
+        json.WriteStartArray("types");
+        foreach (var (name, row) in byName)
+        {
+            json.WriteStartObject();
+            json.WriteString("name", name);
+            json.WriteNumber("count", row.Count);
+            json.WriteNumber("bytes", row.Bytes);
+            json.WriteNumber("min_size", row.MinSize);
+            json.WriteNumber("max_size", row.MaxSize);
+            json.WriteEndObject();
+        }
+        json.WriteEndArray();
+        json.WriteEndObject();
+    }
 }
