@@ -13,7 +13,7 @@
 //! let source = ArtifactSource { client: &client, pid: 42, local: None };
 //! let name = artifact.kind().file_name(source.pid, std::time::SystemTime::now());
 //! let mut upload = egress.start("artifacts", &name, &Default::default())?;
-//! let written = artifact.write(source, &mut upload, std::future::pending()).await;
+//! let written = artifact.write(source, &mut upload, std::future::pending(), None).await;
 //! println!("at {}", upload.conclude(written).await?);
 //! # Ok(()) }
 //! ```
@@ -34,6 +34,7 @@ use collector::signals::{
     write_demanded_logs, write_exceptions, write_logs, ExceptionFormat, ExceptionsRequest,
     LogFormat, LogsRequest,
 };
+use collector::startup::ResumeHold;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// One artifact to collect, and how.
@@ -105,16 +106,24 @@ impl Artifact {
     }
 
     /// Collects the artifact from `source` into `out` and flushes it; `stop` ends a trace early.
+    /// `hold` (a runtime waiting to be resumed for it) is released once a trace's session is
+    /// enabled, at once for the other artifacts.
     pub async fn write<W: AsyncWrite + Unpin + Send>(
         &self,
         source: ArtifactSource<'_>,
         out: &mut W,
         stop: impl Future<Output = ()>,
+        hold: Option<ResumeHold>,
     ) -> Result<(), ArtifactError> {
         let client = source.client;
+        let mut hold = hold;
+        if !matches!(self, Artifact::Trace(_)) {
+            drop(hold.take());
+        }
         let written = match self {
             Artifact::Trace(request) => {
-                let summary = collect_trace(client, request, out, stop, |_| {}).await?;
+                let enabled = |_| drop(hold.take());
+                let summary = collect_trace(client, request, out, stop, enabled).await?;
                 if let Some(error) = &summary.parse_error {
                     tracing::warn!(%error, "a trace's stream did not parse; it is kept as the runtime sent it");
                 }

@@ -25,6 +25,7 @@ use collector::session::{self, EventObserver, ParsingWriter, Reading, SessionPro
 use collector::signals::{
     LogsDemand, LogsFeed, ProcessSignals, SignalCollector, SpanLookup, SpanSource, TwinCopies,
 };
+use collector::startup::{ResumeHold, ResumeHolds};
 use collector::timer_grid;
 use exporter::remote::otel_env::parse_pairs;
 use profile::labels;
@@ -654,15 +655,16 @@ pub fn service_name(environment: &[(String, String)]) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// How long a listen-mode runtime waits for its light session to be enabled before it is
-/// resumed anyway.
-const LIGHT_SESSION_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a listen-mode runtime waits for the sessions it is held for (the light session, and
+/// those a rule or linkage needs) before it is resumed anyway.
+const RESUME_HOLD_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A listen-mode runtime may wait at startup for a tool (`DOTNET_DiagnosticPorts` suspends by
 /// default): it is resumed once the light session is enabled (a suspended runtime writes no
 /// stream: waiting for its first bytes only delayed the app by the timeout), so every method it
 /// binds or compiles is announced there, and whatever else happens, before the runtime's task
-/// ends.
+/// ends. Where it waits, the sessions of `Startup` rules and linkage are enabled first too, as
+/// dotnet-monitor does, so that they see the process from its first managed code.
 struct StartupGate<'a> {
     client: &'a DiagnosticsClient,
     pid: u64,
@@ -675,10 +677,25 @@ impl StartupGate<'_> {
         if !std::mem::take(&mut self.pending) {
             return;
         }
-        if let Err(error) = self.client.resume_runtime().await {
-            tracing::debug!(pid = self.pid, %error, "resuming the runtime failed");
+        // Taken before the command: the runtime cannot run earlier. A startup trace's first
+        // sample is compared with it (tests/suite/startup.rs).
+        let asked = profile::clock::unix_nanos();
+        match self.client.resume_runtime().await {
+            Ok(()) => tracing::info!(pid = self.pid, resumed_unix_ns = asked, "runtime resumed"),
+            Err(error) => tracing::debug!(pid = self.pid, %error, "resuming the runtime failed"),
         }
     }
+}
+
+/// Whether the runtime's `DOTNET_DiagnosticPorts` makes it wait for a ResumeRuntime at startup:
+/// a port suspends unless tagged `nosuspend`.
+fn waits_for_resume(environment: &[(String, String)]) -> bool {
+    environment
+        .iter()
+        .filter(|(k, _)| k == "DOTNET_DiagnosticPorts")
+        .flat_map(|(_, v)| v.split(';'))
+        .filter(|port| !port.trim().is_empty())
+        .any(|port| !port.split(',').skip(1).any(|tag| tag.trim() == "nosuspend"))
 }
 
 /// Profiles one process until it exits or the agent stops.
@@ -739,6 +756,15 @@ async fn attach(
         }
     };
     let service = service_name(&environment).unwrap_or_else(|| name.clone());
+    // A runtime waiting to be resumed runs no managed code yet: the sessions of Startup rules
+    // and linkage are enabled now, before it, where the runtime was seen not to hang then.
+    let holds = ResumeHolds::default();
+    let before_resume = (gate.pending
+        && waits_for_resume(&environment)
+        && collector::startup::sessions_before_resume(
+            info.clr_product_version.as_deref().unwrap_or_default(),
+        ))
+    .then_some(&holds);
     let sampler =
         SamplerControl::new(agent.settings.duty).with_idle_below(agent.settings.idle_below);
     let rule_states = RuleStates::default();
@@ -799,6 +825,7 @@ async fn attach(
             states: rule_states,
             signals: signals.clone(),
             grace,
+            before_resume,
         },
         &agent.processes,
         &agent.shutdown,
@@ -866,7 +893,6 @@ async fn attach(
             stop,
         ));
     }
-    let (enabled, light_enabled) = tokio::sync::oneshot::channel::<()>();
     let long = |stream, config, renew| LongSession {
         client: client.clone(),
         pid: target.pid,
@@ -881,7 +907,7 @@ async fn attach(
     let config = light_session(agent.settings.events, &agent.settings.signals);
     let mut light = tokio::spawn(run_long_session(
         long(Stream::Light, config, None),
-        Some(enabled),
+        holds.hold(),
     ));
     let renew_linkage = agent
         .settings
@@ -893,10 +919,11 @@ async fn attach(
         let session = long(Stream::Linkage, config, renew_linkage.clone());
         let shutdown = agent.shutdown.clone();
         let profiler = profiler.clone();
+        let hold = before_resume.and_then(ResumeHolds::hold);
         tokio::spawn(async move {
             let linkage = async {
-                if grace.wait_or(stopped(shutdown)).await {
-                    let _ = run_long_session(session, None).await;
+                if hold.is_some() || grace.wait_or(stopped(shutdown)).await {
+                    let _ = run_long_session(session, hold).await;
                 }
             };
             // Exceptions waiting for their spans are kept while both streams are quiet too.
@@ -926,8 +953,14 @@ async fn attach(
             }
         })
     };
-    // A session failing to start ends the wait too (its sender is dropped).
-    let _ = tokio::time::timeout(LIGHT_SESSION_START_TIMEOUT, light_enabled).await;
+    // A session failing to start ends the wait too (its hold is dropped).
+    if !holds.released(RESUME_HOLD_TIMEOUT).await {
+        tracing::warn!(
+            pid = target.pid,
+            timeout_s = RESUME_HOLD_TIMEOUT.as_secs(),
+            "sessions were not enabled in time; going on without them"
+        );
+    }
     gate.open().await;
     // Started after the light session, so code loaded in between is named by one or the other.
     let pid32 = u32::try_from(target.pid).unwrap_or(0);
@@ -1011,13 +1044,13 @@ struct LongSession {
     renew: Option<Arc<Notify>>,
 }
 
-/// Runs a long-lived session until the agent stops or the process exits; `enabled` fires once
+/// Runs a long-lived session until the agent stops or the process exits; `enabled` is released once
 /// the runtime has enabled it. A session that ends while the runtime still answers (another
 /// tool stopped it, its stream did not parse) is started again, so that names and spans keep
 /// coming; what happened in between is lost, and counted.
 async fn run_long_session(
     long: LongSession,
-    mut enabled: Option<tokio::sync::oneshot::Sender<()>>,
+    mut enabled: Option<ResumeHold>,
 ) -> Result<session::SessionSummary, session::SessionError> {
     let _open = GaugeGuard::new(&long.health.sessions);
     let pid_label = long.pid.to_string();
@@ -1072,7 +1105,7 @@ async fn run_long_session(
                     "session enabled"
                 );
                 if let Some(enabled) = enabled.take() {
-                    let _ = enabled.send(());
+                    enabled.release();
                 }
             }
         };
@@ -1869,6 +1902,18 @@ mod tests {
         assert!(images_due(false, false, MAPS_RECHECK, moment));
         // Never read yet.
         assert!(images_due(false, false, never, never));
+    }
+
+    #[test]
+    fn a_runtime_waits_for_a_resume_unless_every_port_says_nosuspend() {
+        let waits = |value: &str| waits_for_resume(&env(&[("DOTNET_DiagnosticPorts", value)]));
+        assert!(waits("/run/clrscope.sock"));
+        assert!(waits("/run/clrscope.sock,connect,suspend"));
+        assert!(!waits("/run/clrscope.sock,nosuspend"));
+        assert!(!waits("/run/clrscope.sock,connect,nosuspend"));
+        assert!(waits("/a.sock,nosuspend;/b.sock"));
+        assert!(!waits(""));
+        assert!(!waits_for_resume(&env(&[("DOTNET_gcServer", "1")])));
     }
 
     #[test]

@@ -20,11 +20,14 @@ use collector::nettrace::ParserOptions;
 use collector::providers::SessionProviders;
 use collector::rules::capture::{self, CaptureRequest};
 use collector::rules::engine::{self, ActionFuture, Firing, RuleEvent};
-use collector::rules::options::{Action, ActionKind, CollectionRule, ProcessFacts, TraceSource};
+use collector::rules::options::{
+    Action, ActionKind, CollectionRule, ProcessFacts, TraceSource, Trigger,
+};
 use collector::rules::ring::RingLimits;
 use collector::rules::state::RuleStates;
 use collector::sampler::SamplerControl;
 use collector::signals::{ExceptionsRequest, LogsRequest, ProcessSignals};
+use collector::startup::{ResumeHold, ResumeHolds};
 use exporter::artifacts::{Artifact, ArtifactSource};
 use exporter::egress::{ArtifactOrigin, Egress, EgressError, RuleActionOrigin, Upload};
 use tokio::io::AsyncWriteExt;
@@ -84,6 +87,9 @@ pub struct RuleTarget<'a> {
     pub signals: ProcessSignals,
     /// Sessions start once it ends: triggers and pre-trigger rings enable EventSources.
     pub grace: StartupGrace,
+    /// A runtime waiting to be resumed until its sessions are enabled: `Startup` rules run at
+    /// once, without the grace, and it waits for their traces' sessions.
+    pub before_resume: Option<&'a ResumeHolds>,
 }
 
 /// Starts the rules that apply to `target`; the returned set owns their tasks.
@@ -138,6 +144,11 @@ pub fn start(
                 }
             });
         }
+        // A Startup rule on a runtime that waits: its first trace starts before the resume.
+        let hold = target
+            .before_resume
+            .filter(|_| rule.trigger == Trigger::Startup && has_trace(rule))
+            .and_then(ResumeHolds::hold);
         let context = Arc::new(ActionContext {
             client: target.client.clone(),
             pid: target.pid,
@@ -150,6 +161,7 @@ pub fn start(
             parser: settings.parser.clone(),
             captures,
             signals: target.signals.clone(),
+            hold: std::sync::Mutex::new(None),
         });
         let rule = rule.clone();
         let client = target.client.clone();
@@ -159,11 +171,13 @@ pub fn start(
         let interval = settings.counter_interval_seconds;
         let stop = stopped(shutdown.clone());
         let grace = target.grace;
-        tracing::info!(pid = target.pid, rule = %rule.name, "collection rule applied");
+        tracing::info!(pid = target.pid, rule = %rule.name, before_resume = hold.is_some(), "collection rule applied");
         tasks.spawn(async move {
             let mut stop = std::pin::pin!(stop);
-            if !grace.wait_or(&mut stop).await {
-                return;
+            match hold {
+                Some(hold) => context.hold_for_trace(hold),
+                None if !grace.wait_or(&mut stop).await => return,
+                None => {}
             }
             let execute = |action: &Action, firing: &Firing| -> ActionFuture {
                 let context = context.clone();
@@ -184,10 +198,26 @@ pub fn start(
                 };
                 processes.record_rule_event(&cookie, kind, &rule.name);
             };
-            engine::run_rule(&client, &rule, &states, interval, execute, report, stop).await;
+            engine::run_rule(
+                &client, &rule, &states, interval, execute, report, stop, None,
+            )
+            .await;
         });
     }
     tasks
+}
+
+/// Whether a rule collects a trace of its own (not from a pre-trigger ring).
+fn has_trace(rule: &CollectionRule) -> bool {
+    rule.actions.iter().any(|a| {
+        matches!(
+            a.kind,
+            ActionKind::CollectTrace {
+                pre_trigger: None,
+                ..
+            }
+        )
+    })
 }
 
 /// The session a CollectTrace action's providers make.
@@ -242,11 +272,25 @@ struct ActionContext {
     captures: HashMap<String, mpsc::Sender<CaptureRequest>>,
     /// The process's logs, for CollectLogs.
     signals: ProcessSignals,
+    /// The runtime waits for the first trace's session (a `Startup` rule before the resume).
+    hold: std::sync::Mutex<Option<ResumeHold>>,
 }
 
 impl ActionContext {
+    fn hold_for_trace(&self, hold: ResumeHold) {
+        *self.hold.lock().unwrap_or_else(|p| p.into_inner()) = Some(hold);
+    }
+
+    /// The hold of a runtime waiting for this trace, once.
+    fn take_hold(&self) -> Option<ResumeHold> {
+        self.hold.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
     /// Collects `artifact` into the egress provider `egress`, named for the time of the firing.
     async fn collect(&self, artifact: Artifact, egress: &str, by: &By<'_>) -> anyhow::Result<()> {
+        let hold = matches!(artifact, Artifact::Trace(_))
+            .then(|| self.take_hold())
+            .flatten();
         let mut upload = self.upload(egress, artifact.kind(), by).await?;
         let source = ArtifactSource {
             client: &self.client,
@@ -254,7 +298,7 @@ impl ActionContext {
             local: self.local.as_ref(),
         };
         let written = artifact
-            .write(source, &mut upload, std::future::pending())
+            .write(source, &mut upload, std::future::pending(), hold)
             .await;
         match upload.conclude(written).await {
             Ok(_) => Ok(()),

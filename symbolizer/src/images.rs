@@ -1,8 +1,8 @@
 //! Where module files are mapped. Module events carry no base address (and CoreCLR's
 //! `ModuleRangeLoad` sends nothing), so image ranges come from the target's `/proc/PID/maps`:
 //! [`read_proc_maps`] reads and parses it, [`parse_proc_maps`] parses text read elsewhere.
-//! [`read_proc_maps`] also reads the precompiled methods of each managed image
-//! ([`ImageMethods`]), once per file for all processes.
+//! [`read_proc_maps`] also reads the precompiled methods of each managed image, and the
+//! symbol table of a NativeAOT executable ([`ImageMethods`]), once per file for all processes.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -60,7 +60,7 @@ pub fn reread_proc_maps(
     }
     let pid = process.pid;
     let mut mapped = None;
-    for image in images.iter_mut().filter(|i| is_managed_image(&i.path)) {
+    for image in images.iter_mut().filter(|i| names_its_code(&i.path)) {
         image.methods = match known.iter().find(|k| same_mapping(k, image)) {
             Some(earlier) => earlier.methods.clone(),
             None => image_methods(pid, image, mapped.get_or_insert_with(|| mapped_files(pid))),
@@ -75,6 +75,12 @@ pub fn reread_proc_maps(
 pub(crate) fn is_managed_image(path: &str) -> bool {
     let lower = file_name(path).to_ascii_lowercase();
     lower.ends_with(".dll") || lower.ends_with(".exe")
+}
+
+/// Whether an image may name its own code: a managed image (ReadyToRun tables), or an
+/// executable, which may be a NativeAOT program (its symbol table); shared libraries are not read.
+fn names_its_code(path: &str) -> bool {
+    is_managed_image(path) || !file_name(path).contains(".so")
 }
 
 /// `/proc/PID/map_files` entries by the start address of their mapping.
@@ -170,6 +176,9 @@ fn read_image_methods(file: std::fs::File, size: u64) -> Result<ImageMethods, R2
     file.take(MAX_IMAGE_BYTES)
         .read_to_end(&mut bytes)
         .map_err(|e| R2rError::Io(e.to_string()))?;
+    if bytes.starts_with(b"\x7fELF") {
+        return crate::native_aot::parse(&bytes);
+    }
     ImageMethods::parse(&bytes)
 }
 

@@ -40,6 +40,7 @@ mod images;
 mod map;
 mod method_names;
 mod names;
+pub mod native_aot;
 pub mod nettrace;
 pub mod profiles;
 mod r2r;

@@ -34,6 +34,7 @@ mod ipc;
 mod linkage;
 mod metrics;
 mod metrics_export;
+mod native_aot;
 mod nettrace_live;
 mod node;
 mod openapi;

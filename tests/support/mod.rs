@@ -435,9 +435,35 @@ pub struct TargetBuilder {
     wrapper: Vec<String>,
     /// The .NET major version to run on; `None`: [`runtime_major`].
     runtime: Option<u32>,
+    /// A NativeAOT build: its executable runs without the .NET host.
+    native_aot: bool,
+}
+
+/// Where tests/testbed/setup.sh publishes the NativeAOT target `name` (.NET 10).
+pub fn native_aot_executable(name: &str) -> PathBuf {
+    let exe = testbed_dir()
+        .join("targets")
+        .join(name)
+        .join("publish")
+        .join(name);
+    if !exe.exists() {
+        panic!(
+            "no NativeAOT test-bed target {}: run `make setup` (tests/testbed/setup.sh targets) first",
+            exe.display()
+        );
+    }
+    exe
 }
 
 impl TargetBuilder {
+    /// The NativeAOT build of the target (`tests/targets/<name>`, published by setup.sh for .NET
+    /// 10): its own executable, no `dotnet` host, always .NET 10.
+    pub fn native_aot(mut self) -> Self {
+        self.native_aot = true;
+        self.runtime = Some(10);
+        self
+    }
+
     /// Runs on .NET `major` instead of [`runtime_major`]'s: for a benchmark that compares
     /// runtimes side by side in one run.
     pub fn on_runtime(mut self, major: u32) -> Self {
@@ -497,16 +523,22 @@ impl TargetBuilder {
 
     /// The command that [`spawn`](Self::spawn) runs.
     pub fn command(&self) -> Command {
+        let program = match self.native_aot {
+            true => native_aot_executable(&self.name),
+            false => dotnet_host(),
+        };
         let mut cmd = match self.wrapper.split_first() {
-            Some((program, args)) => {
-                let mut cmd = Command::new(program);
-                cmd.args(args).arg(dotnet_host());
+            Some((wrapper, args)) => {
+                let mut cmd = Command::new(wrapper);
+                cmd.args(args).arg(program);
                 cmd
             }
-            None => Command::new(dotnet_host()),
+            None => Command::new(program),
         };
         let major = self.runtime();
-        cmd.arg(target_dll_on(&self.name, major));
+        if !self.native_aot {
+            cmd.arg(target_dll_on(&self.name, major));
+        }
         cmd.args(&self.args);
         // A runtime newer than the newest build runs that build rolled forward to it.
         if major > NEWEST_BUILT_MAJOR {
@@ -672,6 +704,7 @@ impl Target {
             current_dir: None,
             wrapper: Vec::new(),
             runtime: None,
+            native_aot: false,
         }
     }
 

@@ -17,7 +17,9 @@
 #     PATH: it restores the packs and builds the targets;
 #   * .testbed/bin/dotnet -> .testbed/dotnet/dotnet, and .testbed/runtimes.env naming each runtime;
 #   * the targets: tests/targets/Targets.slnx built by `dotnet build` for net8.0, net9.0 and
-#     net10.0 into .testbed/targets/<Name>/<tfm>/ (skipped when no source changed since);
+#     net10.0 into .testbed/targets/<Name>/<tfm>/ (skipped when no source changed since), and
+#     tests/targets/StorefrontAot published with NativeAOT (`dotnet publish`, net10.0, the
+#     ILCompiler package the SDK picks) into .testbed/targets/StorefrontAot/publish/;
 #   * Microsoft's diagnostics tools dotnet-trace, dotnet-counters and dotnet-gcdump ($DOTNET_TOOLS_VERSION,
 #     NuGet) in .testbed/tools, run on the test bed's own runtimes (DOTNET_ROOT=.testbed/dotnet), and
 #     tests/peers/TraceEventReader (TraceEvent $TRACEEVENT_VERSION) built into .testbed/peers: the
@@ -248,6 +250,11 @@ ensure_targets() {
     say "building tests/targets (dotnet build: net8.0, net9.0, net10.0)…"
     quietly "$SDK_DOTNET" build "$ROOT/tests/targets/Targets.slnx" -c Release -nologo -v:q \
         "-p:ClrscopeTestbed=$TESTBED"
+    # Not in Targets.slnx: `dotnet publish` compiles it to native code (the SDK picks the
+    # ILCompiler package of its .NET 10), a few minutes of the build.
+    say "publishing tests/targets/StorefrontAot (NativeAOT, net10.0)…"
+    quietly "$SDK_DOTNET" publish "$ROOT/tests/targets/StorefrontAot/StorefrontAot.csproj" -c Release \
+        -nologo -v:q "-p:ClrscopeTestbed=$TESTBED"
     printf '%s\n' "$want" >"$stamp"
 }
 

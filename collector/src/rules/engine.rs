@@ -24,6 +24,7 @@ use crate::nettrace::events::KnownEvent;
 use crate::nettrace::Event;
 use crate::providers::TraceProfile;
 use crate::session::{self, EventObserver, ParsingWriter, SessionEnd, SessionError};
+use crate::startup::ResumeHold;
 
 /// How often the wall clock is offered to triggers (hung-request detection).
 const HEARTBEAT: Duration = Duration::from_secs(1);
@@ -138,15 +139,19 @@ fn unix_nanos(t: SystemTime) -> i64 {
 
 /// Waits until `trigger` is satisfied: `Ok(Some(when))`, or `Ok(None)` when `stop` resolved or
 /// the process ended first. A Schedule counts its intervals from `since`, when the rule was
-/// applied.
+/// applied. `hold` is released once the trigger's session is enabled (at once for a trigger
+/// without one).
 pub async fn wait_for_trigger(
     client: &DiagnosticsClient,
     trigger: &Trigger,
     since: SystemTime,
     counter_interval_seconds: u32,
     stop: impl Future<Output = ()>,
+    hold: Option<ResumeHold>,
 ) -> Result<Option<SystemTime>, SessionError> {
+    let mut hold = hold;
     if let Trigger::Schedule(schedule) = trigger {
+        drop(hold);
         return Ok(wait_for_schedule(schedule, since, stop).await);
     }
     let Some(session) = TriggerSession::for_trigger(trigger, counter_interval_seconds) else {
@@ -189,7 +194,7 @@ pub async fn wait_for_trigger(
         &mut sink,
         until,
         STOP_TIMEOUT,
-        |_| {},
+        |_| drop(hold.take()),
     )
     .await?;
     if let Some(error) = sink.error() {
@@ -258,7 +263,9 @@ pub type ActionFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send +
 
 /// Runs `rule` on one process until it finishes, the process exits or `stop` resolves. Its state
 /// is kept in `states` under the rule's name (what `/collectionrules` shows); `execute` starts an
-/// action; `report` hears triggers, throttles and the end.
+/// action; `report` hears triggers, throttles and the end; `hold` is released once the first
+/// trigger's session is enabled.
+#[allow(clippy::too_many_arguments)]
 pub async fn run_rule(
     client: &DiagnosticsClient,
     rule: &CollectionRule,
@@ -267,7 +274,9 @@ pub async fn run_rule(
     mut execute: impl FnMut(&Action, &Firing) -> ActionFuture,
     mut report: impl FnMut(RuleEvent),
     stop: impl Future<Output = ()>,
+    hold: Option<ResumeHold>,
 ) {
+    let mut hold = hold;
     let started = SystemTime::now();
     states.insert(&rule.name, PipelineState::new(rule.limits, started));
     let deadline = rule
@@ -295,6 +304,7 @@ pub async fn run_rule(
             started,
             counter_interval_seconds,
             until,
+            hold.take(),
         )
         .await;
         let time = match fired {

@@ -240,6 +240,23 @@ impl ImageMethods {
         })
     }
 
+    /// Methods given as whole stretches of code, `(begin, end, display name)` RVAs (a NativeAOT
+    /// executable's symbol table); where two overlap, the one that starts first is kept.
+    pub(crate) fn from_spans(mut named: Vec<(u32, u32, Box<str>)>) -> Self {
+        named.sort_unstable_by_key(|&(begin, end, _)| (begin, std::cmp::Reverse(end)));
+        let mut spans: Vec<Span> = Vec::with_capacity(named.len());
+        let mut methods = Vec::with_capacity(named.len());
+        for (begin, end, name) in named {
+            if begin >= end || spans.last().is_some_and(|last| begin < last.end) {
+                continue;
+            }
+            let method = methods.len() as u32;
+            methods.push((begin, name));
+            spans.push(Span { begin, end, method });
+        }
+        Self { spans, methods }
+    }
+
     /// The method whose code holds `rva`: its entry RVA and display name.
     pub fn method_at(&self, rva: u64) -> Option<(u32, &str)> {
         let rva = u32::try_from(rva).ok()?;

@@ -1,5 +1,7 @@
 using System.Diagnostics;
 using System.Runtime.CompilerServices;
+using System.Text.Json;
+using System.Text.Json.Serialization;
 using System.Threading;
 using System.Threading.Tasks;
 using Grpc.Core;
@@ -17,6 +19,15 @@ namespace Storefront.Inventory
     {
         public long Reservation { get; set; }
         public double DelayMs { get; set; }
+    }
+
+    /// <summary>The reservation's JSON, generated at build time (web defaults, as PostAsJsonAsync's): the
+    /// NativeAOT build (../StorefrontAot) has no reflection-based serializer for the client side.</summary>
+    [JsonSourceGenerationOptions(JsonSerializerDefaults.Web)]
+    [JsonSerializable(typeof(ReserveRequest))]
+    [JsonSerializable(typeof(ReserveReply))]
+    public sealed partial class InventoryJson : JsonSerializerContext
+    {
     }
 
     /// <summary>The downstream's inventory: POST /api/inventory/reserve answers after

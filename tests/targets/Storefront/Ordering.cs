@@ -62,7 +62,8 @@ namespace Storefront.Ordering
             long reserveStart = Stopwatch.GetTimestamp();
             Counts.Add(ref Counts.DownstreamCalls);
             HttpResponseMessage reserved = await clients.CreateClient(HttpClientName).PostAsJsonAsync(
-                "api/inventory/reserve", new ReserveRequest { ProductId = product.Id, Quantity = order.Quantity });
+                "api/inventory/reserve", new ReserveRequest { ProductId = product.Id, Quantity = order.Quantity },
+                InventoryJson.Default.ReserveRequest);
             double reserveMs = Stopwatch.GetElapsedTime(reserveStart).TotalMilliseconds;
             if (!reserved.IsSuccessStatusCode)
             {
@@ -70,7 +71,7 @@ namespace Storefront.Ordering
                 log.LogError("Inventory reservation for product {ProductId} failed with {StatusCode}", product.Id, (int)reserved.StatusCode);
                 return Results.StatusCode(StatusCodes.Status502BadGateway);
             }
-            ReserveReply reservation = await reserved.Content.ReadFromJsonAsync<ReserveReply>();
+            ReserveReply reservation = await reserved.Content.ReadFromJsonAsync(InventoryJson.Default.ReserveReply);
 
             long orderId = await store.InsertOrder(product.Id, order.Quantity, total, order.Coupon);
             Counts.Add(ref Counts.OrdersPlaced);

@@ -365,10 +365,12 @@ namespace Storefront
             foreach (Type t in new[] { typeof(Activity), typeof(ILogger), typeof(LoggerFactory), typeof(WebApplication) })
             {
                 Assembly a = t.Assembly;
+                // A NativeAOT build (../StorefrontAot) has no assembly files: from_app is null there.
+                string location = a.Location, app = typeof(Program).Assembly.Location;
                 found.Add(a.GetName().Name, new Json()
                     .Add("version", a.GetName().Version.ToString())
                     .Add("file_version", a.GetCustomAttribute<AssemblyFileVersionAttribute>()?.Version)
-                    .Add("from_app", Path.GetDirectoryName(a.Location) == Path.GetDirectoryName(typeof(Program).Assembly.Location)));
+                    .Add("from_app", location.Length == 0 ? null : (object)(Path.GetDirectoryName(location) == Path.GetDirectoryName(app))));
             }
             return found;
         }

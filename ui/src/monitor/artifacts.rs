@@ -69,7 +69,7 @@ async fn run_job<W: AsyncWrite + Unpin + Send>(
     out: &mut W,
     handle: &OperationHandle,
 ) -> Option<Result<(), ArtifactError>> {
-    let written = artifact.write(source(target), out, handle.stop_requested());
+    let written = artifact.write(source(target), out, handle.stop_requested(), None);
     if artifact.cancellable_midway() {
         tokio::select! {
             result = written => Some(result),
