@@ -120,6 +120,9 @@ fn check_fixture_set(set: &Path) {
     );
     assert!(count(&rundown, runtime, "MethodLoadVerbose") > 0, "{at}");
 
+    if set == fixtures() {
+        return; // the first recordings (.NET 8.0.4) have no AsyncWeb: it was not ASP.NET Core then
+    }
     // AsyncWeb on ASP.NET Core at 20 requests/s for 2.5 s: the framework's own hosting EventSource
     // and server-span events, and the app's histogram.
     let http = json("asyncweb-http-metrics.nettrace");
