@@ -39,7 +39,9 @@ fn absorb(target: &mut Target, pending: &mut HashMap<u64, Value>, requests: &mut
         if let (Some(n), true) = (v["request"].as_u64(), v["kind"].is_string()) {
             pending.insert(n, v);
         } else if let Some(n) = v["hosting"].as_u64() {
-            let mut request = pending.remove(&n).expect("a hosting line after its request line");
+            let mut request = pending
+                .remove(&n)
+                .expect("a hosting line after its request line");
             assert_eq!(request["hosting_span_id"], v["hosting_span_id"], "{v}");
             for key in ["pipeline_ms", "hosting_duration_ms"] {
                 request[key] = v[key].clone();
