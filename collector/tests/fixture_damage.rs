@@ -5,11 +5,18 @@ use std::path::Path;
 
 use collector::nettrace::{NettraceError, Parser};
 
+/// The first recordings and those of each runtime (`net8/`, `net9/`, …).
 fn fixtures() -> Vec<(String, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    let mut all: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
+    let entries = |dir: &Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect()
+    };
+    let mut all: Vec<_> = entries(&dir)
+        .into_iter()
+        .flat_map(|p| if p.is_dir() { entries(&p) } else { vec![p] })
         .filter(|p| p.extension().is_some_and(|e| e == "nettrace"))
         .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
         .collect();

@@ -198,16 +198,23 @@ fn is_hex(v: &Value, len: usize) -> bool {
         .is_some_and(|s| s.len() == len && s.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
-/// Checks the facts every HTTP target (AsyncWeb, Bookstore) states about its server and the
-/// ASP.NET Core hosting events it stands in for; returns its port.
+/// Checks the facts every HTTP target (AsyncWeb, Bookstore) states about its server (ASP.NET Core
+/// on Kestrel, of the runtime's major version) and the hosting events it emits; returns its port.
 fn check_web_ready(target: &Target) -> u16 {
     let ready = target.ready().expect("ready line");
     let port = ready["port"].as_u64().unwrap() as u16;
     assert_eq!(ready["url"], format!("http://127.0.0.1:{port}/"));
+    assert_eq!(ready["server"], "Kestrel");
+    let major = |key: &str| ready[key].as_str().and_then(|v| v.split('.').next());
+    assert_eq!(major("aspnetcore"), major("runtime"), "{ready}");
     assert_eq!(ready["diagnostic_listener"], "Microsoft.AspNetCore");
     assert_eq!(
         ready["hosting_activity"],
         "Microsoft.AspNetCore.Hosting.HttpRequestIn"
+    );
+    assert_eq!(
+        ready["hosting_event_source"],
+        "Microsoft.AspNetCore.Hosting"
     );
     assert_eq!(ready["id_format"], "W3C");
     port
@@ -237,6 +244,22 @@ fn asyncweb_serves_spans_and_switches_threads() {
         assert!(is_hex(&line["hosting_span_id"], 16), "{line}");
         assert_ne!(line["span_id"], line["hosting_span_id"]);
         assert!(line["parent_span_id"].is_null());
+        // ASP.NET Core's server span stops after the response: its own line, which holds the
+        // pipeline the first middleware timed inside it
+        let hosting = t
+            .wait_for_json(secs(10), |v| v["hosting"] == line["request"])
+            .expect("hosting line");
+        assert_eq!(hosting["hosting_span_id"], line["hosting_span_id"]);
+        assert_eq!(hosting["trace_id"], line["trace_id"]);
+        let pipeline_ms = hosting["pipeline_ms"].as_f64().unwrap();
+        assert!(
+            pipeline_ms >= line["span_ms"].as_f64().unwrap(),
+            "{hosting} {line}"
+        );
+        assert!(
+            hosting["hosting_duration_ms"].as_f64().unwrap() + 0.001 >= pipeline_ms,
+            "{hosting}"
+        );
         assert!(line["inner_span_id"].is_null(), "{line}");
         // the continuation after the await runs on another thread-pool thread
         assert_eq!(line["switched_thread"], true, "{line}");
@@ -381,7 +404,7 @@ fn bookstore_endpoints_behave() {
             port,
             "POST",
             "/orders?book=3&quantity=2",
-            &[("traceparent", &traceparent), ("content-length", "0")],
+            &[("traceparent", &traceparent)], // (Content-Length: 0 comes with any POST)
         );
         assert_eq!(paid.status, 200, "{paid:?}");
         let receipt = paid.json();

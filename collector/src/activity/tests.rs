@@ -419,6 +419,10 @@ fn ids_parse_only_as_w3c_hex() {
     assert_eq!(operation_name("AsyncWeb.Alpha"), "AsyncWeb.Alpha");
 }
 
+/// The runtimes `asyncweb-linkage.nettrace` was recorded on (`tests/fixtures/net<major>/`, from
+/// AsyncWeb on ASP.NET Core by `tests/fixtures/record.sh`).
+const LINKAGE_RUNTIMES: [&str; 4] = ["net8", "net9", "net10", "net11"];
+
 /// One request of `asyncweb-linkage.nettrace` as AsyncWeb reported it (its request line).
 struct Request {
     kind: String,
@@ -430,10 +434,10 @@ struct Request {
     tid_after: u64,
 }
 
-fn fixture_requests() -> Vec<Request> {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/asyncweb-linkage.requests.jsonl"
+fn fixture_requests(runtime: &str) -> Vec<Request> {
+    let path = format!(
+        "{}/tests/fixtures/{runtime}/asyncweb-linkage.requests.jsonl",
+        env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(path).unwrap();
     text.lines()
@@ -460,11 +464,11 @@ struct Seen {
     stop: Option<(u64, i64)>,
 }
 
-/// `asyncweb-linkage.nettrace` fed to a tracker, with each span's start and stop.
-fn recorded() -> (SpanTracker, HashMap<String, Seen>, Vec<(u64, i64)>) {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/asyncweb-linkage.nettrace"
+/// `asyncweb-linkage.nettrace` of `runtime` fed to a tracker, with each span's start and stop.
+fn recorded(runtime: &str) -> (SpanTracker, HashMap<String, Seen>, Vec<(u64, i64)>) {
+    let path = format!(
+        "{}/tests/fixtures/{runtime}/asyncweb-linkage.nettrace",
+        env!("CARGO_MANIFEST_DIR")
     );
     let mut reader = crate::nettrace::NettraceReader::new(std::fs::File::open(path).unwrap());
     let mut tracker = SpanTracker::default();
@@ -491,20 +495,44 @@ fn recorded() -> (SpanTracker, HashMap<String, Seen>, Vec<(u64, i64)>) {
 
 #[test]
 fn the_recorded_trace_follows_each_request_across_its_threads() {
-    let (tracker, seen, _) = recorded();
+    for runtime in LINKAGE_RUNTIMES {
+        follows_each_request_across_its_threads(runtime);
+    }
+}
+
+fn follows_each_request_across_its_threads(runtime: &str) {
+    let (tracker, seen, _) = recorded(runtime);
     let stats = tracker.stats();
-    assert_eq!(stats.rejected_events, 0, "{stats:?}");
-    assert_eq!(stats.spans_started, 103, "every ActivityStart of the trace");
-    assert_eq!(stats.starts_without_activity_id, 0);
+    assert_eq!(stats.rejected_events, 0, "{runtime}: {stats:?}");
+    let starts = seen.values().filter(|s| s.start.is_some()).count() as u64;
+    // Every ActivityStart of the trace is a span started or one without an activity id (on the
+    // real ASP.NET Core recordings 7-14 of ~110 have none: the tracker cannot follow those).
+    assert_eq!(
+        stats.spans_started + stats.starts_without_activity_id,
+        starts,
+        "{runtime}: every ActivityStart of the trace"
+    );
+    assert!(
+        stats.starts_without_activity_id * 5 <= starts,
+        "{runtime}: {stats:?}"
+    );
 
     let name = |t: u64, ts: i64| tracker.span_at(t, ts).map(|s| s.name.to_string());
     let id = |t: u64, ts: i64| tracker.span_at(t, ts).map(|s| s.span_id.to_string());
-    let mut checked = [0; 3];
-    for r in fixture_requests() {
-        let span = &seen[&r.span_id];
-        // The span starts where the request started, and is current there.
+    let (mut checked, mut unfollowed) = ([0; 3], 0);
+    for r in fixture_requests(runtime) {
+        // Requests that started before the session have no span in it.
+        let Some(span) = seen.get(&r.span_id) else {
+            continue;
+        };
+        // The span starts where the request started, and is current there, unless its start
+        // came without an activity id (counted above; the tracker cannot follow it).
         if let Some((thread, ts)) = span.start {
             assert_eq!(thread, r.tid_before);
+            if id(thread, ts).is_none() {
+                unfollowed += 1;
+                continue;
+            }
             assert_eq!(id(thread, ts).as_ref(), Some(&r.span_id));
             let found = tracker.span_at(thread, ts).unwrap();
             assert_eq!(found.trace_id.to_string(), r.trace_id);
@@ -546,6 +574,10 @@ fn the_recorded_trace_follows_each_request_across_its_threads() {
         }) = inner
         {
             assert_eq!(*thread, r.tid_after);
+            if id(*thread, *start).is_none() {
+                unfollowed += 1; // started without an activity id
+                continue;
+            }
             assert_eq!(id(*thread, *start), r.inner_span_id);
             assert_eq!(id(*thread, (start + stop) / 2), r.inner_span_id);
             assert_eq!(id(*thread, *stop).as_ref(), Some(&r.span_id));
@@ -554,7 +586,11 @@ fn the_recorded_trace_follows_each_request_across_its_threads() {
     }
     assert!(
         checked[0] >= 20 && checked[1] >= 20 && checked[2] >= 5,
-        "{checked:?}"
+        "{runtime}: {checked:?}"
+    );
+    assert!(
+        unfollowed <= stats.starts_without_activity_id,
+        "{runtime}: {unfollowed} requests' spans not followed"
     );
 }
 
@@ -567,8 +603,14 @@ fn capitalized(kind: &str) -> String {
 
 #[test]
 fn recorded_samples_join_only_the_spans_of_their_own_thread() {
-    let (tracker, _, samples) = recorded();
-    let requests = fixture_requests();
+    for runtime in LINKAGE_RUNTIMES {
+        samples_join_only_the_spans_of_their_own_thread(runtime);
+    }
+}
+
+fn samples_join_only_the_spans_of_their_own_thread(runtime: &str) {
+    let (tracker, _, samples) = recorded(runtime);
+    let requests = fixture_requests(runtime);
     let mut threads_of: HashMap<String, [u64; 2]> = HashMap::new();
     for r in &requests {
         let tids = [r.tid_before, r.tid_after];
@@ -596,12 +638,12 @@ fn recorded_samples_join_only_the_spans_of_their_own_thread() {
         }
     }
     eprintln!(
-        "{joined} of {} samples joined a request's span",
+        "{runtime}: {joined} of {} samples joined a request's span",
         samples.len()
     );
     assert!(
         joined >= 50,
-        "{joined} of {} samples joined a request",
+        "{runtime}: {joined} of {} samples joined a request",
         samples.len()
     );
 }

@@ -651,7 +651,14 @@ mod tests {
 
     #[test]
     fn samples_carry_the_span_their_thread_ran() {
-        let mut reader = fixture("asyncweb-linkage.nettrace");
+        for runtime in ["net8", "net9", "net10", "net11"] {
+            samples_carry_the_span_of(runtime);
+        }
+    }
+
+    /// The linkage fixture recorded from AsyncWeb (ASP.NET Core) on `runtime`.
+    fn samples_carry_the_span_of(runtime: &str) {
+        let mut reader = fixture(&format!("{runtime}/asyncweb-linkage.nettrace"));
         let linkage = Some(TrackerLimits::default());
         let mut profiler = ProcessProfiler::new(series(), EventProfiles::default(), linkage);
         let mut samples = SampleAggregator::new(0).keep_times();
@@ -662,7 +669,7 @@ mod tests {
             }
         }
         let requests = std::fs::read_to_string(format!(
-            "{}/../collector/tests/fixtures/asyncweb-linkage.requests.jsonl",
+            "{}/../collector/tests/fixtures/{runtime}/asyncweb-linkage.requests.jsonl",
             env!("CARGO_MANIFEST_DIR")
         ))
         .unwrap();
@@ -693,7 +700,7 @@ mod tests {
             // Every span the samples name is a request the target logged (or its hosting span).
             assert!(
                 requests.contains(&span_id) && requests.contains(&trace_id),
-                "{span_id} / {trace_id} not among the requests"
+                "{runtime}: {span_id} / {trace_id} not among the requests"
             );
             assert!(label(sample, "span_name").is_some_and(|n| !n.is_empty()));
         }

@@ -1,19 +1,16 @@
-// AsyncWeb: a .NET test-bed target serving HTTP with async handlers, spans, metrics, and the
-// ASP.NET Core hosting diagnostic events.
-//
-// ASP.NET Core is not available here, so this target STANDS IN FOR IT: a System.Net.HttpListener
-// server that emits, for every request, the DiagnosticListener events of ASP.NET Core's hosting layer
-// (listener "Microsoft.AspNetCore", activity "Microsoft.AspNetCore.Hosting.HttpRequestIn" .Start/.Stop,
-// an HttpContext-shaped payload, the server span honouring an incoming W3C "traceparent"), through
-// Testbed.Web.Hosting in common/Web.cs, which says exactly what it emits and why.
+// AsyncWeb: a .NET test-bed target serving HTTP with ASP.NET Core (Kestrel, minimal API endpoints)
+// with async handlers, spans and metrics. The hosting layer is ASP.NET Core's own: its
+// "Microsoft.AspNetCore.Hosting" EventSource, its "Microsoft.AspNetCore" DiagnosticListener events
+// (HttpRequestIn .Start/.Stop, BeginRequest/EndRequest) and its server span, which honours an incoming
+// W3C "traceparent" (common/WebHost.cs starts it).
 //
 // What it does
-//   Serves http://127.0.0.1:PORT/ (PORT: --port, else a free port found by probing) on a thread
-//   "HttpAccept"; each request is handled on the thread pool by AsyncWeb.Program.HandleAsync:
+//   Serves http://127.0.0.1:PORT/ (PORT: --port, else a free port Kestrel binds); each request is
+//   handled by AsyncWeb.Program.HandleAsync, started from the endpoint on the Kestrel thread-pool thread:
 //     /alpha  span "AsyncWeb.Alpha" from ActivitySource "AsyncWeb"; runs AsyncWeb.Handlers.AlphaHot for
 //             half of --alpha-ms, then `await Task.Delay(1)`, then AlphaHot for the other half.
 //             The continuation after the await resumes on ANOTHER thread-pool thread: the worker that
-//             started the request stays blocked (AsyncWeb.Program.HoldWorkerUntilResumed) until the
+//             started the request (AsyncWeb.Program.StartRequest) stays blocked (HoldWorkerUntilResumed) until the
 //             continuation has started (at most 200 ms; the pool keeps >= 16 workers for this).
 //     /bravo  the same with span "AsyncWeb.Bravo", AsyncWeb.Handlers.BravoHot and --bravo-ms.
 //     /charlie  span "AsyncWeb.Charlie" with NESTED SYNCHRONOUS SPANS, for --charlie-ms in total:
@@ -22,14 +19,15 @@
 //             AsyncWeb.Charlie, started and stopped synchronously on that thread) around
 //             AsyncWeb.Handlers.CharlieInnerHot for half, then CharlieOuterHot again for the last quarter
 //             once the inner span has stopped.
-//     other   404, no inner span (the hosting events are still emitted).
+//     other   404 (the fallback endpoint), no span of its own (the hosting events are still emitted).
 //   `?status=NNN` (100..599) on /alpha, /bravo or /charlie sets the response status code (e.g. 500 to test
 //   AspNetResponseStatus triggers). The response body is the request's JSON line (below).
 //   Each AsyncWeb.* span carries tags (SPAN TAGS below) and a status: Error with description "status NNN"
 //   when the response status is >= 500, else Ok. AsyncWeb.Charlie.Inner has the tag asyncweb.part=inner
 //   and status Unset.
 //   Activity.DefaultIdFormat = W3C (forced); an ActivityListener samples sources "AsyncWeb" and
-//   "Microsoft.AspNetCore" (AllDataAndRecorded), so spans are really created.
+//   "Microsoft.AspNetCore" (AllDataAndRecorded), so spans are really created, ASP.NET Core's server span
+//   (HttpRequestIn) among them.
 //   Meter "AsyncWeb": Histogram<double> "asyncweb.request.duration" (unit ms) and Counter<long>
 //   "asyncweb.requests", each recorded once per request with tags kind (alpha|bravo|charlie|none) and
 //   status.
@@ -38,7 +36,7 @@
 //   external tool (at most 64 in flight).
 //
 // Arguments
-//   --port P                port to listen on (default: probe a free one)
+//   --port P                port to listen on (default: a free one)
 //   --alpha-ms MS           busy time of an /alpha request, split before/after the await (default 4)
 //   --bravo-ms MS           busy time of a /bravo request (default 2)
 //   --charlie-ms MS         busy time of a /charlie request, outer and inner span together (default 4)
@@ -50,16 +48,17 @@
 //
 // Lines printed to stdout (one JSON object per line)
 //   ready, once the listener accepts requests:
-//     {"ready":"AsyncWeb","pid":1234,"runtime":"8.0.4","port":40123,"url":"http://127.0.0.1:40123/",
+//     {"ready":"AsyncWeb","pid":1234,"runtime":"10.0.12","port":40123,"url":"http://127.0.0.1:40123/",
+//      "server":"Kestrel","aspnetcore":"10.0.12","diagnostic_listener":"Microsoft.AspNetCore",
+//      "hosting_activity":"Microsoft.AspNetCore.Hosting.HttpRequestIn",
+//      "hosting_event_source":"Microsoft.AspNetCore.Hosting","id_format":"W3C",
 //      "endpoints":{"/alpha":"AsyncWeb.Handlers.AlphaHot","/bravo":"AsyncWeb.Handlers.BravoHot",
 //                   "/charlie":"AsyncWeb.Handlers.CharlieOuterHot"},
 //      "alpha_ms":4,"bravo_ms":2,"charlie_ms":4,"activity_source":"AsyncWeb",
 //      "spans":["AsyncWeb.Alpha","AsyncWeb.Bravo","AsyncWeb.Charlie","AsyncWeb.Charlie.Inner"],
 //      "inner_spans":{"AsyncWeb.Charlie.Inner":{"parent":"AsyncWeb.Charlie","hot":"AsyncWeb.Handlers.CharlieInnerHot"}},
 //      "meter":"AsyncWeb","histogram":"asyncweb.request.duration","histogram_unit":"ms",
-//      "counter":"asyncweb.requests","diagnostic_listener":"Microsoft.AspNetCore",
-//      "hosting_activity":"Microsoft.AspNetCore.Hosting.HttpRequestIn","id_format":"W3C",
-//      "self_load_per_second":0,"self_load_paths":["/alpha","/bravo"],"request_lines":true}
+//      "counter":"asyncweb.requests","self_load_per_second":0,"self_load_paths":["/alpha","/bravo"],"request_lines":true}
 //   one per request (unless --no-request-lines), printed before the response is sent:
 //     {"request":1,"kind":"alpha","method":"GET","path":"/alpha","status":200,
 //      "trace_id":"<32 hex>","span_id":"<16 hex, the request's AsyncWeb.Alpha|Bravo|Charlie span>",
@@ -71,17 +70,25 @@
 //      "span_kind":"Internal","hosting_kind":"Server",
 //      "span_tags":{"asyncweb.kind":"alpha","asyncweb.request":"1","asyncweb.slow":"False"},
 //      "span_status":"Ok","span_status_description":null,
-//      "span_ms":4.61,"inner_span_ms":null,"hosting_ms":4.9,
-//      "span_duration_ms":4.5871,"inner_span_duration_ms":null,"hosting_duration_ms":4.8113}
+//      "span_ms":4.61,"inner_span_ms":null,
+//      "span_duration_ms":4.5871,"inner_span_duration_ms":null}
 //     span_tags: SPAN TAGS, each value as the app's own ToString() of it (asyncweb.request is a long,
 //     asyncweb.slow a bool: true when the request's busy time is over 10 ms). span_ms / inner_span_ms /
-//     hosting_ms: each span's duration measured by the target with Stopwatch from just before its start to
-//     just after its stop (hosting: around Hosting.BeginRequest ... Hosting.EndRequest), so it exceeds the
-//     span's own Activity.Duration by the cost of starting and stopping it (and any preemption meanwhile).
+//     each span's duration measured by the target with Stopwatch from just before its start to just after
+//     its stop, so it exceeds the span's own Activity.Duration by the cost of starting and stopping it
+//     (and any preemption meanwhile).
 //     *_duration_ms: the span's own Activity.Duration once stopped, to 0.1 us.
 //     tid_*: OS thread ids before/after the await; thread_*: managed thread ids; switched_thread is
 //     true unless the 200 ms guard expired. For 404s kind is null and span_id, inner_span_id, tid_* and
 //     thread_* are null.
+//   one per request of a known kind (unless --no-request-lines), once ASP.NET Core has stopped its server
+//   span, after the response (the span ends with the request, so its duration is known only then):
+//     {"hosting":1,"trace_id":"<32 hex>","hosting_span_id":"<16 hex>","pipeline_ms":4.93,
+//      "hosting_duration_ms":5.1207}
+//     hosting: the request number of its request line; pipeline_ms: the middleware pipeline's time,
+//     measured by the target's first middleware with Stopwatch around the rest of the pipeline, INSIDE
+//     the server span (which also covers parsing and writing the response); hosting_duration_ms: the
+//     span's own Activity.Duration, to 0.1 us.
 //   every second: {"progress":"AsyncWeb","elapsed_s":1,"requests":{"alpha":10,"bravo":10,"charlie":0,"none":0},
 //                  "self_load":{"sent":20,"ok":20,"failed":0}}   (totals so far)
 //   at exit: {"exit":"AsyncWeb","elapsed_s":5.001,"requests":{...},"self_load":{...}}
@@ -90,14 +97,14 @@ using System.Collections.Generic;
 using System.Diagnostics;
 using System.Diagnostics.Metrics;
 using System.Globalization;
-using System.Net;
 using System.Net.Http;
 using System.Runtime.CompilerServices;
-using System.Text;
 using System.Threading;
 using System.Threading.Tasks;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Http;
+using Microsoft.AspNetCore.Http.Features;
 using Testbed;
-using Testbed.Web;
 
 namespace AsyncWeb
 {
@@ -173,6 +180,9 @@ namespace AsyncWeb
         const int ResumeGuardMs = 200;
         const int MinThreads = 16;
         const string InnerSpanName = "AsyncWeb.Charlie.Inner";
+        // Custom properties of ASP.NET Core's server span: the request number, the pipeline's time.
+        const string RequestProperty = "asyncweb.request";
+        const string PipelineProperty = "asyncweb.pipeline_ms";
 
         static readonly ActivitySource Source = new ActivitySource("AsyncWeb");
         static readonly Meter Meter = new Meter("AsyncWeb");
@@ -185,7 +195,7 @@ namespace AsyncWeb
         static double alphaMs, bravoMs, charlieMs;
         static bool requestLines;
         static int port;
-        static long alphaCount, bravoCount, charlieCount, noneCount;
+        static long alphaCount, bravoCount, charlieCount, noneCount, requestSeq;
         static LoadGenerator load;
 
         static int Main(string[] argv)
@@ -209,20 +219,15 @@ namespace AsyncWeb
             ThreadPool.GetMinThreads(out workers, out ports);
             ThreadPool.SetMinThreads(Math.Max(workers, MinThreads), Math.Max(ports, MinThreads));
 
-            Hosting.RecordSpans("AsyncWeb");
-
-            HttpListener http = Server.Listen(requestedPort, args, out port);
-            Thread accept = Server.StartAccepting(http, StartRequest);
+            WebHost.RecordSpans("AsyncWeb", HostingStopped);
+            WebApplication app = WebHost.Start(requestedPort, args, MapRoutes, out port);
 
             string baseUrl = "http://127.0.0.1:" + port.ToString(CultureInfo.InvariantCulture);
             load = new LoadGenerator(selfLoad, null,
                 i => new HttpRequestMessage(HttpMethod.Get, baseUrl + selfLoadPaths[(int)(i % selfLoadPaths.Length)]));
             if (selfLoad > 0) load.Start();
 
-            string url = "http://127.0.0.1:" + port.ToString(CultureInfo.InvariantCulture) + "/";
-            Out.Line(Out.Ready("AsyncWeb")
-                .Add("port", port)
-                .Add("url", url)
+            Out.Line(WebHost.Facts(Out.Ready("AsyncWeb"), port)
                 .Add("endpoints", new Json()
                     .Add("/alpha", "AsyncWeb.Handlers.AlphaHot")
                     .Add("/bravo", "AsyncWeb.Handlers.BravoHot")
@@ -239,20 +244,57 @@ namespace AsyncWeb
                 .Add("histogram", "asyncweb.request.duration")
                 .Add("histogram_unit", "ms")
                 .Add("counter", "asyncweb.requests")
-                .Add("diagnostic_listener", Hosting.ListenerName)
-                .Add("hosting_activity", Hosting.ActivityName)
-                .Add("id_format", Activity.DefaultIdFormat.ToString())
                 .Add("self_load_per_second", selfLoad)
                 .Add("self_load_paths", selfLoadPaths)
                 .Add("request_lines", requestLines));
 
             double elapsed = Lifetime.Run(duration, second => Out.Line(Totals(new Json().Add("progress", "AsyncWeb").Add("elapsed_s", second))));
             load.Join(2000);
-            try { http.Stop(); } catch (Exception) { }
-            accept.Join(2000);
+            app.StopAsync().GetAwaiter().GetResult();
             Out.Line(Totals(new Json().Add("exit", "AsyncWeb").Add("elapsed_s", Math.Round(elapsed, 3))));
-            http.Close();
+            ((IDisposable)app).Dispose();
             return 0;
+        }
+
+        /// <summary>The first middleware times the rest of the pipeline (inside ASP.NET Core's server
+        /// span); each kind is an endpoint, anything else the fallback (404).</summary>
+        static void MapRoutes(WebApplication app)
+        {
+            app.Use(async (context, next) =>
+            {
+                long start = Stopwatch.GetTimestamp();
+                await next(context);
+                Activity hosting = HostingSpan(context);
+                if (hosting != null) hosting.SetCustomProperty(PipelineProperty, Elapsed(start));
+            });
+            foreach (string kind in Kinds)
+            {
+                string k = kind;
+                app.MapGet("/" + k, context => StartRequest(context, k));
+            }
+            app.MapFallback(context => StartRequest(context, null));
+        }
+
+        /// <summary>ASP.NET Core's server span (HttpRequestIn) of CONTEXT.</summary>
+        static Activity HostingSpan(HttpContext context)
+        {
+            IHttpActivityFeature feature = context.Features.Get<IHttpActivityFeature>();
+            return feature != null ? feature.Activity : null;
+        }
+
+        /// <summary>Prints the hosting line of a request once ASP.NET Core has stopped its server span.</summary>
+        static void HostingStopped(Activity activity)
+        {
+            if (!requestLines || activity.OperationName != WebHost.HostingActivity) return;
+            object seq = activity.GetCustomProperty(RequestProperty);
+            object pipelineMs = activity.GetCustomProperty(PipelineProperty);
+            if (seq == null || pipelineMs == null) return;
+            Out.Line(new Json()
+                .Add("hosting", (long)seq)
+                .Add("trace_id", activity.TraceId.ToHexString())
+                .Add("hosting_span_id", activity.SpanId.ToHexString())
+                .Add("pipeline_ms", Math.Round((double)pipelineMs, 3))
+                .Add("hosting_duration_ms", Math.Round(activity.Duration.TotalMilliseconds, 4)));
         }
 
         /// <summary>--self-load-paths: "alpha,bravo" -> { "/alpha", "/bravo" }; each entry must be a kind.</summary>
@@ -280,14 +322,16 @@ namespace AsyncWeb
                 .Add("self_load", load.Totals());
         }
 
-        /// <summary>A thread-pool work item per request. The worker that starts the handler stays
+        /// <summary>The endpoint of every request. The thread-pool thread that starts the handler stays
         /// blocked until the handler's continuation after the await has started, so that continuation
         /// always resumes on another thread-pool thread (a guard of ResumeGuardMs bounds the wait).</summary>
-        static void StartRequest(HttpListenerContext raw, long seq)
+        static Task StartRequest(HttpContext context, string kind)
         {
+            long seq = Interlocked.Increment(ref requestSeq);
             var resumed = new ManualResetEventSlim(false);
-            Task handler = HandleAsync(raw, seq, resumed);
+            Task handler = HandleAsync(context, kind, seq, resumed);
             if (!handler.IsCompleted) HoldWorkerUntilResumed(resumed);
+            return handler;
         }
 
         [MethodImpl(MethodImplOptions.NoInlining)]
@@ -314,22 +358,20 @@ namespace AsyncWeb
             else Handlers.CharlieOuterHot(ms);
         }
 
-        static async Task HandleAsync(HttpListenerContext raw, long seq, ManualResetEventSlim resumed)
+        static async Task HandleAsync(HttpContext context, string kind, long seq, ManualResetEventSlim resumed)
         {
             var start = Stopwatch.GetTimestamp();
-            string path = raw.Request.Url.AbsolutePath;
-            string kind = path.Length > 1 && Array.IndexOf(Kinds, path.Substring(1)) >= 0 ? path.Substring(1) : null;
+            string path = context.Request.Path.ToString();
             int status = kind != null ? 200 : 404;
-            string statusParam = raw.Request.QueryString["status"];
+            string statusParam = context.Request.Query.TryGetValue("status", out var statusValues) ? statusValues.ToString() : null;
             int parsed;
             if (kind != null && statusParam != null && int.TryParse(statusParam, NumberStyles.Integer, CultureInfo.InvariantCulture, out parsed) &&
                 parsed >= 100 && parsed <= 599)
                 status = parsed;
 
-            var context = HostingHttpContext.For(raw, "0HASYNCWEB" + seq.ToString("X8", CultureInfo.InvariantCulture));
-            string traceparent = raw.Request.Headers["traceparent"];
-            long hostingStart = Stopwatch.GetTimestamp();
-            Hosting.State hosting = Hosting.BeginRequest(context, traceparent);
+            string traceparent = context.Request.Headers.TryGetValue("traceparent", out var parents) ? parents.ToString() : null;
+            Activity hosting = HostingSpan(context);
+            if (kind != null) hosting.SetCustomProperty(RequestProperty, seq);
 
             var line = new Json()
                 .Add("request", seq)
@@ -337,7 +379,7 @@ namespace AsyncWeb
                 .Add("method", context.Request.Method)
                 .Add("path", path)
                 .Add("status", status)
-                .Add("trace_id", hosting.Activity.TraceId.ToHexString());
+                .Add("trace_id", hosting.TraceId.ToHexString());
             try
             {
                 if (kind != null)
@@ -391,8 +433,8 @@ namespace AsyncWeb
                         }
                         line.Add("span_id", span != null ? span.SpanId.ToHexString() : null)
                             .Add("inner_span_id", innerSpanId)
-                            .Add("hosting_span_id", hosting.Activity.SpanId.ToHexString())
-                            .Add("parent_span_id", traceparent != null ? hosting.Activity.ParentSpanId.ToHexString() : null)
+                            .Add("hosting_span_id", hosting.SpanId.ToHexString())
+                            .Add("parent_span_id", traceparent != null ? hosting.ParentSpanId.ToHexString() : null)
                             .Add("tid_before", tidBefore).Add("tid_after", tidAfter)
                             .Add("thread_before", threadBefore).Add("thread_after", threadAfter)
                             .Add("switched_thread", tidBefore != tidAfter);
@@ -409,7 +451,7 @@ namespace AsyncWeb
                     }
                     double spanMs = Elapsed(spanStart);
                     line.Add("span_kind", span != null ? span.Kind.ToString() : null)
-                        .Add("hosting_kind", hosting.Activity.Kind.ToString())
+                        .Add("hosting_kind", hosting.Kind.ToString())
                         .Add("span_tags", tags)
                         .Add("span_status", span != null ? span.Status.ToString() : null)
                         .Add("span_status_description", span != null ? span.StatusDescription : null)
@@ -422,8 +464,8 @@ namespace AsyncWeb
                 {
                     line.Add("span_id", null)
                         .Add("inner_span_id", null)
-                        .Add("hosting_span_id", hosting.Activity.SpanId.ToHexString())
-                        .Add("parent_span_id", traceparent != null ? hosting.Activity.ParentSpanId.ToHexString() : null)
+                        .Add("hosting_span_id", hosting.SpanId.ToHexString())
+                        .Add("parent_span_id", traceparent != null ? hosting.ParentSpanId.ToHexString() : null)
                         .Add("tid_before", null).Add("tid_after", null)
                         .Add("thread_before", null).Add("thread_after", null)
                         .Add("switched_thread", null);
@@ -435,10 +477,6 @@ namespace AsyncWeb
                 line.Add("error", e.GetType().FullName + ": " + e.Message);
             }
 
-            context.Response.StatusCode = status;
-            Hosting.EndRequest(hosting, context);
-            line.Add("hosting_ms", Math.Round(Elapsed(hostingStart), 3))
-                .Add("hosting_duration_ms", Math.Round(hosting.Activity.Duration.TotalMilliseconds, 4));
             double durationMs = (Stopwatch.GetTimestamp() - start) * 1000.0 / Stopwatch.Frequency;
             var kindTag = new KeyValuePair<string, object>("kind", kind ?? "none");
             var statusTag = new KeyValuePair<string, object>("status", status);
@@ -452,7 +490,7 @@ namespace AsyncWeb
             line.Add("duration_ms", Math.Round(durationMs, 3));
             string text = line.ToString();
             if (requestLines) Out.Line(text);
-            Server.Respond(raw, status, "application/json", Encoding.UTF8.GetBytes(text + "\n"));
+            await WebHost.Respond(context, status, "application/json", text + "\n");
         }
     }
 }

@@ -2,15 +2,14 @@
 // service has — a slow CPU-bound report export, a payment call whose latency tail goes bad, a cache
 // that leaks — so that clrscope's continuous profiles and collection rules have something to find.
 //
-// It serves HTTP with System.Net.HttpListener and STANDS IN FOR ASP.NET Core (not available here) the
-// way AsyncWeb does: every request emits the "Microsoft.AspNetCore" DiagnosticListener events of
-// ASP.NET Core's hosting layer (Testbed.Web.Hosting in common/Web.cs says exactly which), so
-// dotnet-monitor-style AspNetRequestCount / AspNetRequestDuration / AspNetResponseStatus rules work on
-// it unchanged.
+// It is an ASP.NET Core service (Kestrel, minimal API endpoints; common/WebHost.cs starts it): the
+// hosting layer's "Microsoft.AspNetCore.Hosting" EventSource and "Microsoft.AspNetCore"
+// DiagnosticListener events are ASP.NET Core's own, so dotnet-monitor's AspNetRequestCount /
+// AspNetRequestDuration / AspNetResponseStatus rules work on it unchanged.
 //
 // What it does
-//   Serves http://127.0.0.1:PORT/ (PORT: --port, else a free port found by probing); each request is
-//   handled on the thread pool inside a span from ActivitySource "Bookstore" (a child of the hosting
+//   Serves http://127.0.0.1:PORT/ (PORT: --port, else a free port Kestrel binds); each route is an
+//   endpoint whose handler runs inside a span from ActivitySource "Bookstore" (a child of ASP.NET Core's
 //   server span, which honours an incoming W3C "traceparent"):
 //     GET  /books[?q=TEXT]      the catalogue (--books books, generated the same every run), titles or
 //                               authors containing TEXT (case-insensitive); span "Bookstore.Catalogue.Search",
@@ -35,14 +34,14 @@
 //                               --leak-limit-mb MiB are held (then it stops growing, so a forgotten demo
 //                               cannot exhaust the machine); span "Bookstore.Recommendations.ForUser"
 //     GET  /health              200 "ok", no span
-//     other                     404 (a known path with another method: 405); the hosting events are
-//                               still emitted
+//     other                     404 (a known path with another method: 405, by ASP.NET Core's routing);
+//                               the hosting events are still emitted
 //   --self-load N: thread "SelfLoad" sends N requests per second (at most 64 in flight) for
 //   --self-load-seconds S (default: until the target stops), interleaving the routes of
 //   --self-load-mix by weight (default books:12,order:6,report:1,recommend:1).
 //
 // Arguments
-//   --port P                 port to listen on (default: probe a free one)
+//   --port P                 port to listen on (default: a free one)
 //   --books N                books in the catalogue (default 500)
 //   --report-rows N          rows of the sales report (default 100000: 100-300 ms on a 2-core VM once
 //                            compiled, twice the demo rule's 50 ms or more on a fast machine)
@@ -60,7 +59,10 @@
 //
 // Lines printed to stdout (one JSON object per line)
 //   ready, once the listener accepts requests:
-//     {"ready":"Bookstore","pid":1234,"runtime":"8.0.4","port":40123,"url":"http://127.0.0.1:40123/",
+//     {"ready":"Bookstore","pid":1234,"runtime":"10.0.12","port":40123,"url":"http://127.0.0.1:40123/",
+//      "server":"Kestrel","aspnetcore":"10.0.12","diagnostic_listener":"Microsoft.AspNetCore",
+//      "hosting_activity":"Microsoft.AspNetCore.Hosting.HttpRequestIn",
+//      "hosting_event_source":"Microsoft.AspNetCore.Hosting","id_format":"W3C",
 //      "endpoints":{"GET /books":"Bookstore.Catalogue.Search","GET /books/{id}":"Bookstore.Catalogue.Get",
 //                   "GET /reports/sales.csv":"Bookstore.Reports.SalesReport.ExportCsv",
 //                   "POST /orders":"Bookstore.Ordering.PaymentService.Charge",
@@ -70,10 +72,10 @@
 //      "leak_kb":256,"leak_limit_mb":256,"activity_source":"Bookstore","spans":[...],
 //      "meter":"Bookstore.Ordering","histogram":"bookstore.payment.duration","histogram_unit":"ms",
 //      "counter":"bookstore.orders","leak_type":"Bookstore.Recommendations.CachedRecommendation",
-//      "diagnostic_listener":"Microsoft.AspNetCore","hosting_activity":"Microsoft.AspNetCore.Hosting.HttpRequestIn",
-//      "id_format":"W3C","self_load_per_second":0,"self_load_seconds":null,
+//      "self_load_per_second":0,"self_load_seconds":null,
 //      "self_load_mix":{"books":12,"order":6,"report":1,"recommend":1},"request_lines":true}
-//   one per request (unless --no-request-lines), printed before the response is sent:
+//   one per request (unless --no-request-lines), printed as the response starts (before its headers go
+//   out: HttpResponse.OnStarting, registered by the first middleware):
 //     {"request":1,"route":"report","method":"GET","path":"/reports/sales.csv","status":200,
 //      "trace_id":"<32 hex>","span_id":"<16 hex, the request's Bookstore span, null without one>",
 //      "hosting_span_id":"<16 hex>","duration_ms":412.7}
@@ -88,14 +90,15 @@ using System.Collections.Generic;
 using System.Diagnostics;
 using System.Diagnostics.Metrics;
 using System.Globalization;
-using System.Net;
 using System.Net.Http;
 using System.Runtime.CompilerServices;
 using System.Text;
 using System.Threading;
 using System.Threading.Tasks;
+using Microsoft.AspNetCore.Builder;
+using Microsoft.AspNetCore.Http;
+using Microsoft.AspNetCore.Http.Features;
 using Testbed;
-using Testbed.Web;
 using Bookstore.Ordering;
 using Bookstore.Recommendations;
 using Bookstore.Reports;
@@ -364,7 +367,8 @@ namespace Bookstore
         static readonly ActivitySource Source = new ActivitySource("Bookstore");
         static readonly string[] Routes = { "books", "book", "report", "order", "recommend", "health" };
         static readonly long[] RouteCounts = new long[Routes.Length];
-        static long otherCount;
+        static long otherCount, requestSeq;
+        const string SpanIdItem = "bookstore.span_id";
         static int reportRows;
         static bool requestLines;
         static LoadGenerator load;
@@ -394,11 +398,10 @@ namespace Bookstore
 
             Catalogue.Stock(books);
             SalesReport.Load(Math.Min(reportRows, 100000));
-            Hosting.RecordSpans("Bookstore");
+            WebHost.RecordSpans("Bookstore", null);
 
             int port;
-            HttpListener http = Server.Listen(requestedPort, args, out port);
-            Thread accept = Server.StartAccepting(http, (raw, seq) => Handle(raw, seq));
+            WebApplication app = WebHost.Start(requestedPort, args, MapRoutes, out port);
             string baseUrl = "http://127.0.0.1:" + port.ToString(CultureInfo.InvariantCulture);
             string[] schedule = Schedule(mix);
             load = new LoadGenerator(selfLoad, selfLoadSeconds, i => LoadRequest(baseUrl, schedule[i % schedule.Length], i));
@@ -406,9 +409,7 @@ namespace Bookstore
 
             var mixJson = new Json();
             foreach (var m in mix) mixJson.Add(m.Key, m.Value);
-            Out.Line(Out.Ready("Bookstore")
-                .Add("port", port)
-                .Add("url", baseUrl + "/")
+            Out.Line(WebHost.Facts(Out.Ready("Bookstore"), port)
                 .Add("endpoints", new Json()
                     .Add("GET /books", "Bookstore.Catalogue.Search")
                     .Add("GET /books/{id}", "Bookstore.Catalogue.Get")
@@ -431,9 +432,6 @@ namespace Bookstore
                 .Add("histogram_unit", "ms")
                 .Add("counter", "bookstore.orders")
                 .Add("leak_type", typeof(CachedRecommendation).FullName)
-                .Add("diagnostic_listener", Hosting.ListenerName)
-                .Add("hosting_activity", Hosting.ActivityName)
-                .Add("id_format", Activity.DefaultIdFormat.ToString())
                 .Add("self_load_per_second", selfLoad)
                 .Add("self_load_seconds", selfLoadSeconds)
                 .Add("self_load_mix", mixJson)
@@ -441,10 +439,9 @@ namespace Bookstore
 
             double elapsed = Lifetime.Run(duration, second => Out.Line(Totals(new Json().Add("progress", "Bookstore").Add("elapsed_s", second))));
             load.Join(2000);
-            try { http.Stop(); } catch (Exception) { }
-            accept.Join(2000);
+            app.StopAsync().GetAwaiter().GetResult();
             Out.Line(Totals(new Json().Add("exit", "Bookstore").Add("elapsed_s", Math.Round(elapsed, 3))));
-            http.Close();
+            ((IDisposable)app).Dispose();
             return 0;
         }
 
@@ -518,19 +515,11 @@ namespace Bookstore
                 .Add("self_load", load.Totals());
         }
 
-        /// <summary>What a request asks for: its route (null if none) and whether the method fits it.</summary>
-        static string Route(string method, string path, out bool methodAllowed)
+        /// <summary>The route an endpoint serves (its label in request lines and counts).</summary>
+        sealed class RouteLabel
         {
-            string route = null;
-            string want = "GET";
-            if (path == "/books") route = "books";
-            else if (path.StartsWith("/books/", StringComparison.Ordinal)) route = "book";
-            else if (path == "/reports/sales.csv") route = "report";
-            else if (path == "/orders") { route = "order"; want = "POST"; }
-            else if (path == "/recommendations") route = "recommend";
-            else if (path == "/health") route = "health";
-            methodAllowed = route != null && method == want;
-            return route;
+            public RouteLabel(string name) { Name = name; }
+            public string Name { get; private set; }
         }
 
         sealed class Answer
@@ -540,61 +529,82 @@ namespace Bookstore
             public string Body;
         }
 
-        static void Handle(HttpListenerContext raw, long seq)
+        /// <summary>The first middleware prints the request line and counts the request as the response
+        /// starts; each route is an endpoint; ASP.NET Core's routing answers the rest (404, 405).</summary>
+        static void MapRoutes(WebApplication app)
         {
-            // Handlers await (the payment gateway); nothing waits for the task, which answers the
-            // request itself.
-            HandleAsync(raw, seq).ContinueWith(t => { }, TaskContinuationOptions.OnlyOnFaulted);
+            app.Use((context, next) =>
+            {
+                long seq = Interlocked.Increment(ref requestSeq);
+                long start = Stopwatch.GetTimestamp();
+                context.Response.OnStarting(() =>
+                {
+                    RequestDone(context, seq, start);
+                    return Task.CompletedTask;
+                });
+                return next(context);
+            });
+            app.MapGet("/books", Spanned("books", c => Task.FromResult(SearchBooks(Query(c, "q")))))
+                .WithMetadata(new RouteLabel("books"));
+            app.MapGet("/books/{id}", Spanned("book", c => Task.FromResult(GetBook((string)c.Request.RouteValues["id"]))))
+                .WithMetadata(new RouteLabel("book"));
+            app.MapGet("/reports/sales.csv", Spanned("report", c => Task.FromResult(ExportReport(Query(c, "rows")))))
+                .WithMetadata(new RouteLabel("report"));
+            app.MapPost("/orders", Spanned("order", c => Order(Query(c, "book"), Query(c, "quantity"))))
+                .WithMetadata(new RouteLabel("order"));
+            app.MapGet("/recommendations", Spanned("recommend", c => Task.FromResult(Recommend(Query(c, "user")))))
+                .WithMetadata(new RouteLabel("recommend"));
+            app.MapGet("/health", c => WebHost.Respond(c, 200, "text/plain", "ok\n"))
+                .WithMetadata(new RouteLabel("health"));
         }
 
-        static async Task HandleAsync(HttpListenerContext raw, long seq)
+        static string Query(HttpContext context, string name)
         {
-            long start = Stopwatch.GetTimestamp();
-            string path = raw.Request.Url.AbsolutePath;
-            bool methodAllowed;
-            string route = Route(raw.Request.HttpMethod, path, out methodAllowed);
-            var context = HostingHttpContext.For(raw, "0HBOOKSTORE" + seq.ToString("X8", CultureInfo.InvariantCulture));
-            Hosting.State hosting = Hosting.BeginRequest(context, raw.Request.Headers["traceparent"]);
+            return context.Request.Query.TryGetValue(name, out var values) ? values.ToString() : null;
+        }
 
-            Answer answer;
-            string spanId = null;
-            try
+        /// <summary>An endpoint answering with SERVE inside the route's span.</summary>
+        static RequestDelegate Spanned(string route, Func<HttpContext, Task<Answer>> serve)
+        {
+            return async context =>
             {
-                if (route == null) answer = Problem(404, "no route for " + path);
-                else if (!methodAllowed) answer = Problem(405, raw.Request.HttpMethod + " is not allowed on " + path);
-                else if (route == "health") answer = new Answer { ContentType = "text/plain", Body = "ok\n" };
-                else
+                Answer answer;
+                try
                 {
                     using (Activity span = Source.StartActivity(SpanName(route), ActivityKind.Internal))
                     {
-                        spanId = span != null ? span.SpanId.ToHexString() : null;
-                        answer = await Serve(route, path, raw.Request.QueryString);
+                        if (span != null) context.Items[SpanIdItem] = span.SpanId.ToHexString();
+                        answer = await serve(context);
                     }
                 }
-            }
-            catch (Exception e)
-            {
-                answer = Problem(500, e.GetType().FullName + ": " + e.Message);
-            }
+                catch (Exception e)
+                {
+                    answer = Problem(500, e.GetType().FullName + ": " + e.Message);
+                }
+                await WebHost.Respond(context, answer.Status, answer.ContentType, answer.Body);
+            };
+        }
 
-            context.Response.StatusCode = answer.Status;
-            Hosting.EndRequest(hosting, context);
-            if (route != null && methodAllowed) Interlocked.Increment(ref RouteCounts[Array.IndexOf(Routes, route)]);
+        /// <summary>Counts the request and prints its line (the response is starting).</summary>
+        static void RequestDone(HttpContext context, long seq, long start)
+        {
+            Endpoint endpoint = context.GetEndpoint();
+            RouteLabel label = endpoint != null ? endpoint.Metadata.GetMetadata<RouteLabel>() : null;
+            string route = label != null ? label.Name : null;
+            if (route != null) Interlocked.Increment(ref RouteCounts[Array.IndexOf(Routes, route)]);
             else Interlocked.Increment(ref otherCount);
-            if (requestLines)
-            {
-                Out.Line(new Json()
-                    .Add("request", seq)
-                    .Add("route", methodAllowed ? route : null)
-                    .Add("method", raw.Request.HttpMethod)
-                    .Add("path", path)
-                    .Add("status", answer.Status)
-                    .Add("trace_id", hosting.Activity.TraceId.ToHexString())
-                    .Add("span_id", spanId)
-                    .Add("hosting_span_id", hosting.Activity.SpanId.ToHexString())
-                    .Add("duration_ms", Math.Round((Stopwatch.GetTimestamp() - start) * 1000.0 / Stopwatch.Frequency, 3)));
-            }
-            Server.Respond(raw, answer.Status, answer.ContentType, Encoding.UTF8.GetBytes(answer.Body));
+            if (!requestLines) return;
+            IHttpActivityFeature hosting = context.Features.Get<IHttpActivityFeature>();
+            Out.Line(new Json()
+                .Add("request", seq)
+                .Add("route", route)
+                .Add("method", context.Request.Method)
+                .Add("path", context.Request.Path.ToString())
+                .Add("status", context.Response.StatusCode)
+                .Add("trace_id", hosting.Activity.TraceId.ToHexString())
+                .Add("span_id", context.Items.TryGetValue(SpanIdItem, out object spanId) ? spanId : null)
+                .Add("hosting_span_id", hosting.Activity.SpanId.ToHexString())
+                .Add("duration_ms", Math.Round((Stopwatch.GetTimestamp() - start) * 1000.0 / Stopwatch.Frequency, 3)));
         }
 
         static string SpanName(string route)
@@ -609,61 +619,58 @@ namespace Bookstore
             }
         }
 
-        static async Task<Answer> Serve(string route, string path, System.Collections.Specialized.NameValueCollection query)
+        static Answer SearchBooks(string q)
         {
-            switch (route)
-            {
-                case "books":
-                {
-                    var list = new List<object>();
-                    foreach (Book b in Catalogue.Search(query["q"])) list.Add(b.ToJson());
-                    return Ok(new Json().Add("books", list));
-                }
-                case "book":
-                {
-                    int id;
-                    Book b = int.TryParse(path.Substring("/books/".Length), NumberStyles.Integer, CultureInfo.InvariantCulture, out id)
-                        ? Catalogue.Get(id) : null;
-                    return b != null ? Ok(b.ToJson()) : Problem(404, "no book " + path.Substring("/books/".Length));
-                }
-                case "report":
-                {
-                    int rows = reportRows;
-                    if (query["rows"] != null && (!int.TryParse(query["rows"], NumberStyles.Integer, CultureInfo.InvariantCulture, out rows) || rows < 1 || rows > 10000000))
-                        return Problem(400, "rows must be an integer in [1, 10000000]");
-                    return new Answer { ContentType = "text/csv", Body = SalesReport.ExportCsv(rows) };
-                }
-                case "order":
-                {
-                    int bookId = 1, quantity = 1;
-                    if (query["book"] != null && !int.TryParse(query["book"], NumberStyles.Integer, CultureInfo.InvariantCulture, out bookId))
-                        return Problem(400, "book must be a book id");
-                    if (query["quantity"] != null && (!int.TryParse(query["quantity"], NumberStyles.Integer, CultureInfo.InvariantCulture, out quantity) || quantity < 1 || quantity > 100))
-                        return Problem(400, "quantity must be an integer in [1, 100]");
-                    Book book = Catalogue.Get(bookId);
-                    if (book == null) return Problem(404, "no book " + bookId.ToString(CultureInfo.InvariantCulture));
-                    Checkout.Receipt receipt = await Checkout.PlaceOrder(book, quantity, Source);
-                    return Ok(new Json()
-                        .Add("order", receipt.OrderId)
-                        .Add("book", book.Id)
-                        .Add("quantity", quantity)
-                        .Add("amount", (double)receipt.Amount)
-                        .Add("payment_ms", Math.Round(receipt.PaymentMs, 3))
-                        .Add("slow_payment", receipt.Slow)
-                        .Add("status", "paid"));
-                }
-                default:
-                {
-                    int user = 0;
-                    if (query["user"] != null && !int.TryParse(query["user"], NumberStyles.Integer, CultureInfo.InvariantCulture, out user))
-                        return Problem(400, "user must be an integer");
-                    int[] ids = RecommendationCache.Remember(user);
-                    return Ok(new Json()
-                        .Add("user", user)
-                        .Add("books", ids)
-                        .Add("cached_bytes", RecommendationCache.LeakedBytes));
-                }
-            }
+            var list = new List<object>();
+            foreach (Book b in Catalogue.Search(q)) list.Add(b.ToJson());
+            return Ok(new Json().Add("books", list));
+        }
+
+        static Answer GetBook(string idText)
+        {
+            int id;
+            Book b = int.TryParse(idText, NumberStyles.Integer, CultureInfo.InvariantCulture, out id) ? Catalogue.Get(id) : null;
+            return b != null ? Ok(b.ToJson()) : Problem(404, "no book " + idText);
+        }
+
+        static Answer ExportReport(string rowsText)
+        {
+            int rows = reportRows;
+            if (rowsText != null && (!int.TryParse(rowsText, NumberStyles.Integer, CultureInfo.InvariantCulture, out rows) || rows < 1 || rows > 10000000))
+                return Problem(400, "rows must be an integer in [1, 10000000]");
+            return new Answer { ContentType = "text/csv", Body = SalesReport.ExportCsv(rows) };
+        }
+
+        static async Task<Answer> Order(string bookText, string quantityText)
+        {
+            int bookId = 1, quantity = 1;
+            if (bookText != null && !int.TryParse(bookText, NumberStyles.Integer, CultureInfo.InvariantCulture, out bookId))
+                return Problem(400, "book must be a book id");
+            if (quantityText != null && (!int.TryParse(quantityText, NumberStyles.Integer, CultureInfo.InvariantCulture, out quantity) || quantity < 1 || quantity > 100))
+                return Problem(400, "quantity must be an integer in [1, 100]");
+            Book book = Catalogue.Get(bookId);
+            if (book == null) return Problem(404, "no book " + bookId.ToString(CultureInfo.InvariantCulture));
+            Checkout.Receipt receipt = await Checkout.PlaceOrder(book, quantity, Source);
+            return Ok(new Json()
+                .Add("order", receipt.OrderId)
+                .Add("book", book.Id)
+                .Add("quantity", quantity)
+                .Add("amount", (double)receipt.Amount)
+                .Add("payment_ms", Math.Round(receipt.PaymentMs, 3))
+                .Add("slow_payment", receipt.Slow)
+                .Add("status", "paid"));
+        }
+
+        static Answer Recommend(string userText)
+        {
+            int user = 0;
+            if (userText != null && !int.TryParse(userText, NumberStyles.Integer, CultureInfo.InvariantCulture, out user))
+                return Problem(400, "user must be an integer");
+            int[] ids = RecommendationCache.Remember(user);
+            return Ok(new Json()
+                .Add("user", user)
+                .Add("books", ids)
+                .Add("cached_bytes", RecommendationCache.LeakedBytes));
         }
 
         static Answer Ok(Json body)
