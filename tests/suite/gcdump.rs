@@ -331,3 +331,39 @@ fn agent_gcdumps_name_every_type_beside_the_agents_sessions() {
         agent.log()
     );
 }
+
+/// An ASP.NET Core service runs server GC (the Web SDK's default), whose GC starts on one thread
+/// and ends on another: the stream is in order per thread only, and on .NET 8 every snapshot read
+/// the induced GC's end before its start and waited for an end already passed until it timed out.
+/// Three snapshots in a row, each complete.
+#[test]
+fn a_server_gc_service_is_snapshotted_every_time() {
+    let target = Target::builder("AsyncWeb")
+        .args(["--self-load", "2", "--no-request-lines"])
+        .start();
+    let dir = out_dir("server-gc");
+    let pid = target.pid().to_string();
+    for i in 0..3 {
+        let file = dir.join(format!("web-{i}.gcdump"));
+        let output = clrscope(&[
+            "gcdump".as_ref(),
+            "--pid".as_ref(),
+            pid.as_ref(),
+            "--timeout".as_ref(),
+            "60s".as_ref(),
+            "-o".as_ref(),
+            file.as_os_str(),
+        ]);
+        assert!(output.status.success(), "snapshot {i}: {output:?}");
+        let report = report_json(&file);
+        let types = report["types"].as_array().unwrap();
+        assert!(
+            types.iter().any(|t| t["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("Microsoft.AspNetCore.")),
+            "snapshot {i} holds no ASP.NET Core type: {report}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

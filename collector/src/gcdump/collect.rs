@@ -92,6 +92,10 @@ pub async fn snapshot(
     builder.finish(pointer_size)
 }
 
+/// GC ends remembered while the induced GC's start has not been read (a few GCs at most can end
+/// between a session's start and its induced GC's).
+const MAX_ENDED_EARLY: usize = 16;
+
 /// Leaves the runtime without our session when a snapshot gives up: it must not outlive the
 /// snapshot. The stream (`reader`) is closed first: the runtime flushes into it before it
 /// answers StopTracing, and nobody reads it now.
@@ -164,6 +168,10 @@ async fn walk_heap_once(
     let mut reader = AsyncNettraceReader::new(session.stream);
     let mut builder = GraphBuilder::default();
     let mut induced: Option<u32> = None;
+    // GCs that ended before their start was read: the stream is in order per thread, not across
+    // threads, and with server GC (ASP.NET Core's default) the thread that starts a GC is not
+    // the one that ends it (on .NET 8, every snapshot of such a service read GCEnd first).
+    let mut ended_early: Vec<u32> = Vec::new();
     let mut last_report = Instant::now();
 
     let walk = async {
@@ -179,8 +187,18 @@ async fn walk_heap_once(
                     if induced.is_none() && start.is_induced_full_blocking() =>
                 {
                     induced = Some(start.count);
+                    // Heap events still buffered on other threads come in the drain below.
+                    if ended_early.contains(&start.count) {
+                        return Ok(());
+                    }
                 }
                 HeapEvent::GcEnd(count) if induced == Some(count) => return Ok(()),
+                HeapEvent::GcEnd(count) if induced.is_none() => {
+                    if ended_early.len() == MAX_ENDED_EARLY {
+                        ended_early.remove(0);
+                    }
+                    ended_early.push(count);
+                }
                 other => builder.add(other)?,
             }
             if last_report.elapsed() >= Duration::from_millis(100) {
