@@ -13,7 +13,7 @@ use collector::nettrace::NettraceReader;
 use serde_json::json;
 use support::agent::{data_dir, Agent};
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use collector::client::DiagnosticsClient;
@@ -202,6 +202,34 @@ fn watch(target: &mut Target, spawned: Instant) -> Run {
     Run::Alive(ready)
 }
 
+/// A listen-mode server on a socket in a scratch folder that keeps each runtime suspended.
+async fn suspending_server(name: &str) -> (ScratchDir, PathBuf, ListenServer) {
+    let dir = ScratchDir::new(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("startup.sock");
+    let options = ListenOptions {
+        resume_on_attach: false,
+        ..ListenOptions::default()
+    };
+    let server = ListenServer::bind(&socket, options).await.unwrap();
+    (dir, socket, server)
+}
+
+/// Each session alone, then all of them together.
+fn alone_and_together(
+    sessions: Vec<(&'static str, CollectTracing)>,
+) -> Vec<(String, Vec<CollectTracing>)> {
+    let mut cases: Vec<(String, Vec<CollectTracing>)> = sessions
+        .iter()
+        .map(|(name, config)| (name.to_string(), vec![config.clone()]))
+        .collect();
+    cases.push((
+        "all together".into(),
+        sessions.into_iter().map(|(_, c)| c).collect(),
+    ));
+    cases
+}
+
 /// Every agent session alone and all of them together, enabled at each of [`DELAYS_MS`] after
 /// the runtime's resume, `CLRSCOPE_STARTUP_ROUNDS` times (default 2): the hangs found, reported
 /// per case, and judged against the runtime's startup grace ([`collector::startup`]).
@@ -211,23 +239,8 @@ async fn enabling_eventsources_at_startup() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(2);
-    let dir = ScratchDir::new("it-startup");
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("startup.sock");
-    let options = ListenOptions {
-        resume_on_attach: false,
-        ..ListenOptions::default()
-    };
-    let server = ListenServer::bind(&socket, options).await.unwrap();
-    let sessions = agent_sessions();
-    let mut cases: Vec<(String, Vec<CollectTracing>)> = sessions
-        .iter()
-        .map(|(name, config)| (name.to_string(), vec![config.clone()]))
-        .collect();
-    cases.push((
-        "all together".into(),
-        sessions.into_iter().map(|(_, c)| c).collect(),
-    ));
+    let (_dir, socket, server) = suspending_server("it-startup").await;
+    let cases = alone_and_together(agent_sessions());
     let mut hangs = Vec::new();
     let mut runs = 0;
     for _ in 0..rounds {
@@ -274,24 +287,10 @@ async fn enabling_eventsources_before_the_resume() {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(1);
-    let dir = ScratchDir::new("it-startup-before");
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("startup.sock");
-    let options = ListenOptions {
-        resume_on_attach: false,
-        ..ListenOptions::default()
-    };
-    let server = ListenServer::bind(&socket, options).await.unwrap();
+    let (_dir, socket, server) = suspending_server("it-startup-before").await;
     let mut sessions = agent_sessions();
     sessions.push(("cpu trace", cpu_trace_session()));
-    let mut cases: Vec<(String, Vec<CollectTracing>)> = sessions
-        .iter()
-        .map(|(name, config)| (name.to_string(), vec![config.clone()]))
-        .collect();
-    cases.push((
-        "all together".into(),
-        sessions.into_iter().map(|(_, c)| c).collect(),
-    ));
+    let cases = alone_and_together(sessions);
     let major = support::runtime_major();
     let mut hangs = Vec::new();
     let mut runs = 0;
