@@ -23,7 +23,7 @@ use collector::sampler::{SamplerControl, SamplerStep, MAX_WINDOW};
 use collector::samples::SampleAggregator;
 use collector::session::{self, EventObserver, ParsingWriter, Reading, SessionProgress};
 use collector::signals::{
-    LogsDemand, LogsFeed, ProcessSignals, SignalCollector, SpanLookup, SpanSource, TwinCopies,
+    LogsDemand, LogsFeed, ProcessSignals, SignalCollector, SpanLookup, SpanSource,
 };
 use collector::startup::{ResumeHold, ResumeHolds};
 use collector::timer_grid;
@@ -163,10 +163,6 @@ struct SharedProfiler {
     logs: Arc<StreamProgress>,
     /// Where the logs session's events go.
     logs_feed: Arc<LogsFeed>,
-    /// The logging events the twin logs sessions both delivered, to keep one copy.
-    logs_copies: Arc<TwinCopies>,
-    /// Logging events handed on (one copy each).
-    logs_events: Arc<AtomicU64>,
     pid: u64,
     started: Instant,
 }
@@ -189,8 +185,6 @@ impl SharedProfiler {
             span_start_ms: Arc::new(AtomicU64::new(0)),
             logs: StreamProgress::new(),
             logs_feed: Arc::new(LogsFeed::new(signals.clone())),
-            logs_copies: Arc::default(),
-            logs_events: Arc::default(),
             pid,
             started: Instant::now(),
         };
@@ -217,16 +211,6 @@ impl SharedProfiler {
         StreamObserver {
             profiler: self.clone(),
             stream,
-            session: 0,
-        }
-    }
-
-    /// The observer of a logs session's stream; `session` names it among the twins' sessions.
-    fn logs_observer(&self, session: u64) -> StreamObserver {
-        StreamObserver {
-            profiler: self.clone(),
-            stream: Stream::Logs,
-            session,
         }
     }
 
@@ -446,8 +430,6 @@ fn images_due(
 struct StreamObserver {
     profiler: SharedProfiler,
     stream: Stream,
-    /// Logs: which of the twins' sessions ([`TwinCopies`]).
-    session: u64,
 }
 
 impl EventObserver for StreamObserver {
@@ -458,10 +440,7 @@ impl EventObserver for StreamObserver {
                 .logs
                 .seen_ms
                 .store(shared.elapsed_ms(), Ordering::Relaxed);
-            if shared.logs_copies.first_copy(self.session, event) {
-                shared.logs_events.fetch_add(1, Ordering::Relaxed);
-                shared.logs_feed.on_event(event);
-            }
+            shared.logs_feed.on_event(event);
             return;
         }
         match event.metadata.kind {
@@ -1170,144 +1149,69 @@ async fn run_long_session(
 /// A logs session quiet for this long is started again (doubling, up to [`LOGS_QUIET_MAX`], while
 /// sessions started so bring nothing): when any other session with the logging provider ends,
 /// the runtime turns the process's loggers off for every session, and only a session enabled
-/// anew turns them on again; nothing tells a session that this happened. Two read steps and
-/// the runtime's flush apart, messages of a busy process arrive at least this often.
-const LOGS_QUIET: Duration = Duration::from_millis(600);
+/// anew turns them on again; nothing tells a session that this happened. A renewal itself turns
+/// the loggers off until its new session is enabled: where delivery stalls past this (the suite
+/// with two CPU hogs beside it), renewals cost messages (17 of 809 of the Storefront twin's in
+/// 30 s once); 3 s would leave a fresh `/logs` request after another tool's session blind for
+/// most of its window.
+const LOGS_QUIET: Duration = Duration::from_secs(1);
 const LOGS_QUIET_MAX: Duration = Duration::from_secs(64);
-/// A process that logs seldom is quiet only after this many of its mean gaps between messages.
-const LOGS_QUIET_GAPS: u64 = 5;
 /// How often a logs session's quiet is looked at, and its messages waiting for their spans.
 const LOGS_TICK: Duration = Duration::from_millis(100);
-/// How long a twin waits for the other to be enabled before it is started again anyway.
-const TWIN_COVER_WAIT: Duration = Duration::from_secs(5);
 
 /// Runs the process's logs session while anybody asks for logs, at the union of every demand
-/// ([`LogsDemand`]), as two twin sessions with the same provider ([`run_logs_twin`]): a
-/// session's end turns the process's loggers off until a session is enabled anew, and what the
-/// app writes while a session is being stopped reaches no other session than those still on,
-/// so each twin is stopped and started again only while the other runs, and the copies both
-/// deliver are dropped ([`TwinCopies`]). Until the agent stops or the process exits.
+/// ([`LogsDemand`]): started again when the union changes (a wider one at once, a narrower one
+/// later), when it has been quiet for a while (see [`LOGS_QUIET`]), and when it ends while the
+/// process runs; until the agent stops or the process exits. Each start again is counted on
+/// `/metrics` (`clrscope_logs_session_renewals_total`, by reason).
 async fn run_logs_session(long: LongSession, demand: Arc<LogsDemand>) {
     let pid_label = long.pid.to_string();
+    let renewals = &long.health.losses.logs_renewals;
     // The series exist at 0 from the start (see run_long_session).
     for reason in ["union", "quiet"] {
-        long.health.losses.logs_renewals.with(&[&pid_label, reason]);
+        renewals.with(&[&pid_label, reason]);
     }
-    let turns = TwinTurns::default();
-    tokio::join!(
-        run_logs_twin(&long, &demand, &turns, 0),
-        run_logs_twin(&long, &demand, &turns, 1),
-    );
-}
-
-/// The twins' turns: one twin at a time is stopped and started again, while the other runs.
-#[derive(Default)]
-struct TwinTurns {
-    /// Held by the twin being started again, until its new session is enabled.
-    renewing: Arc<tokio::sync::Mutex<()>>,
-    /// Which twins have a session enabled.
-    enabled: watch::Sender<[bool; 2]>,
-    /// When a twin's session was last enabled (ms since the profiler's start): a quiet before
-    /// it is over.
-    last_enabled_ms: AtomicU64,
-    /// Names each session for [`TwinCopies`].
-    sessions: AtomicU64,
-}
-
-impl TwinTurns {
-    /// Waits for `twin`'s turn to be started again: no other twin is, and the other one is
-    /// enabled (or has not been for [`TWIN_COVER_WAIT`]).
-    async fn take(&self, twin: usize) -> tokio::sync::OwnedMutexGuard<()> {
-        let turn = self.renewing.clone().lock_owned().await;
-        let mut enabled = self.enabled.subscribe();
-        let other = 1 - twin;
-        let _ = tokio::time::timeout(TWIN_COVER_WAIT, enabled.wait_for(|e| e[other])).await;
-        turn
-    }
-
-    fn set_enabled(&self, twin: usize, on: bool) {
-        self.enabled.send_modify(|e| e[twin] = on);
-    }
-}
-
-/// One of the twin logs sessions: started again when the union changes (a wider one at once, a
-/// narrower one later), when the process's logs have been quiet for a while (see
-/// [`LOGS_QUIET`]), and when it ends while the process runs; each start again is counted on
-/// `/metrics` (`clrscope_logs_session_renewals_total` by reason, `clrscope_session_restarts_total`).
-async fn run_logs_twin(long: &LongSession, demand: &LogsDemand, turns: &TwinTurns, twin: usize) {
-    let pid_label = long.pid.to_string();
     let restarts = long
         .health
         .losses
         .session_restarts
         .with(&[&pid_label, Stream::Logs.name()]);
+    let progress = &long.profiler.logs;
     let mut quiet_after = LOGS_QUIET;
-    // The turn, from the decision to stop until the next session is enabled.
-    let turn = std::sync::Mutex::new(None);
     loop {
-        let Some((generation, held, config)) = demand.session() else {
+        let Some((generation, config)) = demand.session() else {
             // Nobody asks: no session until somebody does.
-            drop(turn.lock().unwrap_or_else(|p| p.into_inner()).take());
             tokio::select! {
-                () = demand.wanted_again() => continue,
+                () = demand.changed(0) => continue,
                 () = stopped(long.shutdown.clone()) => return,
             }
         };
-        let session_serial = turns.sessions.fetch_add(1, Ordering::Relaxed);
         let _open = GaugeGuard::new(&long.health.sessions);
         let mut sink = ParsingWriter::with_options(
             tokio::io::sink(),
-            long.profiler.logs_observer(session_serial),
+            long.profiler.observer(Stream::Logs),
             long.parser.clone(),
         )
         .ending_on_error();
         let enabled_ms = AtomicU64::new(u64::MAX);
-        let events_at_enable = AtomicU64::new(0);
         let asks_stacks = config.request_stackwalk;
         let mut renewal = None;
-        let quiet = LogsQuiet {
-            profiler: &long.profiler,
-            turns,
-            enabled_ms: &enabled_ms,
-            events_at_enable: &events_at_enable,
-            floor: quiet_after,
-        };
         let stop = async {
-            loop {
-                let reason = tokio::select! {
-                    () = stopped(long.shutdown.clone()) => return,
-                    () = demand.changed(generation) => "union",
-                    () = quiet.reached() => "quiet",
-                };
-                let taken = turns.take(twin).await;
-                // The other twin's renewal may have done what this one was for.
-                let due = match reason {
-                    "union" => demand.due(generation),
-                    _ => quiet.now(),
-                };
-                if due {
-                    *turn.lock().unwrap_or_else(|p| p.into_inner()) = Some(taken);
-                    renewal = Some(reason);
-                    return;
+            tokio::select! {
+                () = stopped(long.shutdown.clone()) => {}
+                () = demand.changed(generation) => renewal = Some("union"),
+                () = logs_went_quiet(&long.profiler, &enabled_ms, quiet_after) => {
+                    renewal = Some("quiet");
                 }
             }
         };
         let on_enabled = |p: SessionProgress| {
             if enabled_ms.load(Ordering::Relaxed) == u64::MAX {
-                let now = long.profiler.elapsed_ms();
-                enabled_ms.store(now, Ordering::Relaxed);
-                events_at_enable.store(
-                    long.profiler.logs_events.load(Ordering::Relaxed),
-                    Ordering::Relaxed,
-                );
-                turns.last_enabled_ms.fetch_max(now, Ordering::Relaxed);
-                demand.enabled(held.clone());
-                turns.set_enabled(twin, true);
-                drop(turn.lock().unwrap_or_else(|p| p.into_inner()).take());
+                enabled_ms.store(long.profiler.elapsed_ms(), Ordering::Relaxed);
+                demand.enabled(generation);
                 tracing::info!(
                     pid = long.pid,
                     session = "logs",
-                    twin,
                     session_id = p.session_id,
                     command = p.version.name(),
                     stack_walks = stack_walks(asks_stacks, p.version),
@@ -1337,35 +1241,20 @@ async fn run_logs_twin(long: &LongSession, demand: &LogsDemand, turns: &TwinTurn
             result = session => result,
             never = ticking => never,
         };
-        turns.set_enabled(twin, false);
         demand.ended();
-        if enabled_ms.load(Ordering::Relaxed) == u64::MAX {
-            // Never enabled: the turn goes back.
-            drop(turn.lock().unwrap_or_else(|p| p.into_inner()).take());
-        }
         if *long.shutdown.borrow() {
             return;
         }
         if let Some(reason) = renewal {
-            long.health
-                .losses
-                .logs_renewals
-                .with(&[&pid_label, reason])
-                .inc();
-            let heard = long.profiler.logs.seen_ms.load(Ordering::Relaxed)
-                >= enabled_ms.load(Ordering::Relaxed);
+            renewals.with(&[&pid_label, reason]).inc();
+            let heard =
+                progress.seen_ms.load(Ordering::Relaxed) >= enabled_ms.load(Ordering::Relaxed);
             quiet_after = if reason == "quiet" && !heard {
                 (quiet_after * 2).min(LOGS_QUIET_MAX)
             } else {
                 LOGS_QUIET
             };
-            tracing::debug!(
-                pid = long.pid,
-                twin,
-                reason,
-                copies_dropped = long.profiler.logs_copies.dropped(),
-                "starting the logs session again"
-            );
+            tracing::debug!(pid = long.pid, reason, "starting the logs session again");
             continue;
         }
         let alive = tokio::time::timeout(ALIVE_TIMEOUT, long.client.process_info()).await;
@@ -1377,7 +1266,7 @@ async fn run_logs_twin(long: &LongSession, demand: &LogsDemand, turns: &TwinTurn
             Ok(_) => "ended by the runtime".to_string(),
             Err(error) => error.to_string(),
         };
-        tracing::warn!(pid = long.pid, session = "logs", twin, %reason, "the logs session ended while the process runs; starting a new one");
+        tracing::warn!(pid = long.pid, session = "logs", %reason, "the logs session ended while the process runs; starting a new one");
         tokio::select! {
             () = tokio::time::sleep(SESSION_RESTART_PAUSE) => {}
             () = stopped(long.shutdown.clone()) => return,
@@ -1385,51 +1274,19 @@ async fn run_logs_twin(long: &LongSession, demand: &LogsDemand, turns: &TwinTurn
     }
 }
 
-/// Whether a twin's logs have been quiet: nothing delivered by either twin for `floor`, or
-/// [`LOGS_QUIET_GAPS`] mean gaps between the messages since its session was enabled if
-/// longer, counted from the latest of its enable, the other twin's and the last message.
-struct LogsQuiet<'a> {
-    profiler: &'a SharedProfiler,
-    turns: &'a TwinTurns,
-    /// ms since the profiler's start; `u64::MAX` until enabled.
-    enabled_ms: &'a AtomicU64,
-    /// The process's messages delivered before the session was enabled.
-    events_at_enable: &'a AtomicU64,
-    floor: Duration,
-}
-
-impl LogsQuiet<'_> {
-    fn now(&self) -> bool {
-        let enabled = self.enabled_ms.load(Ordering::Relaxed);
+/// Resolves once the logs session has delivered nothing for `quiet_after` since it was enabled
+/// (`enabled_ms`, ms since the profiler's start; `u64::MAX` until then) or since its last event.
+async fn logs_went_quiet(profiler: &SharedProfiler, enabled_ms: &AtomicU64, quiet_after: Duration) {
+    let quiet_ms = u64::try_from(quiet_after.as_millis()).unwrap_or(u64::MAX);
+    loop {
+        tokio::time::sleep(LOGS_TICK).await;
+        let enabled = enabled_ms.load(Ordering::Relaxed);
         if enabled == u64::MAX {
-            return false;
+            continue;
         }
-        let now = self.profiler.elapsed_ms();
-        let events = self
-            .profiler
-            .logs_events
-            .load(Ordering::Relaxed)
-            .saturating_sub(self.events_at_enable.load(Ordering::Relaxed));
-        let mean_gap = now.saturating_sub(enabled) / events.max(1);
-        let floor = u64::try_from(self.floor.as_millis()).unwrap_or(u64::MAX);
-        let quiet_ms = floor.max(mean_gap.saturating_mul(LOGS_QUIET_GAPS));
-        let last = self
-            .profiler
-            .logs
-            .seen_ms
-            .load(Ordering::Relaxed)
-            .max(enabled)
-            .max(self.turns.last_enabled_ms.load(Ordering::Relaxed));
-        now.saturating_sub(last) >= quiet_ms
-    }
-
-    /// Resolves once [`LogsQuiet::now`] holds.
-    async fn reached(&self) {
-        loop {
-            tokio::time::sleep(LOGS_TICK).await;
-            if self.now() {
-                return;
-            }
+        let last = profiler.logs.seen_ms.load(Ordering::Relaxed).max(enabled);
+        if profiler.elapsed_ms().saturating_sub(last) >= quiet_ms {
+            return;
         }
     }
 }

@@ -9,9 +9,9 @@
 //! each consumer picks its own messages out of it ([`LogsSettings::accepts`]). A demand that widens
 //! the union has the session started again at once with the new union; the union narrows only
 //! once no demand has come or gone for [`NARROW_AFTER`], so that requests coming and going do not
-//! restart it each time. The process's logs session is a pair of twin sessions (the agent's
-//! `run_logs_twin`), each started again in turn while the other covers for it; both follow the
-//! generation of what is held here.
+//! restart it each time: a restart loses what the app logs while it lasts (measured at about
+//! 40 ms: events written after the old session left and before the new one is enabled reach no
+//! session, then the loggers are off until the new session's `Enable`).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -33,7 +33,7 @@ pub struct LogsDemand {
     /// The always-on collection (`--logs`), which the kept history and OTLP export serve.
     base: Option<LogsSettings>,
     state: Mutex<DemandState>,
-    /// Wakes the logs sessions (both twins) when what they should ask for changed.
+    /// Wakes the logs session when the union changed.
     changed: Notify,
     /// Bumped when a session is enabled: requests waiting for it look again.
     enabled: watch::Sender<u64>,
@@ -48,12 +48,15 @@ struct DemandState {
     generation: u64,
     /// The union of the demands.
     union: Option<LogsSettings>,
-    /// What the sessions ask for: the union, or wider until a narrowing is due.
+    /// What the session asks for: the union, or wider until a narrowing is due.
     held: Option<LogsSettings>,
+    /// A wider `held` waits for the session to start again.
+    widen: bool,
     /// When `held` becomes the narrower union, if it is wider.
     narrow_at: Option<Instant>,
-    /// What the session enabled last asks for (`None`: a session ended since, and with it the
-    /// process's loggers).
+    /// The union of the session being started, and its generation.
+    starting: Option<(u64, LogsSettings)>,
+    /// The union of the session enabled last (`None`: none runs).
     applied: Option<LogsSettings>,
 }
 
@@ -68,7 +71,9 @@ impl LogsDemand {
                 generation: 1,
                 held: union.clone(),
                 union,
+                widen: false,
                 narrow_at: None,
+                starting: None,
                 applied: None,
             }),
             changed: Notify::new(),
@@ -115,7 +120,8 @@ impl LogsDemand {
         } else {
             state.held = LogsSettings::union(state.held.iter().chain(&state.union));
             state.generation += 1;
-            self.changed.notify_waiters();
+            state.widen = true;
+            self.changed.notify_one();
         }
         DemandGuard {
             demand: self.clone(),
@@ -131,7 +137,7 @@ impl LogsDemand {
         if state.union != state.held {
             // Narrower: once no demand has come or gone for a while.
             state.narrow_at = Some(Instant::now() + NARROW_AFTER);
-            self.changed.notify_waiters();
+            self.changed.notify_one();
         }
     }
 
@@ -143,20 +149,20 @@ impl LogsDemand {
         );
     }
 
-    /// When the session asking for `held` as of `generation` should start again: at once when
-    /// `held` changed since (the other twin applied a narrowing, or a demand widened it), when a
-    /// narrowing is due otherwise.
+    /// Whether the session asking for `held` as of `generation` should start again now: a wider
+    /// `held`, or a narrowing that is due.
     fn renewal_due(state: &DemandState, generation: u64) -> Option<Instant> {
-        if state.generation != generation {
+        if state.widen && state.generation != generation {
             return Some(Instant::now());
         }
         state.narrow_at.filter(|_| state.union != state.held)
     }
 
-    /// The session to run now: its generation, what it asks for and its configuration; `None`
-    /// while nobody asks for logs. A narrowing that is due takes effect.
-    pub fn session(&self) -> Option<(u64, LogsSettings, CollectTracing)> {
+    /// The session to run now: what it asks for and its generation; `None` while nobody asks for
+    /// logs. A narrowing that is due takes effect.
+    pub fn session(&self) -> Option<(u64, CollectTracing)> {
         let mut state = self.lock();
+        state.widen = false;
         if state.narrow_at.is_some_and(|at| at <= Instant::now()) {
             state.narrow_at = None;
             if state.held != state.union {
@@ -169,18 +175,24 @@ impl LogsDemand {
         let config = CollectTracing::v2(vec![held.provider()])
             .with_rundown(false)
             .with_stackwalk(false);
-        Some((state.generation, held, config))
+        state.starting = Some((state.generation, held));
+        Some((state.generation, config))
     }
 
-    /// A session asking for `settings` is enabled: its `Enable` set the process's filters to
-    /// them, and requests waiting for them are served.
-    pub fn enabled(&self, settings: LogsSettings) {
-        self.lock().applied = Some(settings);
+    /// The session started for `generation` is enabled: requests waiting for it are served.
+    pub fn enabled(&self, generation: u64) {
+        {
+            let mut state = self.lock();
+            if let Some((g, union)) = state.starting.take() {
+                if g == generation {
+                    state.applied = Some(union);
+                }
+            }
+        }
         self.enabled.send_modify(|n| *n += 1);
     }
 
-    /// A session ended (or is being started again): its end turned the process's loggers off,
-    /// nothing is applied until a session is enabled again.
+    /// The session is gone (it ended, or is being started again): nothing is applied.
     pub fn ended(&self) {
         self.lock().applied = None;
     }
@@ -191,22 +203,6 @@ impl LogsDemand {
             .applied
             .as_ref()
             .is_some_and(|a| a.covers(settings))
-    }
-
-    /// Whether the session running with `generation` is due to start again now.
-    pub fn due(&self, generation: u64) -> bool {
-        Self::renewal_due(&self.lock(), generation).is_some_and(|at| at <= Instant::now())
-    }
-
-    /// Resolves once somebody asks for logs (what the sessions should ask for is not nothing).
-    pub async fn wanted_again(&self) {
-        loop {
-            let notified = self.changed.notified();
-            if self.lock().held.is_some() {
-                return;
-            }
-            notified.await;
-        }
     }
 
     /// Resolves when the session running with `generation` should be started again: at once
@@ -263,8 +259,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn wider_at_once_narrower_later() {
         let demand = LogsDemand::new(Some(LogsSettings::for_level(Some(LogLevel::Information))));
-        let (first, held, _) = demand.session().unwrap();
-        demand.enabled(held);
+        let (first, _) = demand.session().unwrap();
+        demand.enabled(first);
         assert!(!demand.accepts("Logs", LogLevel::Debug));
         // Covered: no change, served at once.
         let warning = demand.add(LogsSettings::for_level(Some(LogLevel::Warning)));
@@ -282,22 +278,18 @@ mod tests {
                 .await
                 .is_err()
         );
-        let (second, held, config) = demand.session().unwrap();
+        let (second, config) = demand.session().unwrap();
         assert_eq!(
             config.providers[0].arguments.as_deref(),
             Some("FilterSpecs=*:Debug")
         );
-        // The other twin, still at the first generation, is due at once too.
-        tokio::time::timeout(Duration::from_millis(1), demand.changed(first))
-            .await
-            .unwrap();
-        demand.enabled(held);
+        demand.enabled(second);
         debug.applied().await;
         // Narrower: only after NARROW_AFTER; a session started again meanwhile (quiet) keeps
         // the wider union.
         drop(debug);
         drop(warning);
-        let (_, _, config) = demand.session().unwrap();
+        let (_, config) = demand.session().unwrap();
         assert_eq!(
             config.providers[0].arguments.as_deref(),
             Some("FilterSpecs=*:Debug")
@@ -310,15 +302,10 @@ mod tests {
         tokio::time::timeout(NARROW_AFTER, demand.changed(second))
             .await
             .unwrap();
-        let (third, _, config) = demand.session().unwrap();
+        let (_, config) = demand.session().unwrap();
         assert_eq!(
             config.providers[0].arguments.as_deref(),
             Some("FilterSpecs=*:Information")
         );
-        // The twin that started the second generation follows the narrowing at once.
-        assert!(third > second);
-        tokio::time::timeout(Duration::from_millis(1), demand.changed(second))
-            .await
-            .unwrap();
     }
 }

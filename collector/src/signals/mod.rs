@@ -15,7 +15,6 @@ pub mod demand;
 pub mod exceptions;
 pub mod logs;
 pub mod spans;
-pub mod twins;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -34,7 +33,6 @@ pub use exceptions::{
 };
 pub use logs::{IdsFrom, LogFormat, LogRecord, LogsSettings, ScopeTracker, ScopeValues};
 pub use spans::{SpanError, SpanKind, SpanRecord, SpanStatus};
-pub use twins::TwinCopies;
 
 /// How much of each signal a process keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
