@@ -29,26 +29,51 @@ fn exported_spans<'a>(got: &'a [Value], transport: &str) -> Vec<Scoped<'a>> {
 
 /// The request lines the target printed (requests of a known kind only), each once its hosting
 /// line (printed when ASP.NET Core stopped the server span, after the response) has come: its
-/// `pipeline_ms` and `hosting_duration_ms` join the request line. `pending` holds request lines
-/// still waiting, by request number.
-fn absorb(target: &mut Target, pending: &mut HashMap<u64, Value>, requests: &mut Vec<Value>) {
+/// `pipeline_ms` and `hosting_duration_ms` join the request line. `pending` holds the lines still
+/// waiting for the other, by request number: the two are printed from different threads, so on
+/// a loaded machine a hosting line may come first.
+fn absorb(target: &mut Target, pending: &mut Pending, requests: &mut Vec<Value>) {
     for line in target.drain_lines() {
         let Ok(v) = serde_json::from_str::<Value>(&line) else {
             continue;
         };
-        if let (Some(n), true) = (v["request"].as_u64(), v["kind"].is_string()) {
-            pending.insert(n, v);
-        } else if let Some(n) = v["hosting"].as_u64() {
-            let mut request = pending
-                .remove(&n)
-                .expect("a hosting line after its request line");
-            assert_eq!(request["hosting_span_id"], v["hosting_span_id"], "{v}");
-            for key in ["pipeline_ms", "hosting_duration_ms"] {
-                request[key] = v[key].clone();
-            }
-            requests.push(request);
+        let (request, hosting) =
+            if let (Some(n), true) = (v["request"].as_u64(), v["kind"].is_string()) {
+                match pending.hosting.remove(&n) {
+                    Some(hosting) => (v, hosting),
+                    None => {
+                        pending.requests.insert(n, v);
+                        continue;
+                    }
+                }
+            } else if let Some(n) = v["hosting"].as_u64() {
+                match pending.requests.remove(&n) {
+                    Some(request) => (request, v),
+                    None => {
+                        pending.hosting.insert(n, v);
+                        continue;
+                    }
+                }
+            } else {
+                continue;
+            };
+        let mut request = request;
+        assert_eq!(
+            request["hosting_span_id"], hosting["hosting_span_id"],
+            "{hosting}"
+        );
+        for key in ["pipeline_ms", "hosting_duration_ms"] {
+            request[key] = hosting[key].clone();
         }
+        requests.push(request);
     }
+}
+
+/// Request and hosting lines waiting for each other, by request number.
+#[derive(Default)]
+struct Pending {
+    requests: HashMap<u64, Value>,
+    hosting: HashMap<u64, Value>,
 }
 
 /// How the target's Stopwatch bounds a span: measured around it (from before its start to after
@@ -173,7 +198,7 @@ fn asyncweb_spans_reach_an_otlp_receiver() {
         ],
     );
     // Requests the agent saw from their start: those after the first exported span.
-    let (mut pending, mut requests) = (HashMap::new(), Vec::new());
+    let (mut pending, mut requests) = (Pending::default(), Vec::new());
     let attached_at = Instant::now();
     let mut first_exported: Option<usize> = None;
     let got = receiver.collect_until(Duration::from_secs(180), |got| {
