@@ -261,19 +261,11 @@ fn agent_gcdumps_name_every_type_beside_the_agents_sessions() {
                 "Settings": {"Interval": "00:00:07"}}), 5),
         },
     });
-    let config = dir.join("settings.json");
-    std::fs::write(&config, settings.to_string()).unwrap();
-    let agent = support::agent::Agent::start(
-        &dir.join("data"),
-        &[
-            "--pid",
-            &pid.to_string(),
-            "--config",
-            config.to_str().unwrap(),
-            "--trace-linkage",
-            "--logs",
-            "Information",
-        ],
+    let agent = support::agent::Agent::for_pid_with_settings(
+        &dir,
+        pid,
+        &settings.to_string(),
+        &["--trace-linkage", "--logs", "Information"],
     );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
     let ruled = loop {

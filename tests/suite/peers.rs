@@ -1077,16 +1077,11 @@ fn runtime_counters_agree_with_dotnet_counters() {
     let pid = service.front.pid();
     let dir = support::agent::data_dir("peers-counters");
     std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("settings.json");
-    std::fs::write(&config, r#"{"GlobalCounter": {"IntervalSeconds": 1}}"#).unwrap();
-    let agent = support::agent::Agent::start(
-        &dir.join("data"),
-        &[
-            "--pid",
-            &pid.to_string(),
-            "--config",
-            config.to_str().unwrap(),
-        ],
+    let agent = support::agent::Agent::for_pid_with_settings(
+        &dir,
+        pid,
+        r#"{"GlobalCounter": {"IntervalSeconds": 1}}"#,
+        &[],
     );
     let file = dir.join("dotnet-counters.json");
     // The agent has attached the process once its own counters are on /metrics (a debug agent

@@ -70,6 +70,17 @@ pub struct Agent {
 }
 
 impl Agent {
+    /// [`Agent::start`] for one process, configured by `settings` (written to
+    /// `dir/settings.json`), its data in `dir/data`.
+    pub fn for_pid_with_settings(dir: &Path, pid: u32, settings: &str, extra: &[&str]) -> Agent {
+        let config = dir.join("settings.json");
+        std::fs::write(&config, settings).unwrap();
+        let pid = pid.to_string();
+        let mut args = vec!["--pid", &pid, "--config", config.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        Agent::start(&dir.join("data"), &args)
+    }
+
     /// Starts an agent as a user runs one: with a key `clrscope generatekey` made, configured
     /// through its environment variables; requests send its token.
     pub fn start(data_dir: &Path, extra: &[&str]) -> Agent {
