@@ -96,7 +96,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Agent(args) => agent::runtime(args)?,
         _ => tokio::runtime::Runtime::new()?,
     };
-    runtime.block_on(async {
+    let result = runtime.block_on(async {
         match cli.command {
             Command::Ps(args) => ps::run(args).await,
             Command::Trace(args) => trace::run(args).await,
@@ -110,7 +110,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Agent(args) => agent::run(*args).await,
             Command::Generatekey(args) => generatekey::run(args),
         }
-    })
+    });
+    // A blocking task left behind at the agent's stop deadline (a store writer still waiting)
+    // must not hold the exit, as dropping the runtime would.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
 }
 
 fn is_broken_pipe(error: &anyhow::Error) -> bool {

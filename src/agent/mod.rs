@@ -1144,13 +1144,29 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     stop_signal.await;
     eprintln!("clrscope agent: stopping (sessions end, the store is flushed)");
     let _ = stop.send(true);
-    if let Ok(Err(error)) = api.await {
-        tracing::warn!(%error, "the HTTP API ended with an error");
-    }
-    while let Some(result) = tasks.join_next().await {
-        if let Ok(Err(error)) = result {
-            tracing::warn!(error = %crate::describe(&error), "discovery ended with an error");
+    let sessions_ended = async {
+        if let Ok(Err(error)) = api.await {
+            tracing::warn!(%error, "the HTTP API ended with an error");
         }
+        while let Some(result) = tasks.join_next().await {
+            if let Ok(Err(error)) = result {
+                tracing::warn!(error = %crate::describe(&error), "discovery ended with an error");
+            }
+        }
+    };
+    if tokio::time::timeout(STOP_DEADLINE, sessions_ended)
+        .await
+        .is_err()
+    {
+        // A runtime that stopped answering (or a client holding a connection open) must not keep
+        // the agent from stopping: the processes' tasks are dropped with their sessions' last
+        // windows, and the store keeps what it was given.
+        tracing::warn!(
+            deadline_s = STOP_DEADLINE.as_secs(),
+            "sessions had not ended by the stop deadline; stopping without them"
+        );
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
     }
     let dropped = agent.sink.dropped();
     if dropped > 0 {
@@ -1162,9 +1178,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     // The writer ends once the last sink is gone: ours, and the per-process tasks' (which the
     // discovery tasks waited for).
     drop(agent);
-    tokio::task::spawn_blocking(move || writer.join())
-        .await?
-        .map_err(|_| anyhow::anyhow!("the store writer panicked"))?;
+    match tokio::time::timeout(
+        STOP_DEADLINE,
+        tokio::task::spawn_blocking(move || writer.join()),
+    )
+    .await
+    {
+        Ok(joined) => joined?.map_err(|_| anyhow::anyhow!("the store writer panicked"))?,
+        Err(_) => tracing::warn!(
+            deadline_s = STOP_DEADLINE.as_secs(),
+            "the store writer had not finished by the stop deadline; its last batches are lost"
+        ),
+    }
     // The exporters end once the last batch sink is gone, after sending what they hold.
     let exported = async { while exporting.join_next().await.is_some() {} };
     if tokio::time::timeout(export::SHUTDOWN_GRACE + Duration::from_secs(1), exported)
@@ -1175,6 +1200,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// How long each step of stopping (sessions ending, then the store writer) may take before the
+/// agent goes on without it: within a supervisor's usual grace (Kubernetes gives 30 s) for both.
+pub const STOP_DEADLINE: Duration = Duration::from_secs(12);
 
 /// Listens for SIGINT and SIGTERM from now on, so that a supervisor signalling as soon as the
 /// agent says it is up never meets the default action (an exit without flushing the store);

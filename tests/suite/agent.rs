@@ -828,3 +828,59 @@ fn listen_mode_reads_the_proc_of_a_runtime_in_another_pid_namespace() {
     drop(agent);
     let _ = std::fs::remove_file(&socket);
 }
+
+/// Neither a runtime that stops answering (frozen here with SIGSTOP, as a debugger or a cgroup
+/// freezer does) nor a client in the middle of a long `/logs` stream keeps the agent from
+/// stopping: on SIGTERM it is gone within its two stop deadlines (12 s each) and the exporters'
+/// 5 s. Before the deadlines it answered the stream to its end (300 s here).
+#[test]
+fn an_agent_asked_to_stop_waits_for_no_runtime_and_no_client() {
+    use std::io::{Read, Write};
+    let dir = data_dir("stop-bounded");
+    let streamed = Target::builder("Logs")
+        .args(["--messages-per-second", "100"])
+        .start();
+    let frozen = Target::builder("Bookstore")
+        .args(["--self-load", "10"])
+        .start();
+    let (streamed_pid, frozen_pid) = (streamed.pid(), frozen.pid());
+    let mut agent = Agent::start(
+        &dir,
+        &[
+            "--pid",
+            &streamed_pid.to_string(),
+            "--pid",
+            &frozen_pid.to_string(),
+            "--trace-linkage",
+            "--startup-grace",
+            "0s",
+        ],
+    );
+    agent.wait_for_data("wall", frozen_pid, 1, Duration::from_secs(90));
+    let mut client = std::net::TcpStream::connect(("127.0.0.1", agent.port)).unwrap();
+    write!(
+        client,
+        "GET /logs?pid={streamed_pid}&level=Information&durationSeconds=300 HTTP/1.1\r\n\
+         Host: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\n\r\n",
+        agent.port,
+        agent.token()
+    )
+    .unwrap();
+    client
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    let mut head = [0u8; 12];
+    client.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200", "the /logs stream did not start");
+    // SAFETY: kill(2) on a target this test started.
+    unsafe { support::sys::kill(frozen_pid as i32, support::sys::SIGSTOP) };
+    let status = agent.terminate(Duration::from_secs(60));
+    // SAFETY: as above; the target is killed on drop either way.
+    unsafe { support::sys::kill(frozen_pid as i32, support::sys::SIGCONT) };
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "the agent, asked to stop beside a frozen runtime and a /logs stream, ended with \
+         {status:?} (None: still running after 60 s):\n{}",
+        agent.log()
+    );
+}

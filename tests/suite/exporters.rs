@@ -393,7 +393,7 @@ fn dropped_in_log(log: &str) -> (u64, u64) {
 fn an_outage_of_the_receiver_costs_bounded_memory_and_is_reported() {
     let dir = data_dir("export-outage");
     let out = dir.join("received");
-    let mut receiver = Receiver::start(&out, 0, 0);
+    let mut receiver = Receiver::start_restartable(&out);
     let http_port = receiver.http_port;
     let cpuhot = Target::builder("CpuHot").start();
     let config = settings(

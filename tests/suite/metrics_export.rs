@@ -580,7 +580,7 @@ fn meters_reach_otlp_livemetrics_and_rules_with_the_values_recorded() {
 fn a_metrics_receiver_outage_is_bounded_and_counted() {
     let dir = data_dir("metrics-outage");
     let out = dir.join("received");
-    let mut receiver = Receiver::start(&out, 0, 0);
+    let mut receiver = Receiver::start_restartable(&out);
     let http_port = receiver.http_port;
     let target = Target::builder("Meters")
         .args(["--steps", "1000", "--step-ms", "1000"])

@@ -386,7 +386,7 @@ fn linkage_agent(data: &Path, pid: u32, config: &Path) -> Agent {
 fn an_outage_of_the_trace_receiver_costs_bounded_memory() {
     let dir = data_dir("traces-outage");
     let out = dir.join("received");
-    let mut receiver = Receiver::start(&out, 0, 0);
+    let mut receiver = Receiver::start_restartable(&out);
     let http_port = receiver.http_port;
     let target = Target::builder("AsyncWeb")
         .args(["--self-load", "100", "--no-request-lines"])

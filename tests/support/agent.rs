@@ -344,6 +344,25 @@ impl Agent {
     }
 }
 
+impl Agent {
+    /// Sends SIGTERM and waits up to `timeout` for the agent to exit: its status, or `None` if it
+    /// still runs (the drop kills it then).
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { super::sys::kill(self.child.id() as i32, super::sys::SIGTERM) };
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -422,6 +422,8 @@ pub mod sys {
     pub const SIG_DFL: usize = 0;
     pub const SIGTERM: i32 = 15;
     pub const SIGINT: i32 = 2;
+    pub const SIGSTOP: i32 = 19;
+    pub const SIGCONT: i32 = 18;
 }
 
 /// Configures and starts a test-bed target: `Target::builder("CpuHot")`.

@@ -26,6 +26,28 @@ impl Receiver {
         Receiver::start_with(out_dir, grpc_port, http_port, &[])
     }
 
+    /// Starts the receiver with an HTTP port it can be started on again after [`Self::kill`]: a
+    /// free port below the kernel's ephemeral range, which no other process's bind to port 0 or
+    /// outgoing connection takes while the receiver is down (a port from that range was taken
+    /// during a 60 s outage in a loaded suite run, and the restarted receiver could not bind it).
+    pub fn start_restartable(out_dir: &Path) -> Receiver {
+        let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+            .unwrap_or(32768);
+        let low = ephemeral_low.saturating_sub(12_000).max(1024);
+        let span = ephemeral_low - low;
+        let seed = std::process::id() as u64
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::from(d.subsec_nanos()));
+        let port = (0..span)
+            .map(|i| low + ((seed + u64::from(i) * 7919) % u64::from(span)) as u16)
+            .find(|&port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok())
+            .expect("a free port below the ephemeral range");
+        Receiver::start(out_dir, 0, port)
+    }
+
     pub fn start_with(out_dir: &Path, grpc_port: u16, http_port: u16, extra: &[&str]) -> Receiver {
         let peers = testbed_dir().join("pypeers");
         assert!(
