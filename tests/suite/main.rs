@@ -51,3 +51,4 @@ mod storefront_twin;
 mod targets;
 mod traces;
 mod webui;
+mod wire_types;
