@@ -22,6 +22,7 @@ mod cli_record;
 mod cli_trace;
 mod convert;
 mod counters;
+mod crate_graph;
 mod demo;
 mod deploy;
 mod entra_id;
