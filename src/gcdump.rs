@@ -2,7 +2,6 @@
 //! and `clrscope gcdump report`: the type histogram of such a file.
 
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -87,13 +86,7 @@ async fn collect(pid: u32, output: Option<PathBuf>, timeout: Duration) -> anyhow
     bar.finish_and_clear();
     let snapshot = Arc::new(result.with_context(|| format!("heap snapshot of pid {pid}"))?);
 
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&output)
-        .with_context(|| format!("creating {}", output.display()))?;
+    let file = crate::output::create_private(&output)?;
     let mut out = tokio::io::BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(file));
     write_gcdump_async(snapshot.clone(), &mut out)
         .await

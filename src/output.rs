@@ -9,6 +9,18 @@ use exporter::Format;
 use profile::Profile;
 use symbolizer::profiles::Resolution;
 
+/// Creates (or truncates) the file a command writes its output to, readable by this user only:
+/// profiles, traces and heap snapshots name code and may carry data.
+pub fn create_private(path: &Path) -> anyhow::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))
+}
+
 /// The format `--format` names, else the one the file's extension asks for.
 pub fn choose_format(path: &Path, format: Option<Format>) -> anyhow::Result<Format> {
     Ok(match format {
@@ -24,13 +36,7 @@ pub fn write_profile(
     path: &Path,
     format: Format,
 ) -> anyhow::Result<()> {
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
+    let file = create_private(path)?;
     exporter::write(profile, format, BufWriter::new(file))
         .with_context(|| format!("writing {}", path.display()))?;
     eprintln!(

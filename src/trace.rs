@@ -1,6 +1,5 @@
 //! `clrscope trace`: a raw EventPipe trace of one process, written as the runtime streams it.
 
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -105,13 +104,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .as_secs();
         PathBuf::from(format!("clrscope-{}-{now}.nettrace", args.pid))
     });
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&output)
-        .with_context(|| format!("creating {}", output.display()))?;
+    let file = crate::output::create_private(&output)?;
     let mut out = BufWriter::with_capacity(256 * 1024, tokio::fs::File::from_std(file));
 
     let bar = ProgressBar::new_spinner();

@@ -7,6 +7,7 @@ use std::io::Read;
 use serde::Serialize;
 
 use crate::nettrace::{EventMetadata, NettraceReader, ParserOptions};
+use crate::utc;
 
 /// A summary of one nettrace stream. Reading never fails: damage is recorded in `damage`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -106,7 +107,7 @@ pub fn inspect(input: impl Read, options: ParserOptions) -> Inspection {
             sync_time: t
                 .sync_time_utc
                 .to_unix_nanos()
-                .map(rfc3339)
+                .map(|n| utc::format(n, utc::Form::Micros))
                 .unwrap_or_else(|| "invalid".into()),
             qpc_frequency: t.qpc_frequency,
             pointer_size: t.pointer_size,
@@ -117,8 +118,8 @@ pub fn inspect(input: impl Read, options: ParserOptions) -> Inspection {
         events,
         providers: group_by_provider(parser.metadata(), &counts),
         stacks,
-        first_event: first.map(rfc3339),
-        last_event: last.map(rfc3339),
+        first_event: first.map(|n| utc::format(n, utc::Form::Micros)),
+        last_event: last.map(|n| utc::format(n, utc::Form::Micros)),
         duration_seconds: first.zip(last).map(|(f, l)| (l - f) as f64 / 1e9),
         dropped_events: parser.dropped_events(),
         complete: damage.is_none() && parser.is_finished(),
@@ -340,52 +341,9 @@ fn runtime_event_name(id: u32) -> Option<&'static str> {
     })
 }
 
-/// Formats Unix nanoseconds as RFC 3339 UTC with microseconds.
-pub fn rfc3339(unix_nanos: i64) -> String {
-    let seconds = unix_nanos.div_euclid(1_000_000_000);
-    let micros = unix_nanos.rem_euclid(1_000_000_000) / 1000;
-    let days = seconds.div_euclid(86_400);
-    let second_of_day = seconds.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-        second_of_day / 3600,
-        second_of_day % 3600 / 60,
-        second_of_day % 60
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
-pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rfc3339_dates() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000000Z");
-        assert_eq!(
-            rfc3339(1_795_000_000_123_456_789),
-            "2026-11-18T11:06:40.123456Z"
-        );
-        assert_eq!(
-            rfc3339(951_782_400_000_000_000),
-            "2000-02-29T00:00:00.000000Z"
-        );
-        assert_eq!(rfc3339(-1_000), "1969-12-31T23:59:59.999999Z");
-    }
 
     #[test]
     fn garbage_is_damage_not_a_panic() {

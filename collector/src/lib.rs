@@ -42,3 +42,4 @@ pub mod session;
 pub mod signals;
 pub mod startup;
 pub mod timer_grid;
+pub mod utc;

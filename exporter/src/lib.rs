@@ -197,6 +197,19 @@ impl ExportOptions {
     }
 }
 
+/// An error and its causes, `: `-separated: reqwest's and rustls' own messages hide why (a TLS
+/// failure or a refused connection says so only in a source).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// Writes `profile` in `format` with that format's default options ([`ExportOptions::defaults_for`]).
 pub fn write(profile: &Profile, format: Format, out: impl Write) -> Result<(), ExportError> {
     write_with_options(profile, format, &ExportOptions::defaults_for(format), out)

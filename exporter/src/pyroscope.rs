@@ -26,40 +26,10 @@ use profile::{Function, FunctionIndex, Profile, ProfileBuilder, ValueType};
 
 use crate::otlp::ExportBatch;
 
-/// The messages of Pyroscope's `push.v1` and `types.v1` API the agent sends, typed by hand from
-/// Pyroscope's published API (field numbers as there).
+/// The messages of Pyroscope's `push.v1` API the agent sends, generated from `tests/otlp/push.proto`
+/// (Pyroscope's names and field numbers; `tests/suite/wire_types.rs` regenerates them).
 pub mod proto {
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct PushRequest {
-        #[prost(message, repeated, tag = "1")]
-        pub series: Vec<RawProfileSeries>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct RawProfileSeries {
-        #[prost(message, repeated, tag = "1")]
-        pub labels: Vec<LabelPair>,
-        #[prost(message, repeated, tag = "2")]
-        pub samples: Vec<RawSample>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct RawSample {
-        /// A pprof profile, gzip-compressed or not.
-        #[prost(bytes = "vec", tag = "1")]
-        pub raw_profile: Vec<u8>,
-        /// A UUID naming the profile (`ID` in Pyroscope's proto).
-        #[prost(string, tag = "2")]
-        pub id: String,
-    }
-
-    #[derive(Clone, PartialEq, Eq, prost::Message)]
-    pub struct LabelPair {
-        #[prost(string, tag = "1")]
-        pub name: String,
-        #[prost(string, tag = "2")]
-        pub value: String,
-    }
+    include!("wire/push.v1.rs");
 }
 
 /// The label Pyroscope takes the profile name from.

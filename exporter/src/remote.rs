@@ -864,7 +864,7 @@ impl Client {
         }
         let response = request.body(body).send().await.map_err(|e| {
             // Unreachable, reset or timed out: the backend may be back later.
-            SendError::retry(format!("POST {url}: {}", error_chain(&e)))
+            SendError::retry(format!("POST {url}: {}", crate::error_chain(&e)))
         })?;
         let status = response.status();
         let retry_after = response
@@ -876,7 +876,7 @@ impl Client {
         let bytes = response.bytes().await.map_err(|e| {
             SendError::retry(format!(
                 "POST {url}: reading the answer: {}",
-                error_chain(&e)
+                crate::error_chain(&e)
             ))
         })?;
         if status.is_success() {
@@ -940,18 +940,6 @@ fn partial_success(response: ExportProfilesServiceResponse) -> Sent {
     Sent {
         rejected_profiles: rejected,
     }
-}
-
-/// An error and its causes, `: `-separated (reqwest's own message hides the cause).
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// `/ingest?name=…&from=…&until=…&format=pprof&spyName=clrscope` for one profile, times in

@@ -50,6 +50,18 @@ use writer::BatchSink;
 
 /// Spans per second exported per process unless `--trace-rate-limit` says otherwise.
 const DEFAULT_TRACE_RATE_LIMIT: u32 = 1000;
+// The defaults of the flags below whose value is the agent's own (others come from the crate
+// that owns the setting). clap's help shows each as `[default: …]` in its doc comment, which
+// clap reads as literal text: `tests::the_help_shows_the_defaults_resolve_uses` checks they agree.
+const DEFAULT_URLS: &str = "http://127.0.0.1:52323";
+const DEFAULT_DATA_DIR: &str = "./clrscope-data";
+const DEFAULT_RESCAN_INTERVAL: Duration = Duration::from_secs(3);
+const DEFAULT_SAMPLE_WINDOW: Duration = Duration::from_secs(1);
+const DEFAULT_SAMPLE_PERIOD: Duration = Duration::from_secs(10);
+const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_secs(10);
+const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 86_400);
+const DEFAULT_FULL_DETAIL_RETENTION: Duration = Duration::from_secs(86_400);
+const DEFAULT_RETENTION_SIZE: u64 = 1 << 30;
 
 /// Command-line settings. Each flag overrides the configuration's key of the same meaning
 /// (`config` module: settings.json, key-per-file directory, environment); flags that are not
@@ -376,10 +388,10 @@ impl Args {
         let duty = DutyCycle::new(
             self.sample_window
                 .or(profiling.sample_window)
-                .unwrap_or(Duration::from_secs(1)),
+                .unwrap_or(DEFAULT_SAMPLE_WINDOW),
             self.sample_period
                 .or(profiling.sample_period)
-                .unwrap_or(Duration::from_secs(10)),
+                .unwrap_or(DEFAULT_SAMPLE_PERIOD),
         )?;
         let trace_sources = if self.trace_sources.is_empty() {
             profiling.trace_sources.clone()
@@ -503,7 +515,7 @@ impl Args {
             urls: self
                 .urls
                 .or_else(|| config.urls.clone())
-                .unwrap_or_else(|| "http://127.0.0.1:52323".to_string()),
+                .unwrap_or_else(|| DEFAULT_URLS.to_string()),
             listen_socket,
             max_runtimes: self
                 .max_runtimes
@@ -512,11 +524,11 @@ impl Args {
             data_dir: self
                 .data_dir
                 .or_else(|| store.data_directory.clone())
-                .unwrap_or_else(|| PathBuf::from("./clrscope-data")),
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             rescan_interval: self
                 .rescan_interval
                 .or(profiling.rescan_interval)
-                .unwrap_or(Duration::from_secs(3)),
+                .unwrap_or(DEFAULT_RESCAN_INTERVAL),
             startup_grace: self.startup_grace.or(profiling.startup_grace),
             duty,
             idle_below: match self.sample_idle_below.or(profiling.sample_idle_below) {
@@ -563,19 +575,19 @@ impl Args {
                 flush_interval: self
                     .flush_interval
                     .or(store.flush_interval)
-                    .unwrap_or(Duration::from_secs(10)),
+                    .unwrap_or(DEFAULT_FLUSH_INTERVAL),
                 retention_age: self
                     .retention
                     .or(store.retention)
-                    .unwrap_or(Duration::from_secs(7 * 86_400)),
+                    .unwrap_or(DEFAULT_RETENTION),
                 full_detail_age: self
                     .full_detail_retention
                     .or(store.full_detail_retention)
-                    .unwrap_or(Duration::from_secs(86_400)),
+                    .unwrap_or(DEFAULT_FULL_DETAIL_RETENTION),
                 retention_bytes: self
                     .retention_size
                     .or(store.retention_size)
-                    .unwrap_or(1 << 30),
+                    .unwrap_or(DEFAULT_RETENTION_SIZE),
                 ..StoreOptions::default()
             },
             metrics_urls,
@@ -1274,6 +1286,93 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("--exception-history"), "{error}");
+    }
+
+    /// Every `[default: …]` the agent's help shows is what `resolve` makes of no flag and no
+    /// configuration (the doc comments spell the defaults out; resolve uses the constants).
+    #[test]
+    fn the_help_shows_the_defaults_resolve_uses() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: Args,
+        }
+        let command = <Cli as clap::CommandFactory>::command();
+        let help = |id: &str| {
+            let arg = command.get_arguments().find(|a| a.get_id() == id);
+            let arg = arg.unwrap_or_else(|| panic!("no argument {id}"));
+            arg.get_long_help().or(arg.get_help()).unwrap().to_string()
+        };
+        let shown = |id: &str| {
+            let help = help(id);
+            let start = help
+                .find("[default: ")
+                .unwrap_or_else(|| panic!("{id}: {help}"));
+            help[start + 10..].split(']').next().unwrap().to_string()
+        };
+        let duration = |id: &str| parse_duration(&shown(id)).unwrap();
+        let bytes = |id: &str| bytes_usize(parse_bytes(&shown(id)).unwrap());
+        let number = |id: &str| shown(id).parse::<f64>().unwrap();
+        let resolved = <Cli as clap::Parser>::try_parse_from(["agent"])
+            .unwrap()
+            .args
+            .resolve()
+            .unwrap();
+        assert_eq!(shown("urls"), resolved.urls);
+        assert_eq!(Some(shown("metrics_urls")), resolved.metrics_urls);
+        assert_eq!(number("max_runtimes"), resolved.max_runtimes as f64);
+        assert_eq!(
+            number("max_connections"),
+            resolved.limits.max_connections as f64
+        );
+        assert_eq!(
+            duration("keep_alive_timeout"),
+            resolved.limits.keep_alive_timeout
+        );
+        let headers_timeout = resolved.limits.request_headers_timeout;
+        assert_eq!(duration("request_headers_timeout"), headers_timeout);
+        assert_eq!(
+            number("max_queued_queries"),
+            resolved.query_limits.max_queued as f64
+        );
+        assert_eq!(PathBuf::from(shown("data_dir")), resolved.data_dir);
+        assert_eq!(duration("rescan_interval"), resolved.rescan_interval);
+        assert_eq!(duration("sample_window"), resolved.duty.window);
+        assert_eq!(duration("sample_period"), resolved.duty.period);
+        assert_eq!(number("sample_idle_below"), resolved.idle_below * 100.0);
+        assert_eq!(number("trace_rate_limit"), DEFAULT_TRACE_RATE_LIMIT as f64);
+        let max_exceptions = resolved.signals.limits.max_exceptions;
+        assert_eq!(number("exception_history"), max_exceptions as f64);
+        assert_eq!(duration("retention"), resolved.store.retention_age);
+        assert_eq!(
+            duration("full_detail_retention"),
+            resolved.store.full_detail_age
+        );
+        assert_eq!(
+            bytes("retention_size") as u64,
+            resolved.store.retention_bytes
+        );
+        assert_eq!(duration("flush_interval"), resolved.store.flush_interval);
+        assert_eq!(bytes("nettrace_budget"), resolved.parser.memory_budget);
+        let agent_budget = resolved.parser.shared_budget.as_ref().unwrap().limit();
+        assert_eq!(bytes("nettrace_agent_budget"), agent_budget);
+        assert_eq!(bytes("signal_budget"), resolved.signals.budget.limit());
+        assert_eq!(
+            bytes("signal_process_budget"),
+            resolved.signals.process_budget
+        );
+        // Defaults described rather than given as a value; every other one is checked above.
+        let described = ["max_running_queries", "startup_grace"];
+        let checked = 22;
+        let shown_defaults = command
+            .get_arguments()
+            .filter(|a| help(a.get_id().as_str()).contains("[default: "))
+            .filter(|a| !described.contains(&a.get_id().as_str()))
+            .count();
+        assert_eq!(
+            shown_defaults, checked,
+            "a default the help shows is not checked here"
+        );
     }
 
     #[test]

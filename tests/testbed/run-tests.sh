@@ -20,8 +20,8 @@ THREADS=${CLRSCOPE_TEST_THREADS:-6}
 TESTBED=${CLRSCOPE_TESTBED_DIR:-$PWD/.testbed}
 
 # Suite modules that start no .NET process.
-OFFLINE=(agent_config:: auth:: convert:: entra_id:: hostile_clients:: hostile_targets:: inspect::
-    openapi:: packaging::)
+OFFLINE=(agent_config:: auth:: convert:: crate_graph:: entra_id:: hostile_clients:: hostile_targets:: inspect::
+    openapi:: packaging:: wire_types::)
 # Suite modules whose results depend on the runtime (IPC commands, nettrace parsing, symbolization,
 # CPU split, listen mode, linkage, logs, exceptions, allocations, gcdump, counters and meters, rules,
 # the Storefront service and its OpenTelemetry twin, whose SDK version differs per framework, and the

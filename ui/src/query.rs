@@ -18,7 +18,8 @@ use store::tsdb::{self, parse_selector, Store};
 use crate::admission::RouteClass;
 use crate::error::ApiError;
 use crate::server::{ApiState, StoreReader};
-use crate::time::{duration_nanos, format_time, parse_time};
+use crate::time::{duration_nanos, parse_time};
+use collector::utc;
 use profile::clock::unix_nanos;
 
 const SECOND: i64 = 1_000_000_000;
@@ -255,9 +256,9 @@ impl Params {
         if from >= until {
             return Err(ApiError::EmptyRange {
                 from_name,
-                from: format_time(from),
+                from: utc::format(from, utc::Form::Auto),
                 until_name,
-                until: format_time(until),
+                until: utc::format(until, utc::Form::Auto),
             });
         }
         Ok((from, until))

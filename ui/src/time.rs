@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat};
+use chrono::DateTime;
 
 use settings::parse_duration;
 
@@ -45,14 +45,10 @@ pub fn parse_time(text: &str, now_unix_nanos: i64) -> Result<i64, String> {
         .ok_or_else(out_of_range)
 }
 
-/// A Unix-nanosecond time as RFC 3339 UTC, for messages.
-pub fn format_time(unix_nanos: i64) -> String {
-    DateTime::from_timestamp_nanos(unix_nanos).to_rfc3339_opts(SecondsFormat::AutoSi, true)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use collector::utc;
 
     #[test]
     fn times() {
@@ -68,7 +64,10 @@ mod tests {
             parse_time("2025-11-30T02:08:00.5+01:00", now),
             Ok(T + 500_000_000)
         );
-        assert_eq!(format_time(T + 500_000_000), "2025-11-30T01:08:00.500Z");
+        assert_eq!(
+            utc::format(T + 500_000_000, utc::Form::Auto),
+            "2025-11-30T01:08:00.500Z"
+        );
         for bad in [
             "",
             "now-",

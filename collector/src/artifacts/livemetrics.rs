@@ -189,21 +189,6 @@ pub async fn write_live_metrics<W: AsyncWrite + Unpin>(
     }
 }
 
-/// .NET's round-trip time (`2026-12-04T09:01:02.1234567+00:00`) as System.Text.Json writes a
-/// `DateTime`: the fraction without trailing zeros (none when zero), UTC as `+00:00`.
-fn timestamp(unix_nanos: i64) -> String {
-    let at = chrono::DateTime::from_timestamp_nanos(unix_nanos);
-    let mut text = at.format("%Y-%m-%dT%H:%M:%S").to_string();
-    let ticks = unix_nanos.rem_euclid(1_000_000_000) / 100;
-    if ticks != 0 {
-        let fraction = format!("{ticks:07}");
-        text.push('.');
-        text.push_str(fraction.trim_end_matches('0'));
-    }
-    text.push_str("+00:00");
-    text
-}
-
 /// A number as .NET prints a double: `5`, not `5.0`.
 fn number(value: f64) -> String {
     if value.fract() == 0.0 && value.abs() < 1e15 {
@@ -271,7 +256,7 @@ pub fn write_records(sample: &CounterSample, interval_seconds: u32, out: &mut St
             })
             .collect(),
     };
-    let at = timestamp(sample.unix_nanos);
+    let at = crate::utc::format(sample.unix_nanos, crate::utc::Form::DotNetJson);
     let text = |s: &str| serde_json::Value::from(s).to_string();
     for ((display_name, counter_type, value), tags) in records {
         // In JsonCounterLogger's order, numbers as .NET writes them (`3`, not `3.0`).

@@ -42,7 +42,7 @@ pub use livemetrics::{
     write_live_metrics, write_records as write_live_metric_records, EventMetricsConfiguration,
     EventMetricsMeter, EventMetricsProvider, LiveMetricsRequest,
 };
-pub use name::{file_timestamp, ArtifactKind};
+pub use name::ArtifactKind;
 pub use stacks::{collect_stack_tick, StackFormat};
 pub use trace::{
     collect_trace, EventPipeConfiguration, EventPipeProvider, StoppingEvent, TraceEnd,

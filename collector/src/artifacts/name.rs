@@ -1,9 +1,9 @@
 //! The file names dotnet-monitor gives artifacts (`Utilities.GetFileNameTimeStampUtcNow` and each
 //! operation's `GenerateFileName`), so scripts that pick files up keep working.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
-use crate::inspect::civil_from_days;
+use crate::utc;
 
 /// A kind of artifact; its [`name`](ArtifactKind::name) is dotnet-monitor's artifact type (the
 /// key of its per-kind request limits).
@@ -42,7 +42,7 @@ impl ArtifactKind {
 
     /// The artifact's file name for process `pid`, taken at `at`.
     pub fn file_name(self, pid: u64, at: SystemTime) -> String {
-        let ts = file_timestamp(at);
+        let ts = utc::format(utc::unix_nanos(at), utc::Form::FileName);
         match self {
             ArtifactKind::Dump => format!("core_{ts}"),
             ArtifactKind::GcDump => format!("{ts}_{pid}.gcdump"),
@@ -97,31 +97,16 @@ impl ArtifactKind {
     }
 }
 
-/// `yyyyMMdd_HHmmss_fff` in UTC, dotnet-monitor's file-name time stamp.
-pub fn file_timestamp(at: SystemTime) -> String {
-    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let (year, month, day) = civil_from_days((secs / 86_400) as i64);
-    let of_day = secs % 86_400;
-    format!(
-        "{year:04}{month:02}{day:02}_{:02}{:02}{:02}_{:03}",
-        of_day / 3600,
-        of_day % 3600 / 60,
-        of_day % 60,
-        since.subsec_millis()
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+    use std::time::UNIX_EPOCH;
 
     #[test]
     fn names_follow_dotnet_monitor() {
         // 2024-02-29 13:05:09.042 UTC
         let at = UNIX_EPOCH + Duration::from_millis(1_709_211_909_042);
-        assert_eq!(file_timestamp(at), "20240229_130509_042");
         assert_eq!(
             ArtifactKind::Trace.file_name(42, at),
             "20240229_130509_042_42.nettrace"
@@ -134,7 +119,6 @@ mod tests {
             ArtifactKind::Stacks { plain_text: true }.file_name(7, at),
             "20240229_130509_042_7.stacks.txt"
         );
-        assert_eq!(file_timestamp(UNIX_EPOCH), "19700101_000000_000");
     }
 
     #[test]

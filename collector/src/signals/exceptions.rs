@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use crate::activity::Span;
+use crate::utc;
 
 /// `ExceptionFlags` bit: the exception has an inner exception.
 pub const FLAG_HAS_INNER: u16 = 0x1;
@@ -205,15 +206,6 @@ impl ExceptionFormat {
     }
 }
 
-/// .NET's round-trip ("o") form in UTC: seven fractional digits.
-fn iso8601(unix_nanos: i64) -> String {
-    let seconds = chrono::DateTime::from_timestamp_nanos(unix_nanos).format("%Y-%m-%dT%H:%M:%S");
-    format!(
-        "{seconds}.{:07}Z",
-        unix_nanos.rem_euclid(1_000_000_000) / 100
-    )
-}
-
 /// `Namespace.Type` and `Method` of a display name `Namespace.Type.Method(args)`.
 fn split_method(display: &str) -> (&str, &str) {
     let head = display.split('(').next().unwrap_or(display);
@@ -245,7 +237,7 @@ pub fn exception_json(record: &ExceptionRecord) -> serde_json::Value {
         .collect();
     let mut value = serde_json::json!({
         "id": record.id,
-        "timestamp": iso8601(record.unix_nanos),
+        "timestamp": utc::format(record.unix_nanos, utc::Form::DotNet),
         "typeName": record.type_name,
         "moduleName": record.frames.first().map(|f| &*f.module_name).unwrap_or(""),
         "message": record.message,
@@ -279,7 +271,7 @@ pub fn write_text_with(
     let _ = writeln!(
         out,
         "First chance exception at {}",
-        iso8601(record.unix_nanos)
+        utc::format(record.unix_nanos, utc::Form::DotNet)
     );
     write_type_and_message(record, out);
     write_inner_and_frames(record, prior, out, 0);

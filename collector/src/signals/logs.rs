@@ -458,13 +458,6 @@ impl LogFormat {
     }
 }
 
-/// dotnet-monitor's timestamp format (.NET's "u"): `2024-01-02 03:04:05Z`.
-fn universal_sortable(unix_nanos: i64) -> String {
-    chrono::DateTime::from_timestamp_nanos(unix_nanos)
-        .format("%Y-%m-%d %H:%M:%SZ")
-        .to_string()
-}
-
 /// dotnet-monitor's JSON fields, in its order (`StreamingLogger`), plus `TraceId`, `SpanId`,
 /// `IdsFrom` (where those came from: `event` or `linkage`) and `UnixNanos` (the full-precision
 /// time), which its scripts ignore.
@@ -474,7 +467,10 @@ pub fn record_json(record: &LogRecord) -> serde_json::Value {
     let mut put = |k: &str, v: serde_json::Value| {
         object.insert(k.to_string(), v);
     };
-    put("Timestamp", universal_sortable(record.unix_nanos).into());
+    put(
+        "Timestamp",
+        crate::utc::format(record.unix_nanos, crate::utc::Form::Universal).into(),
+    );
     put("LogLevel", m.level.name().into());
     put("EventId", m.event_id.into());
     put("EventName", m.event_name.clone().into());
@@ -530,7 +526,7 @@ fn write_text(record: &LogRecord, out: &mut String) {
     let _ = write!(
         out,
         "{} {}: {}[{}]",
-        universal_sortable(record.unix_nanos),
+        crate::utc::format(record.unix_nanos, crate::utc::Form::Universal),
         m.level.short_name(),
         m.category,
         m.event_id

@@ -487,11 +487,7 @@ impl AzureBlobProvider {
                 .map_err(|e| self.error(action, blob, e))?;
             let reason = match self.http.execute(request).await {
                 Ok(response) if !retriable(response.status()) => return Ok(response),
-                Ok(response) => {
-                    let status = response.status();
-                    let body = response.text().await.unwrap_or_default();
-                    format!("HTTP {status}: {}", super::error_message(&body))
-                }
+                Ok(response) => super::answer_error(response).await,
                 Err(error) => super::transport_error(error),
             };
             if attempt >= self.max_retries {
@@ -524,13 +520,7 @@ impl AzureBlobProvider {
         if response.status().is_success() {
             return Ok(response);
         }
-        let status = response.status();
-        let body = response.text().await.unwrap_or_default();
-        Err(self.error(
-            action,
-            blob,
-            format!("HTTP {status}: {}", super::error_message(&body)),
-        ))
+        Err(self.error(action, blob, super::answer_error(response).await))
     }
 
     /// Creates `segments` (a container or queue) unless it exists; a SAS may lack the account
@@ -560,12 +550,7 @@ impl AzureBlobProvider {
         {
             return Ok(());
         }
-        let body = response.text().await.unwrap_or_default();
-        Err(self.error(
-            action,
-            blob,
-            format!("HTTP {status}: {}", super::error_message(&body)),
-        ))
+        Err(self.error(action, blob, super::answer_error(response).await))
     }
 
     /// Uploads `input` as the blob `<prefix>/<file_name>` with the `x-ms-meta-*` headers

@@ -75,6 +75,13 @@ fn redact_url_queries(text: &str) -> String {
 /// How much of an error answer without a `<Message>` (a proxy's page, say) is kept.
 const MAX_ERROR_BODY: usize = 512;
 
+/// A storage service's error answer as an error's text: its status and [`error_message`].
+async fn answer_error(response: reqwest::Response) -> String {
+    let status = response.status();
+    let body = response.text().await.unwrap_or_default();
+    format!("HTTP {status}: {}", error_message(&body))
+}
+
 /// The message of an S3 or Azure Storage error answer (XML with a `<Message>`), else the start of
 /// the answer.
 fn error_message(body: &str) -> &str {
@@ -95,15 +102,7 @@ fn error_message(body: &str) -> &str {
 /// (Connect): tcp connect error: Connection refused"), without the URL reqwest's message names,
 /// query string and all.
 fn transport_error(error: reqwest::Error) -> String {
-    let error = error.without_url();
-    let mut text = error.to_string();
-    let mut cause = std::error::Error::source(&error);
-    while let Some(error) = cause {
-        text.push_str(": ");
-        text.push_str(&error.to_string());
-        cause = error.source();
-    }
-    text
+    crate::error_chain(&error.without_url())
 }
 
 /// Where an artifact comes from: what an Azure blob's metadata says of it (dotnet-monitor's

@@ -140,13 +140,7 @@ impl S3Provider {
         if response.status().is_success() {
             return Ok(response);
         }
-        let status = response.status();
-        let body = response.text().await.unwrap_or_default();
-        Err(self.error(
-            action,
-            key,
-            format!("HTTP {status}: {}", super::error_message(&body)),
-        ))
+        Err(self.error(action, key, super::answer_error(response).await))
     }
 
     /// Uploads `input` as object `key`; returns dotnet-monitor's resource id for it.

@@ -369,7 +369,7 @@ impl AzureAd {
             .get(url)
             .send()
             .await
-            .map_err(|e| format!("GET {url}: {}", chain(&e)))?;
+            .map_err(|e| format!("GET {url}: {}", exporter::error_chain(&e)))?;
         if !response.status().is_success() {
             return Err(format!("GET {url}: HTTP {}", response.status()));
         }
@@ -377,7 +377,7 @@ impl AzureAd {
         while let Some(chunk) = response
             .chunk()
             .await
-            .map_err(|e| format!("GET {url}: {}", chain(&e)))?
+            .map_err(|e| format!("GET {url}: {}", exporter::error_chain(&e)))?
         {
             if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
                 return Err(format!("GET {url}: larger than {MAX_DOCUMENT_BYTES} bytes"));
@@ -386,16 +386,4 @@ impl AzureAd {
         }
         serde_json::from_slice(&body).map_err(|e| format!("GET {url}: not a JSON object: {e}"))
     }
-}
-
-/// An error with its causes (a TLS failure says why only in its source).
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(e) = cause {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        cause = e.source();
-    }
-    text
 }

@@ -6,9 +6,9 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use chrono::{DateTime, SecondsFormat, Utc};
 use collector::artifacts::ArtifactKind;
 use collector::nettrace::Guid;
+use collector::utc;
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -196,8 +196,10 @@ impl Operations {
             Entry {
                 status: OperationStatus {
                     operation_id: id.clone(),
-                    created_date_time: DateTime::<Utc>::from(SystemTime::now())
-                        .to_rfc3339_opts(SecondsFormat::Micros, true),
+                    created_date_time: utc::format(
+                        utc::unix_nanos(SystemTime::now()),
+                        utc::Form::Micros,
+                    ),
                     status: OperationState::Running,
                     process,
                     egress_provider_name: egress_provider,

@@ -41,7 +41,9 @@ use crate::error::ApiError;
 use crate::query::{default_step, ProfileSelector};
 use crate::server::{ApiState, StoreReader};
 use connect::{ConnectError, Reply};
-use proto::*;
+use proto::pprof_json;
+use proto::querier::v1::*;
+use proto::types::v1::*;
 
 /// Flame graph nodes when a request names no `max_nodes`, and the most it may name: Pyroscope's
 /// defaults.
@@ -174,15 +176,21 @@ async fn profile_types(
     Ok(ProfileTypesResponse { profile_types })
 }
 
-async fn label_names(state: ApiState, request: LabelNamesRequest) -> Result<Names, ConnectError> {
+async fn label_names(
+    state: ApiState,
+    request: LabelNamesRequest,
+) -> Result<LabelNamesResponse, ConnectError> {
     let sets = selected_label_sets(&state, &request.matchers).await?;
     let names: BTreeSet<String> = sets.into_iter().flatten().map(|(k, _)| k).collect();
-    Ok(Names {
+    Ok(LabelNamesResponse {
         names: names.into_iter().collect(),
     })
 }
 
-async fn label_values(state: ApiState, request: LabelValuesRequest) -> Result<Names, ConnectError> {
+async fn label_values(
+    state: ApiState,
+    request: LabelValuesRequest,
+) -> Result<LabelValuesResponse, ConnectError> {
     if request.name.is_empty() {
         return Err(ConnectError::invalid_argument(
             "name is empty: name the label whose values to list, e.g. service_name",
@@ -195,7 +203,7 @@ async fn label_values(state: ApiState, request: LabelValuesRequest) -> Result<Na
         .filter(|(k, _)| *k == request.name)
         .map(|(_, v)| v)
         .collect();
-    Ok(Names {
+    Ok(LabelValuesResponse {
         names: values.into_iter().collect(),
     })
 }
@@ -409,6 +417,7 @@ async fn select_series(
                     .map(|(t, v)| Point {
                         value: v as f64,
                         timestamp: t.div_euclid(1_000_000),
+                        ..Point::default()
                     })
                     .collect();
                 series.push((
@@ -577,7 +586,7 @@ async fn flame_graph_reply(
     selected: Selected,
     filters: Vec<(String, LabelValue)>,
     max_nodes: usize,
-) -> Result<FlameGraphResponse, ConnectError> {
+) -> Result<FlameGraph, ConnectError> {
     let graph = state
         .query(RouteClass::Profile, move |store| {
             // The store's call trees, cut to max_nodes, then Pyroscope's cut of the graph: the
@@ -588,28 +597,24 @@ async fn flame_graph_reply(
             Ok(Flamebearer::of(&call_tree, max_nodes))
         })
         .await?;
-    Ok(FlameGraphResponse {
-        flamegraph: Some(FlameGraph {
-            names: graph.names,
-            levels: graph
-                .levels
-                .into_iter()
-                .map(|values| Level { values })
-                .collect(),
-            total: graph.total,
-            max_self: graph.max_self,
-        }),
+    Ok(FlameGraph {
+        names: graph.names,
+        levels: graph
+            .levels
+            .into_iter()
+            .map(|values| Level { values })
+            .collect(),
+        total: graph.total,
+        max_self: graph.max_self,
     })
 }
 
 fn refuse_formats_but_flame_graph(format: i32) -> Result<(), ConnectError> {
-    if format == 0 || format == PROFILE_FORMAT_FLAMEGRAPH {
-        return Ok(());
-    }
-    let name = PROFILE_FORMATS
-        .get(format as usize)
-        .copied()
-        .unwrap_or("an unknown format");
+    let name = match ProfileFormat::try_from(format) {
+        Ok(ProfileFormat::Unspecified | ProfileFormat::Flamegraph) => return Ok(()),
+        Ok(other) => other.as_str_name(),
+        Err(_) => "an unknown format",
+    };
     Err(ConnectError::unimplemented(format!(
         "{name} is not supported: clrscope answers PROFILE_FORMAT_FLAMEGRAPH; SelectMergeProfile \
          gives pprof"
@@ -619,7 +624,7 @@ fn refuse_formats_but_flame_graph(format: i32) -> Result<(), ConnectError> {
 async fn select_merge_stacktraces(
     state: ApiState,
     request: SelectMergeStacktracesRequest,
-) -> Result<FlameGraphResponse, ConnectError> {
+) -> Result<SelectMergeStacktracesResponse, ConnectError> {
     refuse_formats_but_flame_graph(request.format)?;
     refuse_call_site(&request.stack_trace_selector)?;
     refuse_profile_ids(&request.profile_id_selector)?;
@@ -634,13 +639,17 @@ async fn select_merge_stacktraces(
     };
     let selected = request.selected()?;
     let max_nodes = max_nodes(request.max_nodes)?;
-    flame_graph_reply(state, selected, filters, max_nodes).await
+    let flamegraph = flame_graph_reply(state, selected, filters, max_nodes).await?;
+    Ok(SelectMergeStacktracesResponse {
+        flamegraph: Some(flamegraph),
+        ..Default::default()
+    })
 }
 
 async fn select_merge_span_profile(
     state: ApiState,
     request: SelectMergeSpanProfileRequest,
-) -> Result<FlameGraphResponse, ConnectError> {
+) -> Result<SelectMergeSpanProfileResponse, ConnectError> {
     refuse_formats_but_flame_graph(request.format)?;
     if request.span_selector.is_empty() {
         return Err(ConnectError::invalid_argument(
@@ -650,7 +659,11 @@ async fn select_merge_span_profile(
     let filters = id_filters("span_id", &request.span_selector, 16)?;
     let selected = request.selected()?;
     let max_nodes = max_nodes(request.max_nodes)?;
-    flame_graph_reply(state, selected, filters, max_nodes).await
+    let flamegraph = flame_graph_reply(state, selected, filters, max_nodes).await?;
+    Ok(SelectMergeSpanProfileResponse {
+        flamegraph: Some(flamegraph),
+        ..Default::default()
+    })
 }
 
 /// `google.v1.Profile`: pprof, uncompressed (the exporter's message, which has its fields).

@@ -1,448 +1,159 @@
 //! The messages of Pyroscope's `querier.v1` and `types.v1` packages that the querier routes
-//! read and write, typed by hand (no build script, no protoc) with the field numbers of
-//! grafana/pyroscope's `api/querier/v1/querier.proto` and `api/types/v1/types.proto`. Fields
-//! clrscope does not read are left out of requests (protobuf skips them, JSON ignores them).
+//! read and write, generated (`wire/`) from `tests/querier/proto`, the `.proto` files with
+//! grafana/pyroscope's names and field numbers, which the querier test's Connect client is
+//! generated from too: `tests/suite/wire_types.rs` generates them and says how to regenerate.
 //!
 //! Each message also has its proto3 JSON mapping, which Connect uses for `application/json`:
 //! lowerCamelCase names (the proto names are accepted too), 64-bit integers as decimal strings
-//! (numbers accepted), enums by name (numbers accepted), default values written out.
-//! `google.v1.Profile`, the answer of `SelectMergeProfile`, is the exporter's pprof message
-//! ([`exporter::pprof::proto::Profile`]: the same fields and numbers); its JSON is [`pprof_json`].
+//! (numbers accepted), enums by name (numbers accepted), default values written out; the
+//! generated serde attributes call [`json`]. `google.v1.Profile`, the answer of
+//! `SelectMergeProfile`, is the exporter's pprof message ([`exporter::pprof::proto::Profile`]:
+//! the same fields and numbers); its JSON is [`pprof_json`].
 
 use exporter::pprof::proto as pprof;
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-// ---------------------------------------------------------------------------------------------
-// types.v1
-
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
-pub struct LabelPair {
-    #[prost(string, tag = "1")]
-    pub name: String,
-    #[prost(string, tag = "2")]
-    pub value: String,
+pub mod types {
+    pub mod v1 {
+        include!("wire/types.v1.rs");
+    }
 }
 
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
-pub struct ProfileType {
-    #[prost(string, tag = "1")]
-    #[serde(rename = "ID")]
-    pub id: String,
-    #[prost(string, tag = "2")]
-    pub name: String,
-    #[prost(string, tag = "4")]
-    #[serde(rename = "sampleType")]
-    pub sample_type: String,
-    #[prost(string, tag = "5")]
-    #[serde(rename = "sampleUnit")]
-    pub sample_unit: String,
-    #[prost(string, tag = "6")]
-    #[serde(rename = "periodType")]
-    pub period_type: String,
-    #[prost(string, tag = "7")]
-    #[serde(rename = "periodUnit")]
-    pub period_unit: String,
-}
-
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
-pub struct Labels {
-    #[prost(message, repeated, tag = "1")]
-    pub labels: Vec<LabelPair>,
-}
-
-#[derive(Clone, PartialEq, prost::Message, Serialize)]
-pub struct Series {
-    #[prost(message, repeated, tag = "1")]
-    pub labels: Vec<LabelPair>,
-    #[prost(message, repeated, tag = "2")]
-    pub points: Vec<Point>,
-}
-
-#[derive(Clone, PartialEq, prost::Message, Serialize)]
-pub struct Point {
-    #[prost(double, tag = "1")]
-    pub value: f64,
-    /// Unix milliseconds.
-    #[prost(int64, tag = "2")]
-    #[serde(serialize_with = "int64::write")]
-    pub timestamp: i64,
-}
-
-#[derive(Clone, PartialEq, Eq, prost::Message, Deserialize)]
-#[serde(default)]
-pub struct LabelValuesRequest {
-    #[prost(string, tag = "1")]
-    pub name: String,
-    #[prost(string, repeated, tag = "2")]
-    pub matchers: Vec<String>,
-    #[prost(int64, tag = "3")]
-    #[serde(deserialize_with = "int64::read")]
-    pub start: i64,
-    #[prost(int64, tag = "4")]
-    #[serde(deserialize_with = "int64::read")]
-    pub end: i64,
-}
-
-#[derive(Clone, PartialEq, Eq, prost::Message, Deserialize)]
-#[serde(default)]
-pub struct LabelNamesRequest {
-    #[prost(string, repeated, tag = "1")]
-    pub matchers: Vec<String>,
-    #[prost(int64, tag = "2")]
-    #[serde(deserialize_with = "int64::read")]
-    pub start: i64,
-    #[prost(int64, tag = "3")]
-    #[serde(deserialize_with = "int64::read")]
-    pub end: i64,
-}
-
-/// The answer of both `LabelNames` and `LabelValues`.
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
-pub struct Names {
-    #[prost(string, repeated, tag = "1")]
-    pub names: Vec<String>,
-}
-
-/// Only its presence is read: clrscope cannot focus on a call site yet.
-#[derive(Clone, PartialEq, Eq, prost::Message, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct StackTraceSelector {
-    #[prost(message, repeated, tag = "1")]
-    #[serde(alias = "call_site")]
-    pub call_site: Vec<Location>,
-}
-
-#[derive(Clone, PartialEq, Eq, prost::Message, Deserialize)]
-#[serde(default)]
-pub struct Location {
-    #[prost(string, tag = "1")]
-    pub name: String,
-}
-
-// ---------------------------------------------------------------------------------------------
-// querier.v1
-
-#[derive(Clone, PartialEq, Eq, prost::Message, Deserialize)]
-#[serde(default)]
-pub struct ProfileTypesRequest {
-    #[prost(int64, tag = "1")]
-    #[serde(deserialize_with = "int64::read")]
-    pub start: i64,
-    #[prost(int64, tag = "2")]
-    #[serde(deserialize_with = "int64::read")]
-    pub end: i64,
-}
-
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
-pub struct ProfileTypesResponse {
-    #[prost(message, repeated, tag = "1")]
-    #[serde(rename = "profileTypes")]
-    pub profile_types: Vec<ProfileType>,
-}
-
-#[derive(Clone, PartialEq, Eq, prost::Message, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct SeriesRequest {
-    #[prost(string, repeated, tag = "1")]
-    pub matchers: Vec<String>,
-    #[prost(string, repeated, tag = "2")]
-    #[serde(alias = "label_names")]
-    pub label_names: Vec<String>,
-    #[prost(int64, tag = "3")]
-    #[serde(deserialize_with = "int64::read")]
-    pub start: i64,
-    #[prost(int64, tag = "4")]
-    #[serde(deserialize_with = "int64::read")]
-    pub end: i64,
-}
-
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
-pub struct SeriesResponse {
-    #[prost(message, repeated, tag = "2")]
-    #[serde(rename = "labelsSet")]
-    pub labels_set: Vec<Labels>,
-}
-
-/// `ProfileFormat`: what `SelectMergeStacktraces` answers with.
-pub const PROFILE_FORMATS: &[&str] = &[
-    "PROFILE_FORMAT_UNSPECIFIED",
-    "PROFILE_FORMAT_FLAMEGRAPH",
-    "PROFILE_FORMAT_TREE",
-    "PROFILE_FORMAT_DOT",
-    "PROFILE_FORMAT_PPROF",
-];
-pub const PROFILE_FORMAT_FLAMEGRAPH: i32 = 1;
-
-#[derive(Clone, PartialEq, Eq, prost::Message, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct SelectMergeStacktracesRequest {
-    #[prost(string, tag = "1")]
-    #[serde(rename = "profileTypeID", alias = "profile_typeID")]
-    pub profile_type_id: String,
-    #[prost(string, tag = "2")]
-    #[serde(alias = "label_selector")]
-    pub label_selector: String,
-    #[prost(int64, tag = "3")]
-    #[serde(deserialize_with = "int64::read")]
-    pub start: i64,
-    #[prost(int64, tag = "4")]
-    #[serde(deserialize_with = "int64::read")]
-    pub end: i64,
-    #[prost(int64, optional, tag = "5")]
-    #[serde(alias = "max_nodes", deserialize_with = "int64::read_optional")]
-    pub max_nodes: Option<i64>,
-    #[prost(int32, tag = "6")]
-    #[serde(deserialize_with = "profile_format")]
-    pub format: i32,
-    #[prost(message, optional, tag = "7")]
-    #[serde(alias = "stack_trace_selector")]
-    pub stack_trace_selector: Option<StackTraceSelector>,
-    #[prost(string, repeated, tag = "8")]
-    #[serde(alias = "profile_id_selector")]
-    pub profile_id_selector: Vec<String>,
-    #[prost(string, repeated, tag = "10")]
-    #[serde(alias = "trace_id_selector")]
-    pub trace_id_selector: Vec<String>,
-    #[prost(string, repeated, tag = "11")]
-    #[serde(alias = "span_selector")]
-    pub span_selector: Vec<String>,
-}
-
-/// The answer of `SelectMergeStacktraces` (only its flame graph: clrscope answers no other
-/// format) and of `SelectMergeSpanProfile`, whose message has the same first field.
-#[derive(Clone, PartialEq, prost::Message, Serialize)]
-pub struct FlameGraphResponse {
-    #[prost(message, optional, tag = "1")]
-    pub flamegraph: Option<FlameGraph>,
-}
-
-#[derive(Clone, PartialEq, Eq, prost::Message, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct SelectMergeSpanProfileRequest {
-    #[prost(string, tag = "1")]
-    #[serde(rename = "profileTypeID", alias = "profile_typeID")]
-    pub profile_type_id: String,
-    #[prost(string, tag = "2")]
-    #[serde(alias = "label_selector")]
-    pub label_selector: String,
-    #[prost(string, repeated, tag = "3")]
-    #[serde(alias = "span_selector")]
-    pub span_selector: Vec<String>,
-    #[prost(int64, tag = "4")]
-    #[serde(deserialize_with = "int64::read")]
-    pub start: i64,
-    #[prost(int64, tag = "5")]
-    #[serde(deserialize_with = "int64::read")]
-    pub end: i64,
-    #[prost(int64, optional, tag = "6")]
-    #[serde(alias = "max_nodes", deserialize_with = "int64::read_optional")]
-    pub max_nodes: Option<i64>,
-    #[prost(int32, tag = "7")]
-    #[serde(deserialize_with = "profile_format")]
-    pub format: i32,
-}
-
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FlameGraph {
-    #[prost(string, repeated, tag = "1")]
-    pub names: Vec<String>,
-    #[prost(message, repeated, tag = "2")]
-    pub levels: Vec<Level>,
-    #[prost(int64, tag = "3")]
-    #[serde(serialize_with = "int64::write")]
-    pub total: i64,
-    #[prost(int64, tag = "4")]
-    #[serde(serialize_with = "int64::write")]
-    pub max_self: i64,
-}
-
-#[derive(Clone, PartialEq, Eq, prost::Message, Serialize)]
-pub struct Level {
-    #[prost(int64, repeated, tag = "1")]
-    #[serde(serialize_with = "int64::write_all")]
-    pub values: Vec<i64>,
-}
-
-#[derive(Clone, PartialEq, Eq, prost::Message, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct SelectMergeProfileRequest {
-    #[prost(string, tag = "1")]
-    #[serde(rename = "profileTypeID", alias = "profile_typeID")]
-    pub profile_type_id: String,
-    #[prost(string, tag = "2")]
-    #[serde(alias = "label_selector")]
-    pub label_selector: String,
-    #[prost(int64, tag = "3")]
-    #[serde(deserialize_with = "int64::read")]
-    pub start: i64,
-    #[prost(int64, tag = "4")]
-    #[serde(deserialize_with = "int64::read")]
-    pub end: i64,
-    #[prost(int64, optional, tag = "5")]
-    #[serde(alias = "max_nodes", deserialize_with = "int64::read_optional")]
-    pub max_nodes: Option<i64>,
-    #[prost(message, optional, tag = "6")]
-    #[serde(alias = "stack_trace_selector")]
-    pub stack_trace_selector: Option<StackTraceSelector>,
-    #[prost(string, repeated, tag = "7")]
-    #[serde(alias = "profile_id_selector")]
-    pub profile_id_selector: Vec<String>,
-    #[prost(string, repeated, tag = "8")]
-    #[serde(alias = "trace_id_selector")]
-    pub trace_id_selector: Vec<String>,
-}
-
-/// `types.v1.TimeSeriesAggregationType`.
-pub const AGGREGATIONS: &[&str] = &[
-    "TIME_SERIES_AGGREGATION_TYPE_SUM",
-    "TIME_SERIES_AGGREGATION_TYPE_AVERAGE",
-];
-/// `types.v1.ExemplarType`.
-pub const EXEMPLAR_TYPES: &[&str] = &[
-    "EXEMPLAR_TYPE_UNSPECIFIED",
-    "EXEMPLAR_TYPE_NONE",
-    "EXEMPLAR_TYPE_INDIVIDUAL",
-    "EXEMPLAR_TYPE_SPAN",
-];
-
-#[derive(Clone, PartialEq, prost::Message, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-pub struct SelectSeriesRequest {
-    #[prost(string, tag = "1")]
-    #[serde(rename = "profileTypeID", alias = "profile_typeID")]
-    pub profile_type_id: String,
-    #[prost(string, tag = "2")]
-    #[serde(alias = "label_selector")]
-    pub label_selector: String,
-    #[prost(int64, tag = "3")]
-    #[serde(deserialize_with = "int64::read")]
-    pub start: i64,
-    #[prost(int64, tag = "4")]
-    #[serde(deserialize_with = "int64::read")]
-    pub end: i64,
-    #[prost(string, repeated, tag = "5")]
-    #[serde(alias = "group_by")]
-    pub group_by: Vec<String>,
-    /// Seconds.
-    #[prost(double, tag = "6")]
-    pub step: f64,
-    #[prost(int32, optional, tag = "7")]
-    #[serde(deserialize_with = "aggregation")]
-    pub aggregation: Option<i32>,
-    #[prost(message, optional, tag = "8")]
-    #[serde(alias = "stack_trace_selector")]
-    pub stack_trace_selector: Option<StackTraceSelector>,
-    #[prost(int64, optional, tag = "9")]
-    #[serde(deserialize_with = "int64::read_optional")]
-    pub limit: Option<i64>,
-    /// Read so that a request naming one is valid; clrscope keeps no exemplars.
-    #[prost(int32, tag = "10")]
-    #[serde(alias = "exemplar_type", deserialize_with = "exemplar_type")]
-    pub exemplar_type: i32,
-}
-
-#[derive(Clone, PartialEq, prost::Message, Serialize)]
-pub struct SelectSeriesResponse {
-    #[prost(message, repeated, tag = "1")]
-    pub series: Vec<Series>,
+pub mod querier {
+    pub mod v1 {
+        include!("wire/querier.v1.rs");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
 // JSON details
 
-/// proto3 JSON for 64-bit integers: written as strings, read from strings or numbers.
-mod int64 {
-    use serde::de::{self, Deserializer, Visitor};
-    use serde::ser::{SerializeSeq, Serializer};
+/// The proto3 JSON mapping's readers and writers that the generated serde attributes name.
+pub mod json {
+    /// proto3 JSON for 64-bit integers: written as strings, read from strings or numbers.
+    pub mod int64 {
+        use serde::de::{self, Deserializer, Visitor};
+        use serde::ser::{SerializeSeq, Serializer};
 
-    pub fn write<S: Serializer>(value: &i64, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(value)
-    }
-
-    pub fn write_all<S: Serializer>(values: &[i64], s: S) -> Result<S::Ok, S::Error> {
-        let mut seq = s.serialize_seq(Some(values.len()))?;
-        for value in values {
-            seq.serialize_element(&value.to_string())?;
-        }
-        seq.end()
-    }
-
-    struct Int64;
-
-    impl Visitor<'_> for Int64 {
-        type Value = i64;
-
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a 64-bit integer, as a number or a decimal string")
+        pub fn write<S: Serializer>(value: &i64, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_str(value)
         }
 
-        fn visit_i64<E: de::Error>(self, v: i64) -> Result<i64, E> {
-            Ok(v)
+        pub fn write_all<S: Serializer>(values: &[i64], s: S) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(values.len()))?;
+            for value in values {
+                seq.serialize_element(&value.to_string())?;
+            }
+            seq.end()
         }
 
-        fn visit_u64<E: de::Error>(self, v: u64) -> Result<i64, E> {
-            i64::try_from(v).map_err(|_| E::custom(format!("{v} is out of the int64 range")))
-        }
+        struct Int64;
 
-        fn visit_f64<E: de::Error>(self, v: f64) -> Result<i64, E> {
-            // proto3 JSON allows exponent notation for integral values.
-            if v.fract() == 0.0 && v.abs() < 9.2e18 {
-                Ok(v as i64)
-            } else {
-                Err(E::custom(format!("{v} is not a 64-bit integer")))
+        impl Visitor<'_> for Int64 {
+            type Value = i64;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a 64-bit integer, as a number or a decimal string")
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<i64, E> {
+                Ok(v)
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<i64, E> {
+                i64::try_from(v).map_err(|_| E::custom(format!("{v} is out of the int64 range")))
+            }
+
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<i64, E> {
+                // proto3 JSON allows exponent notation for integral values.
+                if v.fract() == 0.0 && v.abs() < 9.2e18 {
+                    Ok(v as i64)
+                } else {
+                    Err(E::custom(format!("{v} is not a 64-bit integer")))
+                }
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<i64, E> {
+                v.parse()
+                    .map_err(|_| E::custom(format!("{v:?} is not a 64-bit integer")))
             }
         }
 
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<i64, E> {
-            v.parse()
-                .map_err(|_| E::custom(format!("{v:?} is not a 64-bit integer")))
+        pub fn read<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+            d.deserialize_any(Int64)
+        }
+
+        pub fn read_optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+            read(d).map(Some)
         }
     }
 
-    pub fn read<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
-        d.deserialize_any(Int64)
+    /// Enums by name (their proto name, e.g. `PROFILE_FORMAT_FLAMEGRAPH`) or by number.
+    pub mod enumeration {
+        use serde::de::{Deserialize, Deserializer, Error};
+        use serde_json::Value;
+
+        /// A generated enum: its proto name and the names of its values.
+        pub trait ProtoEnum: TryFrom<i32> {
+            const NAME: &'static str;
+            fn value_name(&self) -> &'static str;
+
+            /// The names in number order (the enums here number their values from 0 on).
+            fn names() -> Vec<&'static str> {
+                (0..)
+                    .map_while(|n| Self::try_from(n).ok())
+                    .map(|e| e.value_name())
+                    .collect()
+            }
+        }
+
+        macro_rules! proto_enum {
+            ($($rust:ty => $name:literal),*) => {$(
+                impl ProtoEnum for $rust {
+                    const NAME: &'static str = $name;
+                    fn value_name(&self) -> &'static str {
+                        self.as_str_name()
+                    }
+                }
+            )*};
+        }
+
+        proto_enum!(
+            super::super::querier::v1::ProfileFormat => "ProfileFormat",
+            super::super::types::v1::TimeSeriesAggregationType => "TimeSeriesAggregationType",
+            super::super::types::v1::ExemplarType => "ExemplarType"
+        );
+
+        pub fn read<'de, D: Deserializer<'de>, E: ProtoEnum>(d: D) -> Result<i32, D::Error> {
+            let what = E::NAME;
+            match Value::deserialize(d)? {
+                Value::Number(n) => n
+                    .as_i64()
+                    .and_then(|n| i32::try_from(n).ok())
+                    .ok_or_else(|| D::Error::custom(format!("{n} is not a {what}"))),
+                Value::String(s) => {
+                    let names = E::names();
+                    names
+                        .iter()
+                        .position(|&name| name == s)
+                        .map(|i| i as i32)
+                        .ok_or_else(|| {
+                            D::Error::custom(format!(
+                                "unknown {what} {s:?}: one of {}",
+                                names.join(", ")
+                            ))
+                        })
+                }
+                other => Err(D::Error::custom(format!("{other} is not a {what}"))),
+            }
+        }
+
+        pub fn read_optional<'de, D: Deserializer<'de>, E: ProtoEnum>(
+            d: D,
+        ) -> Result<Option<i32>, D::Error> {
+            read::<D, E>(d).map(Some)
+        }
     }
-
-    pub fn read_optional<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
-        read(d).map(Some)
-    }
-}
-
-/// An enum value given by name (one of `names`, whose position is its number) or by number.
-fn enum_value<'de, D: serde::Deserializer<'de>>(
-    d: D,
-    what: &str,
-    names: &[&str],
-) -> Result<i32, D::Error> {
-    use serde::de::Error;
-    match Value::deserialize(d)? {
-        Value::Number(n) => n
-            .as_i64()
-            .and_then(|n| i32::try_from(n).ok())
-            .ok_or_else(|| D::Error::custom(format!("{n} is not a {what}"))),
-        Value::String(s) => names
-            .iter()
-            .position(|&name| name == s)
-            .map(|i| i as i32)
-            .ok_or_else(|| {
-                D::Error::custom(format!("unknown {what} {s:?}: one of {}", names.join(", ")))
-            }),
-        other => Err(D::Error::custom(format!("{other} is not a {what}"))),
-    }
-}
-
-fn profile_format<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
-    enum_value(d, "ProfileFormat", PROFILE_FORMATS)
-}
-
-fn aggregation<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
-    enum_value(d, "TimeSeriesAggregationType", AGGREGATIONS).map(Some)
-}
-
-fn exemplar_type<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
-    enum_value(d, "ExemplarType", EXEMPLAR_TYPES)
 }
 
 /// The proto3 JSON of a `google.v1.Profile` (fields pprof added later, which that message
