@@ -149,6 +149,14 @@ impl DiagnosticsClient {
         }
     }
 
+    /// The runtime's diagnostics socket, when the agent dials it.
+    pub fn socket_path(&self) -> Option<&Path> {
+        match &self.endpoint {
+            Endpoint::Socket(path) => Some(path),
+            Endpoint::Listen(_) => None,
+        }
+    }
+
     /// Whether the runtime answered "unknown command" to `version` or an older one before: it
     /// does not know `version` either.
     pub fn collect_tracing_unknown(&self, version: CollectTracingVersion) -> bool {
@@ -282,6 +290,46 @@ impl DiagnosticsClient {
             .map_err(|source| ClientError::Protocol { command, source })
     }
 
+    /// Stops one session and starts another back to back: both requests are written before
+    /// either reply is read, the stop's first, so that the runtime's diagnostics server, which
+    /// takes connections one at a time in the order they came, enables the new session right
+    /// after it disabled the old one, without a round trip to the agent between. (On a runtime
+    /// that dialled us, each connection is one it offered, so the start waits for the stop's
+    /// turn.) The old session's stream must be read meanwhile: the runtime flushes it before it
+    /// answers the stop.
+    pub async fn stop_then_start_tracing(
+        &self,
+        session_id: u64,
+        stop_timeout: Duration,
+        config: CollectTracing,
+    ) -> (
+        Result<(), ClientError>,
+        Result<EventPipeSession, ClientError>,
+    ) {
+        let stop = Request::StopTracing { session_id };
+        let stop_sent = self.send(&stop).await;
+        let start = Request::CollectTracing(config);
+        let start_sent = self.send(&start).await;
+        let stopped = async {
+            let (_, payload) = Self::reply(stop_sent?, stop.name(), stop_timeout).await?;
+            ipc::decode_session_id(&payload)
+                .map(drop)
+                .map_err(|source| ClientError::Protocol {
+                    command: stop.name(),
+                    source,
+                })
+        };
+        let started = async {
+            let (stream, payload) = Self::reply(start_sent?, start.name(), self.timeout).await?;
+            let id = ipc::decode_session_id(&payload).map_err(|source| ClientError::Protocol {
+                command: start.name(),
+                source,
+            })?;
+            Ok(EventPipeSession { id, stream })
+        };
+        tokio::join!(stopped, started)
+    }
+
     /// Who the runtime runs as (see [`RuntimeUser`]).
     pub async fn runtime_user(&self) -> Result<RuntimeUser, ClientError> {
         let io = |source| ClientError::Io {
@@ -349,16 +397,34 @@ impl DiagnosticsClient {
         request: &Request,
         timeout: Duration,
     ) -> Result<(UnixStream, Vec<u8>), ClientError> {
+        let stream = self.send(request).await?;
+        Self::reply(stream, request.name(), timeout).await
+    }
+
+    /// Opens a connection and writes one request on it.
+    async fn send(&self, request: &Request) -> Result<UnixStream, ClientError> {
         let command = request.name();
         let message = request
             .encode()
             .map_err(|source| ClientError::Protocol { command, source })?;
         let mut stream = self.open().await?;
+        tokio::time::timeout(self.timeout, stream.write_all(&message))
+            .await
+            .map_err(|_| ClientError::Timeout {
+                command,
+                timeout: self.timeout,
+            })?
+            .map_err(|source| io_error(command, source))?;
+        Ok(stream)
+    }
+
+    /// Reads the reply to the request sent on `stream`; server errors become `Err`.
+    async fn reply(
+        mut stream: UnixStream,
+        command: &'static str,
+        timeout: Duration,
+    ) -> Result<(UnixStream, Vec<u8>), ClientError> {
         let reply = async {
-            stream
-                .write_all(&message)
-                .await
-                .map_err(|source| io_error(command, source))?;
             let mut header_bytes = [0u8; HEADER_LEN];
             read_exact_untimed(&mut stream, &mut header_bytes, command).await?;
             let header = Header::decode(&header_bytes)

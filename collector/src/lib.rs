@@ -25,6 +25,7 @@ pub mod artifacts;
 pub mod attached;
 pub mod budget;
 pub mod client;
+pub mod connections;
 pub mod counters;
 pub mod discovery;
 pub mod gcdump;

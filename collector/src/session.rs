@@ -206,6 +206,73 @@ pub async fn run_reading<W: AsyncWrite + Unpin>(
 ) -> Result<SessionSummary, SessionError> {
     let started = Instant::now();
     let (session, version) = start(client, config).await?;
+    let session = Started {
+        session,
+        version,
+        started,
+    };
+    read_started(client, session, out, stop, stop_timeout, progress, reading).await
+}
+
+/// A session the runtime has enabled, not read yet.
+pub struct Started {
+    session: crate::client::EventPipeSession,
+    version: CollectTracingVersion,
+    /// When it was asked for.
+    started: Instant,
+}
+
+/// Stops the session `running` and starts one for `config` back to back
+/// ([`DiagnosticsClient::stop_then_start_tracing`]): what the old one's stop turns off (a logging
+/// provider's loggers) the new one's start turns on again at once. `running`'s stream must be
+/// read meanwhile; it ends once the runtime stopped it. A runtime that does not know `config`'s
+/// command version is asked again as [`start`] does.
+pub async fn stop_then_start(
+    client: &DiagnosticsClient,
+    running: u64,
+    stop_timeout: Duration,
+    config: CollectTracing,
+) -> (Result<(), SessionError>, Result<Started, SessionError>) {
+    let started = Instant::now();
+    let mut config = config.with_lowest_version();
+    if client.collect_tracing_unknown(config.version) {
+        config = fallback(config);
+    }
+    let version = config.version;
+    let (stopped, session) = client
+        .stop_then_start_tracing(running, stop_timeout, config.clone())
+        .await;
+    let stopped = stopped.map_err(SessionError::Stop);
+    let session = match session {
+        Ok(session) => Ok((session, version)),
+        Err(e) if e.is_unknown_command() && version > CollectTracingVersion::V2 => {
+            start(client, config).await
+        }
+        Err(e) => Err(SessionError::Start(e)),
+    };
+    let session = session.map(|(session, version)| Started {
+        session,
+        version,
+        started,
+    });
+    (stopped, session)
+}
+
+/// Reads a session [`stop_then_start`] started, as [`run_reading`] reads the one it starts.
+pub async fn read_started<W: AsyncWrite + Unpin>(
+    client: &DiagnosticsClient,
+    session: Started,
+    out: &mut W,
+    stop: impl Future<Output = ()>,
+    stop_timeout: Duration,
+    progress: impl FnMut(SessionProgress),
+    reading: Reading,
+) -> Result<SessionSummary, SessionError> {
+    let Started {
+        session,
+        version,
+        started,
+    } = session;
     let session_id = session.id;
     let mut stream = session.stream;
     let mut copier = Copier {

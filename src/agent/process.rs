@@ -11,6 +11,7 @@ use anyhow::Context;
 use collector::activity::{Span, TrackerLimits, TrackerStats};
 use collector::attached::AttachedProcess;
 use collector::client::DiagnosticsClient;
+use collector::connections::OtherConnections;
 use collector::ipc::{CollectTracing, CollectTracingVersion, ProviderConfig};
 use collector::local::{LocalProcess, ProcessCpu, StatFiles, ThreadCpu};
 use collector::nettrace::events::{EventKind, KnownEvent, ModuleEventKind};
@@ -1159,107 +1160,144 @@ const LOGS_QUIET_MAX: Duration = Duration::from_secs(64);
 /// How often a logs session's quiet is looked at, and its messages waiting for their spans.
 const LOGS_TICK: Duration = Duration::from_millis(100);
 
+/// Why the process's logs session is started again (the `reason` of
+/// `clrscope_logs_session_renewals_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LogsRenewal {
+    /// What it asks for changed ([`LogsDemand`]).
+    Union,
+    /// Another tool's connection to the runtime went away: if it was a session with the logging
+    /// provider, its end turned the loggers off.
+    OtherSession,
+    /// It brought nothing for a while ([`LOGS_QUIET`]): the fallback for an end not seen.
+    Quiet,
+}
+
+impl LogsRenewal {
+    const ALL: [LogsRenewal; 3] = [
+        LogsRenewal::Union,
+        LogsRenewal::OtherSession,
+        LogsRenewal::Quiet,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            LogsRenewal::Union => "union",
+            LogsRenewal::OtherSession => "other_session",
+            LogsRenewal::Quiet => "quiet",
+        }
+    }
+}
+
+/// How a logs session is had: started by its run, or by a renewal back to back with the old
+/// one's stop.
+enum LogsStart {
+    Fresh(CollectTracing),
+    Started(session::Started),
+}
+
+/// How one logs session ended.
+enum LogsEnd {
+    /// It ended (the agent stops, the runtime ended it, it failed).
+    Ended(Result<session::SessionSummary, session::SessionError>),
+    /// It was stopped and `next` started back to back, for `reason`.
+    Renewed {
+        reason: LogsRenewal,
+        next: Option<(u64, session::Started)>,
+    },
+}
+
 /// Runs the process's logs session while anybody asks for logs, at the union of every demand
 /// ([`LogsDemand`]): started again when the union changes (a wider one at once, a narrower one
-/// later), when it has been quiet for a while (see [`LOGS_QUIET`]), and when it ends while the
-/// process runs; until the agent stops or the process exits. Each start again is counted on
-/// `/metrics` (`clrscope_logs_session_renewals_total`, by reason).
+/// later), when another tool's connection to the runtime goes away, when it has been quiet
+/// for a while (see [`LOGS_QUIET`]), and when it ends while the process runs; until the agent
+/// stops or the process exits. Each start again is counted on `/metrics`
+/// (`clrscope_logs_session_renewals_total`, by reason).
+///
+/// Why renewals: any session with `Microsoft-Extensions-Logging` that ends turns the app's
+/// loggers off for every session. The runtime updates each provider of the ending session
+/// (`config_enable_disable` → `provider_unset_config` in src/native/eventpipe/ep-config.c and
+/// ep-provider.c) and calls the provider's callback without a session id;
+/// `EventPipeEventProvider.HandleSessionEnable` passes that on as `Update` with session -1,
+/// which `EventSource.DoCommand` turns into `Disable`, and `LoggingEventSource.OnEventCommand`
+/// answers `Disable` with `SetFilterSpec(null)`: every EventSource logger at `None` until the
+/// next session's `Enable`. So what the app logs from a session's end until a session is
+/// enabled again is never handed on; the agent shortens that by enabling one at once.
 async fn run_logs_session(long: LongSession, demand: Arc<LogsDemand>) {
     let pid_label = long.pid.to_string();
     let renewals = &long.health.losses.logs_renewals;
     // The series exist at 0 from the start (see run_long_session).
-    for reason in ["union", "quiet"] {
-        renewals.with(&[&pid_label, reason]);
+    for reason in LogsRenewal::ALL {
+        renewals.with(&[&pid_label, reason.label()]);
     }
     let restarts = long
         .health
         .losses
         .session_restarts
         .with(&[&pid_label, Stream::Logs.name()]);
-    let progress = &long.profiler.logs;
+    let others = OtherConnections::new(&long.client, long.pid).map(|w| Arc::new(Mutex::new(w)));
     let mut quiet_after = LOGS_QUIET;
+    let mut next: Option<(u64, session::Started)> = None;
     loop {
-        let Some((generation, config)) = demand.session() else {
-            // Nobody asks: no session until somebody does.
-            tokio::select! {
-                () = demand.changed(0) => continue,
-                () = stopped(long.shutdown.clone()) => return,
-            }
-        };
-        let _open = GaugeGuard::new(&long.health.sessions);
-        let mut sink = ParsingWriter::with_options(
-            tokio::io::sink(),
-            long.profiler.observer(Stream::Logs),
-            long.parser.clone(),
-        )
-        .ending_on_error();
-        let enabled_ms = AtomicU64::new(u64::MAX);
-        let asks_stacks = config.request_stackwalk;
-        let mut renewal = None;
-        let stop = async {
-            tokio::select! {
-                () = stopped(long.shutdown.clone()) => {}
-                () = demand.changed(generation) => renewal = Some("union"),
-                () = logs_went_quiet(&long.profiler, &enabled_ms, quiet_after) => {
-                    renewal = Some("quiet");
+        let (generation, start) = match next.take() {
+            Some((generation, started)) => (generation, LogsStart::Started(started)),
+            None => match demand.session() {
+                Some((generation, config)) => (generation, LogsStart::Fresh(config)),
+                None => {
+                    // Nobody asks: no session until somebody does.
+                    tokio::select! {
+                        () = demand.changed(0) => continue,
+                        () = stopped(long.shutdown.clone()) => return,
+                    }
                 }
-            }
+            },
         };
-        let on_enabled = |p: SessionProgress| {
-            if enabled_ms.load(Ordering::Relaxed) == u64::MAX {
-                enabled_ms.store(long.profiler.elapsed_ms(), Ordering::Relaxed);
-                demand.enabled(generation);
-                tracing::info!(
-                    pid = long.pid,
-                    session = "logs",
-                    session_id = p.session_id,
-                    command = p.version.name(),
-                    stack_walks = stack_walks(asks_stacks, p.version),
-                    generation,
-                    "session enabled"
-                );
-            }
-        };
-        let session = session::run_reading(
-            &long.client,
-            config,
-            &mut sink,
-            stop,
-            STOP_TIMEOUT,
-            on_enabled,
-            Reading::OnTimerGrid,
+        let enabled_ms = AtomicU64::new(u64::MAX);
+        let due = logs_renewal_due(
+            &long,
+            &demand,
+            generation,
+            &enabled_ms,
+            quiet_after,
+            others.as_ref(),
         );
-        // Records waiting for their spans are released while the session is quiet too.
-        let ticking = async {
-            let mut tick = tokio::time::interval(LOGS_TICK);
-            loop {
-                tick.tick().await;
-                long.profiler.logs_feed.release(false);
-            }
-        };
-        let result = tokio::select! {
-            result = session => result,
-            never = ticking => never,
-        };
-        demand.ended();
+        let end = logs_session_once(&long, &demand, generation, start, &enabled_ms, due).await;
         if *long.shutdown.borrow() {
             return;
         }
-        if let Some(reason) = renewal {
-            renewals.with(&[&pid_label, reason]).inc();
-            let heard =
-                progress.seen_ms.load(Ordering::Relaxed) >= enabled_ms.load(Ordering::Relaxed);
-            quiet_after = if reason == "quiet" && !heard {
-                (quiet_after * 2).min(LOGS_QUIET_MAX)
-            } else {
-                LOGS_QUIET
-            };
-            tracing::debug!(pid = long.pid, reason, "starting the logs session again");
-            continue;
-        }
+        let result = match end {
+            LogsEnd::Renewed {
+                reason,
+                next: started,
+            } => {
+                renewals.with(&[&pid_label, reason.label()]).inc();
+                let heard = long.profiler.logs.seen_ms.load(Ordering::Relaxed)
+                    >= enabled_ms.load(Ordering::Relaxed);
+                quiet_after = if reason == LogsRenewal::Quiet && !heard {
+                    (quiet_after * 2).min(LOGS_QUIET_MAX)
+                } else {
+                    LOGS_QUIET
+                };
+                tracing::debug!(
+                    pid = long.pid,
+                    reason = reason.label(),
+                    "the logs session started again"
+                );
+                if started.is_some() {
+                    next = started;
+                    continue;
+                }
+                Ok(None)
+            }
+            LogsEnd::Ended(result) => result.map(Some),
+        };
         let alive = tokio::time::timeout(ALIVE_TIMEOUT, long.client.process_info()).await;
         if !matches!(alive, Ok(Ok(_))) {
             return;
+        }
+        if matches!(result, Ok(None)) {
+            // Renewed, but nobody asks any more, or its start failed: started afresh.
+            continue;
         }
         restarts.inc();
         let reason = match &result {
@@ -1272,6 +1310,161 @@ async fn run_logs_session(long: LongSession, demand: Arc<LogsDemand>) {
             () = stopped(long.shutdown.clone()) => return,
         }
     }
+}
+
+/// Runs one logs session until it ends or `renewal` ([`logs_renewal_due`]) says it is to be
+/// started again; then stops it and starts the next back to back
+/// ([`session::stop_then_start`]), so that the loggers its stop turns off are on again as soon
+/// as the runtime can. `enabled_ms`: when the runtime enabled it (see [`logs_went_quiet`]).
+async fn logs_session_once(
+    long: &LongSession,
+    demand: &LogsDemand,
+    generation: u64,
+    start: LogsStart,
+    enabled_ms: &AtomicU64,
+    renewal: impl Future<Output = LogsRenewal>,
+) -> LogsEnd {
+    let _open = GaugeGuard::new(&long.health.sessions);
+    let mut sink = ParsingWriter::with_options(
+        tokio::io::sink(),
+        long.profiler.observer(Stream::Logs),
+        long.parser.clone(),
+    )
+    .ending_on_error();
+    let session_id = AtomicU64::new(0);
+    let on_enabled = |p: SessionProgress| {
+        if enabled_ms.load(Ordering::Relaxed) == u64::MAX {
+            session_id.store(p.session_id, Ordering::Relaxed);
+            enabled_ms.store(long.profiler.elapsed_ms(), Ordering::Relaxed);
+            demand.enabled(generation);
+            tracing::info!(
+                pid = long.pid,
+                session = "logs",
+                session_id = p.session_id,
+                command = p.version.name(),
+                generation,
+                "session enabled"
+            );
+        }
+    };
+    // Only the agent's stop stops it through its reading; a renewal stops it from here.
+    let stop = stopped(long.shutdown.clone());
+    let session = async {
+        match start {
+            LogsStart::Fresh(config) => {
+                session::run_reading(
+                    &long.client,
+                    config,
+                    &mut sink,
+                    stop,
+                    STOP_TIMEOUT,
+                    on_enabled,
+                    Reading::OnTimerGrid,
+                )
+                .await
+            }
+            LogsStart::Started(started) => {
+                session::read_started(
+                    &long.client,
+                    started,
+                    &mut sink,
+                    stop,
+                    STOP_TIMEOUT,
+                    on_enabled,
+                    Reading::OnTimerGrid,
+                )
+                .await
+            }
+        }
+    };
+    tokio::pin!(session);
+    let run = async {
+        let reason = tokio::select! {
+            result = &mut session => return LogsEnd::Ended(result),
+            reason = renewal => reason,
+        };
+        let running = session_id.load(Ordering::Relaxed);
+        demand.ended();
+        let Some((next_generation, config)) = demand.session() else {
+            // Nobody asks any more: stopped, no next.
+            let stop = long.client.stop_tracing(running, STOP_TIMEOUT);
+            let (_, _) = tokio::join!(stop, tokio::time::timeout(STOP_TIMEOUT, &mut session));
+            return LogsEnd::Renewed { reason, next: None };
+        };
+        let restart = session::stop_then_start(&long.client, running, STOP_TIMEOUT, config);
+        // The old stream is read to its end meanwhile: the runtime flushes it before it answers.
+        let drained = tokio::time::timeout(STOP_TIMEOUT, &mut session);
+        let ((stopped, started), _) = tokio::join!(restart, drained);
+        if let Err(error) = stopped {
+            tracing::warn!(pid = long.pid, %error, "stopping the logs session to start it again");
+        }
+        let next = match started {
+            Ok(started) => Some((next_generation, started)),
+            Err(error) => {
+                tracing::warn!(pid = long.pid, %error, "starting the logs session again");
+                None
+            }
+        };
+        LogsEnd::Renewed { reason, next }
+    };
+    // Records waiting for their spans are released while the session is quiet too.
+    let ticking = async {
+        let mut tick = tokio::time::interval(LOGS_TICK);
+        loop {
+            tick.tick().await;
+            long.profiler.logs_feed.release(false);
+        }
+    };
+    tokio::select! {
+        end = run => end,
+        never = ticking => never,
+    }
+}
+
+/// Resolves with the reason once the logs session asking for `generation` is to be started
+/// again, and the runtime has enabled it (it is stopped by its id): its union changed, another
+/// tool's connection to the runtime went away (looked at every [`LOGS_TICK`], see
+/// [`OtherConnections`]), or it has been quiet for `quiet_after`.
+async fn logs_renewal_due(
+    long: &LongSession,
+    demand: &LogsDemand,
+    generation: u64,
+    enabled_ms: &AtomicU64,
+    quiet_after: Duration,
+    others: Option<&Arc<Mutex<OtherConnections>>>,
+) -> LogsRenewal {
+    let other_ended = async {
+        let Some(watch) = others else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::time::sleep(LOGS_TICK).await;
+            // /proc and netlink: off the async threads. Held in a mutex, the watch outlives a
+            // look this future is dropped in.
+            let watch = Arc::clone(watch);
+            let looked = tokio::task::spawn_blocking(move || {
+                watch.lock().unwrap_or_else(|p| p.into_inner()).look()
+            })
+            .await;
+            match looked {
+                Ok(Ok(true)) => return,
+                Ok(Ok(false)) | Err(_) => {}
+                Ok(Err(error)) => {
+                    tracing::warn!(pid = long.pid, %error, "cannot watch the runtime's diagnostics connections: another tool's session that ends is noticed by the quiet only");
+                    return std::future::pending().await;
+                }
+            }
+        }
+    };
+    let reason = tokio::select! {
+        () = demand.changed(generation) => LogsRenewal::Union,
+        () = other_ended => LogsRenewal::OtherSession,
+        () = logs_went_quiet(&long.profiler, enabled_ms, quiet_after) => LogsRenewal::Quiet,
+    };
+    while enabled_ms.load(Ordering::Relaxed) == u64::MAX {
+        tokio::time::sleep(LOGS_TICK).await;
+    }
+    reason
 }
 
 /// Resolves once the logs session has delivered nothing for `quiet_after` since it was enabled
