@@ -72,6 +72,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     let (profile, resolution) = recorder.profile(types, &HashMap::new());
+    if profile.samples.is_empty() && recorder.samples().samples() > 0 {
+        anyhow::bail!(
+            "{}: none of its {} samples is marked as running managed code, so it has no cpu \
+             profile (see the warning above): convert it with --types wall",
+            args.input.display(),
+            recorder.samples().samples()
+        );
+    }
     if profile.samples.is_empty() {
         anyhow::bail!(
             "{} holds no sampler events with stacks (was Microsoft-DotNETCore-SampleProfiler enabled?)",
