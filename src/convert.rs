@@ -57,8 +57,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(trace) = reader.parser().trace() {
         recorder.set_trace(trace);
     }
-    let (profile, resolution) =
-        recorder.profile(output::time_profiles(&args.types), &HashMap::new());
+    let types = output::time_profiles(&args.types);
+    if let (true, Some((managed, samples))) = (types.cpu, recorder.samples().few_managed()) {
+        // No kernel figures in a file: the estimate `record` makes cannot be made here.
+        eprintln!(
+            "warning: {}: only {managed} of {samples} samples are marked as running managed code. \
+             If the process was busy, its runtime marks managed code as external \
+             ({issue}: CoreCLR 9.x and 10.0 before 10.0.4, NativeAOT before 11), and a file holds \
+             no per-thread CPU from the kernel, so convert cannot estimate cpu: the cpu profile \
+             holds only the samples marked managed. The wall profile (--types wall) is exact; \
+             `clrscope record` on the live process estimates cpu from the kernel.",
+            args.input.display(),
+            issue = collector::samples::UNTRUSTED_KINDS_ISSUE,
+        );
+    }
+    let (profile, resolution) = recorder.profile(types, &HashMap::new());
+    if profile.samples.is_empty() && recorder.samples().samples() > 0 {
+        anyhow::bail!(
+            "{}: none of its {} samples is marked as running managed code, so it has no cpu \
+             profile (see the warning above): convert it with --types wall",
+            args.input.display(),
+            recorder.samples().samples()
+        );
+    }
     if profile.samples.is_empty() {
         anyhow::bail!(
             "{} holds no sampler events with stacks (was Microsoft-DotNETCore-SampleProfiler enabled?)",

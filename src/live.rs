@@ -6,6 +6,7 @@ use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::local::LocalProcess;
 use collector::nettrace::ParserOptions;
 use collector::providers::{self, level};
+use collector::samples::SampleAggregator;
 use collector::session;
 use symbolizer::profiles::recording::Recorder;
 
@@ -44,4 +45,46 @@ pub fn load_images(local: Option<&LocalProcess>, recorder: &mut Recorder) {
     if let Some(Ok(images)) = local.map(symbolizer::read_proc_maps) {
         recorder.set_images(images);
     }
+}
+
+/// Tells `recorder` when the process's runtime is known to mark samples of managed code as
+/// external ([`collector::samples::untrusted_kinds_of`]; NativeAOT told by its maps).
+pub async fn distrust_known_kinds(
+    client: &DiagnosticsClient,
+    local: Option<&LocalProcess>,
+    recorder: &mut Recorder,
+) {
+    let Ok(info) = client.process_info().await else {
+        return;
+    };
+    let version = info.clr_product_version.unwrap_or_default();
+    let why = match local {
+        Some(local) => local.untrusted_kinds(&version),
+        None => collector::samples::untrusted_kinds_of(&version, false),
+    };
+    if let Some(why) = why {
+        recorder.distrust_kinds(why);
+    }
+}
+
+/// Logs, at warn, why the samples' kinds were not believed and what `cpu` is instead; nothing
+/// when they were. The caller logs it once per process.
+pub fn warn_untrusted_kinds(pid: u64, samples: &SampleAggregator) -> bool {
+    let Some(why) = samples.untrusted_kinds() else {
+        return false;
+    };
+    if samples.cpu_estimated() {
+        tracing::warn!(
+            pid,
+            "{why}: cpu is estimated from the kernel's per-thread CPU, spread over each thread's \
+             sampled stacks (docs/runtimes.md, \"Sample kinds\"); wall is exact"
+        );
+    } else {
+        tracing::warn!(
+            pid,
+            "{why}: the kernel's per-thread CPU could not be read (the process is not on this \
+             machine), so cpu cannot be estimated and counts no sample; wall is exact"
+        );
+    }
+    true
 }

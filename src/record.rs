@@ -58,6 +58,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut recorder = Recorder::default();
     let local = LocalProcess::of_runtime(&client, u64::from(args.pid)).await;
     live::load_images(local.as_ref(), &mut recorder);
+    live::distrust_known_kinds(&client, local.as_ref(), &mut recorder).await;
     let thread_names_now = || {
         local
             .as_ref()
@@ -130,6 +131,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if let (Some(before), Some(after)) = (&cpu_before, &cpu_at_stop) {
         recorder.set_thread_cpu(&after.cores_since(before));
     }
+    live::warn_untrusted_kinds(u64::from(args.pid), recorder.samples());
     // Threads that started while sampling are named now; ones that ended keep their earlier name.
     thread_names.extend(thread_names_now());
 

@@ -38,6 +38,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = DiagnosticsClient::for_pid(args.pid)?;
     let mut recorder = Recorder::default();
     let local = LocalProcess::of_runtime(&client, u64::from(args.pid)).await;
+    live::distrust_known_kinds(&client, local.as_ref(), &mut recorder).await;
+    // Each thread's CPU since attach, to weigh its samples by (and to estimate it from where
+    // the runtime's sample kinds cannot be trusted).
+    let cpu_at_attach = local.as_ref().map(LocalProcess::thread_cpu);
+    let mut warned = false;
     let session = live::attach(&client, args.pid, local.as_ref(), &mut recorder).await?;
     let session_id = session.id;
     let mut reader = AsyncNettraceReader::new(session.stream);
@@ -70,6 +75,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 None => anyhow::bail!("pid {} ended the session (did it exit?)", args.pid),
             },
             _ = ticker.tick() => {
+                if let (Some(local), Some(since)) = (&local, &cpu_at_attach) {
+                    recorder.set_thread_cpu(&local.thread_cpu().cores_since(since));
+                }
+                if !warned {
+                    warned = live::warn_untrusted_kinds(u64::from(args.pid), recorder.samples());
+                }
                 let misses = draw(&recorder, types, &args, local.as_ref(), started.elapsed(), terminal)?;
                 refresh.record_misses(misses.saturating_sub(misses_seen));
                 misses_seen = misses;

@@ -135,6 +135,20 @@ impl LocalProcess {
         Ok(bytes)
     }
 
+    /// Whether the process is a NativeAOT executable: its runtime is in the executable, so no
+    /// `libcoreclr.so` is mapped (every CoreCLR process maps it). `None` when `maps` is unreadable.
+    pub fn runs_native_aot(&self) -> Option<bool> {
+        let maps = self.read("maps").ok()?;
+        let needle = b"/libcoreclr.so";
+        Some(!maps.windows(needle.len()).any(|w| w == needle))
+    }
+
+    /// What the runtime's sampler kinds are worth, by its product version (ProcessInfo's) and
+    /// whether it is NativeAOT ([`crate::samples::untrusted_kinds_of`]).
+    pub fn untrusted_kinds(&self, product_version: &str) -> Option<crate::samples::UntrustedKinds> {
+        crate::samples::untrusted_kinds_of(product_version, self.runs_native_aot().unwrap_or(false))
+    }
+
     /// Thread names by tid as the runtime reports it (the runtime names OS threads after
     /// managed ones); empty once the process is gone.
     pub fn thread_names(&self) -> HashMap<u64, String> {

@@ -115,6 +115,90 @@ pub struct SampleAggregator {
     /// out, for threads sampled in managed code more often than they ran
     /// ([`SampleAggregator::set_thread_cpu`]).
     cpu_scale: HashMap<u64, f64>,
+    /// Why the samples' kinds cannot tell CPU, once known: from the runtime's version
+    /// ([`SampleAggregator::distrust_kinds`]) or from the kernel's figures
+    /// ([`SampleAggregator::set_thread_cpu`]).
+    untrusted_kinds: Option<UntrustedKinds>,
+    /// `cpu_scale` weighs every sample of a thread (the kernel's CPU spread over its samples),
+    /// not only those in managed code: set when the kinds are untrusted and the kernel measured.
+    cpu_estimated: bool,
+}
+
+/// The runtime issue of samplers that mark managed code as external: CoreCLR since .NET 9
+/// (SuspendAllThreads ported from NativeAOT), fixed in 10.0 by dotnet/runtime#124084; NativeAOT
+/// has its own, dotnet/runtime#125217, fixed for .NET 11 by #125764.
+pub const UNTRUSTED_KINDS_ISSUE: &str = "dotnet/runtime#123996";
+
+/// A share of a core above which a thread counts as busy when judging the kinds from the data.
+const BUSY_CORES: f64 = 0.25;
+/// Samples a busy thread needs before its kinds are judged.
+const BUSY_MIN_SAMPLES: u64 = 20;
+/// The share of busy threads' samples marked managed below which the kinds are not believed:
+/// on .NET 9.0.20 a thread spinning in managed code got 3 of 10,076 (0.03 %); on runtimes that
+/// mark them right, such a thread is managed in nearly every sample.
+const BUSY_MIN_MANAGED_SHARE: f64 = 0.01;
+
+/// Why the sampler's kinds (managed or external code) cannot tell which samples are CPU.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UntrustedKinds {
+    /// A runtime known to mark managed code external ([`untrusted_kinds_of`]).
+    KnownRuntime { runtime: String },
+    /// Threads the kernel ran at least [`BUSY_CORES`] of a core were sampled in managed code at
+    /// under [`BUSY_MIN_MANAGED_SHARE`] of their samples.
+    Observed {
+        busy_threads: usize,
+        busy_cores: f64,
+        managed: u64,
+        samples: u64,
+    },
+}
+
+impl std::fmt::Display for UntrustedKinds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UntrustedKinds::KnownRuntime { runtime } => write!(
+                f,
+                "runtime {runtime} marks samples of managed code as external ({UNTRUSTED_KINDS_ISSUE})"
+            ),
+            UntrustedKinds::Observed {
+                busy_threads,
+                busy_cores,
+                managed,
+                samples,
+            } => write!(
+                f,
+                "{busy_threads} thread(s) ran {busy_cores:.2} cores but only {managed} of their \
+                 {samples} samples were marked managed: the runtime's sampler marks managed code \
+                 as external (as in {UNTRUSTED_KINDS_ISSUE})"
+            ),
+        }
+    }
+}
+
+/// Whether the runtime `product_version` (ProcessInfo's `clr_product_version`, e.g. `9.0.20`
+/// or `10.0.12+abc`) is known to mark samples of managed code external: CoreCLR 9.x (no
+/// release/9.0 backport), 10.0.0–10.0.3 (the fix, #124084, merged 2026-02-06, came with the
+/// next servicing release, 10.0.4) and NativeAOT before 11 (#125217). Measured here: 9.0.20 and
+/// NativeAOT 10.0.12 affected, CoreCLR 8.0.31, 10.0.12 and 11.0.0 not.
+pub fn untrusted_kinds_of(product_version: &str, native_aot: bool) -> Option<UntrustedKinds> {
+    let core = product_version.split(['+', '-']).next().unwrap_or("");
+    let mut parts = core.split('.').map(|p| p.trim().parse::<u32>().ok());
+    let (major, _minor, patch) = (
+        parts.next()??,
+        parts.next().flatten(),
+        parts.next().flatten(),
+    );
+    let affected = if native_aot {
+        major <= 10
+    } else {
+        major == 9 || (major == 10 && patch.is_none_or(|patch| patch < 4))
+    };
+    affected.then(|| UntrustedKinds::KnownRuntime {
+        runtime: format!(
+            "{}{product_version}",
+            if native_aot { "NativeAOT " } else { "" }
+        ),
+    })
 }
 
 impl SampleAggregator {
@@ -277,6 +361,38 @@ impl SampleAggregator {
         i64::try_from(weight).unwrap_or(i64::MAX)
     }
 
+    /// Says the samples' kinds cannot be trusted (the runtime is known to mark managed code
+    /// external, [`untrusted_kinds_of`]): their CPU is estimated from the kernel's figures
+    /// ([`Self::set_thread_cpu`]), or not given without them.
+    pub fn distrust_kinds(&mut self, why: UntrustedKinds) {
+        self.untrusted_kinds = Some(why);
+    }
+
+    /// Without the kernel's figures (a file): `(managed, samples)` when at least
+    /// [`BUSY_MIN_SAMPLES`] samples were taken and under [`BUSY_MIN_MANAGED_SHARE`] of them are
+    /// marked managed. An idle process looks the same, so this is a doubt, not a finding.
+    pub fn few_managed(&self) -> Option<(u64, u64)> {
+        let managed: u64 = self
+            .stacks()
+            .filter(|(k, _)| k.managed)
+            .map(|(_, n)| n)
+            .sum();
+        (self.samples >= BUSY_MIN_SAMPLES
+            && (managed as f64) < BUSY_MIN_MANAGED_SHARE * self.samples as f64)
+            .then_some((managed, self.samples))
+    }
+
+    /// Why the samples' kinds cannot tell CPU, if they cannot.
+    pub fn untrusted_kinds(&self) -> Option<&UntrustedKinds> {
+        self.untrusted_kinds.as_ref()
+    }
+
+    /// Whether `cpu` is the kernel's per-thread CPU spread over each thread's samples rather
+    /// than the samples in managed code.
+    pub fn cpu_estimated(&self) -> bool {
+        self.cpu_estimated
+    }
+
     /// Weighs each thread's `cpu` by the CPU the kernel gave it: `cores_by_thread` is the share of
     /// a core each thread ran over the time the window stands for, measured from `/proc`
     /// ([`crate::local::ThreadCpu`]). The runtime's sampler takes every thread that is in managed
@@ -284,30 +400,57 @@ impl SampleAggregator {
     /// samples show the CPU threads ask for, not what they got. A thread sampled in managed code
     /// at a larger share of ticks than the share of a core it ran is worth that much less a
     /// sample; none is worth more, since its CPU also counts native code, which `cpu` leaves out.
+    ///
+    /// Where the kinds cannot be trusted (said before, or seen here: busy threads never sampled
+    /// in managed code), each thread's kernel CPU is spread over all its samples instead.
     pub fn set_thread_cpu(&mut self, cores_by_thread: &HashMap<u64, f64>) {
         let mut managed: HashMap<u64, u64> = HashMap::new();
-        for (key, count) in self.stacks().filter(|(key, _)| key.managed) {
-            *managed.entry(key.thread_id).or_default() += count;
+        let mut all: HashMap<u64, u64> = HashMap::new();
+        for (key, count) in self.stacks() {
+            *all.entry(key.thread_id).or_default() += count;
+            if key.managed {
+                *managed.entry(key.thread_id).or_default() += count;
+            }
+        }
+        if self.untrusted_kinds.is_none() {
+            self.untrusted_kinds = kinds_contradict_kernel(&managed, &all, cores_by_thread);
         }
         let ticks = self.ticks.max(1) as f64;
-        self.cpu_scale = managed
-            .into_iter()
-            .filter_map(|(thread_id, samples)| {
-                let cores = cores_by_thread.get(&thread_id)?.max(0.0);
-                let sampled = samples as f64 / ticks;
-                (cores < sampled).then(|| (thread_id, cores / sampled))
-            })
-            .collect();
+        self.cpu_estimated = self.untrusted_kinds.is_some();
+        self.cpu_scale = if self.cpu_estimated {
+            all.into_iter()
+                .filter_map(|(thread_id, samples)| {
+                    let cores = cores_by_thread.get(&thread_id)?.max(0.0);
+                    Some((thread_id, cores * ticks / samples.max(1) as f64))
+                })
+                .collect()
+        } else {
+            managed
+                .into_iter()
+                .filter_map(|(thread_id, samples)| {
+                    let cores = cores_by_thread.get(&thread_id)?.max(0.0);
+                    let sampled = samples as f64 / ticks;
+                    (cores < sampled).then(|| (thread_id, cores / sampled))
+                })
+                .collect()
+        };
     }
 
-    /// What one sample of `thread_id` in managed code is worth in CPU time: [`Self::weight_ns`],
-    /// scaled to what the kernel ran the thread ([`Self::set_thread_cpu`]).
-    pub fn cpu_weight_ns(&self, thread_id: u64) -> i64 {
-        let weight = self.weight_ns();
-        match self.cpu_scale.get(&thread_id) {
-            Some(scale) => (weight as f64 * scale).round() as i64,
-            None => weight,
-        }
+    /// The CPU time of `count` samples of `key`, in nanoseconds, or `None` when they are no CPU:
+    /// samples in managed code worth [`Self::weight_ns`] each, scaled to what the kernel ran the
+    /// thread ([`Self::set_thread_cpu`]); where the kinds are untrusted, every sample of a thread
+    /// the kernel ran carries its share of that thread's CPU, and without the kernel's figures
+    /// none is CPU.
+    pub fn cpu_ns(&self, key: &StackKey, count: u64) -> Option<i64> {
+        let scale = if self.cpu_estimated {
+            Some(*self.cpu_scale.get(&key.thread_id).filter(|s| **s > 0.0)?)
+        } else if key.managed && self.untrusted_kinds.is_none() {
+            self.cpu_scale.get(&key.thread_id).copied()
+        } else {
+            return None;
+        };
+        let weight = self.weight_ns() as f64 * scale.unwrap_or(1.0);
+        Some((count as f64 * weight).round() as i64)
     }
 
     /// The time the ticks span, Unix nanoseconds: (first tick, last tick + one period).
@@ -343,6 +486,36 @@ impl SampleAggregator {
         ids.dedup();
         ids
     }
+}
+
+/// The kinds seen contradicting the kernel: threads it ran at least [`BUSY_CORES`] of a core
+/// (with [`BUSY_MIN_SAMPLES`] samples) were marked managed at under [`BUSY_MIN_MANAGED_SHARE`]
+/// of their samples. A thread busy in native code (a P/Invoke) is external on every runtime, so
+/// this also fires for a process whose only busy threads run native code; its estimate (the
+/// kernel's CPU over their stacks) is then right all the same.
+fn kinds_contradict_kernel(
+    managed: &HashMap<u64, u64>,
+    all: &HashMap<u64, u64>,
+    cores_by_thread: &HashMap<u64, f64>,
+) -> Option<UntrustedKinds> {
+    let (mut busy_threads, mut busy_cores, mut in_managed, mut samples) = (0, 0.0, 0, 0);
+    for (thread_id, &count) in all {
+        let cores = cores_by_thread.get(thread_id).copied().unwrap_or(0.0);
+        if cores >= BUSY_CORES && count >= BUSY_MIN_SAMPLES {
+            busy_threads += 1;
+            busy_cores += cores;
+            samples += count;
+            in_managed += managed.get(thread_id).copied().unwrap_or(0);
+        }
+    }
+    (busy_threads > 0 && (in_managed as f64) < BUSY_MIN_MANAGED_SHARE * samples as f64).then_some(
+        UntrustedKinds::Observed {
+            busy_threads,
+            busy_cores,
+            managed: in_managed,
+            samples,
+        },
+    )
 }
 
 #[cfg(test)]
@@ -452,12 +625,158 @@ mod tests {
         let (&spinner, &spun) = managed_by_thread.iter().max_by_key(|(_, &n)| n).unwrap();
         let other = *agg.thread_ids().iter().find(|&&t| t != spinner).unwrap();
         let sampled = spun as f64 / agg.ticks() as f64;
+        let key_of = |thread: u64| {
+            agg.stacks()
+                .map(|(key, _)| key.clone())
+                .find(|key| key.thread_id == thread && key.managed == (thread == spinner))
+                .unwrap()
+        };
+        let (spinning, waiting) = (key_of(spinner), key_of(other));
         agg.set_thread_cpu(&HashMap::from([(spinner, sampled / 3.0)]));
-        let scaled = agg.cpu_weight_ns(spinner);
-        assert!((scaled - weight / 3).abs() <= 1, "{scaled} vs {weight} / 3");
-        assert_eq!(agg.cpu_weight_ns(other), weight);
+        assert!(agg.untrusted_kinds().is_none() && !agg.cpu_estimated());
+        let scaled = agg.cpu_ns(&spinning, 3).unwrap();
+        assert!((scaled - weight).abs() <= 1, "{scaled} vs {weight}");
+        assert_eq!(
+            agg.cpu_ns(&waiting, 1),
+            None,
+            "a waiting thread's sample is no CPU"
+        );
         // A thread that ran more than its managed samples show (native code too) is not raised.
         agg.set_thread_cpu(&HashMap::from([(spinner, 1.0), (other, 1.0)]));
-        assert_eq!(agg.cpu_weight_ns(spinner), weight);
+        assert_eq!(agg.cpu_ns(&spinning, 1), Some(weight));
+    }
+
+    fn aggregate(path: &str) -> SampleAggregator {
+        let mut reader = NettraceReader::new(std::fs::File::open(path).unwrap());
+        let mut agg = SampleAggregator::new(1_000_000);
+        while let Some(event) = reader.next_event().unwrap() {
+            if let Some(KnownEvent::ThreadSample(sample)) = event.known().unwrap() {
+                agg.add(&event, &sample);
+            }
+        }
+        agg
+    }
+
+    /// CpuHot spinning one thread in managed code for 1 s, recorded on each runtime of the test
+    /// bed: given the kernel's figure for it (a whole core), .NET 9.0.20's kinds are found
+    /// untrusted and the thread's CPU comes from the kernel; on the others its managed samples
+    /// give it. Either way the CPU is the core the spinner ran over the time sampled.
+    #[test]
+    fn kinds_are_judged_against_the_kernel_on_each_runtime() {
+        let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+        for (runtime, untrusted) in [
+            ("net8", false),
+            ("net9", true),
+            ("net10", false),
+            ("net11", false),
+        ] {
+            let mut agg = aggregate(&format!("{fixtures}/{runtime}/cpuhot-samples.nettrace"));
+            // The spinner's leaf moves about its loop; a waiting thread keeps one stack.
+            let mut stacks: HashMap<u64, usize> = HashMap::new();
+            for (key, _) in agg.stacks() {
+                *stacks.entry(key.thread_id).or_default() += 1;
+            }
+            let (&spinner, _) = stacks.iter().max_by_key(|(_, &n)| n).unwrap();
+            let cores: HashMap<u64, f64> = agg
+                .thread_ids()
+                .into_iter()
+                .map(|t| (t, if t == spinner { 1.0 } else { 0.0 }))
+                .collect();
+            agg.set_thread_cpu(&cores);
+            assert_eq!(
+                agg.untrusted_kinds().is_some(),
+                untrusted,
+                "{runtime}: {:?}",
+                agg.untrusted_kinds()
+            );
+            assert_eq!(agg.cpu_estimated(), untrusted, "{runtime}");
+            let cpu: i64 = agg.stacks().filter_map(|(k, n)| agg.cpu_ns(k, n)).sum();
+            let managed: u64 = agg
+                .stacks()
+                .filter(|(k, _)| k.managed && k.thread_id == spinner)
+                .map(|(_, n)| n)
+                .sum();
+            let weight = agg.weight_ns() as f64;
+            // Untrusted: the kernel's core over every tick; else the managed samples, which a
+            // core of kernel CPU does not scale down.
+            let expected = if untrusted {
+                agg.ticks() as f64 * weight
+            } else {
+                managed as f64 * weight
+            };
+            assert!(
+                (cpu as f64 - expected).abs() <= agg.stacks().count() as f64,
+                "{runtime}: cpu {cpu} ns, expected {expected} ns ({managed} managed samples)"
+            );
+            // Only the spinner has CPU: the idle threads' samples carry none.
+            assert!(agg
+                .stacks()
+                .filter(|(k, _)| k.thread_id != spinner)
+                .all(|(k, n)| agg.cpu_ns(k, n).unwrap_or(0) == 0));
+        }
+    }
+
+    /// On untrusted kinds a thread's kernel CPU is spread over its samples, whatever their kind:
+    /// half a core over the time sampled, in proportion to each stack's samples; without the
+    /// kernel's figures no sample is CPU.
+    #[test]
+    fn untrusted_kinds_spread_the_kernels_cpu_over_a_threads_samples() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/net9/cpuhot-samples.nettrace"
+        );
+        let mut agg = aggregate(path);
+        agg.distrust_kinds(untrusted_kinds_of("9.0.20", false).unwrap());
+        assert!(agg.stacks().all(|(k, n)| agg.cpu_ns(k, n).is_none()));
+        let threads = agg.thread_ids();
+        let half: HashMap<u64, f64> = threads.iter().map(|&t| (t, 0.5)).collect();
+        agg.set_thread_cpu(&half);
+        assert!(agg.cpu_estimated());
+        let weight = agg.weight_ns() as f64;
+        for &thread in &threads {
+            let samples: u64 = agg
+                .stacks()
+                .filter(|(k, _)| k.thread_id == thread)
+                .map(|(_, n)| n)
+                .sum();
+            let cpu: i64 = agg
+                .stacks()
+                .filter(|(k, _)| k.thread_id == thread)
+                .map(|(k, n)| {
+                    let cpu = agg.cpu_ns(k, n).unwrap();
+                    let share = n as f64 / samples as f64;
+                    let expected = 0.5 * agg.ticks() as f64 * weight * share;
+                    assert!((cpu as f64 - expected).abs() <= 1.0, "{cpu} vs {expected}");
+                    cpu
+                })
+                .sum();
+            let expected = 0.5 * agg.ticks() as f64 * weight;
+            assert!((cpu as f64 - expected).abs() <= agg.stacks().count() as f64);
+        }
+    }
+
+    #[test]
+    fn runtimes_known_to_mark_managed_code_external() {
+        for (version, aot, affected) in [
+            ("8.0.31", false, false),
+            ("9.0.0", false, true),
+            ("9.0.20", false, true),
+            ("10.0.0-rc.2.25502.107", false, true),
+            ("10.0.3", false, true),
+            ("10.0.4", false, false),
+            ("10.0.12+abc", false, false),
+            ("11.0.0", false, false),
+            ("10.0.12", true, true),
+            ("11.0.0", true, false),
+            ("", false, false),
+        ] {
+            let found = untrusted_kinds_of(version, aot);
+            assert_eq!(found.is_some(), affected, "{version} aot={aot}: {found:?}");
+        }
+        let why = untrusted_kinds_of("10.0.12", true).unwrap().to_string();
+        assert!(
+            why.contains("NativeAOT 10.0.12") && why.contains(UNTRUSTED_KINDS_ISSUE),
+            "{why}"
+        );
     }
 }

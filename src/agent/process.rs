@@ -21,7 +21,7 @@ use collector::providers::{self, level};
 use collector::rules::options::ProcessFacts;
 use collector::rules::state::RuleStates;
 use collector::sampler::{SamplerControl, SamplerStep, MAX_WINDOW};
-use collector::samples::SampleAggregator;
+use collector::samples::{SampleAggregator, UntrustedKinds};
 use collector::session::{self, EventObserver, ParsingWriter, Reading, SessionProgress};
 use collector::signals::{
     LogsDemand, LogsFeed, ProcessSignals, SignalCollector, SpanLookup, SpanSource,
@@ -713,6 +713,13 @@ async fn attach(
         .unwrap_or_else(|| executable.clone());
     // Listen mode: the pid the runtime advertised is from its own pid namespace.
     let local = LocalProcess::find(info.pid, target.pid, &info.command_line);
+    let known_kinds = {
+        let version = info.clr_product_version.as_deref().unwrap_or_default();
+        match local.as_ref() {
+            Some(local) => local.untrusted_kinds(version),
+            None => collector::samples::untrusted_kinds_of(version, false),
+        }
+    };
     let grace = agent.settings.startup_grace.unwrap_or_else(|| {
         let version = info.clr_product_version.as_deref().unwrap_or_default();
         collector::startup::startup_grace(version)
@@ -975,6 +982,8 @@ async fn attach(
         renew_linkage,
         published: Published::default(),
         cpu_at_last_stop: None,
+        known_kinds,
+        warned_kinds: false,
         stat_files: StatFiles::default(),
         dropped_events: HashMap::new(),
         idle_periods: 0,
@@ -1512,6 +1521,12 @@ struct SamplingLoop<'a> {
     published: Published,
     /// The threads' CPU time when the last window stopped.
     cpu_at_last_stop: Option<ThreadCpu>,
+    /// Why the runtime's sample kinds cannot be trusted, when its version says so
+    /// ([`collector::samples::untrusted_kinds_of`]): each window's cpu is then estimated from
+    /// the kernel's per-thread CPU.
+    known_kinds: Option<UntrustedKinds>,
+    /// Whether untrusted kinds were logged: once per process.
+    warned_kinds: bool,
     /// The `stat` files the last window's reading read, kept open for the next.
     stat_files: StatFiles,
     /// This process's series of the dropped-events counter, by stream: looked up once, since a
@@ -1713,6 +1728,9 @@ impl SamplingLoop<'_> {
         if self.keep_times {
             samples = samples.keep_times();
         }
+        if let Some(why) = &self.known_kinds {
+            samples.distrust_kinds(why.clone());
+        }
         let opened_unix_ms = profile::clock::unix_millis();
         // A window stands for the time since the last one stopped (its duty period), so each
         // thread's CPU is measured over that time: within the window itself the sampler's
@@ -1749,6 +1767,9 @@ impl SamplingLoop<'_> {
         );
         if let (Some(since), Some(now)) = (&cpu_since, &cpu_at_stop) {
             samples.set_thread_cpu(&now.cores_since(since));
+        }
+        if !self.warned_kinds {
+            self.warned_kinds = crate::live::warn_untrusted_kinds(self.pid, &samples);
         }
         // The next window reads the threads' times and places from it, not their names.
         let thread_names = cpu_at_stop

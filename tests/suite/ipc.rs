@@ -3,7 +3,7 @@
 use crate::support;
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use collector::client::{ClientError, DiagnosticsClient, DEFAULT_TIMEOUT};
 use collector::discovery;
@@ -77,9 +77,29 @@ async fn perf_map_is_written_on_request_and_stops_on_disable() {
     let _ = std::fs::remove_file(&map);
     let client = DiagnosticsClient::for_pid(target.pid()).unwrap();
     client.enable_perf_map(PerfMapType::PerfMap).await.unwrap();
-    // Enabling after start-up replays the methods already jitted, the hot one among them.
-    let text = std::fs::read_to_string(&map).expect("perf map written");
-    assert!(text.contains("SpinAlpha"), "perf map lacks the hot method");
+    // Enabling after start-up replays the methods already jitted, the hot one among them. Up to
+    // .NET 10 the file holds them when the command is answered; .NET 11 answers first and fills
+    // it after (0 lines at the answer, measured): wait for it.
+    let started = Instant::now();
+    let text = loop {
+        let text = std::fs::read_to_string(&map).unwrap_or_default();
+        if text.contains("SpinAlpha") || started.elapsed() > Duration::from_secs(30) {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!(
+        "perf map held the hot method {:?} after the answer",
+        started.elapsed()
+    );
+    assert!(
+        text.contains("SpinAlpha"),
+        "perf map lacks the hot method after 30 s: {} lines, those of CpuHot: {:?}",
+        text.lines().count(),
+        text.lines()
+            .filter(|l| l.contains("CpuHot"))
+            .collect::<Vec<_>>()
+    );
     client.disable_perf_map().await.unwrap();
     let _ = std::fs::remove_file(&map);
 }

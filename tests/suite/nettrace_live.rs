@@ -61,7 +61,7 @@ fn field<'a>(event: &'a Event<'_>, name: &str) -> Option<Value<'a>> {
 async fn samples_arrive_while_the_session_runs_and_rundown_names_the_hot_method() {
     let target = Target::builder("CpuHot").args(["--split", "100"]).start();
     let mut first_sample = None;
-    let mut managed_with_stack = 0;
+    let (mut managed_with_stack, mut with_stack) = (0, 0);
     let mut rundown_names = Vec::new();
     let providers = vec![ProviderConfig::new(
         providers::SAMPLE_PROFILER,
@@ -76,10 +76,11 @@ async fn samples_arrive_while_the_session_runs_and_rundown_names_the_hot_method(
         |event, at| match event.known().unwrap() {
             Some(KnownEvent::ThreadSample(sample)) => {
                 first_sample.get_or_insert(at);
-                if sample.kind == SampleKind::Managed
-                    && event.stack().is_some_and(|s| !s.is_empty())
-                {
-                    managed_with_stack += 1;
+                if event.stack().is_some_and(|s| !s.is_empty()) {
+                    with_stack += 1;
+                    if sample.kind == SampleKind::Managed {
+                        managed_with_stack += 1;
+                    }
                 }
             }
             Some(KnownEvent::Method(method)) if method.kind == MethodEventKind::DcEnd => {
@@ -95,10 +96,21 @@ async fn samples_arrive_while_the_session_runs_and_rundown_names_the_hot_method(
         first < Duration::from_secs(1),
         "first sample arrived {first:?} after the session started"
     );
-    assert!(
-        managed_with_stack > 300,
-        "{managed_with_stack} managed samples with stacks in 3 s"
-    );
+    if support::sample_kinds_untrusted() {
+        // .NET 9 marks managed code external (dotnet/runtime#123996): the spinning thread's
+        // samples arrive, but (nearly) none says managed. Should a 9.x release fix it, this fails
+        // and the rule in `collector::samples::untrusted_kinds_of` must learn the version.
+        assert!(with_stack > 300, "{with_stack} samples with stacks in 3 s");
+        assert!(
+            managed_with_stack * 100 < with_stack,
+            "{managed_with_stack} of {with_stack} samples managed: is dotnet/runtime#123996 fixed?"
+        );
+    } else {
+        assert!(
+            managed_with_stack > 300,
+            "{managed_with_stack} managed samples with stacks in 3 s"
+        );
+    }
     assert!(
         rundown_names
             .iter()

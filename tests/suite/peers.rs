@@ -211,7 +211,12 @@ fn trace_agrees_with_dotnet_trace_and_trace_event() {
             "clrscope inspect and TraceEvent count {} differently",
             file.display()
         );
-        same_cpu_profile(file, &dir);
+        // A runtime that marks managed code external (.NET 9, dotnet/runtime#123996) gives
+        // TraceEvent and clrscope alike (nearly) no managed sample: no cpu profile to compare,
+        // and a file holds no kernel figures to estimate one from (docs/runtimes.md).
+        if !support::sample_kinds_untrusted() {
+            same_cpu_profile(file, &dir);
+        }
     }
 }
 

@@ -130,6 +130,13 @@ pub fn runtime_version() -> String {
         })
 }
 
+/// Whether the runtime under test marks samples of managed code as external, so that clrscope
+/// estimates `cpu` from the kernel's per-thread CPU (dotnet/runtime#123996: CoreCLR 9.x;
+/// docs/runtimes.md, "Sample kinds"): by the product's own rule, for the JIT-compiled targets.
+pub fn sample_kinds_untrusted() -> bool {
+    collector::samples::untrusted_kinds_of(&runtime_version(), false).is_some()
+}
+
 /// The shared framework directory of the runtime the targets run on
 /// (`.testbed/dotnet/shared/Microsoft.NETCore.App/VERSION`).
 pub fn shared_framework_dir() -> PathBuf {
@@ -1023,6 +1030,16 @@ impl CpuReadings {
 
 /// `go tool pprof -top` of one sample type: flat value per function name (times in seconds).
 pub fn pprof_top(file: &Path, sample_index: &str) -> HashMap<String, f64> {
+    pprof_table(file, sample_index, 0)
+}
+
+/// Like [`pprof_top`], but each function's cumulative value (its own and its callees').
+pub fn pprof_cum(file: &Path, sample_index: &str) -> HashMap<String, f64> {
+    pprof_table(file, sample_index, 3)
+}
+
+/// One column of `go tool pprof -top` by function: 0 flat, 3 cum.
+fn pprof_table(file: &Path, sample_index: &str, column: usize) -> HashMap<String, f64> {
     let output = Command::new("go")
         .args(["tool", "pprof", "-top", "-nodecount=1000"])
         .arg(format!("-sample_index={sample_index}"))
@@ -1042,9 +1059,12 @@ pub fn pprof_top(file: &Path, sample_index: &str) -> HashMap<String, f64> {
             continue;
         }
         // flat flat% sum% cum cum% name…
-        let mut fields = line.split_whitespace();
-        let value = fields.next().unwrap();
-        let name: Vec<&str> = fields.skip(4).collect();
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 6 {
+            continue;
+        }
+        let value = fields[column];
+        let name: Vec<&str> = fields[5..].to_vec();
         flat.insert(name.join(" "), parse_pprof_value(value));
     }
     assert!(!flat.is_empty(), "no rows in\n{text}");

@@ -37,10 +37,10 @@ pub struct TimeProfiles {
 }
 
 impl TimeProfiles {
-    /// Whether a sample belongs in these profiles: one of a thread outside managed code has no
-    /// cpu time, so a profile of cpu alone leaves it out.
-    fn include(self, managed: bool) -> bool {
-        managed || self.wall || !self.cpu
+    /// Whether a sample belongs in these profiles: one without cpu time (a thread outside
+    /// managed code, [`SampleAggregator::cpu_ns`]) is left out of a profile of cpu alone.
+    fn include(self, has_cpu: bool) -> bool {
+        has_cpu || self.wall || !self.cpu
     }
 }
 
@@ -154,8 +154,13 @@ impl ProcessSymbolizer {
         let period = samples.weight_ns();
         self.stacks_in_spans(samples)
             .into_iter()
-            .filter(|(key, _, _)| types.include(key.managed))
-            .map(|(key, span, count)| {
+            .filter_map(|(key, span, count)| {
+                let cpu = samples.cpu_ns(key, count);
+                types
+                    .include(cpu.is_some())
+                    .then_some((key, span, count, cpu))
+            })
+            .map(|(key, span, count, cpu)| {
                 let mut labels = thread_labels(key.thread_id, thread_names);
                 if let Some(span) = span {
                     labels.extend([
@@ -173,15 +178,12 @@ impl ProcessSymbolizer {
                         ),
                     ]);
                 }
-                let count_ns = |weight: i64| (count as i64).saturating_mul(weight);
                 TimeSample {
                     stack: table.stack(&self.map, &key.ips, count),
                     labels,
                     count,
-                    cpu: key
-                        .managed
-                        .then(|| count_ns(samples.cpu_weight_ns(key.thread_id))),
-                    wall: count_ns(period),
+                    cpu,
+                    wall: (count as i64).saturating_mul(period),
                 }
             })
             .collect()

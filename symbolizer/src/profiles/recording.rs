@@ -43,6 +43,11 @@ impl Recorder {
         self.samples.set_thread_cpu(cores_by_thread);
     }
 
+    /// Says the sampler's kinds cannot be trusted ([`SampleAggregator::distrust_kinds`]).
+    pub fn distrust_kinds(&mut self, why: collector::samples::UntrustedKinds) {
+        self.samples.distrust_kinds(why);
+    }
+
     /// The process's mapped images, so addresses in no known method still name their module.
     pub fn set_images(&mut self, images: Vec<ImageRange>) {
         self.symbolizer.set_images(images);
