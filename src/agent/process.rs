@@ -794,6 +794,7 @@ async fn attach(
             pid: target.pid,
             local: local.as_ref(),
             runtime_cookie: &cookie,
+            service_name: &service,
             facts: ProcessFacts {
                 pid: target.pid,
                 name: &executable,
@@ -807,6 +808,7 @@ async fn attach(
             before_resume,
         },
         &agent.processes,
+        &agent.incidents,
         &agent.shutdown,
     );
 

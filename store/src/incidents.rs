@@ -499,3 +499,80 @@ pub fn share_changes(before: &Profile, during: &Profile, limit: usize) -> Vec<Sh
     changes.truncate(limit);
     changes
 }
+
+/// The flame-graph diff of one process of an incident: its profiles before the first cause
+/// (`[from, first cause)`) and during (`[first cause, until)`, cut at `now`), and the
+/// functions ranked by [`share_changes`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IncidentDiff {
+    pub incident: u64,
+    pub pid: u64,
+    pub profile_type: String,
+    pub unit: String,
+    pub before_from_unix_ms: i64,
+    pub before_until_unix_ms: i64,
+    pub during_from_unix_ms: i64,
+    pub during_until_unix_ms: i64,
+    /// Each side's total, in `unit`.
+    pub before_total: i64,
+    pub during_total: i64,
+    pub functions: Vec<ShareChange>,
+}
+
+/// The profiles a diff compares, as [`crate::tsdb::Store::profile`] answers them (without
+/// sample labels), for a bundle's pprof files.
+#[derive(Debug, Clone)]
+pub struct DiffProfiles {
+    pub before: Profile,
+    pub during: Profile,
+}
+
+impl Incident {
+    /// `(before, during)` in Unix ms, each non-empty: during ends at `now_unix_ms` while the
+    /// window is still open.
+    pub fn ranges(&self, now_unix_ms: i64) -> ((i64, i64), (i64, i64)) {
+        let first = self.first_cause_unix_ms;
+        let before = (self.from_unix_ms.min(first - 1), first);
+        let during = (first, self.until_unix_ms.min(now_unix_ms).max(first + 1));
+        (before, during)
+    }
+}
+
+/// The diff of process `pid` of `incident` in profile type `profile_type` (one the store
+/// holds), its `limit` largest growers; queries carry `control`.
+pub fn incident_diff(
+    store: &crate::tsdb::Store,
+    incident: &Incident,
+    pid: u64,
+    profile_type: &profile::ProfileType,
+    now_unix_ms: i64,
+    limit: usize,
+    control: &crate::tsdb::QueryControl,
+) -> Result<(IncidentDiff, DiffProfiles)> {
+    let (before_ms, during_ms) = incident.ranges(now_unix_ms);
+    let query = |(from, until): (i64, i64)| crate::tsdb::Query {
+        from: from.saturating_mul(1_000_000),
+        until: until.saturating_mul(1_000_000),
+        profile_type: profile_type.clone(),
+        matchers: vec![("process_id".to_string(), pid.to_string())],
+        sample_matchers: Vec::new(),
+        sample_labels: crate::tsdb::SampleLabels::Only(Vec::new()),
+        control: control.clone(),
+    };
+    let before = store.profile(&query(before_ms))?;
+    let during = store.profile(&query(during_ms))?;
+    let diff = IncidentDiff {
+        incident: incident.id,
+        pid,
+        profile_type: profile_type.name.clone(),
+        unit: profile_type.unit.clone(),
+        before_from_unix_ms: before_ms.0,
+        before_until_unix_ms: before_ms.1,
+        during_from_unix_ms: during_ms.0,
+        during_until_unix_ms: during_ms.1,
+        before_total: before.total(0),
+        during_total: during.total(0),
+        functions: share_changes(&before, &during, limit),
+    };
+    Ok((diff, DiffProfiles { before, during }))
+}
