@@ -6,6 +6,7 @@ mod convert;
 mod dump;
 mod gcdump;
 mod generatekey;
+mod incident;
 mod inspect;
 mod live;
 mod output;
@@ -72,6 +73,9 @@ enum Command {
     Gcdump(gcdump::Args),
     /// Profile every .NET process continuously into a local store, and serve queries.
     Agent(Box<agent::Args>),
+    /// The incidents an agent recorded (rule firings and marks): list them, or export one as a
+    /// self-contained HTML bundle.
+    Incident(incident::Args),
     /// A new API key for the agent: its settings (Subject, PublicKey) and the bearer token for
     /// clients, as dotnet-monitor's generatekey prints them.
     Generatekey(generatekey::Args),
@@ -108,6 +112,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Dump(args) => dump::run(args).await,
             Command::Gcdump(args) => gcdump::run(args).await,
             Command::Agent(args) => agent::run(*args).await,
+            Command::Incident(args) => incident::run(args),
             Command::Generatekey(args) => generatekey::run(args),
         }
     });

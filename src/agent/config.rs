@@ -209,6 +209,10 @@ pub struct StoreConfig {
     pub retention_size: Option<u64>,
     #[serde(default, deserialize_with = "lenient::opt_duration")]
     pub flush_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "lenient::opt_duration")]
+    pub incident_before: Option<Duration>,
+    #[serde(default, deserialize_with = "lenient::opt_duration")]
+    pub incident_after: Option<Duration>,
 }
 
 /// The `Metrics` section of settings.json, dotnet-monitor's keys: whether the metrics listener

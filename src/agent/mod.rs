@@ -37,6 +37,7 @@ use collector::signals::{check_covered, LogsSettings, SignalLimits, SignalShare}
 use exporter::egress::{Egress, EgressConfig};
 use exporter::remote::ExportSignal;
 use settings::{parse_bytes, parse_duration};
+use store::incidents::{self, IncidentWindow, Incidents};
 use store::tsdb::{Store, StoreOptions};
 use symbolizer::profiles::process::EventProfiles;
 use tokio::sync::watch;
@@ -253,6 +254,14 @@ pub struct Args {
     /// crash can lose. [default: 10s] [config: Store:FlushInterval]
     #[arg(long, value_parser = parse_duration)]
     flush_interval: Option<Duration>,
+    /// An incident's window starts this long before its first cause (a rule firing or a mark).
+    /// [default: 10m] [config: Store:IncidentBefore]
+    #[arg(long, value_parser = parse_duration)]
+    incident_before: Option<Duration>,
+    /// An incident's window ends this long after its last cause; a cause within the window
+    /// joins the incident. [default: 5m] [config: Store:IncidentAfter]
+    #[arg(long, value_parser = parse_duration)]
+    incident_after: Option<Duration>,
     /// Per session: the limit a target's stream may make the agent hold.
     #[command(flatten)]
     nettrace: NettraceArgs,
@@ -588,6 +597,16 @@ impl Args {
                     .retention_size
                     .or(store.retention_size)
                     .unwrap_or(DEFAULT_RETENTION_SIZE),
+                incident_window: IncidentWindow {
+                    before: self
+                        .incident_before
+                        .or(store.incident_before)
+                        .unwrap_or(incidents::DEFAULT_BEFORE),
+                    after: self
+                        .incident_after
+                        .or(store.incident_after)
+                        .unwrap_or(incidents::DEFAULT_AFTER),
+                },
                 ..StoreOptions::default()
             },
             metrics_urls,
@@ -815,6 +834,8 @@ pub struct Agent {
     pub shutdown: watch::Receiver<bool>,
     /// The exporters' taps, for the processes' log records and exceptions.
     pub exports: export::ExportTaps,
+    /// The store's incidents, which rule firings make.
+    pub incidents: Incidents,
 }
 
 /// A listener address: `http://HOST:PORT`, `https://HOST:PORT` or `HOST:PORT` (http), HOST an
@@ -959,6 +980,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     for problem in store.problems() {
         tracing::warn!(path = %problem.path.display(), "skipping an unreadable block: {}", problem.message);
     }
+    let incidents = store.incidents().clone();
     let store = Arc::new(RwLock::new(store));
     let listener = tokio::net::TcpListener::bind(api_url.addr)
         .await
@@ -1053,6 +1075,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         health,
         shutdown,
         exports,
+        incidents,
     });
 
     let listen = match &settings.listen_socket {

@@ -802,6 +802,7 @@ async fn attach(
             pid: target.pid,
             local: local.as_ref(),
             runtime_cookie: &cookie,
+            service_name: &service,
             facts: ProcessFacts {
                 pid: target.pid,
                 name: &executable,
@@ -815,6 +816,7 @@ async fn attach(
             before_resume,
         },
         &agent.processes,
+        &agent.incidents,
         &agent.shutdown,
     );
 

@@ -30,6 +30,7 @@ use collector::signals::{ExceptionsRequest, LogsRequest, ProcessSignals};
 use collector::startup::{ResumeHold, ResumeHolds};
 use exporter::artifacts::{Artifact, ArtifactSource};
 use exporter::egress::{ArtifactOrigin, Egress, EgressError, RuleActionOrigin, Upload};
+use store::incidents::{CauseKind, IncidentCause, IncidentProcess, Incidents};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -81,6 +82,7 @@ pub struct RuleTarget<'a> {
     /// The runtime's process on this machine, when proven (CollectStacks reads its `/proc`).
     pub local: Option<&'a LocalProcess>,
     pub runtime_cookie: &'a str,
+    pub service_name: &'a str,
     pub facts: ProcessFacts<'a>,
     pub sampler: SamplerControl,
     pub states: RuleStates,
@@ -97,6 +99,7 @@ pub fn start(
     settings: &RuleSettings,
     target: RuleTarget<'_>,
     processes: &AttachedProcesses,
+    incidents: &Incidents,
     shutdown: &watch::Receiver<bool>,
 ) -> JoinSet<()> {
     let mut tasks = JoinSet::new();
@@ -167,6 +170,11 @@ pub fn start(
         let client = target.client.clone();
         let states = target.states.clone();
         let processes = processes.clone();
+        let incidents = incidents.clone();
+        let process = IncidentProcess {
+            pid: target.pid,
+            service_name: target.service_name.to_string(),
+        };
         let cookie = target.runtime_cookie.to_string();
         let interval = settings.counter_interval_seconds;
         let stop = stopped(shutdown.clone());
@@ -191,12 +199,28 @@ pub fn start(
                 })
             };
             let report = |event: RuleEvent| {
-                let kind = match event {
-                    RuleEvent::Triggered => ProcessEventKind::CollectionRuleTriggered,
-                    RuleEvent::Throttled => ProcessEventKind::CollectionRuleThrottled,
+                let (kind, cause) = match event {
+                    RuleEvent::Triggered => (
+                        ProcessEventKind::CollectionRuleTriggered,
+                        CauseKind::RuleTriggered,
+                    ),
+                    RuleEvent::Throttled => (
+                        ProcessEventKind::CollectionRuleThrottled,
+                        CauseKind::RuleThrottled,
+                    ),
                     RuleEvent::Finished => return,
                 };
                 processes.record_rule_event(&cookie, kind, &rule.name);
+                record_incident(
+                    &incidents,
+                    IncidentCause {
+                        unix_ms: profile::clock::unix_millis(),
+                        kind: cause,
+                        rule: Some(rule.name.clone()),
+                        note: None,
+                        processes: vec![process.clone()],
+                    },
+                );
             };
             engine::run_rule(
                 &client, &rule, &states, interval, execute, report, stop, None,
@@ -205,6 +229,18 @@ pub fn start(
         });
     }
     tasks
+}
+
+/// Records `cause` in the store's incidents on the blocking pool (the file is fsynced), so
+/// the rule's task goes on at once; a failure is logged (the firing is in the event history).
+fn record_incident(incidents: &Incidents, cause: IncidentCause) {
+    let incidents = incidents.clone();
+    tokio::task::spawn_blocking(move || match incidents.record(cause) {
+        Ok(incident) => {
+            tracing::info!(incident = incident.id, rules = ?incident.rules, "incident recorded")
+        }
+        Err(error) => tracing::warn!(%error, "cannot record the incident"),
+    });
 }
 
 /// Whether a rule collects a trace of its own (not from a pre-trigger ring).

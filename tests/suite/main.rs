@@ -30,6 +30,7 @@ mod exporters;
 mod gcdump;
 mod hostile_clients;
 mod hostile_targets;
+mod incidents;
 mod inspect;
 mod ipc;
 mod linkage;

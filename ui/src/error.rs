@@ -89,6 +89,9 @@ pub enum ApiError {
     #[error("Operation not found: no operation {id} (finished operations are kept for an hour)")]
     OperationNotFound { id: String },
 
+    #[error("no incident {id}: GET /api/v1/incidents lists those kept (the store's retention removes old ones)")]
+    IncidentNotFound { id: u64 },
+
     #[error("Operation is not running: {id} is {state:?}")]
     OperationNotRunning {
         id: String,
@@ -225,6 +228,9 @@ impl ApiError {
             ),
             ApiError::OperationNotFound { .. } => {
                 (S::BAD_REQUEST, "operation-not-found", "Operation not found")
+            }
+            ApiError::IncidentNotFound { .. } => {
+                (S::NOT_FOUND, "incident-not-found", "Incident not found")
             }
             ApiError::OperationNotRunning { .. } => (
                 S::BAD_REQUEST,

@@ -35,6 +35,7 @@
 //! | `/api/v1/profile` | `type`, `query`, `from`, `until`, `format`, `span_id`, `trace_id` | the merged profile |
 //! | `/api/v1/diff` | `type`, `query`, `base_from`, `base_until`, `from`, `until`, `format`, `span_id`, `trace_id` | the base range against the new one |
 //! | `/api/v1/events` | `query`, `from`, `until` | `[{"unix_ms", "kind": "attached"\|"detached", "pid", …}]` |
+//! | `/api/v1/incidents…` | see [`incidents`] | incidents, marks (`POST`), their diffs and bundles |
 //! | `/collectionrules`, `/collectionrules/{name}` | `pid`, `uid`, `name` | dotnet-monitor's rule states ([`collection_rule_routes`]) |
 //! | `/`, `/ui/{file}` | — | the web UI |
 //! | `POST /querier.v1.QuerierService/{method}` | a Connect request | Pyroscope's query API for Grafana ([`querier_routes`]) |
@@ -58,10 +59,12 @@
 
 pub mod admission;
 pub mod auth;
+pub mod bundle;
 mod collection_rules;
 mod error;
 mod events;
 pub mod hosts;
+pub mod incidents;
 pub mod listener;
 pub mod metrics;
 pub mod monitor;
@@ -79,6 +82,7 @@ pub use collection_rules::collection_rule_routes;
 pub use error::{ApiError, PROBLEM_JSON};
 pub use events::event_routes;
 pub use hosts::AllowedHosts;
+pub use incidents::incident_routes;
 pub use listener::{serve, ConnectionLimits, ServeOptions};
 pub use metrics::{metrics_router, metrics_routes};
 pub use monitor::{monitor_routes, MonitorState, ProcessDirectory};

@@ -235,7 +235,7 @@ impl Params {
     }
 
     /// A time parameter in Unix nanoseconds, `default` when absent.
-    fn time(&self, name: &'static str, default: i64, now: i64) -> Result<i64, ApiError> {
+    pub(crate) fn time(&self, name: &'static str, default: i64, now: i64) -> Result<i64, ApiError> {
         match self.get(name) {
             None => Ok(default),
             Some(text) => parse_time(text, now).map_err(|reason| self.invalid(name, reason)),
@@ -353,34 +353,7 @@ impl ProfileSelector {
         from: i64,
         until: i64,
     ) -> Result<tsdb::Query, ApiError> {
-        let stored = store.profile_types();
-        let profile_type = stored
-            .iter()
-            .find(|t| t.name == self.type_name)
-            .cloned()
-            .or_else(|| ProfileType::known(&self.type_name))
-            .ok_or_else(|| {
-                let names = |types: Vec<&str>| {
-                    if types.is_empty() {
-                        "none".to_string()
-                    } else {
-                        types.join(", ")
-                    }
-                };
-                let stored: Vec<&str> = stored.iter().map(|t| t.name.as_str()).collect();
-                let others = ProfileType::KNOWN_NAMES
-                    .into_iter()
-                    .filter(|n| !stored.contains(n))
-                    .collect();
-                ApiError::UnknownProfileType {
-                    name: self.type_name.clone(),
-                    known: format!(
-                        "the store holds {}; clrscope also records {}",
-                        names(stored.clone()),
-                        names(others)
-                    ),
-                }
-            })?;
+        let profile_type = profile_type(store, &self.type_name)?;
         Ok(tsdb::Query {
             from,
             until,
@@ -391,6 +364,39 @@ impl ProfileSelector {
             control: store.control.clone(),
         })
     }
+}
+
+/// The profile type named `name`: one the store holds, else one clrscope records (which then
+/// selects nothing).
+pub(crate) fn profile_type(store: &Store, name: &str) -> Result<ProfileType, ApiError> {
+    let stored = store.profile_types();
+    stored
+        .iter()
+        .find(|t| t.name == name)
+        .cloned()
+        .or_else(|| ProfileType::known(name))
+        .ok_or_else(|| {
+            let names = |types: Vec<&str>| {
+                if types.is_empty() {
+                    "none".to_string()
+                } else {
+                    types.join(", ")
+                }
+            };
+            let stored: Vec<&str> = stored.iter().map(|t| t.name.as_str()).collect();
+            let others = ProfileType::KNOWN_NAMES
+                .into_iter()
+                .filter(|n| !stored.contains(n))
+                .collect();
+            ApiError::UnknownProfileType {
+                name: name.to_string(),
+                known: format!(
+                    "the store holds {}; clrscope also records {}",
+                    names(stored.clone()),
+                    names(others)
+                ),
+            }
+        })
 }
 
 /// What a profile route answers with: the web UI's JSON tree or one of the exporter's files.

@@ -8,6 +8,7 @@ use axum::http::{Method, Uri};
 use axum::middleware::from_fn_with_state;
 use axum::Router;
 use collector::attached::AttachedProcesses;
+use store::incidents::Incidents;
 use store::tsdb::{QueryControl, Store};
 use tower_http::trace::TraceLayer;
 
@@ -16,6 +17,7 @@ use crate::auth::{authenticate, Authentication};
 use crate::collection_rules::collection_rule_routes;
 use crate::error::ApiError;
 use crate::events::event_routes;
+use crate::incidents::incident_routes;
 use crate::metrics::{metrics_routes, Registry};
 use crate::monitor::{monitor_routes, MonitorState};
 use crate::processes::process_routes;
@@ -46,13 +48,20 @@ pub struct ApiState {
     /// What a request needs to be answered: by default a token, of no key (every request is
     /// refused until a key is configured with [`ApiState::with_auth`]).
     pub auth: Authentication,
+    /// The store's incidents (their own lock: listing them never waits for the store's).
+    pub incidents: Incidents,
 }
 
 impl ApiState {
     /// State over `store`, admitting queries within the default [`QueryLimits`].
     pub fn new(store: Arc<RwLock<Store>>) -> ApiState {
         let metrics = Registry::default();
+        let incidents = match store.read() {
+            Ok(store) => store.incidents().clone(),
+            Err(poisoned) => poisoned.into_inner().incidents().clone(),
+        };
         ApiState {
+            incidents,
             store,
             processes: AttachedProcesses::default(),
             monitor: MonitorState::default(),
@@ -147,7 +156,7 @@ impl Deref for StoreReader<'_> {
 }
 
 /// The whole API: [`query_routes`], [`querier_routes`] (Pyroscope's, for Grafana),
-/// [`process_routes`], [`event_routes`], dotnet-monitor's routes ([`monitor_routes`]), `/metrics`,
+/// [`process_routes`], [`event_routes`], [`incident_routes`], dotnet-monitor's routes ([`monitor_routes`]), `/metrics`,
 /// `/debug/pprof/profile` and the web UI ([`web_routes`]), with problem+json answers for unknown
 /// routes and methods, and request tracing. The auth layer ([`crate::auth`]) wraps everything,
 /// the fallbacks included, and lets only the web UI's files (which hold no data) through without
@@ -158,6 +167,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(querier_routes())
         .merge(process_routes())
         .merge(event_routes())
+        .merge(incident_routes())
         .merge(metrics_routes())
         .merge(self_profile_routes())
         .merge(collection_rule_routes())

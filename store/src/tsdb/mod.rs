@@ -36,6 +36,7 @@ pub use block::{
 pub use error::{Result, StoreError};
 pub use model::{parse_selector, Level, Query, QueryControl, SampleLabels, Series, StoreOptions};
 
+use crate::incidents::{Incidents, INCIDENTS_DIR};
 use cache::{BlockIds, QueryCache};
 use error::io;
 use head::{Dicts, Downsampling, Head, LevelMerge, SampleColumns};
@@ -91,6 +92,7 @@ pub struct Store {
     next_sequence: u64,
     problems: Mutex<Vec<BlockProblem>>,
     cache: QueryCache,
+    incidents: Incidents,
 }
 
 fn nanos(d: Duration) -> i64 {
@@ -257,7 +259,7 @@ impl Store {
             let entry = entry.map_err(io(&dir))?;
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
-            if !entry.file_type().map_err(io(&path))?.is_dir() {
+            if !entry.file_type().map_err(io(&path))?.is_dir() || name == INCIDENTS_DIR {
                 continue;
             }
             if name.ends_with(block::TEMP_SUFFIX) {
@@ -289,6 +291,9 @@ impl Store {
         blocks.retain(|b| !replaced.contains(&b.name));
         blocks.sort_by(|a, b| (a.meta.min_time, &a.name).cmp(&(b.meta.min_time, &b.name)));
         let cache = QueryCache::new(options.query_cache_bytes);
+        let (incidents, unreadable) =
+            Incidents::open(dir.join(INCIDENTS_DIR), options.incident_window)?;
+        problems.extend(unreadable);
         Ok(Store {
             dir,
             _lock: lock,
@@ -299,6 +304,7 @@ impl Store {
             next_sequence,
             problems: Mutex::new(problems),
             cache,
+            incidents,
         })
     }
 
@@ -447,6 +453,10 @@ impl Store {
     /// sooner, after `full_detail_age` (full detail) or its level's `retention_age`, so data
     /// leaves a level only once a coarser copy holds it. Returns the names of the deleted
     /// blocks. Flushing calls this with the current time.
+    ///
+    /// Incidents count in the same budget and age: those whose window ended `retention_age`
+    /// ago go, and, should blocks and incidents still exceed `retention_bytes` once the
+    /// blocks are down to one, the incidents whose windows ended first.
     pub fn apply_retention(&mut self, now_unix_nanos: i64) -> Result<Vec<String>> {
         let horizon = now_unix_nanos.saturating_sub(nanos(self.options.retention_age));
         let level_cutoff = |resolution: i64| {
@@ -465,7 +475,10 @@ impl Store {
         };
         let covered = self.covered_by_coarser();
         let mut doomed = HashSet::new();
-        let mut total: u64 = self.blocks.iter().map(|b| b.bytes).sum();
+        self.incidents
+            .retain(horizon.div_euclid(1_000_000), |_| false)?;
+        let mut total: u64 =
+            self.blocks.iter().map(|b| b.bytes).sum::<u64>() + self.incidents.bytes();
         for (i, b) in self.blocks.iter().enumerate() {
             let end = b.meta.span().1;
             if end <= horizon || (covered[i] && end <= level_cutoff(b.meta.resolution)) {
@@ -500,9 +513,18 @@ impl Store {
             i += 1;
             !doomed.contains(&(i - 1))
         });
+        let blocks: u64 = self.blocks.iter().map(|b| b.bytes).sum();
+        let budget = self.options.retention_bytes;
+        self.incidents
+            .retain(i64::MIN, |incidents| blocks + incidents > budget)?;
         // Series no block lists any more (deleted now, or replaced by compaction) are forgotten.
         self.series.retain(|s| Arc::strong_count(s) > 1);
         Ok(deleted)
+    }
+
+    /// The incidents kept beside the blocks; the handle records without the store's lock.
+    pub fn incidents(&self) -> &Incidents {
+        &self.incidents
     }
 
     /// Per block: whether a block of a coarser level holds its span.

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::incidents::IncidentWindow;
+
 use super::error::{Result, StoreError};
 use profile::{LabelValue, ProfileType};
 
@@ -174,6 +176,8 @@ pub struct StoreOptions {
     /// Most sample rows making a level's block reads at once (a few series per pass): its
     /// memory is ~80 bytes per row of this, whatever the span holds. Fewer means more reads.
     pub level_pass_rows: u64,
+    /// How far incidents reach around their causes ([`crate::incidents`]).
+    pub incident_window: IncidentWindow,
 }
 
 /// A coarser copy of the data (a "level"): once a span of `resolution` is closed, the blocks
@@ -233,6 +237,7 @@ impl Default for StoreOptions {
             head_bytes: 64 << 20,
             query_cache_bytes: 32 << 20,
             level_pass_rows: 1 << 18,
+            incident_window: IncidentWindow::default(),
         }
     }
 }

@@ -1996,3 +1996,186 @@ fn a_downsampled_block_that_says_it_is_of_full_detail_is_refused() {
         problems[0].message
     );
 }
+
+mod incidents {
+    use super::*;
+    use crate::incidents::{
+        share_changes, CauseKind, IncidentCause, IncidentFilter, IncidentProcess, IncidentWindow,
+    };
+    use std::os::unix::fs::MetadataExt;
+
+    const MIN_MS: i64 = 60_000;
+
+    fn window() -> StoreOptions {
+        StoreOptions {
+            incident_window: IncidentWindow {
+                before: Duration::from_secs(600),
+                after: Duration::from_secs(300),
+            },
+            ..keep_all()
+        }
+    }
+
+    fn firing(unix_ms: i64, pid: u64, rule: &str) -> IncidentCause {
+        IncidentCause {
+            unix_ms,
+            kind: CauseKind::RuleTriggered,
+            rule: Some(rule.to_string()),
+            note: None,
+            processes: vec![IncidentProcess {
+                pid,
+                service_name: format!("svc{pid}"),
+            }],
+        }
+    }
+
+    #[test]
+    fn firings_within_a_window_make_one_incident_and_later_ones_another() {
+        let dir = TempDir::new("incidents-merge");
+        let store = Store::open(&dir.0, window()).unwrap();
+        let t0 = 1_800_000_000_000;
+        let first = store.incidents().record(firing(t0, 7, "cpu")).unwrap();
+        assert_eq!(
+            (first.from_unix_ms, first.until_unix_ms),
+            (t0 - 10 * MIN_MS, t0 + 5 * MIN_MS)
+        );
+        // 4 minutes later: within the window, which now ends 5 minutes after it.
+        let same = store
+            .incidents()
+            .record(firing(t0 + 4 * MIN_MS, 7, "gc"))
+            .unwrap();
+        assert_eq!(same.id, first.id);
+        assert_eq!(same.until_unix_ms, t0 + 9 * MIN_MS);
+        assert_eq!(same.rules, ["cpu", "gc"]);
+        // Another process at the same time: an incident of its own.
+        let other = store.incidents().record(firing(t0, 8, "cpu")).unwrap();
+        assert_ne!(other.id, first.id);
+        // Past the window's end: a new incident.
+        let later = store
+            .incidents()
+            .record(firing(t0 + 9 * MIN_MS + 1, 7, "cpu"))
+            .unwrap();
+        assert_ne!(later.id, first.id);
+        // A mark on both processes within all three windows joins them into one.
+        let mark = IncidentCause {
+            unix_ms: t0 + 5 * MIN_MS,
+            kind: CauseKind::Mark,
+            rule: None,
+            note: Some("deploy".into()),
+            processes: vec![first.processes[0].clone(), other.processes[0].clone()],
+        };
+        let merged = store.incidents().record(mark).unwrap();
+        assert_eq!(merged.id, first.id);
+        assert_eq!(merged.causes.len(), 5);
+        assert_eq!(store.incidents().list(&IncidentFilter::default()).len(), 1);
+        let by_rule = IncidentFilter {
+            rule: Some("gc".into()),
+            ..IncidentFilter::default()
+        };
+        assert_eq!(store.incidents().list(&by_rule).len(), 1);
+        let by_time = IncidentFilter {
+            from_unix_ms: Some(merged.until_unix_ms),
+            ..IncidentFilter::default()
+        };
+        assert!(store.incidents().list(&by_time).is_empty());
+    }
+
+    #[test]
+    fn incidents_are_private_files_that_outlive_the_store() {
+        let dir = TempDir::new("incidents-reopen");
+        let t0 = 1_800_000_000_000;
+        let recorded = {
+            let store = Store::open(&dir.0, window()).unwrap();
+            store.incidents().record(firing(t0, 7, "cpu")).unwrap()
+        };
+        let store = Store::open(&dir.0, window()).unwrap();
+        assert!(store.problems().is_empty(), "{:?}", store.problems());
+        assert_eq!(store.incidents().get(recorded.id), Some(recorded.clone()));
+        let next = store
+            .incidents()
+            .record(firing(t0 + HOUR / 1_000_000, 7, "cpu"))
+            .unwrap();
+        assert_eq!(next.id, recorded.id + 1);
+        let incidents = dir.0.join(crate::incidents::INCIDENTS_DIR);
+        assert_eq!(fs::metadata(&incidents).unwrap().mode() & 0o777, 0o700);
+        for entry in fs::read_dir(&incidents).unwrap() {
+            let meta = entry.unwrap().metadata().unwrap();
+            assert_eq!(meta.mode() & 0o777, 0o600);
+        }
+    }
+
+    #[test]
+    fn incidents_leave_with_the_retention_age_and_within_the_byte_budget() {
+        let dir = TempDir::new("incidents-retention");
+        let now = profile::clock::unix_nanos();
+        let now_ms = now / 1_000_000;
+        let mut store = Store::open(
+            &dir.0,
+            StoreOptions {
+                retention_age: Duration::from_secs(3600),
+                ..window()
+            },
+        )
+        .unwrap();
+        let old = store
+            .incidents()
+            .record(firing(now_ms - 2 * 3600 * 1000, 7, "cpu"))
+            .unwrap();
+        let recent = store.incidents().record(firing(now_ms, 7, "cpu")).unwrap();
+        store.apply_retention(now).unwrap();
+        assert_eq!(store.incidents().get(old.id), None);
+        assert!(store.incidents().get(recent.id).is_some());
+        // A budget smaller than what the incidents take: the oldest go first.
+        let newer = store.incidents().record(firing(now_ms, 8, "cpu")).unwrap();
+        store.options.retention_bytes = store.incidents().bytes() - 1;
+        store.apply_retention(now).unwrap();
+        assert_eq!(store.incidents().get(recent.id), None);
+        assert!(store.incidents().get(newer.id).is_some());
+        assert_eq!(
+            fs::read_dir(dir.0.join(crate::incidents::INCIDENTS_DIR))
+                .unwrap()
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn shares_rank_the_function_that_grew_first() {
+        let before = batch(
+            "api",
+            "cpu",
+            MINUTE,
+            &[
+                (&["Hash", "Main"], 60, &[]),
+                (&["Evaluate", "Price", "Main"], 10, &[]),
+                (&["Main"], 30, &[]),
+            ],
+        );
+        let during = batch(
+            "api",
+            "cpu",
+            3 * MINUTE,
+            &[
+                (&["Hash", "Main"], 30, &[]),
+                (&["Evaluate", "Price", "Main"], 60, &[]),
+                (&["Main"], 10, &[]),
+            ],
+        );
+        let dir = TempDir::new("incidents-shares");
+        let mut store = Store::open(&dir.0, keep_all()).unwrap();
+        store.append(&before).unwrap();
+        store.append(&during).unwrap();
+        let before = store.profile(&query(None, "cpu", 0, 2 * MINUTE)).unwrap();
+        let during = store
+            .profile(&query(None, "cpu", 2 * MINUTE, 4 * MINUTE))
+            .unwrap();
+        let changes = share_changes(&before, &during, 10);
+        let names: Vec<&str> = changes.iter().map(|c| c.function.as_str()).collect();
+        assert_eq!(names, ["Evaluate", "Price", "Main", "Hash"]);
+        let evaluate = &changes[0];
+        assert_eq!((evaluate.self_before, evaluate.self_during), (10.0, 60.0));
+        assert_eq!((evaluate.total_before, evaluate.total_during), (10.0, 60.0));
+        assert_eq!(changes[2].total_during, 100.0);
+        assert_eq!(share_changes(&before, &during, 1).len(), 1);
+    }
+}

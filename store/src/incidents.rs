@@ -1,0 +1,578 @@
+//! Incidents: a collection rule firing, or a mark set through the API ("something happened at
+//! 14:02 on these processes"), with a window of profiles around it for the retrospective.
+//!
+//! An incident's window runs from [`IncidentWindow::before`] before its first cause until
+//! [`IncidentWindow::after`] after its last; a cause at or before an incident's window end on
+//! one of its processes joins it (so firings that overlap make one incident), and incidents
+//! that come to overlap are merged. Each incident is one JSON file in `incidents/` beside the
+//! profile blocks, written atomically when a cause is recorded (a SIGKILL loses none), and
+//! under the store's retention: see [`crate::tsdb::Store::apply_retention`].
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use profile::Profile;
+use serde::{Deserialize, Serialize};
+
+use crate::tsdb::{BlockProblem, Result, StoreError};
+
+/// The directory of the data directory that holds the incidents.
+pub const INCIDENTS_DIR: &str = "incidents";
+/// How long before its first cause an incident's window starts, unless configured.
+pub const DEFAULT_BEFORE: Duration = Duration::from_secs(10 * 60);
+/// How long after its last cause an incident's window ends, unless configured.
+pub const DEFAULT_AFTER: Duration = Duration::from_secs(5 * 60);
+/// Causes one incident keeps; later ones are counted in [`Incident::causes_dropped`] (a rule
+/// firing every second for hours stays one small file).
+pub const MAX_CAUSES: usize = 1000;
+/// Processes one incident names at most.
+pub const MAX_PROCESSES: usize = 256;
+/// The largest incident file read back: larger ones are damaged or not ours.
+const MAX_FILE_BYTES: u64 = 4 << 20;
+const SUFFIX: &str = ".json";
+const TEMP_SUFFIX: &str = ".tmp";
+
+/// How far an incident's window reaches around its causes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IncidentWindow {
+    pub before: Duration,
+    pub after: Duration,
+}
+
+impl Default for IncidentWindow {
+    fn default() -> Self {
+        IncidentWindow {
+            before: DEFAULT_BEFORE,
+            after: DEFAULT_AFTER,
+        }
+    }
+}
+
+/// A process an incident concerns.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct IncidentProcess {
+    pub pid: u64,
+    pub service_name: String,
+}
+
+/// What made an incident.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CauseKind {
+    /// A collection rule's trigger was satisfied and its actions ran.
+    RuleTriggered,
+    /// A collection rule's trigger was satisfied but its limits held the actions back.
+    RuleThrottled,
+    /// Someone marked the time through the API.
+    Mark,
+}
+
+/// One cause of an incident: a rule firing on a process, or a mark on some processes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncidentCause {
+    pub unix_ms: i64,
+    pub kind: CauseKind,
+    /// The collection rule, for rule causes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// What the person who set a mark said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    pub processes: Vec<IncidentProcess>,
+}
+
+/// An incident as stored and as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Incident {
+    pub id: u64,
+    /// The window: `[from_unix_ms, until_unix_ms)`.
+    pub from_unix_ms: i64,
+    pub until_unix_ms: i64,
+    pub first_cause_unix_ms: i64,
+    pub last_cause_unix_ms: i64,
+    /// Sorted by pid.
+    pub processes: Vec<IncidentProcess>,
+    /// The rules among its causes, sorted.
+    pub rules: Vec<String>,
+    /// Oldest first, at most [`MAX_CAUSES`].
+    pub causes: Vec<IncidentCause>,
+    pub causes_dropped: u64,
+}
+
+impl Incident {
+    fn new(id: u64, cause: IncidentCause, window: IncidentWindow) -> Incident {
+        let mut incident = Incident {
+            id,
+            from_unix_ms: cause.unix_ms,
+            until_unix_ms: cause.unix_ms,
+            first_cause_unix_ms: cause.unix_ms,
+            last_cause_unix_ms: cause.unix_ms,
+            processes: Vec::new(),
+            rules: Vec::new(),
+            causes: Vec::new(),
+            causes_dropped: 0,
+        };
+        incident.add(cause, window);
+        incident
+    }
+
+    /// Whether `cause` belongs to this incident: on one of its processes, and within its
+    /// window's end, or (a mark set for a past time) with its first cause within the `after`
+    /// the cause's own window would reach.
+    fn takes(&self, cause: &IncidentCause, window: IncidentWindow) -> bool {
+        cause.unix_ms <= self.until_unix_ms
+            && cause.unix_ms.saturating_add(millis(window.after)) >= self.first_cause_unix_ms
+            && self.shares_a_process(&cause.processes)
+    }
+
+    fn shares_a_process(&self, processes: &[IncidentProcess]) -> bool {
+        processes.iter().any(|p| self.processes.contains(p))
+    }
+
+    fn add(&mut self, cause: IncidentCause, window: IncidentWindow) {
+        self.first_cause_unix_ms = self.first_cause_unix_ms.min(cause.unix_ms);
+        self.last_cause_unix_ms = self.last_cause_unix_ms.max(cause.unix_ms);
+        self.from_unix_ms = self
+            .first_cause_unix_ms
+            .saturating_sub(millis(window.before));
+        self.until_unix_ms = self.last_cause_unix_ms.saturating_add(millis(window.after));
+        for p in &cause.processes {
+            if !self.processes.contains(p) && self.processes.len() < MAX_PROCESSES {
+                self.processes.push(p.clone());
+            }
+        }
+        self.processes.sort();
+        if let Some(rule) = &cause.rule {
+            if !self.rules.contains(rule) {
+                self.rules.push(rule.clone());
+                self.rules.sort();
+            }
+        }
+        if self.causes.len() < MAX_CAUSES {
+            let at = self.causes.partition_point(|c| c.unix_ms <= cause.unix_ms);
+            self.causes.insert(at, cause);
+        } else {
+            self.causes_dropped += 1;
+        }
+    }
+
+    fn absorb(&mut self, other: Incident, window: IncidentWindow) {
+        self.causes_dropped += other.causes_dropped;
+        for cause in other.causes {
+            self.add(cause, window);
+        }
+    }
+
+    /// Whether it matches every filter given.
+    pub fn matches(&self, filter: &IncidentFilter) -> bool {
+        filter
+            .pid
+            .is_none_or(|pid| self.processes.iter().any(|p| p.pid == pid))
+            && filter
+                .service_name
+                .as_ref()
+                .is_none_or(|s| self.processes.iter().any(|p| p.service_name == *s))
+            && filter.rule.as_ref().is_none_or(|r| self.rules.contains(r))
+            && filter.from_unix_ms.is_none_or(|t| self.until_unix_ms > t)
+            && filter.until_unix_ms.is_none_or(|t| self.from_unix_ms < t)
+    }
+}
+
+/// Which incidents a listing shows: those matching every field given; the time range keeps
+/// the incidents whose window overlaps `[from_unix_ms, until_unix_ms)`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IncidentFilter {
+    pub pid: Option<u64>,
+    pub service_name: Option<String>,
+    pub rule: Option<String>,
+    pub from_unix_ms: Option<i64>,
+    pub until_unix_ms: Option<i64>,
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+#[derive(Debug)]
+struct Stored {
+    incident: Incident,
+    bytes: u64,
+}
+
+#[derive(Debug)]
+struct Registry {
+    dir: PathBuf,
+    window: IncidentWindow,
+    by_id: BTreeMap<u64, Stored>,
+    next_id: u64,
+}
+
+/// The store's incidents; cloning shares them. Recording takes its own lock, not the store's,
+/// so a rule firing never waits for a profile query.
+#[derive(Debug, Clone)]
+pub struct Incidents {
+    inner: Arc<Mutex<Registry>>,
+}
+
+impl Incidents {
+    /// Opens (creating, mode 0700) `dir`, removing files a crash left half-written. Files that
+    /// cannot be read are skipped and returned as problems.
+    pub(crate) fn open(
+        dir: PathBuf,
+        window: IncidentWindow,
+    ) -> Result<(Incidents, Vec<BlockProblem>)> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io(&dir))?;
+        let mut by_id = BTreeMap::new();
+        let mut problems = Vec::new();
+        for entry in fs::read_dir(&dir).map_err(io(&dir))? {
+            let path = entry.map_err(io(&dir))?.path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if name.ends_with(TEMP_SUFFIX) {
+                fs::remove_file(&path).map_err(io(&path))?;
+                continue;
+            }
+            if !name.ends_with(SUFFIX) {
+                continue;
+            }
+            match read(&path) {
+                Ok(stored) => {
+                    by_id.insert(stored.incident.id, stored);
+                }
+                Err(message) => problems.push(BlockProblem { path, message }),
+            }
+        }
+        let next_id = by_id.keys().next_back().map_or(1, |id| id + 1);
+        let registry = Registry {
+            dir,
+            window,
+            by_id,
+            next_id,
+        };
+        let incidents = Incidents {
+            inner: Arc::new(Mutex::new(registry)),
+        };
+        Ok((incidents, problems))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Registry> {
+        // Entries are replaced whole, after their file is written.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The window incidents get.
+    pub fn window(&self) -> IncidentWindow {
+        self.lock().window
+    }
+
+    /// Records `cause`: it joins the incident it belongs to (merging any others it now
+    /// overlaps), or starts one. Returns the incident as written to disk.
+    pub fn record(&self, cause: IncidentCause) -> Result<Incident> {
+        if cause.processes.is_empty() {
+            return Err(StoreError::InvalidQuery(
+                "an incident cause names at least one process".into(),
+            ));
+        }
+        let mut registry = self.lock();
+        let window = registry.window;
+        let joined: Vec<u64> = registry
+            .by_id
+            .values()
+            .filter(|s| s.incident.takes(&cause, window))
+            .map(|s| s.incident.id)
+            .collect();
+        let mut incident = match joined.first() {
+            Some(id) => registry.by_id[id].incident.clone(),
+            None => Incident::new(registry.next_id, cause.clone(), window),
+        };
+        if !joined.is_empty() {
+            incident.add(cause, window);
+        }
+        for id in joined.iter().skip(1) {
+            incident.absorb(registry.by_id[id].incident.clone(), window);
+        }
+        let bytes = write(&registry.dir, &incident)?;
+        for id in joined.iter().skip(1) {
+            registry.remove(*id)?;
+        }
+        registry.next_id = registry.next_id.max(incident.id + 1);
+        registry.by_id.insert(
+            incident.id,
+            Stored {
+                incident: incident.clone(),
+                bytes,
+            },
+        );
+        Ok(incident)
+    }
+
+    /// The incidents `filter` keeps, newest first.
+    pub fn list(&self, filter: &IncidentFilter) -> Vec<Incident> {
+        self.lock()
+            .by_id
+            .values()
+            .rev()
+            .filter(|s| s.incident.matches(filter))
+            .map(|s| s.incident.clone())
+            .collect()
+    }
+
+    pub fn get(&self, id: u64) -> Option<Incident> {
+        self.lock().by_id.get(&id).map(|s| s.incident.clone())
+    }
+
+    /// Bytes the incident files take.
+    pub fn bytes(&self) -> u64 {
+        self.lock().by_id.values().map(|s| s.bytes).sum()
+    }
+
+    /// Deletes the incidents whose window ended before `horizon_unix_ms`, then, while
+    /// `over(bytes they take)` holds, the oldest of the rest. Returns the deleted ids.
+    pub(crate) fn retain(
+        &self,
+        horizon_unix_ms: i64,
+        mut over: impl FnMut(u64) -> bool,
+    ) -> Result<Vec<u64>> {
+        let mut registry = self.lock();
+        let mut deleted: Vec<u64> = registry
+            .by_id
+            .values()
+            .filter(|s| s.incident.until_unix_ms <= horizon_unix_ms)
+            .map(|s| s.incident.id)
+            .collect();
+        for &id in &deleted {
+            registry.remove(id)?;
+        }
+        let mut by_end: Vec<(i64, u64)> = registry
+            .by_id
+            .values()
+            .map(|s| (s.incident.until_unix_ms, s.incident.id))
+            .collect();
+        by_end.sort_unstable();
+        for (_, id) in by_end {
+            let bytes = registry.by_id.values().map(|s| s.bytes).sum();
+            if !over(bytes) {
+                break;
+            }
+            registry.remove(id)?;
+            deleted.push(id);
+        }
+        Ok(deleted)
+    }
+}
+
+impl Registry {
+    fn remove(&mut self, id: u64) -> Result<()> {
+        let path = self.dir.join(file_name(id));
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&path)(e)),
+        }
+        self.by_id.remove(&id);
+        Ok(())
+    }
+}
+
+fn file_name(id: u64) -> String {
+    format!("incident-{id:010}{SUFFIX}")
+}
+
+/// Writes `incident` atomically (a temp file, fsynced, renamed), mode 0600; returns its bytes.
+fn write(dir: &Path, incident: &Incident) -> Result<u64> {
+    let path = dir.join(file_name(incident.id));
+    let tmp = dir.join(format!("{}{TEMP_SUFFIX}", file_name(incident.id)));
+    let body = serde_json::to_vec(incident).expect("an incident serializes");
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io(&tmp))?;
+    file.write_all(&body)
+        .and_then(|()| file.sync_all())
+        .map_err(io(&tmp))?;
+    fs::rename(&tmp, &path).map_err(io(&path))?;
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir))?;
+    Ok(body.len() as u64)
+}
+
+fn read(path: &Path) -> std::result::Result<Stored, String> {
+    let len = fs::metadata(path).map_err(|e| e.to_string())?.len();
+    if len > MAX_FILE_BYTES {
+        return Err(format!(
+            "{len} bytes, more than an incident file ever takes ({MAX_FILE_BYTES}); move it away"
+        ));
+    }
+    let body = fs::read(path).map_err(|e| e.to_string())?;
+    let incident: Incident = serde_json::from_slice(&body)
+        .map_err(|e| format!("not an incident file ({e}); move it away"))?;
+    if path
+        .file_name()
+        .is_some_and(|n| *n != *file_name(incident.id))
+    {
+        return Err(format!(
+            "holds incident {} under another incident's name; move it away",
+            incident.id
+        ));
+    }
+    Ok(Stored {
+        incident,
+        bytes: len,
+    })
+}
+
+/// One function's share of a profile before and during an incident, in percent of each
+/// side's total: `self` of the samples it is the leaf of, `total` of those it is on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ShareChange {
+    pub function: String,
+    pub module: String,
+    pub self_before: f64,
+    pub self_during: f64,
+    pub total_before: f64,
+    pub total_during: f64,
+}
+
+impl ShareChange {
+    /// Percentage points its self share grew by (negative: shrank).
+    pub fn growth(&self) -> f64 {
+        self.self_during - self.self_before
+    }
+}
+
+/// The functions of `before` and `during` (profiles of one sample type), ranked by how much
+/// their self share grew, largest growth first; at most `limit`.
+pub fn share_changes(before: &Profile, during: &Profile, limit: usize) -> Vec<ShareChange> {
+    let mut by_function: BTreeMap<(String, String), ShareChange> = BTreeMap::new();
+    for (side, profile) in [(0, before), (1, during)] {
+        let total = profile.total(0);
+        if total == 0 {
+            continue;
+        }
+        let percent = |v: i64| v as f64 * 100.0 / total as f64;
+        for t in profile.function_totals(0) {
+            let f = &profile.functions[t.function as usize];
+            let change = by_function
+                .entry((f.name.clone(), f.module.clone()))
+                .or_insert_with(|| ShareChange {
+                    function: f.name.clone(),
+                    module: f.module.clone(),
+                    self_before: 0.0,
+                    self_during: 0.0,
+                    total_before: 0.0,
+                    total_during: 0.0,
+                });
+            let (own, all) = match side {
+                0 => (&mut change.self_before, &mut change.total_before),
+                _ => (&mut change.self_during, &mut change.total_during),
+            };
+            *own += percent(t.self_value);
+            *all += percent(t.total_value);
+        }
+    }
+    let mut changes: Vec<ShareChange> = by_function.into_values().collect();
+    changes.sort_by(|a, b| {
+        b.growth()
+            .total_cmp(&a.growth())
+            .then_with(|| b.total_during.total_cmp(&a.total_during))
+            .then_with(|| a.function.cmp(&b.function))
+    });
+    changes.truncate(limit);
+    changes
+}
+
+/// The flame-graph diff of one process of an incident: its profiles before the first cause
+/// (`[from, first cause)`) and during (`[first cause, until)`, cut at `now`), and the
+/// functions ranked by [`share_changes`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IncidentDiff {
+    pub incident: u64,
+    pub pid: u64,
+    pub profile_type: String,
+    pub unit: String,
+    pub before_from_unix_ms: i64,
+    pub before_until_unix_ms: i64,
+    pub during_from_unix_ms: i64,
+    pub during_until_unix_ms: i64,
+    /// Each side's total, in `unit`.
+    pub before_total: i64,
+    pub during_total: i64,
+    pub functions: Vec<ShareChange>,
+}
+
+/// The profiles a diff compares, as [`crate::tsdb::Store::profile`] answers them (without
+/// sample labels), for a bundle's pprof files.
+#[derive(Debug, Clone)]
+pub struct DiffProfiles {
+    pub before: Profile,
+    pub during: Profile,
+}
+
+impl Incident {
+    /// `(before, during)` in Unix ms, each non-empty: during ends at `now_unix_ms` while the
+    /// window is still open.
+    pub fn ranges(&self, now_unix_ms: i64) -> ((i64, i64), (i64, i64)) {
+        let first = self.first_cause_unix_ms;
+        let before = (self.from_unix_ms.min(first - 1), first);
+        let during = (first, self.until_unix_ms.min(now_unix_ms).max(first + 1));
+        (before, during)
+    }
+}
+
+/// The diff of process `pid` of `incident` in profile type `profile_type` (one the store
+/// holds), its `limit` largest growers; queries carry `control`.
+pub fn incident_diff(
+    store: &crate::tsdb::Store,
+    incident: &Incident,
+    pid: u64,
+    profile_type: &profile::ProfileType,
+    now_unix_ms: i64,
+    limit: usize,
+    control: &crate::tsdb::QueryControl,
+) -> Result<(IncidentDiff, DiffProfiles)> {
+    let (before_ms, during_ms) = incident.ranges(now_unix_ms);
+    let query = |(from, until): (i64, i64)| crate::tsdb::Query {
+        from: from.saturating_mul(1_000_000),
+        until: until.saturating_mul(1_000_000),
+        profile_type: profile_type.clone(),
+        matchers: vec![("process_id".to_string(), pid.to_string())],
+        sample_matchers: Vec::new(),
+        sample_labels: crate::tsdb::SampleLabels::Only(Vec::new()),
+        control: control.clone(),
+    };
+    let before = store.profile(&query(before_ms))?;
+    let during = store.profile(&query(during_ms))?;
+    let diff = IncidentDiff {
+        incident: incident.id,
+        pid,
+        profile_type: profile_type.name.clone(),
+        unit: profile_type.unit.clone(),
+        before_from_unix_ms: before_ms.0,
+        before_until_unix_ms: before_ms.1,
+        during_from_unix_ms: during_ms.0,
+        during_until_unix_ms: during_ms.1,
+        before_total: before.total(0),
+        during_total: during.total(0),
+        functions: share_changes(&before, &during, limit),
+    };
+    Ok((diff, DiffProfiles { before, during }))
+}
