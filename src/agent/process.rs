@@ -116,8 +116,11 @@ impl Stream {
 /// How far one long-lived session's stream has come, and what the runtime dropped from it.
 #[derive(Debug)]
 struct StreamProgress {
-    /// The newest event's time (Unix ns).
-    latest_ns: AtomicI64,
+    /// Every event of the stream before this time (Unix ns) has been delivered: the newest time
+    /// of an event the runtime marked sorted. The newest event's time says less: the runtime
+    /// writes each flush thread by thread, so one thread's events can come seconds ahead of
+    /// another's earlier ones (the method loads a window's first requests JIT-compiled).
+    delivered_ns: AtomicI64,
     /// When it last delivered an event (ms since the profiler's start).
     seen_ms: AtomicU64,
     dropped: AtomicU64,
@@ -126,17 +129,26 @@ struct StreamProgress {
 }
 
 impl StreamProgress {
-    /// Whether the stream has delivered events up to `unix_nanos`, or has been quiet long enough
-    /// ([`LIGHT_QUIET`]) that nothing is pending; `now_ms`: ms since the profiler's start.
+    /// Whether the stream has delivered every event up to `unix_nanos`, or has been quiet long
+    /// enough ([`LIGHT_QUIET`]) that nothing is pending; `now_ms`: ms since the profiler's start.
     fn caught_up(&self, unix_nanos: i64, now_ms: u64) -> bool {
         let quiet_ms = now_ms.saturating_sub(self.seen_ms.load(Ordering::Relaxed));
-        self.latest_ns.load(Ordering::Relaxed) >= unix_nanos
+        self.delivered_ns.load(Ordering::Relaxed) >= unix_nanos
             || Duration::from_millis(quiet_ms) >= LIGHT_QUIET
+    }
+
+    /// Counts an event of time `unix_nanos` as delivered, once the profiler has taken it in;
+    /// `sorted`: the runtime marked it sorted (every earlier event has been written before it).
+    fn delivered(&self, unix_nanos: i64, sorted: bool, now_ms: u64) {
+        if sorted {
+            self.delivered_ns.fetch_max(unix_nanos, Ordering::Relaxed);
+        }
+        self.seen_ms.store(now_ms, Ordering::Relaxed);
     }
 
     fn new() -> Arc<StreamProgress> {
         Arc::new(StreamProgress {
-            latest_ns: AtomicI64::new(i64::MIN),
+            delivered_ns: AtomicI64::new(i64::MIN),
             seen_ms: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             drop_logged_ms: AtomicU64::new(0),
@@ -459,16 +471,15 @@ impl EventObserver for StreamObserver {
             }
             _ => {}
         }
-        if let Some(progress) = shared.progress(self.stream) {
-            progress
-                .latest_ns
-                .fetch_max(event.unix_nanos(), Ordering::Relaxed);
-            progress
-                .seen_ms
-                .store(shared.elapsed_ms(), Ordering::Relaxed);
-        }
         let mut profiler = shared.lock();
         profiler.observe(event);
+        if let Some(progress) = shared.progress(self.stream) {
+            progress.delivered(
+                event.unix_nanos(),
+                event.header.is_sorted,
+                shared.elapsed_ms(),
+            );
+        }
         shared.release_exceptions_of(&mut profiler);
     }
 
@@ -1937,7 +1948,7 @@ impl SamplingLoop<'_> {
                     batches = profiler.lock().sample_batches(&samples, &thread_names);
                 }
             }
-            let light_latest = profiler.light.latest_ns.load(Ordering::Relaxed);
+            let light_latest = profiler.light.delivered_ns.load(Ordering::Relaxed);
             tracing::debug!(
                 pid,
                 samples = samples.samples(),
@@ -1975,6 +1986,30 @@ mod tests {
         assert!(images_due(false, false, MAPS_RECHECK, moment));
         // Never read yet.
         assert!(images_due(false, false, never, never));
+    }
+
+    #[test]
+    fn a_stream_has_caught_up_only_when_every_earlier_event_has_come() {
+        let progress = StreamProgress::new();
+        let now_ms = 0;
+        // One flush, written thread by thread: thread A's events up to the flush (its first one
+        // marked sorted), then thread B's, older than A's last.
+        progress.delivered(1_000, true, now_ms);
+        progress.delivered(9_000, false, now_ms);
+        assert!(
+            !progress.caught_up(5_000, now_ms),
+            "thread B's events before 5 µs have not come yet"
+        );
+        progress.delivered(2_000, true, now_ms);
+        progress.delivered(4_000, false, now_ms);
+        assert!(!progress.caught_up(5_000, now_ms));
+        // The next flush: its oldest event is past the window, so nothing earlier is pending.
+        progress.delivered(9_500, true, now_ms);
+        assert!(progress.caught_up(5_000, now_ms));
+        assert!(!progress.caught_up(9_600, now_ms));
+        // A stream quiet for LIGHT_QUIET has nothing pending.
+        let quiet_ms = u64::try_from(LIGHT_QUIET.as_millis()).unwrap();
+        assert!(progress.caught_up(9_600, now_ms + quiet_ms));
     }
 
     #[test]
