@@ -1376,6 +1376,9 @@ mod tests {
             resolved.store.retention_bytes
         );
         assert_eq!(duration("flush_interval"), resolved.store.flush_interval);
+        let incident_window = resolved.store.incident_window;
+        assert_eq!(duration("incident_before"), incident_window.before);
+        assert_eq!(duration("incident_after"), incident_window.after);
         assert_eq!(bytes("nettrace_budget"), resolved.parser.memory_budget);
         let agent_budget = resolved.parser.shared_budget.as_ref().unwrap().limit();
         assert_eq!(bytes("nettrace_agent_budget"), agent_budget);
@@ -1386,7 +1389,7 @@ mod tests {
         );
         // Defaults described rather than given as a value; every other one is checked above.
         let described = ["max_running_queries", "startup_grace"];
-        let checked = 22;
+        let checked = 24;
         let shown_defaults = command
             .get_arguments()
             .filter(|a| help(a.get_id().as_str()).contains("[default: "))
