@@ -1364,6 +1364,8 @@ async fn logs_session_once(
                 session = "logs",
                 session_id = p.session_id,
                 command = p.version.name(),
+                // Logs sessions never ask for stacks (`LogsDemand::session`).
+                stack_walks = stack_walks(false, p.version),
                 generation,
                 "session enabled"
             );
