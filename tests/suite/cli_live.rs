@@ -58,10 +58,21 @@ fn top_ranks_the_hottest_method_first() {
     // Not a terminal: one plain frame per refresh. The last frame ranks by self time.
     let last = text.rsplit("clrscope top:").next().unwrap();
     let rows: Vec<&str> = last.lines().skip(2).filter(|l| !l.is_empty()).collect();
+    assert!(rows.len() <= 5, "{text}");
+    if support::sample_kinds_untrusted() {
+        // Where the runtime marks managed code external (.NET 9, dotnet/runtime#123996) each
+        // thread's kernel CPU is spread over all its stacks, its Thread.Sleep and the spin loop's
+        // callees included: no self ranking can hold there, and top says it estimates.
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("dotnet/runtime#123996"),
+            "no warning of the estimate: {stderr}"
+        );
+        return;
+    }
     assert!(
         rows.first()
             .is_some_and(|r| r.ends_with("CpuHot.Program.SpinAlpha(Spinner)")),
         "{text}"
     );
-    assert!(rows.len() <= 5, "{text}");
 }
