@@ -575,6 +575,30 @@ fn loads_coreclr(pid: u64) -> bool {
         .is_ok_and(|maps| maps.contains("/libcoreclr.so"))
 }
 
+/// What `/proc` says of a process, as both listings print it.
+struct ProcFacts {
+    comm: String,
+    exe: String,
+    args: Vec<String>,
+}
+
+/// `None` once the process has ended.
+fn proc_facts(pid: u64) -> Option<ProcFacts> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args = cmdline
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    Some(ProcFacts {
+        comm,
+        exe: exe.to_str()?.to_owned(),
+        args,
+    })
+}
+
 #[test]
 fn ps_lists_what_dotnet_trace_lists() {
     let _hogs = Hogs::start();
@@ -602,15 +626,16 @@ fn ps_lists_what_dotnet_trace_lists() {
         let line = theirs
             .get(pid)
             .unwrap_or_else(|| panic!("dotnet-trace ps has no {pid} ({})", row.name));
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
-        let exe = exe.to_str().unwrap();
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
-        let args: Vec<String> = cmdline
-            .split(|&b| b == 0)
-            .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
+        // Another run's process may end after the second listing: it can no longer be judged.
+        let Some(ProcFacts { comm, exe, args }) = proc_facts(*pid) else {
+            assert!(
+                ![service.front.pid(), service.load.pid()].contains(&(*pid as u32)),
+                "our service {pid} ended"
+            );
+            eprintln!("{pid} ended before it could be compared");
+            continue;
+        };
+        let exe = exe.as_str();
         // dotnet-trace leaves argv[0] out when it is the executable's path (already in PATH).
         let printed = if args.first().map(String::as_str) == Some(exe) {
             &args[1..]
