@@ -83,7 +83,22 @@ pub struct IncidentCause {
     /// What the person who set a mark said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// For rule causes, the trigger that was satisfied, as configured (`CPUUsage > 12 over 5 s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    /// For triggers that judge a sliding window, its start: what satisfied the trigger began no
+    /// later, so an incident's "before" ends there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_from_unix_ms: Option<i64>,
     pub processes: Vec<IncidentProcess>,
+}
+
+impl IncidentCause {
+    /// When what this cause reports began: its trigger's window start, or its own time.
+    fn onset_unix_ms(&self) -> i64 {
+        self.trigger_from_unix_ms
+            .map_or(self.unix_ms, |from| from.min(self.unix_ms))
+    }
 }
 
 /// An incident as stored and as the API shows it.
@@ -95,6 +110,10 @@ pub struct Incident {
     pub until_unix_ms: i64,
     pub first_cause_unix_ms: i64,
     pub last_cause_unix_ms: i64,
+    /// Where "during" starts: the earliest cause's trigger window start (or the first cause).
+    /// Files written before it was kept get it from their causes when read.
+    #[serde(default)]
+    pub onset_unix_ms: i64,
     /// Sorted by pid.
     pub processes: Vec<IncidentProcess>,
     /// The rules among its causes, sorted.
@@ -112,6 +131,7 @@ impl Incident {
             until_unix_ms: cause.unix_ms,
             first_cause_unix_ms: cause.unix_ms,
             last_cause_unix_ms: cause.unix_ms,
+            onset_unix_ms: cause.onset_unix_ms(),
             processes: Vec::new(),
             rules: Vec::new(),
             causes: Vec::new(),
@@ -137,9 +157,8 @@ impl Incident {
     fn add(&mut self, cause: IncidentCause, window: IncidentWindow) {
         self.first_cause_unix_ms = self.first_cause_unix_ms.min(cause.unix_ms);
         self.last_cause_unix_ms = self.last_cause_unix_ms.max(cause.unix_ms);
-        self.from_unix_ms = self
-            .first_cause_unix_ms
-            .saturating_sub(millis(window.before));
+        self.onset_unix_ms = self.onset_unix_ms.min(cause.onset_unix_ms());
+        self.from_unix_ms = self.onset_unix_ms.saturating_sub(millis(window.before));
         self.until_unix_ms = self.last_cause_unix_ms.saturating_add(millis(window.after));
         for p in &cause.processes {
             if !self.processes.contains(p) && self.processes.len() < MAX_PROCESSES {
@@ -423,8 +442,15 @@ fn read(path: &Path) -> std::result::Result<Stored, String> {
         ));
     }
     let body = fs::read(path).map_err(|e| e.to_string())?;
-    let incident: Incident = serde_json::from_slice(&body)
+    let mut incident: Incident = serde_json::from_slice(&body)
         .map_err(|e| format!("not an incident file ({e}); move it away"))?;
+    if incident.onset_unix_ms == 0 {
+        incident.onset_unix_ms = incident
+            .causes
+            .iter()
+            .map(IncidentCause::onset_unix_ms)
+            .fold(incident.first_cause_unix_ms, i64::min);
+    }
     if path
         .file_name()
         .is_some_and(|n| *n != *file_name(incident.id))
@@ -441,55 +467,115 @@ fn read(path: &Path) -> std::result::Result<Stored, String> {
 }
 
 /// One function's share of a profile before and during an incident, in percent of each
-/// side's total: `self` of the samples it is the leaf of, `total` of those it is on.
+/// side's total: `total` of the samples it is on (inclusive, what it and its callees cost),
+/// `self` of those it is the leaf of.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ShareChange {
     pub function: String,
     pub module: String,
-    pub self_before: f64,
-    pub self_during: f64,
     pub total_before: f64,
     pub total_during: f64,
+    pub self_before: f64,
+    pub self_during: f64,
 }
 
 impl ShareChange {
-    /// Percentage points its self share grew by (negative: shrank).
+    /// Percentage points its inclusive share grew by (negative: shrank).
     pub fn growth(&self) -> f64 {
-        self.self_during - self.self_before
+        self.total_during - self.total_before
+    }
+}
+
+/// A function whose growth lies at least this much in its calls to one callee is left out of
+/// a diff in favour of that callee.
+pub const PASSED_ON: f64 = 0.9;
+
+type FunctionKey = (String, String);
+
+/// One side of a diff: each function's self and total share, and each call's (caller,
+/// callee) share, in percent of the side's total.
+#[derive(Default)]
+struct Shares {
+    functions: BTreeMap<FunctionKey, (f64, f64)>,
+    calls: BTreeMap<(FunctionKey, FunctionKey), f64>,
+}
+
+impl Shares {
+    fn of(profile: &Profile) -> Shares {
+        let mut shares = Shares::default();
+        let total = profile.total(0);
+        if total == 0 {
+            return shares;
+        }
+        let key = |i: u32| {
+            let f = &profile.functions[i as usize];
+            (f.name.clone(), f.module.clone())
+        };
+        let percent = |v: i64| v as f64 * 100.0 / total as f64;
+        for t in profile.function_totals(0) {
+            let entry = shares.functions.entry(key(t.function)).or_default();
+            entry.0 += percent(t.self_value);
+            entry.1 += percent(t.total_value);
+        }
+        let mut calls: BTreeMap<(u32, u32), i64> = BTreeMap::new();
+        let mut seen = Vec::new();
+        for sample in &profile.samples {
+            seen.clear();
+            for pair in sample.stack.windows(2) {
+                // Leaf first: pair[1] calls pair[0]; a recursion's call to itself explains nothing.
+                let call = (pair[1], pair[0]);
+                if call.0 != call.1 && !seen.contains(&call) {
+                    seen.push(call);
+                    *calls.entry(call).or_default() += sample.values[0];
+                }
+            }
+        }
+        for ((caller, callee), value) in calls {
+            *shares.calls.entry((key(caller), key(callee))).or_default() += percent(value);
+        }
+        shares
     }
 }
 
 /// The functions of `before` and `during` (profiles of one sample type), ranked by how much
-/// their self share grew, largest growth first; at most `limit`.
+/// their inclusive share grew, largest growth first; at most `limit`. A function whose growth
+/// lies ([`PASSED_ON`]) in its calls to one callee is left out: the request pipeline above a
+/// regressed method grows by as much as the method, and the method is what changed. Ranking by
+/// self share instead would put a leaf the regression calls (a clock read, an allocation) first.
 pub fn share_changes(before: &Profile, during: &Profile, limit: usize) -> Vec<ShareChange> {
-    let mut by_function: BTreeMap<(String, String), ShareChange> = BTreeMap::new();
-    for (side, profile) in [(0, before), (1, during)] {
-        let total = profile.total(0);
-        if total == 0 {
-            continue;
-        }
-        let percent = |v: i64| v as f64 * 100.0 / total as f64;
-        for t in profile.function_totals(0) {
-            let f = &profile.functions[t.function as usize];
-            let change = by_function
-                .entry((f.name.clone(), f.module.clone()))
-                .or_insert_with(|| ShareChange {
-                    function: f.name.clone(),
-                    module: f.module.clone(),
-                    self_before: 0.0,
-                    self_during: 0.0,
-                    total_before: 0.0,
-                    total_during: 0.0,
-                });
-            let (own, all) = match side {
-                0 => (&mut change.self_before, &mut change.total_before),
-                _ => (&mut change.self_during, &mut change.total_during),
-            };
-            *own += percent(t.self_value);
-            *all += percent(t.total_value);
-        }
+    let (before, during) = (Shares::of(before), Shares::of(during));
+    let mut call_growth: BTreeMap<&FunctionKey, f64> = BTreeMap::new();
+    for ((caller, callee), share) in &during.calls {
+        let was = before.calls.get(&(caller.clone(), callee.clone()));
+        let growth = share - was.copied().unwrap_or(0.0);
+        let best = call_growth.entry(caller).or_insert(f64::MIN);
+        *best = best.max(growth);
     }
-    let mut changes: Vec<ShareChange> = by_function.into_values().collect();
+    let keys: std::collections::BTreeSet<&FunctionKey> = before
+        .functions
+        .keys()
+        .chain(during.functions.keys())
+        .collect();
+    let mut changes: Vec<ShareChange> = keys
+        .into_iter()
+        .map(|k| {
+            let (self_before, total_before) = before.functions.get(k).copied().unwrap_or_default();
+            let (self_during, total_during) = during.functions.get(k).copied().unwrap_or_default();
+            ShareChange {
+                function: k.0.clone(),
+                module: k.1.clone(),
+                total_before,
+                total_during,
+                self_before,
+                self_during,
+            }
+        })
+        .filter(|c| {
+            let key = (c.function.clone(), c.module.clone());
+            let passed = call_growth.get(&key).copied().unwrap_or(f64::MIN);
+            c.growth() <= 0.0 || passed < PASSED_ON * c.growth()
+        })
+        .collect();
     changes.sort_by(|a, b| {
         b.growth()
             .total_cmp(&a.growth())
@@ -528,12 +614,13 @@ pub struct DiffProfiles {
 }
 
 impl Incident {
-    /// `(before, during)` in Unix ms, each non-empty: during ends at `now_unix_ms` while the
-    /// window is still open.
+    /// `(before, during)` in Unix ms, each non-empty and meeting at the onset (the start of the
+    /// first trigger's window: the minutes the trigger judged are "during", never "before");
+    /// during ends at `now_unix_ms` while the window is still open.
     pub fn ranges(&self, now_unix_ms: i64) -> ((i64, i64), (i64, i64)) {
-        let first = self.first_cause_unix_ms;
-        let before = (self.from_unix_ms.min(first - 1), first);
-        let during = (first, self.until_unix_ms.min(now_unix_ms).max(first + 1));
+        let onset = self.onset_unix_ms;
+        let before = (self.from_unix_ms.min(onset - 1), onset);
+        let during = (onset, self.until_unix_ms.min(now_unix_ms).max(onset + 1));
         (before, during)
     }
 }

@@ -135,6 +135,8 @@ async fn mark(
         kind: CauseKind::Mark,
         rule: None,
         note: request.note,
+        trigger: None,
+        trigger_from_unix_ms: None,
         processes,
     };
     let incidents = state.incidents.clone();

@@ -2022,6 +2022,8 @@ mod incidents {
             kind: CauseKind::RuleTriggered,
             rule: Some(rule.to_string()),
             note: None,
+            trigger: None,
+            trigger_from_unix_ms: None,
             processes: vec![IncidentProcess {
                 pid,
                 service_name: format!("svc{pid}"),
@@ -2062,6 +2064,8 @@ mod incidents {
             kind: CauseKind::Mark,
             rule: None,
             note: Some("deploy".into()),
+            trigger: None,
+            trigger_from_unix_ms: None,
             processes: vec![first.processes[0].clone(), other.processes[0].clone()],
         };
         let merged = store.incidents().record(mark).unwrap();
@@ -2078,6 +2082,42 @@ mod incidents {
             ..IncidentFilter::default()
         };
         assert!(store.incidents().list(&by_time).is_empty());
+    }
+
+    #[test]
+    fn before_ends_where_the_trigger_window_starts() {
+        let dir = TempDir::new("incidents-onset");
+        let store = Store::open(&dir.0, window()).unwrap();
+        let t0 = 1_800_000_000_000;
+        let plain = store.incidents().record(firing(t0, 7, "cpu")).unwrap();
+        assert_eq!(plain.onset_unix_ms, t0);
+        let judged = IncidentCause {
+            trigger: Some("CPUUsage > 12 over 5 s".into()),
+            trigger_from_unix_ms: Some(t0 + HOUR / 1_000_000 - 5_000),
+            ..firing(t0 + HOUR / 1_000_000, 8, "cpu")
+        };
+        let incident = store.incidents().record(judged).unwrap();
+        let onset = t0 + HOUR / 1_000_000 - 5_000;
+        assert_eq!(incident.onset_unix_ms, onset);
+        assert_eq!(incident.from_unix_ms, onset - 10 * MIN_MS);
+        let ((_, before_end), (during_start, _)) = incident.ranges(onset + 60_000);
+        assert_eq!((before_end, during_start), (onset, onset));
+        // A file written before the onset was kept gets it from its causes.
+        let file = dir
+            .0
+            .join(crate::incidents::INCIDENTS_DIR)
+            .join(format!("incident-{:010}.json", incident.id));
+        let mut json: serde_json::Value =
+            serde_json::from_slice(&fs::read(&file).unwrap()).unwrap();
+        json.as_object_mut().unwrap().remove("onset_unix_ms");
+        fs::write(&file, json.to_string()).unwrap();
+        drop(store);
+        let store = Store::open(&dir.0, window()).unwrap();
+        assert_eq!(
+            store.incidents().get(incident.id).unwrap().onset_unix_ms,
+            onset
+        );
+        assert_eq!(store.incidents().get(plain.id).unwrap(), plain);
     }
 
     #[test]
@@ -2157,7 +2197,8 @@ mod incidents {
             3 * MINUTE,
             &[
                 (&["Hash", "Main"], 30, &[]),
-                (&["Evaluate", "Price", "Main"], 60, &[]),
+                (&["Clock", "Evaluate", "Price", "Main"], 40, &[]),
+                (&["Evaluate", "Price", "Main"], 20, &[]),
                 (&["Main"], 10, &[]),
             ],
         );
@@ -2170,11 +2211,17 @@ mod incidents {
             .profile(&query(None, "cpu", 2 * MINUTE, 4 * MINUTE))
             .unwrap();
         let changes = share_changes(&before, &during, 10);
+        // Ranked by inclusive growth: Evaluate (+50) before the clock it reads (+40, the larger
+        // self growth); Price, whose growth is all in its call to Evaluate, is left out.
         let names: Vec<&str> = changes.iter().map(|c| c.function.as_str()).collect();
-        assert_eq!(names, ["Evaluate", "Price", "Main", "Hash"]);
+        assert_eq!(names, ["Evaluate", "Clock", "Main", "Hash"]);
         let evaluate = &changes[0];
-        assert_eq!((evaluate.self_before, evaluate.self_during), (10.0, 60.0));
+        assert_eq!((evaluate.self_before, evaluate.self_during), (10.0, 20.0));
         assert_eq!((evaluate.total_before, evaluate.total_during), (10.0, 60.0));
+        assert_eq!(
+            (changes[1].self_during, changes[1].total_during),
+            (40.0, 40.0)
+        );
         assert_eq!(changes[2].total_during, 100.0);
         assert_eq!(share_changes(&before, &during, 1).len(), 1);
     }
