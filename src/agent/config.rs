@@ -309,6 +309,10 @@ impl AgentConfig {
                     .with_context(|| format!("{}: file {key}", dir.display()))?;
             }
         }
+        let from_files: Vec<String> = tree
+            .as_object()
+            .map(|sections| sections.keys().cloned().collect())
+            .unwrap_or_default();
         let env: Vec<(String, String)> = env.into_iter().collect();
         for prefix in ENV_PREFIXES {
             let mut vars: Vec<(&str, &str)> = env
@@ -325,10 +329,13 @@ impl AgentConfig {
             }
         }
         indexed_objects_to_arrays(&mut tree, "")?;
-        AgentConfig::from_tree(tree)
+        AgentConfig::from_tree(tree, &from_files)
     }
 
-    fn from_tree(mut tree: Value) -> anyhow::Result<AgentConfig> {
+    /// `from_files`: the top-level names the file or key-per-file directory set (an unknown one
+    /// there is likely a typo; one only the environment set is as likely another tool's
+    /// variable under the same prefix, such as the test bed's `CLRSCOPE_DOTNET`).
+    fn from_tree(mut tree: Value, from_files: &[String]) -> anyhow::Result<AgentConfig> {
         let Value::Object(sections) = &mut tree else {
             bail!("the configuration must be a JSON object of sections, e.g. {{\"Urls\": \"http://127.0.0.1:52323\"}}");
         };
@@ -341,10 +348,14 @@ impl AgentConfig {
                 Some(k) => {
                     read.insert((*k).to_string(), value);
                 }
-                None => tracing::warn!(
+                None if from_files.contains(&name) => tracing::warn!(
                     section = %name,
                     "ignoring a configuration section clrscope does not read (it reads: {})",
                     known.join(", ")
+                ),
+                None => tracing::debug!(
+                    section = %name,
+                    "ignoring environment variables of a section clrscope does not read"
                 ),
             }
         }
