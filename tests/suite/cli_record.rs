@@ -457,12 +457,12 @@ fn convert_of_a_trace_gives_the_same_top_functions_as_record() {
     let (a, b) = (shares(&recorded), shares(&converted));
     let cpu = |thread: &str| (cpu_after[thread] - cpu_before[thread]) as f64;
     let runnable = |thread: &str| (runnable_after[thread] - runnable_before[thread]) as f64;
-    let judged: &[(&str, &Vec<(String, f64)>, &dyn Fn(&str) -> f64)] = if untrusted {
-        &[("record", &a, &cpu)]
-    } else {
-        &[("record", &a, &cpu), ("convert", &b, &runnable)]
-    };
-    for &(profile, shares, truth) in judged {
+    type Truth<'a> = &'a dyn Fn(&str) -> f64;
+    let mut judged = vec![("record", &a, &cpu as Truth)];
+    if !untrusted {
+        judged.push(("convert", &b, &runnable));
+    }
+    for (profile, shares, truth) in judged {
         let accounted = truth("SpinAlpha") + truth("SpinBravo") + truth("SpinCharlie");
         assert!(accounted > 0.0, "no time accounted to CpuHot's threads");
         assert_eq!(shares.len(), 3, "{profile}: {shares:?}");
