@@ -39,8 +39,9 @@ pub mod peers;
 pub mod postgres;
 pub mod receiver;
 
-/// How long [`TargetBuilder::start`] waits for the ready line.
-pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long [`TargetBuilder::start`] waits for the ready line: the Storefront service (ASP.NET
+/// Core, Npgsql, its downstream) missed 30 s at a load average of 45.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(90);
 /// Capacity of the stdout channel, in lines.
 pub const STDOUT_CHANNEL_LINES: usize = 16 * 1024;
 const STDERR_KEEP_BYTES: usize = 64 * 1024;
@@ -662,7 +663,7 @@ impl TargetBuilder {
         }
     }
 
-    /// [`spawn`](Self::spawn) + [`Target::wait_ready`] with [`READY_TIMEOUT`] (30 s); panics with the
+    /// [`spawn`](Self::spawn) + [`Target::wait_ready`] with [`READY_TIMEOUT`] (90 s); panics with the
     /// target's stderr and output if no ready line comes.
     pub fn start(self) -> Target {
         let mut target = self.spawn();
