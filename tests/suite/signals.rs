@@ -1410,6 +1410,124 @@ fn otlp_logs_survive_other_sessions_on_the_provider() {
     assert!(traces >= 2 && requests >= 6, "{report}");
 }
 
+/// Issue 45 (the twin's logs): where nothing else connects to the runtime, the agent's logs
+/// session is never started again, however quiet the app: a renewal turns the app's loggers off
+/// until its new session is enabled, so each costs what is logged meanwhile (the twin lost 35 of
+/// 16,194 records to 33 renewals for quiet in 600 s). A target logging one message every 2 s for
+/// `CLRSCOPE_QUIET_LOGS_SECONDS` (default 20): OTLP receives every Information-or-above message
+/// its logger handed on exactly once, the logger refused none after the first received, and
+/// `/metrics` counts no renewal (before the fix: one each time the stream was quiet for 1 s,
+/// doubling while none brought anything).
+#[test]
+fn a_quiet_app_keeps_its_logs_session() {
+    let seconds: u64 = std::env::var("CLRSCOPE_QUIET_LOGS_SECONDS")
+        .ok()
+        .map_or(20, |s| {
+            s.parse().expect("CLRSCOPE_QUIET_LOGS_SECONDS: seconds")
+        });
+    let dir = data_dir("signals-quiet-logs");
+    let receiver = support::receiver::Receiver::start(&dir.join("received"), 0, 0);
+    let mut target = Target::builder("Logs")
+        .args([
+            "--messages-per-second",
+            "0.5",
+            "--exceptions-per-second",
+            "0",
+            "--no-span-lines",
+        ])
+        .start();
+    let pid = target.pid();
+    std::fs::create_dir_all(dir.join("config")).unwrap();
+    let config = dir.join("config/settings.json");
+    let settings = serde_json::json!({"Exporters": {
+        "grpc": {"Kind": "otlp-grpc", "Endpoint": format!("http://127.0.0.1:{}", receiver.grpc_port),
+                 "Interval": "1s", "Signals": ["Logs"]}}});
+    std::fs::write(&config, settings.to_string()).unwrap();
+    let agent = Agent::start(
+        &dir.join("store"),
+        &[
+            "--pid",
+            &pid.to_string(),
+            "--logs",
+            "Information",
+            "--no-exceptions",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    agent
+        .wait_attached(pid, true, Duration::from_secs(60))
+        .expect("attached");
+    let mut truth = Refused::default();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(seconds) {
+        std::thread::sleep(Duration::from_millis(500));
+        truth.absorb(&mut target);
+    }
+    let upto = truth.last_sequence;
+    let mut got: Vec<Value> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (counts, first) = loop {
+        got.extend(receiver.drain());
+        let mut counts: HashMap<u64, u32> = HashMap::new();
+        for record in scoped_items(&got, "otlp-logs", "grpc", "records") {
+            if let Some(seq) = record.item["attributes"]["OrderId"].as_str() {
+                *counts.entry(seq.parse().unwrap()).or_insert(0) += 1;
+            }
+        }
+        // Messages before the agent's session was enabled are refused by the logger or missed.
+        let first = counts.keys().min().copied().unwrap_or(u64::MAX);
+        let expected = |s: &u64| rank(level_of(*s)) >= rank("Information") && !truth.refused(*s);
+        if (first..=upto)
+            .filter(expected)
+            .all(|s| counts.contains_key(&s))
+            || Instant::now() > deadline
+        {
+            break (counts, first);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let renewals = |reason: &str| {
+        agent.metric(
+            "clrscope_logs_session_renewals_total",
+            &[&format!("reason=\"{reason}\"")],
+        )
+    };
+    let expected: Vec<u64> = (first..=upto)
+        .filter(|&s| rank(level_of(s)) >= rank("Information"))
+        .collect();
+    let missing: Vec<u64> = expected
+        .iter()
+        .copied()
+        .filter(|s| !counts.contains_key(s))
+        .collect();
+    let twice: Vec<u64> = counts
+        .iter()
+        .filter(|(_, &n)| n > 1)
+        .map(|(&s, _)| s)
+        .collect();
+    let report = format!(
+        "{upto} messages logged, {} at Information or above from the first received ({first}), \
+         missing {missing:?}, received twice {twice:?}, refused by the logger {:?}; renewals: {} \
+         union, {} other session, {} quiet",
+        expected.len(),
+        truth.ranges,
+        renewals("union"),
+        renewals("other_session"),
+        renewals("quiet"),
+    );
+    println!("{report}");
+    assert!(expected.len() >= 3, "{report}");
+    assert!(missing.is_empty() && twice.is_empty(), "{report}");
+    assert!(
+        truth.ranges.iter().all(|&(_, b)| b < first),
+        "the logger refused messages after the agent's session was enabled: {report}"
+    );
+    for reason in ["union", "other_session", "quiet"] {
+        assert_eq!(renewals(reason), 0.0, "{report}");
+    }
+}
+
 /// Issue 44 (7): with trace linkage, exceptions went to the linkage session, which waits out the
 /// startup grace, so a fresh process's first 30 s of exceptions were lost. They come in the light
 /// session from attach: within the grace, `/exceptions` holds every exception the target threw
