@@ -7,7 +7,7 @@ use std::io::Read;
 use serde::Serialize;
 
 use crate::nettrace::{EventMetadata, NettraceReader, ParserOptions};
-use crate::utc;
+use profile::utc;
 
 /// A summary of one nettrace stream. Reading never fails: damage is recorded in `damage`.
 #[derive(Debug, Clone, PartialEq, Serialize)]

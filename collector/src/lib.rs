@@ -3,7 +3,6 @@
 //! - [`activity`]: trace linkage, which span was current on a thread at a time.
 //! - [`artifacts`]: traces, gcdumps and dumps of a live process, and their file names.
 //! - [`attached`]: the processes an agent profiles right now.
-//! - [`budget`]: the memory budgets the agent's parsers and kept signals are charged to.
 //! - [`ipc`]: the diagnostics IPC wire protocol (pure encode/decode, no I/O).
 //! - [`nettrace`]: the streaming NetTrace parser and event decoders.
 //! - [`inspect`]: what a nettrace file holds, for `clrscope inspect`.
@@ -23,7 +22,6 @@
 pub mod activity;
 pub mod artifacts;
 pub mod attached;
-pub mod budget;
 pub mod client;
 pub mod connections;
 pub mod counters;
@@ -43,4 +41,3 @@ pub mod session;
 pub mod signals;
 pub mod startup;
 pub mod timer_grid;
-pub mod utc;

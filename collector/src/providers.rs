@@ -118,7 +118,7 @@ const HTTP_FILTER_AND_PAYLOAD_SPECS: &str = concat!(
 /// every session until it ends.
 ///
 /// With `spans`, each stop also carries the finished span (kind, times, status, tags, source
-/// version) for span export ([`crate::signals::SpanRecord`]).
+/// version) for span export ([`profile::span::SpanRecord`]).
 pub fn linkage(
     activity_sources: &[&str],
     spans: bool,

@@ -12,7 +12,7 @@ use collector::nettrace::{NettraceError, NettraceReader, ParserOptions};
 
 /// What `testutil` names through `crate::nettrace`.
 mod nettrace {
-    pub use collector::nettrace::{EventHeader, Guid};
+    pub use collector::nettrace::EventHeader;
 }
 
 #[path = "../src/nettrace/testutil.rs"]

@@ -8,14 +8,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::Context;
-use collector::activity::{Span, TrackerLimits, TrackerStats};
+use collector::activity::{TrackerLimits, TrackerStats};
 use collector::attached::AttachedProcess;
 use collector::client::DiagnosticsClient;
 use collector::connections::OtherConnections;
 use collector::ipc::{CollectTracing, CollectTracingVersion, ProviderConfig};
 use collector::local::{LocalProcess, ProcessCpu, StatFiles, ThreadCpu};
 use collector::nettrace::events::{EventKind, KnownEvent, ModuleEventKind};
-use collector::nettrace::Guid;
 use collector::nettrace::{Event, NettraceError, ParserOptions};
 use collector::providers::{self, level};
 use collector::rules::options::ProcessFacts;
@@ -29,7 +28,9 @@ use collector::signals::{
 use collector::startup::{ResumeHold, ResumeHolds};
 use collector::timer_grid;
 use exporter::remote::otel_env::parse_pairs;
+use profile::guid::Guid;
 use profile::labels;
+use profile::span::Span;
 use symbolizer::profiles::process::{Batches, EventProfiles, ProcessProfiler};
 use symbolizer::ImageRange;
 use tokio::sync::{watch, Notify};

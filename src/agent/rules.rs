@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use collector::artifacts::{ArtifactKind, LiveMetricsRequest, TraceRequest};
+use collector::artifacts::{LiveMetricsRequest, TraceRequest};
 use collector::attached::{AttachedProcesses, ProcessEventKind};
 use collector::client::DiagnosticsClient;
 use collector::counters::CounterSelection;
@@ -28,12 +28,13 @@ use collector::rules::state::RuleStates;
 use collector::sampler::SamplerControl;
 use collector::signals::{ExceptionsRequest, LogsRequest, ProcessSignals};
 use collector::startup::{ResumeHold, ResumeHolds};
-use exporter::artifacts::{Artifact, ArtifactSource};
 use exporter::egress::{ArtifactOrigin, Egress, EgressError, RuleActionOrigin, Upload};
+use profile::artifact::ArtifactKind;
 use store::incidents::{CauseKind, IncidentCause, IncidentProcess, Incidents};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+use ui::artifacts::{Artifact, ArtifactSource};
 
 use super::grace::StartupGrace;
 use super::stopped;

@@ -44,9 +44,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Dependencies the rules forbid that main still has, to be removed (issue 48, "One signal
-/// model": the exporter takes the signals' records from the model, not from the collector).
-const KNOWN_EDGES: &[(&str, &str)] = &[("exporter", "collector"), ("exporter", "symbolizer")];
+/// Dependencies the rules forbid that main still has, to be removed.
+const KNOWN_EDGES: &[(&str, &str)] = &[];
 
 /// The most of the workspace's production lines one crate may hold.
 const MAX_SHARE: f64 = 0.30;

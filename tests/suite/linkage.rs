@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use collector::activity::{ActivityEvent, Span, SpanTracker};
+use collector::activity::{ActivityEvent, SpanTracker};
 use collector::client::{DiagnosticsClient, DEFAULT_TIMEOUT};
 use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::local::LocalProcess;
@@ -17,6 +17,7 @@ use collector::nettrace::events::EventKind;
 use collector::nettrace::Event;
 use collector::providers::{self, level};
 use collector::session::{self, EventObserver, ParsingWriter};
+use profile::span::Span;
 use serde_json::Value;
 use support::agent::{data_dir, encode, pprof_traces, Agent};
 use support::Target;

@@ -30,7 +30,6 @@
 mod dump;
 mod gcdump;
 mod livemetrics;
-mod name;
 mod stacks;
 mod trace;
 
@@ -42,7 +41,6 @@ pub use livemetrics::{
     write_live_metrics, write_records as write_live_metric_records, EventMetricsConfiguration,
     EventMetricsMeter, EventMetricsProvider, LiveMetricsRequest,
 };
-pub use name::ArtifactKind;
 pub use stacks::{collect_stack_tick, StackFormat};
 pub use trace::{
     collect_trace, EventPipeConfiguration, EventPipeProvider, StoppingEvent, TraceEnd,

@@ -4,7 +4,7 @@
 use super::budget::{slot, Held, MemoryBudget};
 use super::cursor::{Cursor, ReadFault, ReadResult};
 use super::error::NettraceError;
-use super::guid::Guid;
+use profile::guid::Guid;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -8,8 +8,8 @@
 
 use super::cursor::{Cursor, ReadFault, ReadResult};
 use super::error::NettraceError;
-use crate::budget::SharedBudget;
-pub(crate) use crate::budget::{slot, string_pairs};
+use profile::budget::SharedBudget;
+pub(crate) use profile::budget::{slot, string_pairs};
 use std::fmt::Write as _;
 
 /// What the parser holds, for the budget's breakdown.

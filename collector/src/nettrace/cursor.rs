@@ -1,7 +1,7 @@
 //! A bounds-checked little-endian reader over one slice, which knows the stream offset of its
 //! first byte so that every failure can name where in the stream it happened.
 
-use super::guid::Guid;
+use profile::guid::Guid;
 
 /// Why a read failed; turned into a [`NettraceError`](super::NettraceError) by the caller, who
 /// knows what object was being read.

@@ -13,7 +13,7 @@
 use super::budget::{self, Meter};
 use super::cursor::{Cursor, ReadFault, ReadResult};
 use super::events::EventKind;
-use super::guid::Guid;
+use profile::guid::Guid;
 use std::mem::size_of;
 
 /// Deepest struct/array nesting accepted in metadata; real EventSources nest two or three levels.

@@ -5,8 +5,8 @@
 
 use super::cursor::{Cursor, ReadFault, ReadResult};
 use super::error::NettraceError;
-use super::guid::Guid;
 use super::metadata::{Field, FieldType};
+use profile::guid::Guid;
 
 /// Most values one payload may expand into. Arrays of empty structs consume no input, so without
 /// a budget a small payload could describe billions of values.

@@ -31,7 +31,7 @@ use super::metadata::{parse_metadata, parse_metadata_v6, EventMetadata};
 use super::sequence::DropTracker;
 use super::time::Clock;
 use super::v6::{self, LabelCache, ThreadTable};
-use crate::budget::SharedBudget;
+use profile::budget::SharedBudget;
 use std::collections::HashMap;
 
 const MAGIC: &[u8; 8] = b"Nettrace";

@@ -4,6 +4,7 @@
 use super::events::{KnownEvent, SampleKind};
 use super::testutil::{utf16z, EventSpec, MetadataRecord, StreamBuilder};
 use super::*;
+use profile::guid::Guid;
 
 /// Hex with `//` comments and whitespace ignored.
 fn hex(s: &str) -> Vec<u8> {

@@ -5,7 +5,8 @@
 //! Written against the crate's public API only, so that integration tests can include it too
 //! (`collector/tests/nettrace_budget.rs`).
 
-use crate::nettrace::{EventHeader, Guid};
+use crate::nettrace::EventHeader;
+use profile::guid::Guid;
 
 pub(crate) fn utf16z(s: &str) -> Vec<u8> {
     let mut v: Vec<u8> = s.encode_utf16().flat_map(u16::to_le_bytes).collect();

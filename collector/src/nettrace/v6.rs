@@ -11,9 +11,9 @@ use super::block::EventHeader;
 use super::budget::{self, slot, Held, MemoryBudget, Meter};
 use super::cursor::{Cursor, ReadFault, ReadResult};
 use super::error::NettraceError;
-use super::guid::Guid;
 use super::header::TraceInfo;
 use super::time::SystemTime;
+use profile::guid::Guid;
 use std::collections::HashMap;
 
 /// Block kinds of the V6 framing.

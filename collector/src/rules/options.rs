@@ -19,11 +19,11 @@ use crate::artifacts::{
     EventPipeProvider, StackFormat, StoppingEvent,
 };
 use crate::ipc::ProviderConfig;
-use crate::nettrace::events::LogLevel;
 use crate::providers::TraceProfile;
 use crate::signals::{
     ExceptionFilter, ExceptionFormat, ExceptionsFilters, LogFormat, LogsSettings,
 };
+use profile::log::LogLevel;
 
 const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);

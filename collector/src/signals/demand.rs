@@ -20,8 +20,8 @@ use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
 use crate::ipc::CollectTracing;
-use crate::nettrace::events::LogLevel;
 use crate::signals::LogsSettings;
+use profile::log::LogLevel;
 
 /// How long the union stays wider than its demands after one ended, before the session is
 /// started again with the narrower one.

@@ -20,11 +20,12 @@ pub mod recording;
 
 use std::collections::HashMap;
 
-use collector::activity::{Span, SpanTracker, TrackerLimits};
+use collector::activity::{SpanTracker, TrackerLimits};
 use collector::nettrace::events::KnownEvent;
 use collector::nettrace::{Event, NettraceError};
 use collector::samples::{SampleAggregator, StackKey};
 use profile::labels;
+use profile::span::Span;
 use profile::{Function, LabelValue};
 
 use crate::{CodeMap, Frame, FrameKind, FunctionId, FunctionKind, ImageRange};

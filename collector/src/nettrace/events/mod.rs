@@ -16,10 +16,7 @@ mod tpl;
 
 pub use diagnostic_source::{DiagnosticSourceEvent, DiagnosticSourceKind};
 pub use event_counters::{EventCounter, EventCounterValue};
-pub use logging::{
-    EventTrace, LogLevel, LogMessage, LoggedException, LoggingEvent, LoggingEventKind,
-    LOGGING_PROVIDER,
-};
+pub use logging::{LoggingEvent, LoggingEventKind, LOGGING_PROVIDER};
 pub use meters::{
     InstrumentEvent, InstrumentEventKind, MetricPublished, MetricValue, MetricsEvent,
     MetricsEventKind, Quantile,
@@ -263,7 +260,7 @@ impl<'a> PayloadReader<'a> {
     pub fn f64(&mut self) -> Result<f64, NettraceError> {
         self.c.f64().map_err(|f| self.err(f))
     }
-    pub fn guid(&mut self) -> Result<super::guid::Guid, NettraceError> {
+    pub fn guid(&mut self) -> Result<profile::guid::Guid, NettraceError> {
         self.c.guid().map_err(|f| self.err(f))
     }
     pub fn pointer(&mut self) -> Result<u64, NettraceError> {

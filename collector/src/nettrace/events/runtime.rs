@@ -4,7 +4,7 @@
 
 use super::PayloadReader;
 use crate::nettrace::error::NettraceError;
-use crate::nettrace::guid::Guid;
+use profile::guid::Guid;
 
 /// Which of the four method events it was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

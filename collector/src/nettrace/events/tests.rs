@@ -2,7 +2,9 @@
 
 use super::*;
 use crate::nettrace::testutil::{scalar_fields, utf16z, EventSpec, MetadataRecord, StreamBuilder};
-use crate::nettrace::{Guid, Parser};
+use crate::nettrace::Parser;
+use profile::guid::Guid;
+use profile::log::LogLevel;
 
 /// Decodes one event of `provider`/`id` (minimal metadata unless `name` is given).
 fn decode_with(

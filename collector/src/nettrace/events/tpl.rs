@@ -8,7 +8,7 @@
 
 use super::PayloadReader;
 use crate::nettrace::error::NettraceError;
-use crate::nettrace::guid::Guid;
+use profile::guid::Guid;
 
 /// TplEventSource's event id of `SetActivityId` (fixed in `TplEventSource.cs` since .NET 4.6).
 pub(crate) const SET_ACTIVITY_ID_EVENT: u32 = 25;

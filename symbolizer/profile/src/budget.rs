@@ -80,18 +80,18 @@ impl SharedBudget {
     }
 
     /// Counts one refusal.
-    pub(crate) fn refuse(&self) {
+    pub fn refuse(&self) {
         self.0.refusals.fetch_add(1, Ordering::Relaxed);
     }
 
     /// What may still be taken: the least any budget up the chain has left.
-    pub(crate) fn left(&self) -> usize {
+    pub fn left(&self) -> usize {
         let own = self.0.limit.saturating_sub(self.held());
         self.0.parent.as_ref().map_or(own, |p| own.min(p.left()))
     }
 
     /// Takes `bytes` from this budget and every one up the chain, or from none.
-    pub(crate) fn take(&self, bytes: usize) -> bool {
+    pub fn take(&self, bytes: usize) -> bool {
         let own = self
             .0
             .held
@@ -113,7 +113,7 @@ impl SharedBudget {
     }
 
     /// Gives back `bytes` taken with [`SharedBudget::take`].
-    pub(crate) fn give_back(&self, bytes: usize) {
+    pub fn give_back(&self, bytes: usize) {
         self.give_back_own(bytes);
         if let Some(parent) = &self.0.parent {
             parent.give_back(bytes);
@@ -239,12 +239,12 @@ impl<T: PartialEq> PartialEq for Charged<T> {
 }
 
 /// The heap cost of one slot of a vector or map holding `T`.
-pub(crate) const fn slot<T>() -> usize {
+pub const fn slot<T>() -> usize {
     2 * size_of::<T>()
 }
 
 /// The heap cost of `(key, value)` string pairs.
-pub(crate) fn string_pairs(pairs: &Vec<(String, String)>) -> usize {
+pub fn string_pairs(pairs: &Vec<(String, String)>) -> usize {
     pairs.capacity() * size_of::<(String, String)>()
         + pairs
             .iter()

@@ -3,12 +3,12 @@
 //! (streamed back or egressed) and the collection rules' CollectTrace, CollectGCDump, CollectDump,
 //! CollectStacks, CollectLogs, CollectExceptions and CollectLiveMetrics actions
 //! (egressed). `collector::artifacts` takes each from the runtime, `symbolizer::stacks` names
-//! stacks, and an egressed artifact ends with [`Upload::conclude`](crate::egress::Upload::conclude).
+//! stacks, and an egressed artifact ends with [`Upload::conclude`](exporter::egress::Upload::conclude).
 //!
 //! ```no_run
 //! # async fn demo(egress: exporter::egress::Egress, client: collector::client::DiagnosticsClient) -> Result<(), exporter::egress::EgressError> {
 //! use collector::artifacts::StackFormat;
-//! use exporter::artifacts::{Artifact, ArtifactSource};
+//! use ui::artifacts::{Artifact, ArtifactSource};
 //! let artifact = Artifact::Stacks(StackFormat::PlainText);
 //! let source = ArtifactSource { client: &client, pid: 42, local: None };
 //! let name = artifact.kind().file_name(source.pid, std::time::SystemTime::now());
@@ -24,8 +24,7 @@ use std::sync::Arc;
 
 use collector::artifacts::{
     collect_dump, collect_gcdump, collect_trace, write_gcdump_async, write_live_metrics,
-    ArtifactError, ArtifactKind, DumpKind, LiveMetricsRequest, StackFormat, TraceRequest,
-    DEFAULT_DUMP_TIMEOUT,
+    ArtifactError, DumpKind, LiveMetricsRequest, StackFormat, TraceRequest, DEFAULT_DUMP_TIMEOUT,
 };
 use collector::client::DiagnosticsClient;
 use collector::gcdump::SnapshotOptions;
@@ -35,6 +34,7 @@ use collector::signals::{
     LogFormat, LogsRequest,
 };
 use collector::startup::ResumeHold;
+use profile::artifact::ArtifactKind;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// One artifact to collect, and how.
