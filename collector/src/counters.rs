@@ -46,14 +46,14 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::client::DiagnosticsClient;
-use crate::ipc::{CollectTracing, ProviderConfig};
-use crate::nettrace::events::{
-    EventCounterValue, KnownEvent, MetricValue, MetricsEvent, METRICS_PROVIDER,
-};
-use crate::nettrace::{Event, NettraceError, ParserOptions};
 use crate::providers::{encode_arguments, level};
 use crate::session::{self, EventObserver, ParsingWriter, Reading, SessionError, SessionSummary};
 use crate::signals::{SignalKind, SignalShare};
+use ipc::{CollectTracing, ProviderConfig};
+use nettrace::events::{
+    EventCounterValue, KnownEvent, MetricValue, MetricsEvent, METRICS_PROVIDER,
+};
+use nettrace::{Event, NettraceError, ParserOptions};
 use profile::budget::{string_pairs, Charged};
 
 /// dotnet-monitor's `GlobalCounter:IntervalSeconds` default.
@@ -544,10 +544,8 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nettrace::testutil::{
-        scalar_fields, utf16z, EventSpec, MetadataRecord, StreamBuilder,
-    };
-    use crate::nettrace::Parser;
+    use nettrace::testutil::{scalar_fields, utf16z, EventSpec, MetadataRecord, StreamBuilder};
+    use nettrace::Parser;
 
     #[test]
     fn updates_waiting_for_their_reader_are_charged_and_dropped_past_the_share() {

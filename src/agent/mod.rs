@@ -29,12 +29,12 @@ use collector::attached::AttachedProcesses;
 use collector::counters::{
     CounterSelection, CounterSessionConfig, DEFAULT_EVENT_COUNTER_SOURCES, DEFAULT_INTERVAL_SECONDS,
 };
-use collector::nettrace::ParserOptions;
 use collector::rules::options::{ActionKind, CollectionRule};
 use collector::sampler::DutyCycle;
 use collector::signals::{check_covered, LogsSettings, SignalLimits, SignalShare};
 use exporter::egress::{Egress, EgressConfig};
 use exporter::remote::ExportSignal;
+use nettrace::ParserOptions;
 use profile::budget::SharedBudget;
 use settings::{parse_bytes, parse_duration};
 use store::incidents::{self, IncidentWindow, Incidents};
@@ -335,7 +335,7 @@ struct Resolved {
     idle_below: f64,
     events: EventProfiles,
     filters: Filters,
-    linkage: Option<Vec<collector::ipc::ProviderConfig>>,
+    linkage: Option<Vec<ipc::ProviderConfig>>,
     signals: SignalSettings,
     store: StoreOptions,
     /// Where /metrics is served without authentication, if anywhere.
@@ -746,7 +746,7 @@ pub struct Settings {
     pub filters: Filters,
     pub host_name: String,
     /// The providers that join samples to the spans their threads ran, when linkage is on.
-    pub linkage: Option<Vec<collector::ipc::ProviderConfig>>,
+    pub linkage: Option<Vec<ipc::ProviderConfig>>,
     /// Which logs and how many exceptions each process keeps.
     pub signals: SignalSettings,
     /// The counter session whose values go on /metrics, unless that is off.

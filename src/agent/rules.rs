@@ -14,9 +14,7 @@ use collector::attached::{AttachedProcesses, ProcessEventKind};
 use collector::client::DiagnosticsClient;
 use collector::counters::CounterSelection;
 use collector::gcdump::SnapshotOptions;
-use collector::ipc::CollectTracing;
 use collector::local::LocalProcess;
-use collector::nettrace::ParserOptions;
 use collector::providers::SessionProviders;
 use collector::rules::capture::{self, CaptureRequest};
 use collector::rules::engine::{self, ActionFuture, Firing, RuleEvent};
@@ -29,6 +27,8 @@ use collector::sampler::SamplerControl;
 use collector::signals::{ExceptionsRequest, LogsRequest, ProcessSignals};
 use collector::startup::{ResumeHold, ResumeHolds};
 use exporter::egress::{ArtifactOrigin, Egress, EgressError, RuleActionOrigin, Upload};
+use ipc::CollectTracing;
+use nettrace::ParserOptions;
 use profile::artifact::ArtifactKind;
 use store::incidents::{CauseKind, IncidentCause, IncidentProcess, Incidents};
 use tokio::io::AsyncWriteExt;
@@ -278,7 +278,7 @@ fn trace_request(source: &TraceSource, counter_interval: u32) -> anyhow::Result<
                 session.add(p.clone())?;
             }
             if *request_rundown {
-                session.rundown_keyword = collector::ipc::DEFAULT_RUNDOWN_KEYWORD;
+                session.rundown_keyword = ipc::DEFAULT_RUNDOWN_KEYWORD;
             }
             let mut request = TraceRequest::new(session)?;
             request.buffer_mb = *buffer_mb;

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use collector::activity::SpanTracker;
 use collector::counters::{CounterDecoder, CounterSessionConfig};
-use collector::nettrace::splice::{ObjectSplitter, ObjectWriter};
-use collector::nettrace::{Parser, ParserOptions};
+use nettrace::splice::{ObjectSplitter, ObjectWriter};
+use nettrace::{Parser, ParserOptions};
 use collector::rules::ring::{RingLimits, TraceRing};
 use libfuzzer_sys::fuzz_target;
 

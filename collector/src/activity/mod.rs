@@ -57,7 +57,7 @@
 //!
 //! ```no_run
 //! use collector::activity::SpanTracker;
-//! use collector::nettrace::{events::EventKind, NettraceReader};
+//! use nettrace::{events::EventKind, NettraceReader};
 //!
 //! let mut tracker = SpanTracker::default();
 //! let mut samples = Vec::new();
@@ -80,9 +80,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use crate::nettrace::events::{DiagnosticSourceEvent, EventKind, KnownEvent};
-use crate::nettrace::{Event, NettraceError};
 use crate::session::EventObserver;
+use nettrace::events::{DiagnosticSourceEvent, EventKind, KnownEvent};
+use nettrace::{Event, NettraceError};
 use profile::guid::Guid;
 use profile::span::{Span, SpanId, TraceId};
 

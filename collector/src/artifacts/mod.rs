@@ -71,7 +71,7 @@ pub enum ArtifactError {
     #[error("no sampler tick within {0:?}: is the runtime hung or suspended?")]
     NoSamplerTick(std::time::Duration),
     #[error("reading the stream: {0}")]
-    Stream(#[source] crate::nettrace::NettraceError),
+    Stream(#[source] nettrace::NettraceError),
     #[error("stopping the session: {0}")]
     Stop(#[source] ClientError),
     #[error("asking the runtime who it is: {0}")]

@@ -18,11 +18,11 @@ use crate::artifacts::{
     DumpKind, EventMetricsConfiguration, EventMetricsMeter, EventMetricsProvider,
     EventPipeProvider, StackFormat, StoppingEvent,
 };
-use crate::ipc::ProviderConfig;
 use crate::providers::TraceProfile;
 use crate::signals::{
     ExceptionFilter, ExceptionFormat, ExceptionsFilters, LogFormat, LogsSettings,
 };
+use ipc::ProviderConfig;
 use profile::log::LogLevel;
 
 const SECOND: Duration = Duration::from_secs(1);

@@ -37,9 +37,9 @@ use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::time::Duration;
 
-use crate::nettrace::splice::{ObjectKind, ObjectWriter, RawObject};
-use crate::nettrace::Clock;
 use crate::signals::{SignalKind, SignalShare};
+use nettrace::splice::{ObjectKind, ObjectWriter, RawObject};
+use nettrace::Clock;
 use profile::budget::Hold;
 
 /// Bounds of a ring.
@@ -260,9 +260,9 @@ impl TraceRing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nettrace::splice::ObjectSplitter;
-    use crate::nettrace::testutil::{EventSpec, MetadataRecord, StreamBuilder};
-    use crate::nettrace::Parser;
+    use nettrace::splice::ObjectSplitter;
+    use nettrace::testutil::{EventSpec, MetadataRecord, StreamBuilder};
+    use nettrace::Parser;
 
     /// Events each second (QPC in ns from 1000), a sequence point every 3 s, stacks per group.
     fn long_stream(seconds: i64) -> Vec<RawObject> {

@@ -8,7 +8,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use super::options::{CounterSource, PathFilter, ThresholdTrigger, Trigger};
-use crate::nettrace::events::{DiagnosticSourceEvent, DiagnosticSourceKind};
+use nettrace::events::{DiagnosticSourceEvent, DiagnosticSourceKind};
 use profile::counter::CounterSample;
 
 /// The DiagnosticListener whose HttpRequestIn activity the ASP.NET triggers watch.

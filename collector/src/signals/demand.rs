@@ -19,8 +19,8 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use crate::ipc::CollectTracing;
 use crate::signals::LogsSettings;
+use ipc::CollectTracing;
 use profile::log::LogLevel;
 
 /// How long the union stays wider than its demands after one ended, before the session is

@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 
 use serde::Deserialize;
 
-use crate::ipc::ProviderConfig;
-use crate::nettrace::events::LOGGING_PROVIDER;
 use crate::providers::{encode_arguments, level};
+use ipc::ProviderConfig;
+use nettrace::events::LOGGING_PROVIDER;
 use profile::guid::Guid;
 use profile::log::{LogLevel, LogRecord, ScopeValues};
 

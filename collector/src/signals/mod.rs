@@ -22,12 +22,12 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
-use crate::nettrace::events::{ExceptionThrown, LoggingEvent};
-use crate::nettrace::Event;
 pub use budget::{SignalKind, SignalShare};
 pub use demand::{DemandGuard, LogsDemand};
 pub use exceptions::{ExceptionFilter, ExceptionFormat, ExceptionsFilters};
 pub use logs::{LogFormat, LogsSettings, ScopeTracker};
+use nettrace::events::{ExceptionThrown, LoggingEvent};
+use nettrace::Event;
 use profile::budget::{Charged, Hold};
 use profile::exception::{ExceptionFrame, ExceptionRecord};
 use profile::log::{IdsFrom, LogRecord};
@@ -667,7 +667,7 @@ impl LogsFeed {
 
     /// An event of the logs session.
     pub fn on_event(&self, event: &Event<'_>) {
-        let Ok(Some(crate::nettrace::events::KnownEvent::Logging(logging))) = event.known() else {
+        let Ok(Some(nettrace::events::KnownEvent::Logging(logging))) = event.known() else {
             return;
         };
         let mut feed = self.lock();
@@ -877,7 +877,7 @@ impl SignalCollector {
 
     /// A DiagnosticSourceEventSource span stop: a finished span when spans are collected and it
     /// was recorded. Stops without the span's fields are counted and logged once in a while.
-    pub fn span_stop(&mut self, stop: &crate::nettrace::events::DiagnosticSourceEvent) {
+    pub fn span_stop(&mut self, stop: &nettrace::events::DiagnosticSourceEvent) {
         if !self.signals.export_spans {
             return;
         }
@@ -923,11 +923,9 @@ impl SignalCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nettrace::events::{KnownEvent, LOGGING_PROVIDER};
-    use crate::nettrace::testutil::{
-        scalar_fields, utf16z, EventSpec, MetadataRecord, StreamBuilder,
-    };
-    use crate::nettrace::Parser;
+    use nettrace::events::{KnownEvent, LOGGING_PROVIDER};
+    use nettrace::testutil::{scalar_fields, utf16z, EventSpec, MetadataRecord, StreamBuilder};
+    use nettrace::Parser;
     use profile::budget::SharedBudget;
     use profile::guid::Guid;
     use profile::log::LogLevel;
@@ -1025,7 +1023,7 @@ mod tests {
         // Kept once: every record holds the same values.
         assert!(Arc::ptr_eq(&logs[0].scopes[15], &logs[99].scopes[15]));
         // 16 scopes of at most MAX_ARGUMENTS_BYTES, plus a few hundred bytes per record.
-        let scopes = 16 * crate::nettrace::events::MAX_TEXT_BYTES * 5;
+        let scopes = 16 * nettrace::events::MAX_TEXT_BYTES * 5;
         assert!(agent.held() < scopes + 100 * 1024, "{}", agent.held());
         drop(logs);
 

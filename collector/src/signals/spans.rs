@@ -8,8 +8,8 @@
 //! the app, and a value holding `], [` cannot be told from two tags. .NET 8 gives no way to read
 //! a span's events or links (their items have no `ToString()` of their own).
 
-use crate::nettrace::dotnet_ticks_to_unix_nanos;
-use crate::nettrace::events::DiagnosticSourceEvent;
+use nettrace::dotnet_ticks_to_unix_nanos;
+use nettrace::events::DiagnosticSourceEvent;
 use profile::span::{
     Span, SpanId, SpanKind, SpanRecord, SpanStatus, TraceId, MAX_SPAN_TAGS, MAX_SPAN_TEXT,
 };
@@ -40,7 +40,7 @@ pub enum SpanError {
 /// propagated: the app's own tracing did not sample it) or the event is no ActivitySource
 /// stop.
 pub fn from_stop(event: &DiagnosticSourceEvent) -> Result<Option<SpanRecord>, SpanError> {
-    use crate::nettrace::events::DiagnosticSourceKind;
+    use nettrace::events::DiagnosticSourceKind;
     if event.kind != DiagnosticSourceKind::ActivityStop {
         return Ok(None);
     }
@@ -135,7 +135,7 @@ fn parse_tags(text: &str, budget: &mut usize) -> (Vec<(String, String)>, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nettrace::events::DiagnosticSourceKind;
+    use nettrace::events::DiagnosticSourceKind;
 
     fn stop(arguments: &[(&str, &str)]) -> DiagnosticSourceEvent {
         DiagnosticSourceEvent {

@@ -33,7 +33,7 @@ pub struct Event<'a> {
     pub(crate) stacks: &'a StackCache,
     pub(crate) threads: &'a ThreadTable,
     pub(crate) labels: &'a LabelCache,
-    pub(crate) clock: &'a Clock,
+    pub clock: &'a Clock,
     pub(crate) pointer_size: u8,
 }
 
@@ -134,7 +134,7 @@ pub struct Stack<'a> {
 
 impl<'a> Stack<'a> {
     /// The frames as the stream holds them (little-endian addresses of the trace's pointer size).
-    pub(crate) fn bytes(&self) -> &'a [u8] {
+    pub fn bytes(&self) -> &'a [u8] {
         self.bytes
     }
 

@@ -2,7 +2,7 @@
 //! sweeps, chunking equivalence, and the real .NET 8 fixtures in `collector/tests/fixtures`.
 
 use super::events::{KnownEvent, SampleKind};
-use super::testutil::{utf16z, EventSpec, MetadataRecord, StreamBuilder};
+use super::testutil::{builder_stream, utf16z, EventSpec, MetadataRecord, StreamBuilder};
 use super::*;
 use profile::guid::Guid;
 
@@ -271,59 +271,6 @@ fn corrupted_bytes_never_panic() {
     }
 }
 
-/// A builder stream with two metadata records, stacks, two event blocks around a sequence
-/// point, activity ids, unsorted events and a dropped-event gap.
-fn builder_stream(compressed: bool) -> Vec<u8> {
-    let mut b = StreamBuilder::new(8);
-    let sample = MetadataRecord::new(1, "Microsoft-DotNETCore-SampleProfiler", 0, "")
-        .no_field_list()
-        .encode();
-    let custom = MetadataRecord::new(2, "My.Source", 5, "Work")
-        .version(1)
-        .raw_fields(super::testutil::scalar_fields(&[(9, "Id"), (18, "What")]))
-        .encode();
-    b.metadata_block(&[sample, custom], compressed);
-    b.stack_block(1, &[&[0x1000, 0x2000, 0x3000], &[0x4000]]);
-    let work = |id: i32, what: &str| {
-        let mut p = id.to_le_bytes().to_vec();
-        p.extend(utf16z(what));
-        p
-    };
-    let act = Guid::from_fields(1, 2, 3, [4; 8]);
-    b.event_block(
-        &[
-            EventSpec::new(1, 1, 7, 2000, 2u32.to_le_bytes().to_vec())
-                .thread(100)
-                .stack(1),
-            EventSpec::new(1, 2, 7, 2010, 1u32.to_le_bytes().to_vec())
-                .thread(101)
-                .stack(2),
-            EventSpec::new(2, 1, 8, 2005, work(42, "a"))
-                .activity(act, Guid::NIL)
-                .unsorted(),
-            // Sequence 5 after 2 on thread 7: two events dropped.
-            EventSpec::new(1, 5, 7, 2020, 2u32.to_le_bytes().to_vec())
-                .thread(100)
-                .stack(1),
-        ],
-        compressed,
-    );
-    // Thread 8 logged up to 4 but only 1 arrived: three more dropped.
-    b.sequence_point(2100, &[(7, 5), (8, 4)]);
-    // Stack ids restart: id 1 is now a different stack.
-    b.stack_block(1, &[&[0x9000]]);
-    b.event_block(
-        &[
-            EventSpec::new(1, 6, 7, 2200, 2u32.to_le_bytes().to_vec())
-                .thread(100)
-                .stack(1),
-            EventSpec::new(2, 5, 8, 2201, work(-1, "")),
-        ],
-        compressed,
-    );
-    b.finish()
-}
-
 #[test]
 fn builder_stream_compressed_equals_uncompressed() {
     let (c, rc, pc) = parse_chunked(&builder_stream(true), 1 << 20);
@@ -354,35 +301,6 @@ fn builder_stream_compressed_equals_uncompressed() {
         by.sort();
         assert_eq!(by, vec![(7, 2), (8, 3)]);
     }
-}
-
-/// What a session's consumer hears of the stream's sequence-number gaps.
-#[tokio::test]
-async fn a_parsing_writer_reports_the_drops_it_reads() {
-    use tokio::io::AsyncWriteExt;
-
-    #[derive(Default)]
-    struct Drops {
-        events: usize,
-        dropped: u64,
-    }
-    impl crate::session::EventObserver for Drops {
-        fn on_event(&mut self, _: &Event<'_>) {
-            self.events += 1;
-        }
-        fn on_dropped(&mut self, count: u64) {
-            self.dropped += count;
-        }
-    }
-    let data = builder_stream(true);
-    let mut writer = crate::session::ParsingWriter::new(tokio::io::sink(), Drops::default());
-    // In small chunks, as a socket delivers it.
-    for chunk in data.chunks(7) {
-        writer.write_all(chunk).await.unwrap();
-    }
-    assert!(writer.error().is_none(), "{:?}", writer.error());
-    let (_, drops) = writer.into_parts();
-    assert_eq!((drops.events, drops.dropped), (6, 5));
 }
 
 #[test]
@@ -498,7 +416,7 @@ fn payload_overrunning_its_block_is_malformed() {
 
 fn fixture(name: &str) -> Vec<u8> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
+        .join("../tests/fixtures")
         .join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

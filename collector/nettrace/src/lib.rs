@@ -8,8 +8,12 @@
 //! - [`Event`]: header, metadata, payload, stack, UTC time; [`Event::decode`] for any
 //!   self-describing payload, [`Event::known`] for the typed decoders in [`events`].
 //!
+//! A crate of its own beside `collector` (which runs the sessions that produce the streams): it
+//! depends on no workspace crate but the model leaf `profile`, whose ids, log levels and memory
+//! budget its decoders fill and charge.
+//!
 //! ```no_run
-//! use collector::nettrace::{events::KnownEvent, NettraceReader};
+//! use nettrace::{events::KnownEvent, NettraceReader};
 //! let mut r = NettraceReader::new(std::fs::File::open("app.nettrace")?);
 //! while let Some(ev) = r.next_event()? {
 //!     if let Some(KnownEvent::ThreadSample(s)) = ev.known()? {
@@ -39,8 +43,8 @@ mod v6;
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-pub(crate) mod testutil;
+#[cfg(any(test, feature = "testutil"))]
+pub mod testutil;
 
 pub use block::{EventHeader, StackIdentity};
 pub use error::NettraceError;

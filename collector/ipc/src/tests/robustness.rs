@@ -1,7 +1,7 @@
 //! Garbage and truncated input: decoders must return errors, never panic.
 
 use super::samples::*;
-use crate::ipc::*;
+use crate::*;
 
 type Decoder = fn(&[u8]) -> Result<(), ProtocolError>;
 

@@ -1,7 +1,7 @@
 //! Reply decoders against hand-written payloads.
 
 use super::samples::*;
-use crate::ipc::*;
+use crate::*;
 
 fn expected_info() -> ProcessInfo {
     ProcessInfo {

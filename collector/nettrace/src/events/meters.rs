@@ -7,8 +7,8 @@
 //! histograms) are `None` when absent.
 
 use super::bounded;
-use crate::nettrace::filetime_to_unix_nanos;
-use crate::nettrace::payload::{find, find_number, NamedValue, Value};
+use crate::filetime_to_unix_nanos;
+use crate::payload::{find, find_number, NamedValue, Value};
 
 /// MetricsEventSource events, by event name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -172,7 +172,7 @@ pub enum NettraceError {
 }
 
 impl NettraceError {
-    pub(crate) fn malformed(object: &'static str, offset: u64, reason: impl Into<String>) -> Self {
+    pub fn malformed(object: &'static str, offset: u64, reason: impl Into<String>) -> Self {
         NettraceError::Malformed {
             object,
             offset,

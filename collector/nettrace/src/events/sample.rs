@@ -4,7 +4,7 @@
 //! is the sampled thread.
 
 use super::PayloadReader;
-use crate::nettrace::error::NettraceError;
+use crate::error::NettraceError;
 
 /// What the sampled thread was doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

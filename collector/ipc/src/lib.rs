@@ -1,5 +1,6 @@
 //! The diagnostics IPC wire protocol of the .NET runtime, as a pure codec: functions over byte
-//! slices, no I/O. The transport (connect or listen mode) reads and writes the bytes.
+//! slices, no I/O. The transport (connect or listen mode, `collector::client`) reads and writes
+//! the bytes. A crate of its own that depends on no workspace crate.
 //!
 //! One connection carries one command:
 //!

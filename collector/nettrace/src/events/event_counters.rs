@@ -1,8 +1,8 @@
 //! EventSource `EventCounters` events (`System.Runtime`, `Microsoft.AspNetCore.Hosting`, …):
 //! self-describing, read by field name.
 
-use crate::nettrace::error::NettraceError;
-use crate::nettrace::payload::{NamedValue, Value};
+use crate::error::NettraceError;
+use crate::payload::{NamedValue, Value};
 
 /// One EventCounters event: an EventSource counter's value over one interval. The payload is a
 /// single struct field `Payload`, whose fields depend on the counter type.

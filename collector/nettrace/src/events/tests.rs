@@ -1,8 +1,8 @@
 //! Typed decoders against payloads laid out by hand from the manifest templates.
 
 use super::*;
-use crate::nettrace::testutil::{scalar_fields, utf16z, EventSpec, MetadataRecord, StreamBuilder};
-use crate::nettrace::Parser;
+use crate::testutil::{scalar_fields, utf16z, EventSpec, MetadataRecord, StreamBuilder};
+use crate::Parser;
 use profile::guid::Guid;
 use profile::log::LogLevel;
 

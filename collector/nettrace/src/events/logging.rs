@@ -17,7 +17,7 @@
 //! each runtime of the matrix writes, recorded from the real provider.
 
 use super::{bounded, head, MAX_ARGUMENTS, MAX_TEXT_BYTES};
-use crate::nettrace::payload::{find, NamedValue, Value};
+use crate::payload::{find, NamedValue, Value};
 use profile::log::{EventTrace, LogLevel, LogMessage, LoggedException};
 
 /// Provider name of `LoggingEventSource`.

@@ -3,19 +3,20 @@
 //! compressed headers with the runtime's delta rules, uncompressed headers with padded EventSize.
 //!
 //! Written against the crate's public API only, so that integration tests can include it too
-//! (`collector/tests/nettrace_budget.rs`).
+//! (`collector/nettrace/tests/nettrace_budget.rs`); other crates' tests use it through the
+//! `testutil` feature.
 
-use crate::nettrace::EventHeader;
+use crate::EventHeader;
 use profile::guid::Guid;
 
-pub(crate) fn utf16z(s: &str) -> Vec<u8> {
+pub fn utf16z(s: &str) -> Vec<u8> {
     let mut v: Vec<u8> = s.encode_utf16().flat_map(u16::to_le_bytes).collect();
     v.extend([0, 0]);
     v
 }
 
 /// One metadata record (payload of a MetadataBlock blob).
-pub(crate) struct MetadataRecord {
+pub struct MetadataRecord {
     id: u32,
     provider: String,
     event_id: u32,
@@ -94,7 +95,7 @@ impl MetadataRecord {
 }
 
 /// A V1 field list from `(TypeCode, name)` pairs of scalar fields.
-pub(crate) fn scalar_fields(fields: &[(i32, &str)]) -> Vec<u8> {
+pub fn scalar_fields(fields: &[(i32, &str)]) -> Vec<u8> {
     let mut v = (fields.len() as i32).to_le_bytes().to_vec();
     for (code, name) in fields {
         v.extend(code.to_le_bytes());
@@ -105,7 +106,7 @@ pub(crate) fn scalar_fields(fields: &[(i32, &str)]) -> Vec<u8> {
 
 /// One event to write.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct EventSpec {
+pub struct EventSpec {
     pub header: EventHeader,
     pub payload: Vec<u8>,
 }
@@ -226,7 +227,7 @@ fn encode_uncompressed(out: &mut Vec<u8>, e: &EventSpec) {
 }
 
 /// Builds a whole stream.
-pub(crate) struct StreamBuilder {
+pub struct StreamBuilder {
     pub buf: Vec<u8>,
     pointer_size: u32,
 }
@@ -352,11 +353,11 @@ impl StreamBuilder {
 }
 
 /// Writes V6 streams (perfview NetTraceFormat.md, "Current Version 6").
-pub(crate) struct V6Builder {
+pub struct V6Builder {
     pub buf: Vec<u8>,
 }
 
-pub(crate) fn utf8(s: &str) -> Vec<u8> {
+pub fn utf8(s: &str) -> Vec<u8> {
     let mut v = Vec::new();
     var(&mut v, s.len() as u64);
     v.extend(s.as_bytes());
@@ -364,7 +365,7 @@ pub(crate) fn utf8(s: &str) -> Vec<u8> {
 }
 
 /// One V6 field description: `u16 size, string name, type bytes`.
-pub(crate) fn v6_field(name: &str, ty: &[u8]) -> Vec<u8> {
+pub fn v6_field(name: &str, ty: &[u8]) -> Vec<u8> {
     let mut body = utf8(name);
     body.extend(ty);
     let mut v = (body.len() as u16).to_le_bytes().to_vec();
@@ -374,7 +375,7 @@ pub(crate) fn v6_field(name: &str, ty: &[u8]) -> Vec<u8> {
 
 /// A V6 metadata row (without its u16 size): fields are whole `v6_field`s, `optional` the
 /// optional-metadata entries.
-pub(crate) fn v6_metadata_row(
+pub fn v6_metadata_row(
     id: u32,
     provider: &str,
     event_id: u32,
@@ -398,7 +399,7 @@ pub(crate) fn v6_metadata_row(
 
 /// One V6 event row for `V6Builder::event_block`.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct V6Event {
+pub struct V6Event {
     pub metadata_id: u32,
     pub seq: u32,
     pub thread_index: u64,
@@ -537,4 +538,57 @@ impl V6Builder {
         self.block(0, &[]);
         std::mem::take(&mut self.buf)
     }
+}
+
+/// A builder stream with two metadata records, stacks, two event blocks around a sequence
+/// point, activity ids, unsorted events and a dropped-event gap.
+pub fn builder_stream(compressed: bool) -> Vec<u8> {
+    let mut b = StreamBuilder::new(8);
+    let sample = MetadataRecord::new(1, "Microsoft-DotNETCore-SampleProfiler", 0, "")
+        .no_field_list()
+        .encode();
+    let custom = MetadataRecord::new(2, "My.Source", 5, "Work")
+        .version(1)
+        .raw_fields(scalar_fields(&[(9, "Id"), (18, "What")]))
+        .encode();
+    b.metadata_block(&[sample, custom], compressed);
+    b.stack_block(1, &[&[0x1000, 0x2000, 0x3000], &[0x4000]]);
+    let work = |id: i32, what: &str| {
+        let mut p = id.to_le_bytes().to_vec();
+        p.extend(utf16z(what));
+        p
+    };
+    let act = Guid::from_fields(1, 2, 3, [4; 8]);
+    b.event_block(
+        &[
+            EventSpec::new(1, 1, 7, 2000, 2u32.to_le_bytes().to_vec())
+                .thread(100)
+                .stack(1),
+            EventSpec::new(1, 2, 7, 2010, 1u32.to_le_bytes().to_vec())
+                .thread(101)
+                .stack(2),
+            EventSpec::new(2, 1, 8, 2005, work(42, "a"))
+                .activity(act, Guid::NIL)
+                .unsorted(),
+            // Sequence 5 after 2 on thread 7: two events dropped.
+            EventSpec::new(1, 5, 7, 2020, 2u32.to_le_bytes().to_vec())
+                .thread(100)
+                .stack(1),
+        ],
+        compressed,
+    );
+    // Thread 8 logged up to 4 but only 1 arrived: three more dropped.
+    b.sequence_point(2100, &[(7, 5), (8, 4)]);
+    // Stack ids restart: id 1 is now a different stack.
+    b.stack_block(1, &[&[0x9000]]);
+    b.event_block(
+        &[
+            EventSpec::new(1, 6, 7, 2200, 2u32.to_le_bytes().to_vec())
+                .thread(100)
+                .stack(1),
+            EventSpec::new(2, 5, 8, 2201, work(-1, "")),
+        ],
+        compressed,
+    );
+    b.finish()
 }

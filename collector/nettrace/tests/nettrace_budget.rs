@@ -8,14 +8,12 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use collector::nettrace::{NettraceError, NettraceReader, ParserOptions};
+use nettrace::{NettraceError, NettraceReader, ParserOptions};
 
-/// What `testutil` names through `crate::nettrace`.
-mod nettrace {
-    pub use collector::nettrace::EventHeader;
-}
+/// What `testutil` names through `crate`.
+use nettrace::EventHeader;
 
-#[path = "../src/nettrace/testutil.rs"]
+#[path = "../src/testutil.rs"]
 #[allow(dead_code)]
 mod testutil;
 

@@ -3,7 +3,7 @@
 //! version noted on each; a payload shorter than its version promises is an error.
 
 use super::PayloadReader;
-use crate::nettrace::error::NettraceError;
+use crate::error::NettraceError;
 use profile::guid::Guid;
 
 /// Which of the four method events it was.

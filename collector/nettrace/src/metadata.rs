@@ -490,8 +490,8 @@ fn well_known_fields(provider: &str, event: &str) -> Vec<Field> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nettrace::budget::MemoryBudget;
-    use crate::nettrace::testutil::{utf16z, MetadataRecord};
+    use crate::budget::MemoryBudget;
+    use crate::testutil::{utf16z, MetadataRecord};
 
     fn meter() -> Meter {
         MemoryBudget::new(1 << 20).meter()

@@ -96,7 +96,7 @@ impl Clock {
     }
 
     /// QPC ticks per second.
-    pub(crate) fn frequency(&self) -> i64 {
+    pub fn frequency(&self) -> i64 {
         self.frequency
     }
 

@@ -4,7 +4,7 @@
 //! and `Arguments`, an array of `{Key, Value}` string pairs selected by the listener's
 //! `FilterAndPayloadSpecs`.
 
-use crate::nettrace::payload::{NamedValue, Value};
+use crate::payload::{NamedValue, Value};
 
 /// Which DiagnosticSourceEventSource event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

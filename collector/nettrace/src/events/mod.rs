@@ -210,7 +210,7 @@ pub(crate) fn decode_known(ev: &Event<'_>) -> Result<Option<KnownEvent>, Nettrac
 
 /// Reads a manifest-laid-out payload, turning short reads into errors that name the event,
 /// its version and the offset.
-pub(crate) struct PayloadReader<'a> {
+pub struct PayloadReader<'a> {
     c: Cursor<'a>,
     /// Event version from the metadata: decides which trailing fields exist.
     pub version: u32,
@@ -219,7 +219,7 @@ pub(crate) struct PayloadReader<'a> {
 }
 
 impl<'a> PayloadReader<'a> {
-    pub(crate) fn new(event: &'a Event<'a>) -> Self {
+    pub fn new(event: &'a Event<'a>) -> Self {
         PayloadReader {
             c: Cursor::new(event.payload, event.payload_offset),
             version: event.metadata.version,

@@ -7,7 +7,7 @@
 //! when on. The header's activity id is the one being replaced; the payload is `Guid NewId`.
 
 use super::PayloadReader;
-use crate::nettrace::error::NettraceError;
+use crate::error::NettraceError;
 use profile::guid::Guid;
 
 /// TplEventSource's event id of `SetActivityId` (fixed in `TplEventSource.cs` since .NET 4.6).

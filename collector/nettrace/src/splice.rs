@@ -266,8 +266,8 @@ impl<W: Write> ObjectWriter<W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nettrace::testutil::{EventSpec, MetadataRecord, StreamBuilder};
-    use crate::nettrace::Parser;
+    use crate::testutil::{EventSpec, MetadataRecord, StreamBuilder};
+    use crate::Parser;
 
     fn sample_stream() -> Vec<u8> {
         let meta = MetadataRecord::new(1, "P", 1, "E");

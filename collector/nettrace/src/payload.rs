@@ -311,7 +311,7 @@ impl Decoder<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nettrace::testutil::utf16z;
+    use crate::testutil::utf16z;
 
     fn kv() -> FieldType {
         FieldType::Struct(vec![

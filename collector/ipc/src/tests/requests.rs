@@ -1,7 +1,7 @@
 //! Request encoders against hand-written messages.
 
 use super::samples::MAGIC;
-use crate::ipc::*;
+use crate::*;
 
 /// MAGIC followed by the rest of the header and the payload.
 fn message(rest: &[u8]) -> Vec<u8> {
