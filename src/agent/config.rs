@@ -165,7 +165,7 @@ pub struct ProfilingConfig {
     pub command_lines: Vec<String>,
     /// `--logs`: the level the always-on logs session collects at.
     #[serde(default, deserialize_with = "opt_log_level")]
-    pub logs: Option<collector::nettrace::events::LogLevel>,
+    pub logs: Option<profile::log::LogLevel>,
     /// `--exception-history`.
     #[serde(default, deserialize_with = "lenient::opt_number")]
     pub exception_history: Option<usize>,
@@ -183,9 +183,9 @@ pub struct ProfilingConfig {
 /// A `Microsoft.Extensions.Logging` level by name (`Information`), as `--logs` takes it.
 fn opt_log_level<'de, D: serde::Deserializer<'de>>(
     d: D,
-) -> Result<Option<collector::nettrace::events::LogLevel>, D::Error> {
+) -> Result<Option<profile::log::LogLevel>, D::Error> {
     let text = String::deserialize(d)?;
-    collector::nettrace::events::LogLevel::parse(&text)
+    profile::log::LogLevel::parse(&text)
         .map(Some)
         .ok_or_else(|| {
             serde::de::Error::custom(format!(
@@ -775,7 +775,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             config.profiling.logs,
-            Some(collector::nettrace::events::LogLevel::Information)
+            Some(profile::log::LogLevel::Information)
         );
         assert_eq!(config.profiling.exception_history, Some(250));
         let config = load(None, &[("CLRSCOPE_Profiling__ExceptionHistory", "0")]).unwrap();

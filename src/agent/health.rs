@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use collector::activity::TrackerStats;
 use collector::attached::AttachedProcesses;
-use collector::budget::SharedBudget;
 use collector::signals::SignalKind;
+use profile::budget::SharedBudget;
 use ui::metrics::{Counter, CounterVec, Gauge, Registry};
 
 /// How often the agent reads its own CPU time and memory.

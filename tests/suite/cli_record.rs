@@ -187,7 +187,7 @@ fn frames_of_every_target_resolve() {
 /// name from the image at its first and last instruction.
 #[test]
 fn ready_to_run_methods_are_named_as_the_runtime_names_them() {
-    use collector::nettrace::events::{KnownEvent, MethodEventKind};
+    use nettrace::events::{KnownEvent, MethodEventKind};
     use symbolizer::{CodeMap, OptimizationTier};
 
     let target = Target::builder("AsyncWeb")
@@ -230,7 +230,7 @@ fn ready_to_run_methods_are_named_as_the_runtime_names_them() {
         ..i.clone()
     }));
     let mut precompiled = Vec::new();
-    let mut reader = collector::nettrace::NettraceReader::new(std::fs::File::open(&trace).unwrap());
+    let mut reader = nettrace::NettraceReader::new(std::fs::File::open(&trace).unwrap());
     while let Some(event) = reader.next_event().unwrap() {
         let Ok(Some(known)) = event.known() else {
             continue;
@@ -482,8 +482,8 @@ fn convert_of_a_trace_gives_the_same_top_functions_as_record() {
 
 /// How many MethodLoadVerbose events name `method` in a trace.
 fn jit_loads(trace: &Path, method: &str) -> usize {
-    use collector::nettrace::events::{KnownEvent, MethodEventKind};
-    let mut reader = collector::nettrace::NettraceReader::new(std::fs::File::open(trace).unwrap());
+    use nettrace::events::{KnownEvent, MethodEventKind};
+    let mut reader = nettrace::NettraceReader::new(std::fs::File::open(trace).unwrap());
     let mut loads = 0;
     while let Some(event) = reader.next_event().unwrap() {
         if let Some(KnownEvent::Method(m)) = event.known().unwrap() {

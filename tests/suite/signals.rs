@@ -557,8 +557,8 @@ fn example_sequence(seq: u64) -> bool {
 }
 
 /// A field type as the golden files name it.
-fn type_name(ty: &collector::nettrace::FieldType) -> String {
-    use collector::nettrace::FieldType;
+fn type_name(ty: &nettrace::FieldType) -> String {
+    use nettrace::FieldType;
     match ty {
         FieldType::Struct(fields) => {
             let inner: Vec<String> = fields
@@ -574,8 +574,8 @@ fn type_name(ty: &collector::nettrace::FieldType) -> String {
 
 /// A decoded value as the golden files keep it, its run-dependent parts replaced: W3C ids by
 /// their shape, the example's sequence by `{seq}`, a scope's span number by `{span}`.
-fn golden_value(field: &str, value: &collector::nettrace::Value<'_>, seq: &str) -> Value {
-    use collector::nettrace::Value as V;
+fn golden_value(field: &str, value: &nettrace::Value<'_>, seq: &str) -> Value {
+    use nettrace::Value as V;
     let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
     match value {
         V::String(s) if field == "ActivityTraceId" && hex(s, 32) => "<32 hex>".into(),
@@ -611,7 +611,7 @@ fn golden_value(field: &str, value: &collector::nettrace::Value<'_>, seq: &str) 
 struct LoggingLayout(std::collections::BTreeMap<String, Value>);
 
 impl collector::session::EventObserver for LoggingLayout {
-    fn on_event(&mut self, event: &collector::nettrace::Event<'_>) {
+    fn on_event(&mut self, event: &nettrace::Event<'_>) {
         let m = event.metadata;
         if m.provider_name != "Microsoft-Extensions-Logging" || self.0.contains_key(&m.event_name) {
             return;
@@ -630,7 +630,7 @@ impl collector::session::EventObserver for LoggingLayout {
             .and_then(|v| v["OrderId"].as_str().map(str::to_string))
             .or_else(|| {
                 let arguments = fields.iter().find(|f| f.name == "Arguments")?;
-                let collector::nettrace::Value::Array(pairs) = &arguments.value else {
+                let nettrace::Value::Array(pairs) = &arguments.value else {
                     return None;
                 };
                 pairs.iter().find_map(|pair| {
@@ -676,7 +676,7 @@ impl collector::session::EventObserver for LoggingLayout {
 /// are TraceLogging's, assigned in order of first write, so events are named, not numbered).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_providers_layout_matches_its_golden_file() {
-    use collector::ipc::{CollectTracing, ProviderConfig};
+    use ipc::{CollectTracing, ProviderConfig};
     let major = support::runtime_major();
     let target = Target::builder("Logs")
         .args([

@@ -4,16 +4,14 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::activity::Span;
-use crate::budget::Charged;
-use crate::ipc::ProviderConfig;
-use crate::nettrace::events::{LogLevel, LogMessage, LOGGING_PROVIDER};
-use crate::nettrace::Guid;
 use crate::providers::{encode_arguments, level};
+use ipc::ProviderConfig;
+use nettrace::events::LOGGING_PROVIDER;
+use profile::guid::Guid;
+use profile::log::{LogLevel, LogRecord, ScopeValues};
 
 /// The JSON-message keyword (MessageJson and ActivityJson scopes). dotnet-monitor's `/logs` also
 /// turns on FormattedMessage (0x4), which only doubles the events: MessageJson carries the
@@ -310,44 +308,6 @@ pub fn matching_spec<'a>(
     best.map(|(_, spec)| spec)
 }
 
-/// Where a record's trace and span ids came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IdsFrom {
-    /// The event's own `ActivityTraceId`, `ActivitySpanId` and `ActivityTraceFlags` (the
-    /// logging package of .NET 9 and later), with those flags.
-    Event { flags: u8 },
-    /// Trace linkage: the span the message's EventSource activity, else its thread, was in when
-    /// it was logged (packages that write no ids: 8.x).
-    Linkage,
-}
-
-impl IdsFrom {
-    /// As `/logs` (`IdsFrom`) and OTLP (`clrscope.ids_from`) name it.
-    pub fn name(self) -> &'static str {
-        match self {
-            IdsFrom::Event { .. } => "event",
-            IdsFrom::Linkage => "linkage",
-        }
-    }
-}
-
-/// The values of one `BeginScope`, kept once (charged to the process's signal budget) and shared
-/// by every record logged inside it.
-pub type ScopeValues = Arc<Charged<Vec<(String, String)>>>;
-
-/// One log message as clrscope keeps and serves it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LogRecord {
-    pub unix_nanos: i64,
-    pub message: LogMessage,
-    /// The values of the scopes open around it, outermost first.
-    pub scopes: Vec<ScopeValues>,
-    /// The span it was logged in: from the event itself (.NET ≥ 9), else trace linkage.
-    pub span: Option<Span>,
-    /// Where `span`'s ids came from; `Some` exactly when `span` is.
-    pub ids_from: Option<IdsFrom>,
-}
-
 /// Open `BeginScope`s by EventSource activity id, so a message can be given the scopes around it
 /// and the span outside them.
 #[derive(Debug, Default)]
@@ -493,7 +453,7 @@ pub fn record_json(record: &LogRecord) -> serde_json::Value {
     };
     put(
         "Timestamp",
-        crate::utc::format(record.unix_nanos, crate::utc::Form::Universal).into(),
+        profile::utc::format(record.unix_nanos, profile::utc::Form::Universal).into(),
     );
     put("LogLevel", m.level.name().into());
     put("EventId", m.event_id.into());
@@ -534,7 +494,7 @@ pub fn record_json(record: &LogRecord) -> serde_json::Value {
     object.into()
 }
 
-fn exception_text(e: &crate::nettrace::events::LoggedException) -> String {
+fn exception_text(e: &profile::log::LoggedException) -> String {
     if e.verbose_message.is_empty() {
         format!("{}: {}", e.type_name, e.message)
     } else {
@@ -550,7 +510,7 @@ fn write_text(record: &LogRecord, out: &mut String) {
     let _ = write!(
         out,
         "{} {}: {}[{}]",
-        crate::utc::format(record.unix_nanos, crate::utc::Form::Universal),
+        profile::utc::format(record.unix_nanos, profile::utc::Form::Universal),
         m.level.short_name(),
         m.category,
         m.event_id
@@ -583,6 +543,8 @@ fn write_text(record: &LogRecord, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use profile::log::LogMessage;
+    use std::sync::Arc;
 
     #[test]
     fn settings_give_dotnet_monitors_filter_specs() {
@@ -736,8 +698,8 @@ mod tests {
                 vec![("Inner".into(), "x".into())],
             ]
             .map(|values| {
-                let unlimited = crate::budget::SharedBudget::unlimited();
-                Arc::new(crate::budget::Charged::new(
+                let unlimited = profile::budget::SharedBudget::unlimited();
+                Arc::new(profile::budget::Charged::new(
                     values,
                     unlimited.hold_nothing(),
                 ))

@@ -106,7 +106,7 @@ pub struct MonitorState {
     /// relative ones. Never the client's `Host`, which a client chooses.
     pub api_url: Option<String>,
     /// Limits of the parser that watches a trace's stream.
-    pub parser: collector::nettrace::ParserOptions,
+    pub parser: nettrace::ParserOptions,
     /// What requests about processes the agent does not profile charge what they queue to (a
     /// share of the agent's signal budget); an attached process's requests charge its own.
     pub signals: collector::signals::SignalShare,
@@ -123,7 +123,7 @@ impl Default for MonitorState {
             live_metrics: collector::artifacts::EventMetricsConfiguration::default()
                 .selection(collector::counters::DEFAULT_INTERVAL_SECONDS),
             api_url: None,
-            parser: collector::nettrace::ParserOptions::default(),
+            parser: nettrace::ParserOptions::default(),
             signals: collector::signals::SignalShare::unlimited(),
         }
     }
