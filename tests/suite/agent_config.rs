@@ -58,11 +58,12 @@ fn file_directory_and_environment_configure_the_agent() {
             break line;
         }
     };
+    // Stopped before anything is judged, so that a failing check leaves no agent behind.
+    child.kill().unwrap();
+    child.wait().unwrap();
     // The file's unknown section is named; the environment's is another tool's business.
     assert!(log.contains("section") && log.contains("Logging"), "{log}");
     assert!(!log.contains("DOTNET"), "{log}");
-    child.kill().unwrap();
-    child.wait().unwrap();
     // The window from the file, the period from the environment, the data directory from the
     // key-per-file directory over the file's.
     assert!(first.contains("API on http://127.0.0.1:"), "{first}");
