@@ -1194,38 +1194,8 @@ fn otlp_logs_survive_other_sessions_on_the_provider() {
             s.parse().expect("CLRSCOPE_LOGS_SHARING_SECONDS: seconds")
         });
     let dir = data_dir("signals-sharing");
-    let receiver = support::receiver::Receiver::start(&dir.join("received"), 0, 0);
-    let mut target = Target::builder("Logs")
-        .args([
-            "--messages-per-second",
-            "100",
-            "--exceptions-per-second",
-            "0",
-            "--no-span-lines",
-        ])
-        .start();
+    let (receiver, mut target, agent) = logs_to_otlp(&dir, "100");
     let pid = target.pid();
-    std::fs::create_dir_all(dir.join("config")).unwrap();
-    let config = dir.join("config/settings.json");
-    let settings = serde_json::json!({"Exporters": {
-        "grpc": {"Kind": "otlp-grpc", "Endpoint": format!("http://127.0.0.1:{}", receiver.grpc_port),
-                 "Interval": "1s", "Signals": ["Logs"]}}});
-    std::fs::write(&config, settings.to_string()).unwrap();
-    let agent = Agent::start(
-        &dir.join("store"),
-        &[
-            "--pid",
-            &pid.to_string(),
-            "--logs",
-            "Information",
-            "--no-exceptions",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
-    agent
-        .wait_attached(pid, true, Duration::from_secs(60))
-        .expect("attached");
     let mut truth = Refused::default();
     let mut got: Vec<Value> = Vec::new();
     let started = Instant::now();
@@ -1410,27 +1380,18 @@ fn otlp_logs_survive_other_sessions_on_the_provider() {
     assert!(traces >= 2 && requests >= 6, "{report}");
 }
 
-/// Issue 45 (the twin's logs): where nothing else connects to the runtime, the agent's logs
-/// session is never started again, however quiet the app: a renewal turns the app's loggers off
-/// until its new session is enabled, so each costs what is logged meanwhile (the twin lost 35 of
-/// 16,194 records to 33 renewals for quiet in 600 s). A target logging one message every 2 s for
-/// `CLRSCOPE_QUIET_LOGS_SECONDS` (default 20): OTLP receives every Information-or-above message
-/// its logger handed on exactly once, the logger refused none after the first received, and
-/// `/metrics` counts no renewal (before the fix: one each time the stream was quiet for 1 s,
-/// doubling while none brought anything).
-#[test]
-fn a_quiet_app_keeps_its_logs_session() {
-    let seconds: u64 = std::env::var("CLRSCOPE_QUIET_LOGS_SECONDS")
-        .ok()
-        .map_or(20, |s| {
-            s.parse().expect("CLRSCOPE_QUIET_LOGS_SECONDS: seconds")
-        });
-    let dir = data_dir("signals-quiet-logs");
+/// A Logs target writing `messages_per_second` (no exceptions, no span lines), and an agent
+/// collecting its Information-or-above logs into an OTLP/gRPC receiver every second; their
+/// files in `dir`, which the caller holds until they are dropped.
+fn logs_to_otlp(
+    dir: &std::path::Path,
+    messages_per_second: &str,
+) -> (support::receiver::Receiver, Target, Agent) {
     let receiver = support::receiver::Receiver::start(&dir.join("received"), 0, 0);
-    let mut target = Target::builder("Logs")
+    let target = Target::builder("Logs")
         .args([
             "--messages-per-second",
-            "0.5",
+            messages_per_second,
             "--exceptions-per-second",
             "0",
             "--no-span-lines",
@@ -1458,6 +1419,26 @@ fn a_quiet_app_keeps_its_logs_session() {
     agent
         .wait_attached(pid, true, Duration::from_secs(60))
         .expect("attached");
+    (receiver, target, agent)
+}
+
+/// Issue 45 (the twin's logs): where nothing else connects to the runtime, the agent's logs
+/// session is never started again, however quiet the app: a renewal turns the app's loggers off
+/// until its new session is enabled, so each costs what is logged meanwhile (the twin lost 35 of
+/// 16,194 records to 33 renewals for quiet in 600 s). A target logging one message every 2 s for
+/// `CLRSCOPE_QUIET_LOGS_SECONDS` (default 20): OTLP receives every Information-or-above message
+/// its logger handed on exactly once, the logger refused none after the first received, and
+/// `/metrics` counts no renewal (before the fix: one each time the stream was quiet for 1 s,
+/// doubling while none brought anything).
+#[test]
+fn a_quiet_app_keeps_its_logs_session() {
+    let seconds: u64 = std::env::var("CLRSCOPE_QUIET_LOGS_SECONDS")
+        .ok()
+        .map_or(20, |s| {
+            s.parse().expect("CLRSCOPE_QUIET_LOGS_SECONDS: seconds")
+        });
+    let dir = data_dir("signals-quiet-logs");
+    let (receiver, mut target, agent) = logs_to_otlp(&dir, "0.5");
     let mut truth = Refused::default();
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(seconds) {
