@@ -37,7 +37,8 @@ for major in $majors; do
     echo "## .NET $major ($(date -u +%FT%TZ), load $(cut -d' ' -f1 /proc/loadavg), hogs ${HOGS:-0})"
     for test in "${TESTS[@]}"; do
         out=$(CLRSCOPE_DOTNET=$major cargo test -q --test suite -- --exact --nocapture "$test" 2>&1)
-        verdict=$(grep -oE "^test $test \.\.\. [A-Za-z]+" <<<"$out" | awk '{print $NF}')
+        # `-q` prints a dot per test, not its name: the verdict is the run's result line.
+        verdict=$(grep -oE '^test result: [A-Za-z]+\. 1 passed' <<<"$out" >/dev/null && echo ok)
         echo "### $test: ${verdict:-no verdict}"
         grep -E "$FIGURES" <<<"$out" | grep -v '^test ' | sed 's/^/    /' | head -n 20
         if [ "$verdict" != ok ]; then grep -A3 'panicked at' <<<"$out" | sed 's/^/    ! /' | head -n 8; fi

@@ -4,10 +4,10 @@
 //!
 //! `cargo bench --bench nettrace_parse`
 
-use collector::nettrace::events::{EventKind, KnownEvent};
-use collector::nettrace::{NettraceReader, Parser};
 use collector::samples::SampleAggregator;
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
+use nettrace::events::{EventKind, KnownEvent};
+use nettrace::{NettraceReader, Parser};
 
 fn input() -> (String, Vec<u8>) {
     let path = std::env::var("CLRSCOPE_BENCH_NETTRACE").unwrap_or_else(|_| {

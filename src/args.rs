@@ -13,12 +13,12 @@ pub struct NettraceArgs {
 }
 
 impl NettraceArgs {
-    pub fn parser_options(&self) -> collector::nettrace::ParserOptions {
+    pub fn parser_options(&self) -> nettrace::ParserOptions {
         match self.nettrace_budget {
-            Some(bytes) => collector::nettrace::ParserOptions::with_memory_budget(
+            Some(bytes) => nettrace::ParserOptions::with_memory_budget(
                 usize::try_from(bytes).unwrap_or(usize::MAX),
             ),
-            None => collector::nettrace::ParserOptions::default(),
+            None => nettrace::ParserOptions::default(),
         }
     }
 }

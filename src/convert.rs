@@ -6,8 +6,8 @@ use std::io::BufReader;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use collector::nettrace::NettraceReader;
 use exporter::Format;
+use nettrace::NettraceReader;
 use symbolizer::profiles::recording::Recorder;
 
 use crate::args::NettraceArgs;

@@ -2,12 +2,12 @@
 
 use anyhow::Context;
 use collector::client::{DiagnosticsClient, EventPipeSession};
-use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::local::LocalProcess;
-use collector::nettrace::ParserOptions;
 use collector::providers::{self, level};
 use collector::samples::SampleAggregator;
 use collector::session;
+use ipc::{CollectTracing, ProviderConfig};
+use nettrace::ParserOptions;
 use symbolizer::profiles::recording::Recorder;
 
 /// The sampler plus live JIT/Loader events at Verbose; `rundown` adds the rundown at its end.

@@ -44,7 +44,7 @@ struct Counting {
 }
 
 impl EventObserver for Counting {
-    fn on_event(&mut self, event: &collector::nettrace::Event<'_>) {
+    fn on_event(&mut self, event: &nettrace::Event<'_>) {
         self.recorder.on_event(event);
         self.samples
             .store(self.recorder.samples().samples(), Ordering::Relaxed);

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use collector::client::{DiagnosticsClient, DEFAULT_TIMEOUT};
 use collector::local::LocalProcess;
-use collector::nettrace::{AsyncNettraceReader, ParserOptions};
 use collector::session::rundown;
+use nettrace::{AsyncNettraceReader, ParserOptions};
 use settings::parse_duration;
 use symbolizer::profiles::recording::Recorder;
 use symbolizer::profiles::TimeProfiles;

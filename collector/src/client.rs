@@ -14,11 +14,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 use crate::discovery::{self, DiscoveryError};
-use crate::ipc::{
+use crate::listen::{ListenError, RuntimeHandle};
+use ipc::{
     self, CollectTracing, CollectTracingVersion, CoreDump, EnvironmentHeader, Header, Hresult,
     PerfMapType, ProcessInfo, ProtocolError, Request, HEADER_LEN,
 };
-use crate::listen::{ListenError, RuntimeHandle};
 
 /// How long a command may take to get its reply unless the caller says otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);

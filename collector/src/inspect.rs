@@ -6,8 +6,8 @@ use std::io::Read;
 
 use serde::Serialize;
 
-use crate::nettrace::{EventMetadata, NettraceReader, ParserOptions};
-use crate::utc;
+use nettrace::{EventMetadata, NettraceReader, ParserOptions};
+use profile::utc;
 
 /// A summary of one nettrace stream. Reading never fails: damage is recorded in `damage`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -170,9 +170,9 @@ pub fn event_name(metadata: &EventMetadata) -> String {
 /// Names from the runtime's event manifest (ClrEtwAll.man, as TraceEvent lists them) for the
 /// providers whose events arrive with minimum metadata.
 fn manifest_name(provider: &str, id: u32) -> Option<&'static str> {
-    const RUNTIME: &str = crate::nettrace::events::RUNTIME_PROVIDER;
-    const RUNDOWN: &str = crate::nettrace::events::RUNDOWN_PROVIDER;
-    const SAMPLER: &str = crate::nettrace::events::SAMPLE_PROFILER_PROVIDER;
+    const RUNTIME: &str = nettrace::events::RUNTIME_PROVIDER;
+    const RUNDOWN: &str = nettrace::events::RUNDOWN_PROVIDER;
+    const SAMPLER: &str = nettrace::events::SAMPLE_PROFILER_PROVIDER;
     Some(match (provider, id) {
         (SAMPLER, 0) => "ThreadSample",
         (RUNDOWN, 10) => "GCSettingsRundown",

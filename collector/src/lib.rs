@@ -3,9 +3,6 @@
 //! - [`activity`]: trace linkage, which span was current on a thread at a time.
 //! - [`artifacts`]: traces, gcdumps and dumps of a live process, and their file names.
 //! - [`attached`]: the processes an agent profiles right now.
-//! - [`budget`]: the memory budgets the agent's parsers and kept signals are charged to.
-//! - [`ipc`]: the diagnostics IPC wire protocol (pure encode/decode, no I/O).
-//! - [`nettrace`]: the streaming NetTrace parser and event decoders.
 //! - [`inspect`]: what a nettrace file holds, for `clrscope inspect`.
 //! - [`discovery`]: finding runtimes' default diagnostic sockets (connect mode).
 //! - [`listen`]: the reverse server runtimes dial with `DOTNET_DiagnosticPorts` (listen mode).
@@ -23,17 +20,14 @@
 pub mod activity;
 pub mod artifacts;
 pub mod attached;
-pub mod budget;
 pub mod client;
 pub mod connections;
 pub mod counters;
 pub mod discovery;
 pub mod gcdump;
 pub mod inspect;
-pub mod ipc;
 pub mod listen;
 pub mod local;
-pub mod nettrace;
 pub mod processes;
 pub mod providers;
 pub mod rules;
@@ -43,4 +37,3 @@ pub mod session;
 pub mod signals;
 pub mod startup;
 pub mod timer_grid;
-pub mod utc;

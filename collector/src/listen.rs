@@ -18,7 +18,7 @@ use tokio::sync::{broadcast, Notify, Semaphore};
 use tokio::task::JoinHandle;
 
 use crate::client::{DiagnosticsClient, Endpoint, RuntimeUser};
-use crate::ipc::{Advertise, ProtocolError, RuntimeCookie, ADVERTISE_LEN};
+use ipc::{Advertise, ProtocolError, RuntimeCookie, ADVERTISE_LEN};
 
 /// A runtime with no idle connection for this long, after its last one closed, is gone.
 pub const GONE_AFTER: Duration = Duration::from_secs(2);

@@ -7,8 +7,8 @@ use serde::Serialize;
 
 use crate::client::DiagnosticsClient;
 use crate::discovery::{self, DiagnosticSocket, DiscoveryError};
-use crate::ipc::ProcessInfo;
 use crate::listen::ListenServer;
+use ipc::ProcessInfo;
 
 /// One row of `clrscope ps`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

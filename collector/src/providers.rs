@@ -8,14 +8,14 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::ipc::{ProviderConfig, DEFAULT_RUNDOWN_KEYWORD};
+use ipc::{ProviderConfig, DEFAULT_RUNDOWN_KEYWORD};
 
 pub const SAMPLE_PROFILER: &str = "Microsoft-DotNETCore-SampleProfiler";
 pub const RUNTIME: &str = "Microsoft-Windows-DotNETRuntime";
 pub const RUNTIME_PRIVATE: &str = "Microsoft-Windows-DotNETRuntimePrivate";
 pub const DIAGNOSTIC_SOURCE: &str = "Microsoft-Diagnostics-DiagnosticSource";
 pub const EXTENSIONS_LOGGING: &str = "Microsoft-Extensions-Logging";
-pub const TPL: &str = crate::nettrace::events::TPL_PROVIDER;
+pub const TPL: &str = nettrace::events::TPL_PROVIDER;
 
 /// EventLevel values.
 pub mod level {
@@ -62,7 +62,7 @@ const LINKAGE_SOURCE_SPEC: &str = "/-Propagate:-TraceId;SpanId";
 /// .NET 9 and later keep one spec per source (per source and activity name), so a second line
 /// for the same source, such as a stop spec after a start spec, is ignored (the runtime says so
 /// in a `Message` event) and the stops never come. The ids and whether the app records the span
-/// (`Recorded` and `IsAllDataRequested`, see [`crate::nettrace::events::DiagnosticSourceEvent::recorded`]),
+/// (`Recorded` and `IsAllDataRequested`, see [`nettrace::events::DiagnosticSourceEvent::recorded`]),
 /// then every field of the finished span that the transforms can reach (the fields
 /// dotnet-monitor's distributed-traces pipeline asks for, with `Recorded` for
 /// `ActivityTraceFlags`: a bool's `ToString()` is a constant). Starts carry the same fields, a
@@ -118,7 +118,7 @@ const HTTP_FILTER_AND_PAYLOAD_SPECS: &str = concat!(
 /// every session until it ends.
 ///
 /// With `spans`, each stop also carries the finished span (kind, times, status, tags, source
-/// version) for span export ([`crate::signals::SpanRecord`]).
+/// version) for span export ([`profile::span::SpanRecord`]).
 pub fn linkage(
     activity_sources: &[&str],
     spans: bool,

@@ -9,8 +9,8 @@
 
 use std::collections::HashMap;
 
-use crate::nettrace::events::{SampleKind, ThreadSample};
-use crate::nettrace::{Event, Stack, StackIdentity};
+use nettrace::events::{SampleKind, ThreadSample};
+use nettrace::{Event, Stack, StackIdentity};
 
 /// The sampler interval assumed when the trace does not state one (the runtime's default).
 pub const DEFAULT_INTERVAL_NS: i64 = 1_000_000;
@@ -565,8 +565,8 @@ fn kinds_contradict_kernel(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nettrace::events::KnownEvent;
-    use crate::nettrace::NettraceReader;
+    use nettrace::events::KnownEvent;
+    use nettrace::NettraceReader;
 
     /// Samples counted through remembered stack ids come to what counting every sample's own
     /// frames gives, over traces of real runtimes with many sequence points (ids restart).

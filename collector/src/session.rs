@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::client::{ClientError, DiagnosticsClient};
-use crate::ipc::{CollectTracing, CollectTracingVersion, ProviderConfig};
-use crate::nettrace::{Event, NettraceError, Parser, ParserOptions};
 use crate::providers::{level, RUNTIME};
 use crate::timer_grid;
+use ipc::{CollectTracing, CollectTracingVersion, ProviderConfig};
+use nettrace::{Event, NettraceError, Parser, ParserOptions};
 
 /// The most of a stream read at a time ...
 const CHUNK: usize = 64 * 1024;
@@ -815,5 +815,34 @@ mod tests {
             buf.filled(1);
         }
         assert_eq!(buf.space().len(), FIRST_CHUNK, "never below the first size");
+    }
+
+    /// What a session's consumer hears of the stream's sequence-number gaps.
+    #[tokio::test]
+    async fn a_parsing_writer_reports_the_drops_it_reads() {
+        use tokio::io::AsyncWriteExt;
+
+        #[derive(Default)]
+        struct Drops {
+            events: usize,
+            dropped: u64,
+        }
+        impl crate::session::EventObserver for Drops {
+            fn on_event(&mut self, _: &Event<'_>) {
+                self.events += 1;
+            }
+            fn on_dropped(&mut self, count: u64) {
+                self.dropped += count;
+            }
+        }
+        let data = nettrace::testutil::builder_stream(true);
+        let mut writer = crate::session::ParsingWriter::new(tokio::io::sink(), Drops::default());
+        // In small chunks, as a socket delivers it.
+        for chunk in data.chunks(7) {
+            writer.write_all(chunk).await.unwrap();
+        }
+        assert!(writer.error().is_none(), "{:?}", writer.error());
+        let (_, drops) = writer.into_parts();
+        assert_eq!((drops.events, drops.dropped), (6, 5));
     }
 }

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use collector::nettrace::{NettraceError, Parser};
+use nettrace::{NettraceError, Parser};
 
 /// The first recordings and those of each runtime (`net8/`, `net9/`, …).
 fn fixtures() -> Vec<(String, Vec<u8>)> {

@@ -1,6 +1,6 @@
 //! Profile and artifact egress: pprof, OTLP Profiles, Pyroscope push, folded, speedscope, SVG;
-//! [`artifacts`], which collects diagnostic artifacts (traces, dumps, gcdumps, stacks) into any
-//! writer; and [`egress`], where they are written: folders within a disk budget, or S3.
+//! and [`egress`], where diagnostic artifacts (which `ui::artifacts` collects) are written:
+//! folders within a disk budget, or S3.
 //!
 //! The file writers here read the canonical [`profile::Profile`] and write one format each:
 //!
@@ -36,7 +36,6 @@ use std::str::FromStr;
 use profile::labels;
 use profile::{LabelValue, Profile, Sample, ValueType};
 
-pub mod artifacts;
 pub mod egress;
 pub mod folded;
 pub mod otlp;

@@ -26,15 +26,17 @@ pub mod traces;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use collector::nettrace::events::LogLevel;
-use collector::signals::{ExceptionRecord, IdsFrom, LogRecord, Signal};
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord as LogsRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::profiles::v1development as otlp;
 use opentelemetry_proto::tonic::resource::v1::Resource;
+use profile::exception::ExceptionRecord;
 use profile::labels;
+use profile::log::LogLevel;
+use profile::log::{IdsFrom, LogRecord};
+use profile::signal::Signal;
 use profile::{Batch, ProfileType};
 use profile::{Function, LabelValue};
 
@@ -536,7 +538,7 @@ fn attribute(key: &str, value: AnyValue) -> KeyValue {
     }
 }
 
-fn span_ids(span: Option<&collector::activity::Span>) -> (Vec<u8>, Vec<u8>, u32) {
+fn span_ids(span: Option<&profile::span::Span>) -> (Vec<u8>, Vec<u8>, u32) {
     match span {
         // Flags: W3C sampled; the span was recorded (its ActivitySource listener sampled it).
         Some(s) => (s.trace_id.0.to_vec(), s.span_id.0.to_vec(), 1),

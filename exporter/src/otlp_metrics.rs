@@ -26,13 +26,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use collector::counters::{CounterSample, CounterValue};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
     metric, number_data_point, summary_data_point, AggregationTemporality, Gauge, Metric,
     NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum, Summary, SummaryDataPoint,
 };
+use profile::counter::{CounterSample, CounterValue};
 
 use crate::otlp::{any_string, resource};
 
@@ -337,7 +337,7 @@ pub fn metrics_request(points: &[MetricExport]) -> ExportMetricsServiceRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use collector::counters::Percentile;
+    use profile::counter::Percentile;
     use prost::Message;
 
     fn sample(name: &str, t: i64, value: CounterValue) -> CounterSample {

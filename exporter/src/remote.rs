@@ -24,7 +24,6 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use collector::nettrace::Guid;
 use flate2::write::GzEncoder;
 use flate2::Compression as GzLevel;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_client::LogsServiceClient;
@@ -38,6 +37,7 @@ use opentelemetry_proto::tonic::collector::profiles::v1development::{
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::resource::v1::Resource;
+use profile::guid::Guid;
 use prost::Message;
 use serde::Deserialize;
 use tonic::codec::CompressionEncoding;

@@ -165,7 +165,7 @@ pub struct ProfilingConfig {
     pub command_lines: Vec<String>,
     /// `--logs`: the level the always-on logs session collects at.
     #[serde(default, deserialize_with = "opt_log_level")]
-    pub logs: Option<collector::nettrace::events::LogLevel>,
+    pub logs: Option<profile::log::LogLevel>,
     /// `--exception-history`.
     #[serde(default, deserialize_with = "lenient::opt_number")]
     pub exception_history: Option<usize>,
@@ -183,9 +183,9 @@ pub struct ProfilingConfig {
 /// A `Microsoft.Extensions.Logging` level by name (`Information`), as `--logs` takes it.
 fn opt_log_level<'de, D: serde::Deserializer<'de>>(
     d: D,
-) -> Result<Option<collector::nettrace::events::LogLevel>, D::Error> {
+) -> Result<Option<profile::log::LogLevel>, D::Error> {
     let text = String::deserialize(d)?;
-    collector::nettrace::events::LogLevel::parse(&text)
+    profile::log::LogLevel::parse(&text)
         .map(Some)
         .ok_or_else(|| {
             serde::de::Error::custom(format!(
@@ -309,6 +309,10 @@ impl AgentConfig {
                     .with_context(|| format!("{}: file {key}", dir.display()))?;
             }
         }
+        let from_files: Vec<String> = tree
+            .as_object()
+            .map(|sections| sections.keys().cloned().collect())
+            .unwrap_or_default();
         let env: Vec<(String, String)> = env.into_iter().collect();
         for prefix in ENV_PREFIXES {
             let mut vars: Vec<(&str, &str)> = env
@@ -325,10 +329,13 @@ impl AgentConfig {
             }
         }
         indexed_objects_to_arrays(&mut tree, "")?;
-        AgentConfig::from_tree(tree)
+        AgentConfig::from_tree(tree, &from_files)
     }
 
-    fn from_tree(mut tree: Value) -> anyhow::Result<AgentConfig> {
+    /// `from_files`: the top-level names the file or key-per-file directory set (an unknown one
+    /// there is likely a typo; one only the environment set is as likely another tool's
+    /// variable under the same prefix, such as the test bed's `CLRSCOPE_DOTNET`).
+    fn from_tree(mut tree: Value, from_files: &[String]) -> anyhow::Result<AgentConfig> {
         let Value::Object(sections) = &mut tree else {
             bail!("the configuration must be a JSON object of sections, e.g. {{\"Urls\": \"http://127.0.0.1:52323\"}}");
         };
@@ -341,10 +348,14 @@ impl AgentConfig {
                 Some(k) => {
                     read.insert((*k).to_string(), value);
                 }
-                None => tracing::warn!(
+                None if from_files.contains(&name) => tracing::warn!(
                     section = %name,
                     "ignoring a configuration section clrscope does not read (it reads: {})",
                     known.join(", ")
+                ),
+                None => tracing::debug!(
+                    section = %name,
+                    "ignoring environment variables of a section clrscope does not read"
                 ),
             }
         }
@@ -764,7 +775,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             config.profiling.logs,
-            Some(collector::nettrace::events::LogLevel::Information)
+            Some(profile::log::LogLevel::Information)
         );
         assert_eq!(config.profiling.exception_history, Some(250));
         let config = load(None, &[("CLRSCOPE_Profiling__ExceptionHistory", "0")]).unwrap();

@@ -36,11 +36,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::Context;
-use collector::signals::SpanRecord;
 use exporter::otlp::traces::SpanExport;
 use exporter::otlp::{ExportBatch, LogExport};
 use exporter::otlp_metrics::MetricExport;
 use exporter::remote::{Client, ExportSignal, ExporterConfig, Prepared};
+use profile::span::SpanRecord;
 use tokio::sync::{broadcast, mpsc, Notify};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -111,7 +111,7 @@ impl ExportTaps {
     pub async fn forward_signals(
         self,
         series: Arc<[(String, String)]>,
-        mut logs: Option<broadcast::Receiver<collector::signals::Signal>>,
+        mut logs: Option<broadcast::Receiver<profile::signal::Signal>>,
         collected: Option<collector::signals::LogsSettings>,
         mut spans: Option<broadcast::Receiver<Arc<SpanRecord>>>,
         spans_per_second: u32,
@@ -123,7 +123,7 @@ impl ExportTaps {
                 signal = async { Some(logs.as_mut()?.recv().await) }, if logs.is_some() => match signal {
                     // The live feed has what every consumer of the process's logs asks: the
                     // always-on collection exports what it selects.
-                    Some(Ok(collector::signals::Signal::Log(record)))
+                    Some(Ok(profile::signal::Signal::Log(record)))
                         if !collected.as_ref().is_some_and(|c| {
                             c.accepts(&record.message.category, record.message.level)
                         }) => {}

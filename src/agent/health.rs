@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use collector::activity::TrackerStats;
 use collector::attached::AttachedProcesses;
-use collector::budget::SharedBudget;
 use collector::signals::SignalKind;
+use profile::budget::SharedBudget;
 use ui::metrics::{Counter, CounterVec, Gauge, Registry};
 
 /// How often the agent reads its own CPU time and memory.
@@ -184,8 +184,10 @@ impl Health {
                 logs_renewals: registry.counter_vec(
                     "clrscope_logs_session_renewals_total",
                     "Times a process's logs session was started again, by reason: union (what the \
-                     agent's consumers of logs ask together changed), quiet (nothing for a while: \
-                     another session's end may have turned the process's loggers off)",
+                     agent's consumers of logs ask together changed), other_session (another tool's \
+                     connection to the runtime went away: its session's end may have turned the \
+                     process's loggers off), quiet (nothing for a while where those connections \
+                     cannot be watched)",
                     &["process_id", "reason"],
                 ),
                 linkage: registry.counter_vec(

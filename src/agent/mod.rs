@@ -26,16 +26,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use collector::attached::AttachedProcesses;
-use collector::budget::SharedBudget;
 use collector::counters::{
     CounterSelection, CounterSessionConfig, DEFAULT_EVENT_COUNTER_SOURCES, DEFAULT_INTERVAL_SECONDS,
 };
-use collector::nettrace::ParserOptions;
 use collector::rules::options::{ActionKind, CollectionRule};
 use collector::sampler::DutyCycle;
 use collector::signals::{check_covered, LogsSettings, SignalLimits, SignalShare};
 use exporter::egress::{Egress, EgressConfig};
 use exporter::remote::ExportSignal;
+use nettrace::ParserOptions;
+use profile::budget::SharedBudget;
 use settings::{parse_bytes, parse_duration};
 use store::incidents::{self, IncidentWindow, Incidents};
 use store::tsdb::{Store, StoreOptions};
@@ -224,7 +224,7 @@ pub struct Args {
     /// formats each message for the agent (BENCHMARKS.md, "Logs and exceptions").
     /// [config: Profiling:Logs]
     #[arg(long, value_name = "LEVEL", value_parser = parse_log_level)]
-    logs: Option<collector::nettrace::events::LogLevel>,
+    logs: Option<profile::log::LogLevel>,
     /// How many first-chance exceptions to keep per process for /exceptions and
     /// CollectExceptions (0: none) [default: 1000]. [config: Profiling:ExceptionHistory]
     #[arg(long, value_name = "N")]
@@ -302,8 +302,8 @@ fn bytes_usize(bytes: u64) -> usize {
     usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
-fn parse_log_level(text: &str) -> Result<collector::nettrace::events::LogLevel, String> {
-    collector::nettrace::events::LogLevel::parse(text).ok_or_else(|| {
+fn parse_log_level(text: &str) -> Result<profile::log::LogLevel, String> {
+    profile::log::LogLevel::parse(text).ok_or_else(|| {
         format!(
             "unknown log level {text:?}: use Trace, Debug, Information, Warning, Error or Critical"
         )
@@ -335,7 +335,7 @@ struct Resolved {
     idle_below: f64,
     events: EventProfiles,
     filters: Filters,
-    linkage: Option<Vec<collector::ipc::ProviderConfig>>,
+    linkage: Option<Vec<ipc::ProviderConfig>>,
     signals: SignalSettings,
     store: StoreOptions,
     /// Where /metrics is served without authentication, if anywhere.
@@ -746,7 +746,7 @@ pub struct Settings {
     pub filters: Filters,
     pub host_name: String,
     /// The providers that join samples to the spans their threads ran, when linkage is on.
-    pub linkage: Option<Vec<collector::ipc::ProviderConfig>>,
+    pub linkage: Option<Vec<ipc::ProviderConfig>>,
     /// Which logs and how many exceptions each process keeps.
     pub signals: SignalSettings,
     /// The counter session whose values go on /metrics, unless that is off.
@@ -1283,7 +1283,7 @@ mod tests {
             budget: SharedBudget::unlimited(),
             process_budget: usize::MAX,
         };
-        use collector::nettrace::events::LogLevel;
+        use profile::log::LogLevel;
         let pre = compile(serde_json::json!([{"Type": "CollectLogs", "Settings": {
             "Egress": "e", "DefaultLevel": "Information", "PreTriggerSeconds": 60}}]));
         // Kept: the retention grows to cover the seconds before the trigger.

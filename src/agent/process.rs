@@ -8,15 +8,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use anyhow::Context;
-use collector::activity::{Span, TrackerLimits, TrackerStats};
+use collector::activity::{TrackerLimits, TrackerStats};
 use collector::attached::AttachedProcess;
 use collector::client::DiagnosticsClient;
 use collector::connections::OtherConnections;
-use collector::ipc::{CollectTracing, CollectTracingVersion, ProviderConfig};
 use collector::local::{LocalProcess, ProcessCpu, StatFiles, ThreadCpu};
-use collector::nettrace::events::{EventKind, KnownEvent, ModuleEventKind};
-use collector::nettrace::Guid;
-use collector::nettrace::{Event, NettraceError, ParserOptions};
 use collector::providers::{self, level};
 use collector::rules::options::ProcessFacts;
 use collector::rules::state::RuleStates;
@@ -29,7 +25,12 @@ use collector::signals::{
 use collector::startup::{ResumeHold, ResumeHolds};
 use collector::timer_grid;
 use exporter::remote::otel_env::parse_pairs;
+use ipc::{CollectTracing, CollectTracingVersion, ProviderConfig};
+use nettrace::events::{EventKind, KnownEvent, ModuleEventKind};
+use nettrace::{Event, NettraceError, ParserOptions};
+use profile::guid::Guid;
 use profile::labels;
+use profile::span::Span;
 use symbolizer::profiles::process::{Batches, EventProfiles, ProcessProfiler};
 use symbolizer::ImageRange;
 use tokio::sync::{watch, Notify};
@@ -1169,14 +1170,13 @@ async fn run_long_session(
     }
 }
 
-/// A logs session quiet for this long is started again (doubling, up to [`LOGS_QUIET_MAX`], while
-/// sessions started so bring nothing): when any other session with the logging provider ends,
-/// the runtime turns the process's loggers off for every session, and only a session enabled
-/// anew turns them on again; nothing tells a session that this happened. A renewal itself turns
-/// the loggers off until its new session is enabled: where delivery stalls past this (the suite
-/// with two CPU hogs beside it), renewals cost messages (17 of 809 of the Storefront twin's in
-/// 30 s once); 3 s would leave a fresh `/logs` request after another tool's session blind for
-/// most of its window.
+/// Where other tools' connections cannot be watched ([`other_session_ended`]), a logs session
+/// quiet for this long is started again (doubling, up to [`LOGS_QUIET_MAX`], while sessions
+/// started so bring nothing): when any other session with the logging provider ends, the runtime
+/// turns the process's loggers off for every session, and only a session enabled anew turns them
+/// on again; nothing tells a session that this happened. A renewal itself turns the loggers off
+/// until its new session is enabled, so each costs what is logged meanwhile; 3 s would leave a
+/// fresh `/logs` request after another tool's session blind for most of its window.
 const LOGS_QUIET: Duration = Duration::from_secs(1);
 const LOGS_QUIET_MAX: Duration = Duration::from_secs(64);
 /// How often a logs session's quiet is looked at, and its messages waiting for their spans.
@@ -1191,7 +1191,8 @@ enum LogsRenewal {
     /// Another tool's connection to the runtime went away: if it was a session with the logging
     /// provider, its end turned the loggers off.
     OtherSession,
-    /// It brought nothing for a while ([`LOGS_QUIET`]): the fallback for an end not seen.
+    /// It brought nothing for a while ([`LOGS_QUIET`]) where other connections cannot be
+    /// watched: the fallback for an end not seen.
     Quiet,
 }
 
@@ -1231,10 +1232,10 @@ enum LogsEnd {
 
 /// Runs the process's logs session while anybody asks for logs, at the union of every demand
 /// ([`LogsDemand`]): started again when the union changes (a wider one at once, a narrower one
-/// later), when another tool's connection to the runtime goes away, when it has been quiet
-/// for a while (see [`LOGS_QUIET`]), and when it ends while the process runs; until the agent
-/// stops or the process exits. Each start again is counted on `/metrics`
-/// (`clrscope_logs_session_renewals_total`, by reason).
+/// later), when another tool's connection to the runtime goes away (where that cannot be
+/// watched: when it has been quiet for a while, see [`LOGS_QUIET`]), and when it ends while the
+/// process runs; until the agent stops or the process exits. Each start again is counted on
+/// `/metrics` (`clrscope_logs_session_renewals_total`, by reason).
 ///
 /// Why renewals: any session with `Microsoft-Extensions-Logging` that ends turns the app's
 /// loggers off for every session. The runtime updates each provider of the ending session
@@ -1446,9 +1447,8 @@ async fn logs_session_once(
 }
 
 /// Resolves with the reason once the logs session asking for `generation` is to be started
-/// again, and the runtime has enabled it (it is stopped by its id): its union changed, another
-/// tool's connection to the runtime went away (looked at every [`LOGS_TICK`], see
-/// [`OtherConnections`]), or it has been quiet for `quiet_after`.
+/// again, and the runtime has enabled it (it is stopped by its id): its union changed, or another
+/// tool's session may have turned the loggers off ([`other_session_ended`]).
 async fn logs_renewal_due(
     long: &LongSession,
     demand: &LogsDemand,
@@ -1457,10 +1457,29 @@ async fn logs_renewal_due(
     quiet_after: Duration,
     others: Option<&Arc<Mutex<OtherConnections>>>,
 ) -> LogsRenewal {
-    let other_ended = async {
-        let Some(watch) = others else {
-            return std::future::pending().await;
-        };
+    let reason = tokio::select! {
+        () = demand.changed(generation) => LogsRenewal::Union,
+        reason = other_session_ended(long, enabled_ms, quiet_after, others) => reason,
+    };
+    while enabled_ms.load(Ordering::Relaxed) == u64::MAX {
+        tokio::time::sleep(LOGS_TICK).await;
+    }
+    reason
+}
+
+/// Resolves once another tool's connection to the runtime went away (looked at every
+/// [`LOGS_TICK`], see [`OtherConnections`]). Only where that cannot be watched (a runtime that
+/// dials the agent, or the watch failed) once the session has been quiet for `quiet_after`: a
+/// stream that delivers nothing for a second is, under load, mostly one whose delivery stalls
+/// while the app still logs, and renewing it then loses what is logged between the stop and the
+/// start (33 renewals cost the Storefront twin 35 of 16,194 records in 600 s).
+async fn other_session_ended(
+    long: &LongSession,
+    enabled_ms: &AtomicU64,
+    quiet_after: Duration,
+    others: Option<&Arc<Mutex<OtherConnections>>>,
+) -> LogsRenewal {
+    if let Some(watch) = others {
         loop {
             tokio::time::sleep(LOGS_TICK).await;
             // /proc and netlink: off the async threads. Held in a mutex, the watch outlives a
@@ -1471,24 +1490,17 @@ async fn logs_renewal_due(
             })
             .await;
             match looked {
-                Ok(Ok(true)) => return,
+                Ok(Ok(true)) => return LogsRenewal::OtherSession,
                 Ok(Ok(false)) | Err(_) => {}
                 Ok(Err(error)) => {
-                    tracing::warn!(pid = long.pid, %error, "cannot watch the runtime's diagnostics connections: another tool's session that ends is noticed by the quiet only");
-                    return std::future::pending().await;
+                    tracing::warn!(pid = long.pid, %error, "cannot watch the runtime's diagnostics connections: another tool's session that ends is noticed by the logs session's quiet only");
+                    break;
                 }
             }
         }
-    };
-    let reason = tokio::select! {
-        () = demand.changed(generation) => LogsRenewal::Union,
-        () = other_ended => LogsRenewal::OtherSession,
-        () = logs_went_quiet(&long.profiler, enabled_ms, quiet_after) => LogsRenewal::Quiet,
-    };
-    while enabled_ms.load(Ordering::Relaxed) == u64::MAX {
-        tokio::time::sleep(LOGS_TICK).await;
     }
-    reason
+    logs_went_quiet(&long.profiler, enabled_ms, quiet_after).await;
+    LogsRenewal::Quiet
 }
 
 /// Resolves once the logs session has delivered nothing for `quiet_after` since it was enabled

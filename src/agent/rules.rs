@@ -9,14 +9,12 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use collector::artifacts::{ArtifactKind, LiveMetricsRequest, TraceRequest};
+use collector::artifacts::{LiveMetricsRequest, TraceRequest};
 use collector::attached::{AttachedProcesses, ProcessEventKind};
 use collector::client::DiagnosticsClient;
 use collector::counters::CounterSelection;
 use collector::gcdump::SnapshotOptions;
-use collector::ipc::CollectTracing;
 use collector::local::LocalProcess;
-use collector::nettrace::ParserOptions;
 use collector::providers::SessionProviders;
 use collector::rules::capture::{self, CaptureRequest};
 use collector::rules::engine::{self, ActionFuture, Firing, RuleEvent};
@@ -28,12 +26,15 @@ use collector::rules::state::RuleStates;
 use collector::sampler::SamplerControl;
 use collector::signals::{ExceptionsRequest, LogsRequest, ProcessSignals};
 use collector::startup::{ResumeHold, ResumeHolds};
-use exporter::artifacts::{Artifact, ArtifactSource};
 use exporter::egress::{ArtifactOrigin, Egress, EgressError, RuleActionOrigin, Upload};
+use ipc::CollectTracing;
+use nettrace::ParserOptions;
+use profile::artifact::ArtifactKind;
 use store::incidents::{CauseKind, IncidentCause, IncidentProcess, Incidents};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+use ui::artifacts::{Artifact, ArtifactSource};
 
 use super::grace::StartupGrace;
 use super::stopped;
@@ -353,7 +354,7 @@ fn trace_request(source: &TraceSource, counter_interval: u32) -> anyhow::Result<
                 session.add(p.clone())?;
             }
             if *request_rundown {
-                session.rundown_keyword = collector::ipc::DEFAULT_RUNDOWN_KEYWORD;
+                session.rundown_keyword = ipc::DEFAULT_RUNDOWN_KEYWORD;
             }
             let mut request = TraceRequest::new(session)?;
             request.buffer_mb = *buffer_mb;

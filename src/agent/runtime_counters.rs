@@ -19,11 +19,12 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
 use collector::client::DiagnosticsClient;
-use collector::counters::{self, CounterSample, CounterSelection, CounterUpdate, CounterValue};
+use collector::counters::{self, CounterSelection, CounterUpdate};
 use collector::session::Reading;
 use collector::signals::SignalShare;
 use exporter::otlp_metrics::{Cumulative, MetricExport};
 use hashbrown::HashTable;
+use profile::counter::{CounterSample, CounterValue};
 use tokio::sync::mpsc;
 use ui::metrics::{Counter, CounterVec, Gauge, GaugeVec, Registry};
 

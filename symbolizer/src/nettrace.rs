@@ -1,7 +1,7 @@
 //! The adapter from the collector's decoded nettrace events to the [`CodeMap`]: a field-by-field
 //! copy, kept apart from the pure core so the core can be tested without a parser.
 
-use collector::nettrace::events::{KnownEvent, MethodEventKind, ModuleEventKind};
+use nettrace::events::{KnownEvent, MethodEventKind, ModuleEventKind};
 
 use crate::events::{
     LoadSource, MethodLoad, MethodUnload, ModuleLoad, ModuleUnload, PdbInfo, R2rEntryPoint,
@@ -87,7 +87,7 @@ pub fn apply(map: &mut CodeMap, event: &KnownEvent, timestamp: u64) -> Result<bo
 mod tests {
     use super::*;
     use crate::FunctionKind;
-    use collector::nettrace::NettraceReader;
+    use nettrace::NettraceReader;
 
     /// The recorded CpuHot trace with JIT/Loader events and rundown: every managed frame of its
     /// samples resolves, and the hot method has its real name.

@@ -19,9 +19,9 @@ use std::fmt::Write as _;
 use collector::artifacts::{collect_stack_tick, ArtifactError, StackFormat};
 use collector::client::DiagnosticsClient;
 use collector::local::LocalProcess;
-use collector::nettrace::Event;
 use collector::samples::StackKey;
 use collector::session::EventObserver;
+use nettrace::Event;
 use serde::Serialize;
 
 use crate::map::CodeMap;

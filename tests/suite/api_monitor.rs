@@ -853,3 +853,55 @@ fn a_failed_s3_upload_keeps_its_credentials_out_of_answers_and_logs() {
     let message = done["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("Connection refused"), "{done}");
 }
+
+/// A `sleep` child killed on drop, with a diagnostics socket nobody answers on.
+struct DeafProcess {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Drop for DeafProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+#[test]
+fn a_named_process_that_does_not_answer_is_not_called_missing() {
+    let dir = data_dir("monitor-deaf");
+    std::fs::create_dir_all(&dir).unwrap();
+    let child = Command::new("sleep").arg("600").spawn().unwrap();
+    let pid = child.id();
+    let deaf = DeafProcess {
+        socket: support::deaf_socket(pid),
+        child,
+    };
+    let agent = Agent::start(&dir, &["--pid", "1"]);
+    // A runtime busy past the listing's wait (seen on a loaded node) and a deaf one look alike
+    // to the API: the answer must say the process did not answer, not that there is none.
+    let answer = get(&agent, &format!("/process?pid={pid}"), 400);
+    let detail = answer.json()["detail"].as_str().unwrap().to_string();
+    assert!(
+        detail.contains(&format!(
+            "process {pid} has a diagnostics socket but did not say who it is"
+        )),
+        "{detail}"
+    );
+    let processes = get(&agent, "/processes", 200).json();
+    assert!(
+        !processes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["pid"] == u64::from(pid)),
+        "{processes}"
+    );
+    // A pid with no socket at all is still missing.
+    drop(deaf);
+    let missing = get(&agent, &format!("/process?pid={pid}"), 400);
+    assert!(missing
+        .body
+        .contains("Unable to discover a target process."));
+}

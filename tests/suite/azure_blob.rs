@@ -247,7 +247,7 @@ async fn upload(
 }
 
 fn artifact_name(seconds: u64) -> String {
-    collector::artifacts::ArtifactKind::GcDump.file_name(
+    profile::artifact::ArtifactKind::GcDump.file_name(
         4242,
         SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + seconds),
     )

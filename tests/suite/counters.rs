@@ -6,8 +6,9 @@ use crate::support;
 use std::time::Duration;
 
 use collector::client::DiagnosticsClient;
-use collector::counters::{self, CounterSample, CounterSessionConfig, CounterUpdate, CounterValue};
+use collector::counters::{self, CounterSessionConfig, CounterUpdate};
 use collector::session::Reading;
+use profile::counter::{CounterSample, CounterValue};
 use support::Target;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use collector::client::{ClientError, DiagnosticsClient, DEFAULT_TIMEOUT};
 use collector::discovery;
-use collector::ipc::{CollectTracing, CoreDump, DumpType, Hresult, PerfMapType, ProviderConfig};
 use collector::listen::{ListenOptions, ListenServer, RuntimeEvent};
+use ipc::{CollectTracing, CoreDump, DumpType, Hresult, PerfMapType, ProviderConfig};
 use support::{ScratchDir, Target};
 use tokio::io::AsyncReadExt;
 
@@ -151,7 +151,7 @@ async fn eventpipe_session_streams_nettrace_until_stopped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_command_error_is_explained() {
-    use collector::ipc::CollectTracingVersion;
+    use ipc::CollectTracingVersion;
     // The first CollectTracing version the runtime under test does not know (docs/runtimes.md).
     let unknown = match support::runtime_major() {
         8 => CollectTracingVersion::V3,

@@ -9,14 +9,15 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use collector::activity::{ActivityEvent, Span, SpanTracker};
+use collector::activity::{ActivityEvent, SpanTracker};
 use collector::client::{DiagnosticsClient, DEFAULT_TIMEOUT};
-use collector::ipc::{CollectTracing, ProviderConfig};
 use collector::local::LocalProcess;
-use collector::nettrace::events::EventKind;
-use collector::nettrace::Event;
 use collector::providers::{self, level};
 use collector::session::{self, EventObserver, ParsingWriter};
+use ipc::{CollectTracing, ProviderConfig};
+use nettrace::events::EventKind;
+use nettrace::Event;
+use profile::span::Span;
 use serde_json::Value;
 use support::agent::{data_dir, encode, pprof_traces, Agent};
 use support::Target;
@@ -1015,7 +1016,7 @@ impl EventObserver for StackCount {
 async fn stack_count(
     client: &DiagnosticsClient,
     config: CollectTracing,
-) -> (collector::ipc::CollectTracingVersion, StackCount) {
+) -> (ipc::CollectTracingVersion, StackCount) {
     let mut sink = ParsingWriter::new(tokio::io::sink(), StackCount::default());
     let summary = session::run(
         client,
@@ -1038,7 +1039,7 @@ async fn stack_count(
 /// client remembers it for the process's later sessions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn linkage_and_counter_sessions_walk_no_stacks_where_the_runtime_allows() {
-    use collector::ipc::CollectTracingVersion as V;
+    use ipc::CollectTracingVersion as V;
     let target = Target::builder("AsyncWeb")
         .args(["--self-load", "100", "--no-request-lines"])
         .start();

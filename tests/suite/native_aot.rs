@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use collector::nettrace::events::KnownEvent;
-use collector::nettrace::NettraceReader;
+use nettrace::events::KnownEvent;
+use nettrace::NettraceReader;
 use serde_json::Value;
 use support::{ScratchDir, Target};
 

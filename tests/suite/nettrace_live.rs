@@ -5,10 +5,10 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use collector::client::{DiagnosticsClient, DEFAULT_TIMEOUT};
-use collector::ipc::{CollectTracing, ProviderConfig};
-use collector::nettrace::events::{KnownEvent, MethodEventKind, SampleKind};
-use collector::nettrace::{AsyncNettraceReader, Event, Value};
 use collector::providers::{self, level};
+use ipc::{CollectTracing, ProviderConfig};
+use nettrace::events::{KnownEvent, MethodEventKind, SampleKind};
+use nettrace::{AsyncNettraceReader, Event, Value};
 use support::Target;
 
 /// Keywords of the runtime provider: Loader (0x8) | JIT (0x10).

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use collector::client::DiagnosticsClient;
-use collector::nettrace::events::{KnownEvent, MethodEventKind};
-use collector::nettrace::{Event, ParserOptions};
 use collector::session::{self, EventObserver};
+use nettrace::events::{KnownEvent, MethodEventKind};
+use nettrace::{Event, ParserOptions};
 use support::agent::{data_dir, Agent};
 use support::Target;
 use symbolizer::profiles::process::{EventProfiles, ProcessProfiler};

@@ -660,9 +660,23 @@ fn ps_lists_what_dotnet_trace_lists() {
             continue;
         }
         let line = row.command_line.as_deref().unwrap_or("");
+        // The host hands the runtime the app's path with its links resolved (`.testbed` may be
+        // a link to another checkout's), where /proc keeps the path as typed.
+        let resolved: Vec<String> = args[1..]
+            .iter()
+            .map(|a| {
+                std::fs::canonicalize(a)
+                    .ok()
+                    .and_then(|p| p.to_str().map(str::to_owned))
+                    .unwrap_or_else(|| a.clone())
+            })
+            .collect();
         let middle = line
             .strip_prefix(exe)
-            .and_then(|l| l.strip_suffix(args[1..].join(" ").as_str()))
+            .and_then(|l| {
+                l.strip_suffix(args[1..].join(" ").as_str())
+                    .or_else(|| l.strip_suffix(resolved.join(" ").as_str()))
+            })
             .map(str::trim);
         assert!(
             middle.is_some_and(|m| m.is_empty() || (!m.contains(' ') && m.ends_with(".dll"))),

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use collector::nettrace::NettraceReader;
+use nettrace::NettraceReader;
 use serde_json::{json, Value};
 use support::agent::{data_dir, Agent};
 use support::{ScratchDir, Target};

@@ -557,8 +557,8 @@ fn example_sequence(seq: u64) -> bool {
 }
 
 /// A field type as the golden files name it.
-fn type_name(ty: &collector::nettrace::FieldType) -> String {
-    use collector::nettrace::FieldType;
+fn type_name(ty: &nettrace::FieldType) -> String {
+    use nettrace::FieldType;
     match ty {
         FieldType::Struct(fields) => {
             let inner: Vec<String> = fields
@@ -574,8 +574,8 @@ fn type_name(ty: &collector::nettrace::FieldType) -> String {
 
 /// A decoded value as the golden files keep it, its run-dependent parts replaced: W3C ids by
 /// their shape, the example's sequence by `{seq}`, a scope's span number by `{span}`.
-fn golden_value(field: &str, value: &collector::nettrace::Value<'_>, seq: &str) -> Value {
-    use collector::nettrace::Value as V;
+fn golden_value(field: &str, value: &nettrace::Value<'_>, seq: &str) -> Value {
+    use nettrace::Value as V;
     let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
     match value {
         V::String(s) if field == "ActivityTraceId" && hex(s, 32) => "<32 hex>".into(),
@@ -611,7 +611,7 @@ fn golden_value(field: &str, value: &collector::nettrace::Value<'_>, seq: &str) 
 struct LoggingLayout(std::collections::BTreeMap<String, Value>);
 
 impl collector::session::EventObserver for LoggingLayout {
-    fn on_event(&mut self, event: &collector::nettrace::Event<'_>) {
+    fn on_event(&mut self, event: &nettrace::Event<'_>) {
         let m = event.metadata;
         if m.provider_name != "Microsoft-Extensions-Logging" || self.0.contains_key(&m.event_name) {
             return;
@@ -630,7 +630,7 @@ impl collector::session::EventObserver for LoggingLayout {
             .and_then(|v| v["OrderId"].as_str().map(str::to_string))
             .or_else(|| {
                 let arguments = fields.iter().find(|f| f.name == "Arguments")?;
-                let collector::nettrace::Value::Array(pairs) = &arguments.value else {
+                let nettrace::Value::Array(pairs) = &arguments.value else {
                     return None;
                 };
                 pairs.iter().find_map(|pair| {
@@ -676,7 +676,7 @@ impl collector::session::EventObserver for LoggingLayout {
 /// are TraceLogging's, assigned in order of first write, so events are named, not numbered).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_real_providers_layout_matches_its_golden_file() {
-    use collector::ipc::{CollectTracing, ProviderConfig};
+    use ipc::{CollectTracing, ProviderConfig};
     let major = support::runtime_major();
     let target = Target::builder("Logs")
         .args([
@@ -1194,38 +1194,8 @@ fn otlp_logs_survive_other_sessions_on_the_provider() {
             s.parse().expect("CLRSCOPE_LOGS_SHARING_SECONDS: seconds")
         });
     let dir = data_dir("signals-sharing");
-    let receiver = support::receiver::Receiver::start(&dir.join("received"), 0, 0);
-    let mut target = Target::builder("Logs")
-        .args([
-            "--messages-per-second",
-            "100",
-            "--exceptions-per-second",
-            "0",
-            "--no-span-lines",
-        ])
-        .start();
+    let (receiver, mut target, agent) = logs_to_otlp(&dir, "100");
     let pid = target.pid();
-    std::fs::create_dir_all(dir.join("config")).unwrap();
-    let config = dir.join("config/settings.json");
-    let settings = serde_json::json!({"Exporters": {
-        "grpc": {"Kind": "otlp-grpc", "Endpoint": format!("http://127.0.0.1:{}", receiver.grpc_port),
-                 "Interval": "1s", "Signals": ["Logs"]}}});
-    std::fs::write(&config, settings.to_string()).unwrap();
-    let agent = Agent::start(
-        &dir.join("store"),
-        &[
-            "--pid",
-            &pid.to_string(),
-            "--logs",
-            "Information",
-            "--no-exceptions",
-            "--config",
-            config.to_str().unwrap(),
-        ],
-    );
-    agent
-        .wait_attached(pid, true, Duration::from_secs(60))
-        .expect("attached");
     let mut truth = Refused::default();
     let mut got: Vec<Value> = Vec::new();
     let started = Instant::now();
@@ -1408,6 +1378,135 @@ fn otlp_logs_survive_other_sessions_on_the_provider() {
     );
     assert!(stretches.len() as f64 <= renewed, "{report}");
     assert!(traces >= 2 && requests >= 6, "{report}");
+}
+
+/// A Logs target writing `messages_per_second` (no exceptions, no span lines), and an agent
+/// collecting its Information-or-above logs into an OTLP/gRPC receiver every second; their
+/// files in `dir`, which the caller holds until they are dropped.
+fn logs_to_otlp(
+    dir: &std::path::Path,
+    messages_per_second: &str,
+) -> (support::receiver::Receiver, Target, Agent) {
+    let receiver = support::receiver::Receiver::start(&dir.join("received"), 0, 0);
+    let target = Target::builder("Logs")
+        .args([
+            "--messages-per-second",
+            messages_per_second,
+            "--exceptions-per-second",
+            "0",
+            "--no-span-lines",
+        ])
+        .start();
+    let pid = target.pid();
+    std::fs::create_dir_all(dir.join("config")).unwrap();
+    let config = dir.join("config/settings.json");
+    let settings = serde_json::json!({"Exporters": {
+        "grpc": {"Kind": "otlp-grpc", "Endpoint": format!("http://127.0.0.1:{}", receiver.grpc_port),
+                 "Interval": "1s", "Signals": ["Logs"]}}});
+    std::fs::write(&config, settings.to_string()).unwrap();
+    let agent = Agent::start(
+        &dir.join("store"),
+        &[
+            "--pid",
+            &pid.to_string(),
+            "--logs",
+            "Information",
+            "--no-exceptions",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    agent
+        .wait_attached(pid, true, Duration::from_secs(60))
+        .expect("attached");
+    (receiver, target, agent)
+}
+
+/// Issue 45 (the twin's logs): where nothing else connects to the runtime, the agent's logs
+/// session is never started again, however quiet the app: a renewal turns the app's loggers off
+/// until its new session is enabled, so each costs what is logged meanwhile (the twin lost 35 of
+/// 16,194 records to 33 renewals for quiet in 600 s). A target logging one message every 2 s for
+/// `CLRSCOPE_QUIET_LOGS_SECONDS` (default 20): OTLP receives every Information-or-above message
+/// its logger handed on exactly once, the logger refused none after the first received, and
+/// `/metrics` counts no renewal (before the fix: one each time the stream was quiet for 1 s,
+/// doubling while none brought anything).
+#[test]
+fn a_quiet_app_keeps_its_logs_session() {
+    let seconds: u64 = std::env::var("CLRSCOPE_QUIET_LOGS_SECONDS")
+        .ok()
+        .map_or(20, |s| {
+            s.parse().expect("CLRSCOPE_QUIET_LOGS_SECONDS: seconds")
+        });
+    let dir = data_dir("signals-quiet-logs");
+    let (receiver, mut target, agent) = logs_to_otlp(&dir, "0.5");
+    let mut truth = Refused::default();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(seconds) {
+        std::thread::sleep(Duration::from_millis(500));
+        truth.absorb(&mut target);
+    }
+    let upto = truth.last_sequence;
+    let mut got: Vec<Value> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (counts, first) = loop {
+        got.extend(receiver.drain());
+        let mut counts: HashMap<u64, u32> = HashMap::new();
+        for record in scoped_items(&got, "otlp-logs", "grpc", "records") {
+            if let Some(seq) = record.item["attributes"]["OrderId"].as_str() {
+                *counts.entry(seq.parse().unwrap()).or_insert(0) += 1;
+            }
+        }
+        // Messages before the agent's session was enabled are refused by the logger or missed.
+        let first = counts.keys().min().copied().unwrap_or(u64::MAX);
+        let expected = |s: &u64| rank(level_of(*s)) >= rank("Information") && !truth.refused(*s);
+        if (first..=upto)
+            .filter(expected)
+            .all(|s| counts.contains_key(&s))
+            || Instant::now() > deadline
+        {
+            break (counts, first);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let renewals = |reason: &str| {
+        agent.metric(
+            "clrscope_logs_session_renewals_total",
+            &[&format!("reason=\"{reason}\"")],
+        )
+    };
+    let expected: Vec<u64> = (first..=upto)
+        .filter(|&s| rank(level_of(s)) >= rank("Information"))
+        .collect();
+    let missing: Vec<u64> = expected
+        .iter()
+        .copied()
+        .filter(|s| !counts.contains_key(s))
+        .collect();
+    let twice: Vec<u64> = counts
+        .iter()
+        .filter(|(_, &n)| n > 1)
+        .map(|(&s, _)| s)
+        .collect();
+    let report = format!(
+        "{upto} messages logged, {} at Information or above from the first received ({first}), \
+         missing {missing:?}, received twice {twice:?}, refused by the logger {:?}; renewals: {} \
+         union, {} other session, {} quiet",
+        expected.len(),
+        truth.ranges,
+        renewals("union"),
+        renewals("other_session"),
+        renewals("quiet"),
+    );
+    println!("{report}");
+    assert!(expected.len() >= 3, "{report}");
+    assert!(missing.is_empty() && twice.is_empty(), "{report}");
+    assert!(
+        truth.ranges.iter().all(|&(_, b)| b < first),
+        "the logger refused messages after the agent's session was enabled: {report}"
+    );
+    for reason in ["union", "other_session", "quiet"] {
+        assert_eq!(renewals(reason), 0.0, "{report}");
+    }
 }
 
 /// Issue 44 (7): with trace linkage, exceptions went to the linkage session, which waits out the

@@ -8,8 +8,8 @@
 
 use crate::support;
 
-use collector::nettrace::events::{KnownEvent, SampleKind};
-use collector::nettrace::NettraceReader;
+use nettrace::events::{KnownEvent, SampleKind};
+use nettrace::NettraceReader;
 use serde_json::json;
 use support::agent::{data_dir, Agent};
 
@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 
 use collector::client::DiagnosticsClient;
 use collector::counters::{CounterSessionConfig, DEFAULT_EVENT_COUNTER_SOURCES};
-use collector::ipc::CollectTracing;
 use collector::listen::{ListenOptions, ListenServer};
 use collector::providers;
 use collector::session;
 use collector::signals::LogsSettings;
+use ipc::CollectTracing;
 use support::{ScratchDir, Target};
 
 /// How long a starting process may take to print its ready line, and between two beats, before

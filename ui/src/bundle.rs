@@ -21,10 +21,10 @@ use std::time::Duration;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use collector::attached::AttachedProcesses;
-use collector::nettrace::events::LogLevel;
 use collector::signals::exceptions::exception_json;
 use collector::signals::logs::record_json;
 use exporter::Format;
+use profile::log::LogLevel;
 use profile::{CallTree, Profile};
 use serde_json::Value;
 use store::incidents::{DiffProfiles, Incident, IncidentDiff};
@@ -194,9 +194,9 @@ fn escape(text: &str) -> String {
 }
 
 fn time(unix_ms: i64) -> String {
-    collector::utc::format(
+    profile::utc::format(
         unix_ms.saturating_mul(MILLISECOND),
-        collector::utc::Form::Auto,
+        profile::utc::Form::Auto,
     )
 }
 

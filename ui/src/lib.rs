@@ -3,7 +3,8 @@
 //! So far: the profile query API over the agent's [`store::tsdb::Store`] ([`query_routes`]),
 //! the attached processes with their samplers ([`processes`]), their attach/detach events
 //! ([`event_routes`]), dotnet-monitor's API ([`monitor`]: `/processes`, `/trace`, `/dump`, …,
-//! `/operations`) and the web UI at `/` ([`web_routes`], files embedded from `ui/web/`).
+//! `/operations`), the artifacts those routes and the collection rules collect ([`artifacts`]),
+//! and the web UI at `/` ([`web_routes`], files embedded from `ui/web/`).
 //! The agent owns the store behind an `Arc<RwLock<Store>>` (its writer appends, queries read)
 //! and serves it with
 //!
@@ -58,6 +59,7 @@
 //! - A route refuses parameters it does not take, and any given twice.
 
 pub mod admission;
+pub mod artifacts;
 pub mod auth;
 pub mod bundle;
 mod collection_rules;

@@ -17,12 +17,13 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use collector::attached::{AttachedProcess, AttachedProcessStatus};
-use collector::budget::Hold;
-use collector::nettrace::events::LogLevel;
 use collector::sampler::SamplerStatus;
 use collector::signals::exceptions::exception_json;
 use collector::signals::logs::record_json;
-use collector::signals::{KeptException, KeptLog, SignalKind, SignalShare};
+use collector::signals::{SignalKind, SignalShare};
+use profile::budget::Hold;
+use profile::log::LogLevel;
+use profile::signal::{KeptException, KeptLog};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;

@@ -19,8 +19,8 @@ use crate::admission::RouteClass;
 use crate::error::ApiError;
 use crate::server::{ApiState, StoreReader};
 use crate::time::{duration_nanos, parse_time};
-use collector::utc;
 use profile::clock::unix_nanos;
+use profile::utc;
 
 const SECOND: i64 = 1_000_000_000;
 const MILLISECOND: i64 = 1_000_000;

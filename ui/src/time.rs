@@ -48,7 +48,7 @@ pub fn parse_time(text: &str, now_unix_nanos: i64) -> Result<i64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use collector::utc;
+    use profile::utc;
 
     #[test]
     fn times() {

@@ -2,7 +2,7 @@
 //! reserved field, which is ignored).
 #![no_main]
 
-use collector::ipc::{Advertise, ADVERTISE_LEN};
+use ipc::{Advertise, ADVERTISE_LEN};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,7 +2,7 @@
 //! panics, and never allocates more than the input holds.
 #![no_main]
 
-use collector::ipc::{decode_environment, EnvironmentHeader};
+use ipc::{decode_environment, EnvironmentHeader};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,7 +2,7 @@
 //! the version so one corpus covers all three.
 #![no_main]
 
-use collector::ipc::ProcessInfo;
+use ipc::ProcessInfo;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -3,7 +3,7 @@
 //! reserved field).
 #![no_main]
 
-use collector::ipc::{
+use ipc::{
     decode_error, decode_session_id, decode_status, EnvironmentHeader, Header, ProcessInfo,
     ReplyKind, HEADER_LEN,
 };

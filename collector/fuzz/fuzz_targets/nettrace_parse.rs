@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use collector::activity::SpanTracker;
 use collector::counters::{CounterDecoder, CounterSessionConfig};
-use collector::nettrace::splice::{ObjectSplitter, ObjectWriter};
-use collector::nettrace::{Parser, ParserOptions};
 use collector::rules::ring::{RingLimits, TraceRing};
+use collector::signals::SignalShare;
 use libfuzzer_sys::fuzz_target;
+use nettrace::splice::{ObjectSplitter, ObjectWriter};
+use nettrace::{Parser, ParserOptions};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&chunk_seed, stream)) = data.split_first() else {
@@ -24,10 +25,14 @@ fuzz_target!(|data: &[u8]| {
     let mut tracker = SpanTracker::default();
     let counters = CounterDecoder::new(&CounterSessionConfig::new(5));
     let mut splitter = ObjectSplitter::new(1 << 20);
-    let mut ring = TraceRing::new(RingLimits {
-        max_bytes: 1 << 20,
-        max_age: Duration::from_secs(10),
-    });
+    // The ring's own byte cap bounds it here; the signal budget's share is not what is fuzzed.
+    let mut ring = TraceRing::new(
+        RingLimits {
+            max_bytes: 1 << 20,
+            max_age: Duration::from_secs(10),
+        },
+        &SignalShare::unlimited(),
+    );
     let mut split_ok = true;
     for piece in stream.chunks(chunk) {
         if split_ok {

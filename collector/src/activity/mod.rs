@@ -57,7 +57,7 @@
 //!
 //! ```no_run
 //! use collector::activity::SpanTracker;
-//! use collector::nettrace::{events::EventKind, NettraceReader};
+//! use nettrace::{events::EventKind, NettraceReader};
 //!
 //! let mut tracker = SpanTracker::default();
 //! let mut samples = Vec::new();
@@ -78,77 +78,13 @@
 //! ```
 
 use std::collections::{HashMap, VecDeque};
-use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::nettrace::events::{DiagnosticSourceEvent, EventKind, KnownEvent};
-use crate::nettrace::{Event, Guid, NettraceError};
 use crate::session::EventObserver;
-
-/// A W3C trace id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TraceId(pub [u8; 16]);
-
-/// A W3C span id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SpanId(pub [u8; 8]);
-
-/// Parses exactly `N * 2` hex digits; all-zero ids are W3C's "invalid" and are refused too
-/// (`Activity.TraceId` of a hierarchical-format activity reads as zeros).
-fn parse_hex_id<const N: usize>(text: &str) -> Option<[u8; N]> {
-    let digits = text.as_bytes();
-    if digits.len() != N * 2 {
-        return None;
-    }
-    let nibble = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    let mut out = [0u8; N];
-    for (byte, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
-        *byte = nibble(pair[0])? << 4 | nibble(pair[1])?;
-    }
-    out.iter().any(|&b| b != 0).then_some(out)
-}
-
-fn write_hex(f: &mut fmt::Formatter<'_>, bytes: &[u8]) -> fmt::Result {
-    bytes.iter().try_for_each(|b| write!(f, "{b:02x}"))
-}
-
-impl TraceId {
-    /// From 32 hex digits, as `ActivityTraceId.ToString()` writes them; `None` if malformed or zero.
-    pub fn from_hex(text: &str) -> Option<TraceId> {
-        parse_hex_id(text).map(TraceId)
-    }
-}
-
-impl SpanId {
-    /// From 16 hex digits, as `ActivitySpanId.ToString()` writes them; `None` if malformed or zero.
-    pub fn from_hex(text: &str) -> Option<SpanId> {
-        parse_hex_id(text).map(SpanId)
-    }
-}
-
-/// Lowercase hex, the W3C `traceparent` form (and the form of the `trace_id` label).
-impl fmt::Display for TraceId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_hex(f, &self.0)
-    }
-}
-
-/// Lowercase hex (the form of the `span_id` label).
-impl fmt::Display for SpanId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_hex(f, &self.0)
-    }
-}
-
-/// A span as the profile labels name it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Span {
-    pub trace_id: TraceId,
-    pub span_id: SpanId,
-    /// The activity's operation name (bounded by code, unlike display names that may hold paths).
-    pub name: Arc<str>,
-}
+use nettrace::events::{DiagnosticSourceEvent, EventKind, KnownEvent};
+use nettrace::{Event, NettraceError};
+use profile::guid::Guid;
+use profile::span::{Span, SpanId, TraceId};
 
 /// One event of the tracker's input, decoded: what [`SpanTracker::observe`] takes from an event
 /// and what tests and other feeders give [`SpanTracker::apply`]. Timestamps are QPC ticks,

@@ -2,7 +2,7 @@
 //! order the runtime writes them in), and on a recorded AsyncWeb trace.
 
 use super::*;
-use crate::nettrace::events::EventKind;
+use nettrace::events::EventKind;
 
 fn guid(n: u32) -> Guid {
     Guid::from_fields(n, 0, 0, [0, 0, 0, 0, 0, 0, 0x9d, 0x59])
@@ -470,7 +470,7 @@ fn recorded(runtime: &str) -> (SpanTracker, HashMap<String, Seen>, Vec<(u64, i64
         "{}/tests/fixtures/{runtime}/asyncweb-linkage.nettrace",
         env!("CARGO_MANIFEST_DIR")
     );
-    let mut reader = crate::nettrace::NettraceReader::new(std::fs::File::open(path).unwrap());
+    let mut reader = nettrace::NettraceReader::new(std::fs::File::open(path).unwrap());
     let mut tracker = SpanTracker::default();
     let mut seen: HashMap<String, Seen> = HashMap::new();
     let mut samples = Vec::new();

@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::ArtifactError;
 use crate::client::{DiagnosticsClient, RuntimeUser};
-use crate::ipc::{CoreDump, DumpType};
+use ipc::{CoreDump, DumpType};
 
 /// How long the runtime may take to write a dump unless the caller says otherwise: a full dump
 /// of a large process takes minutes.

@@ -23,10 +23,10 @@ use tokio::sync::mpsc;
 use super::ArtifactError;
 use crate::client::DiagnosticsClient;
 use crate::counters::{
-    self, CounterSample, CounterSelection, CounterSessionConfig, CounterUpdate, CounterValue,
-    DEFAULT_EVENT_COUNTER_SOURCES,
+    self, CounterSelection, CounterSessionConfig, CounterUpdate, DEFAULT_EVENT_COUNTER_SOURCES,
 };
 use crate::signals::SignalShare;
+use profile::counter::{CounterSample, CounterValue};
 
 /// Updates waiting to be written; a client slower than the runtime loses the excess (logged).
 const UPDATES_QUEUE: usize = 1024;
@@ -256,7 +256,7 @@ pub fn write_records(sample: &CounterSample, interval_seconds: u32, out: &mut St
             })
             .collect(),
     };
-    let at = crate::utc::format(sample.unix_nanos, crate::utc::Form::DotNetJson);
+    let at = profile::utc::format(sample.unix_nanos, profile::utc::Form::DotNetJson);
     let text = |s: &str| serde_json::Value::from(s).to_string();
     for ((display_name, counter_type, value), tags) in records {
         // In JsonCounterLogger's order, numbers as .NET writes them (`3`, not `3.0`).
@@ -280,7 +280,7 @@ pub fn write_records(sample: &CounterSample, interval_seconds: u32, out: &mut St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::counters::Percentile;
+    use profile::counter::Percentile;
 
     fn sample(provider: &str, name: &str, unit: &str, value: CounterValue) -> CounterSample {
         CounterSample {

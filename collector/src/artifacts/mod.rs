@@ -30,7 +30,6 @@
 mod dump;
 mod gcdump;
 mod livemetrics;
-mod name;
 mod stacks;
 mod trace;
 
@@ -42,7 +41,6 @@ pub use livemetrics::{
     write_live_metrics, write_records as write_live_metric_records, EventMetricsConfiguration,
     EventMetricsMeter, EventMetricsProvider, LiveMetricsRequest,
 };
-pub use name::ArtifactKind;
 pub use stacks::{collect_stack_tick, StackFormat};
 pub use trace::{
     collect_trace, EventPipeConfiguration, EventPipeProvider, StoppingEvent, TraceEnd,
@@ -73,7 +71,7 @@ pub enum ArtifactError {
     #[error("no sampler tick within {0:?}: is the runtime hung or suspended?")]
     NoSamplerTick(std::time::Duration),
     #[error("reading the stream: {0}")]
-    Stream(#[source] crate::nettrace::NettraceError),
+    Stream(#[source] nettrace::NettraceError),
     #[error("stopping the session: {0}")]
     Stop(#[source] ClientError),
     #[error("asking the runtime who it is: {0}")]

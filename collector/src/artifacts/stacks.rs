@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use super::ArtifactError;
 use crate::client::DiagnosticsClient;
-use crate::ipc::{CollectTracing, ProviderConfig};
-use crate::nettrace::{AsyncNettraceReader, NettraceError};
 use crate::providers::{self, level};
 use crate::samples::{starts_tick, StackKey, DEFAULT_INTERVAL_NS};
 use crate::session::{self, EventObserver};
+use ipc::{CollectTracing, ProviderConfig};
+use nettrace::{AsyncNettraceReader, NettraceError};
 
 /// The formats of dotnet-monitor's `/stacks` (and of its CollectStacks action's `Format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -13,10 +13,10 @@ use tokio::sync::Notify;
 
 use super::ArtifactError;
 use crate::client::DiagnosticsClient;
-use crate::ipc::{CollectTracing, ProviderConfig, DEFAULT_RUNDOWN_KEYWORD};
-use crate::nettrace::{Event, ParserOptions, Value};
 use crate::providers::{level, SessionProviders, TraceProfile};
 use crate::session::{self, EventObserver, ParsingWriter, SessionEnd, SessionProgress};
+use ipc::{CollectTracing, ProviderConfig, DEFAULT_RUNDOWN_KEYWORD};
+use nettrace::{Event, ParserOptions, Value};
 
 /// How long the runtime may take to send the rundown and end the stream after StopTracing.
 pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(60);

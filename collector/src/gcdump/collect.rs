@@ -5,10 +5,10 @@
 use std::time::{Duration, Instant};
 
 use crate::client::{DiagnosticsClient, DEFAULT_TIMEOUT};
-use crate::ipc::{CollectTracing, ProviderConfig};
-use crate::nettrace::AsyncNettraceReader;
 use crate::providers::{self, level};
 use crate::session;
+use ipc::{CollectTracing, ProviderConfig};
+use nettrace::AsyncNettraceReader;
 
 use super::events::{self, HeapEvent};
 use super::graph::{GraphBuilder, HeapGraph};

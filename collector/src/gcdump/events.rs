@@ -3,8 +3,8 @@
 //! are checked against the bytes left before anything is allocated, so a damaged event is an
 //! error, never a huge allocation or a panic.
 
-use crate::nettrace::events::{PayloadReader, RUNTIME_PROVIDER};
-use crate::nettrace::{Event, NettraceError};
+use nettrace::events::{PayloadReader, RUNTIME_PROVIDER};
+use nettrace::{Event, NettraceError};
 
 /// GCStart (id 1): `u32 Count, u32 Depth, u32 Reason, u32 Type` (V1+; V0 has Count and Reason).
 pub(crate) const GC_START: u32 = 1;
@@ -192,8 +192,8 @@ fn bounded(count: u32, remaining: usize, entry_size: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nettrace::testutil::{utf16z, EventSpec, MetadataRecord, StreamBuilder};
-    use crate::nettrace::Parser;
+    use nettrace::testutil::{utf16z, EventSpec, MetadataRecord, StreamBuilder};
+    use nettrace::Parser;
 
     /// Decodes one runtime event with a payload laid out by hand from the manifest.
     fn decode_one(id: u32, payload: Vec<u8>) -> Result<Option<HeapEvent>, NettraceError> {

@@ -23,8 +23,8 @@ pub use read::{read_gcdump, GcDumpFile};
 pub use write::write_gcdump;
 
 use crate::client::ClientError;
-use crate::nettrace::NettraceError;
 use crate::session::SessionError;
+use nettrace::NettraceError;
 
 /// Why a heap snapshot could not be taken.
 #[derive(Debug, thiserror::Error)]

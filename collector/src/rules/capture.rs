@@ -14,11 +14,11 @@ use tokio::time::Instant;
 
 use super::ring::{RingError, RingLimits, TraceRing};
 use crate::client::{DiagnosticsClient, EventPipeSession};
-use crate::ipc::CollectTracing;
-use crate::nettrace::splice::{ObjectSplitter, ObjectWriter};
-use crate::nettrace::NettraceError;
 use crate::session::{self, SessionError};
 use crate::signals::SignalShare;
+use ipc::CollectTracing;
+use nettrace::splice::{ObjectSplitter, ObjectWriter};
+use nettrace::NettraceError;
 
 /// Largest block accepted from the runtime (it writes ~100 KB blocks).
 const MAX_BLOCK: usize = 16 << 20;
@@ -173,7 +173,7 @@ impl Reader {
         &mut self,
         client: &DiagnosticsClient,
         id: u64,
-        each: &mut (dyn FnMut(crate::nettrace::splice::RawObject) -> io::Result<()> + Send),
+        each: &mut (dyn FnMut(nettrace::splice::RawObject) -> io::Result<()> + Send),
     ) -> Result<(), CaptureError> {
         let stop_command = async {
             client

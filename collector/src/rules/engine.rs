@@ -19,12 +19,12 @@ use super::state::{Finish, PipelineState, RuleStates};
 use super::trigger::{RequestEvent, TriggerInput, TriggerState};
 use crate::client::DiagnosticsClient;
 use crate::counters::{CounterDecoder, CounterSessionConfig, CounterUpdate};
-use crate::ipc::CollectTracing;
-use crate::nettrace::events::KnownEvent;
-use crate::nettrace::Event;
 use crate::providers::TraceProfile;
 use crate::session::{self, EventObserver, ParsingWriter, SessionEnd, SessionError};
 use crate::startup::ResumeHold;
+use ipc::CollectTracing;
+use nettrace::events::KnownEvent;
+use nettrace::Event;
 
 /// How often the wall clock is offered to triggers (hung-request detection).
 const HEARTBEAT: Duration = Duration::from_secs(1);

@@ -18,12 +18,12 @@ use crate::artifacts::{
     DumpKind, EventMetricsConfiguration, EventMetricsMeter, EventMetricsProvider,
     EventPipeProvider, StackFormat, StoppingEvent,
 };
-use crate::ipc::ProviderConfig;
-use crate::nettrace::events::LogLevel;
 use crate::providers::TraceProfile;
 use crate::signals::{
     ExceptionFilter, ExceptionFormat, ExceptionsFilters, LogFormat, LogsSettings,
 };
+use ipc::ProviderConfig;
+use profile::log::LogLevel;
 
 const SECOND: Duration = Duration::from_secs(1);
 const MINUTE: Duration = Duration::from_secs(60);

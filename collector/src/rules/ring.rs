@@ -37,10 +37,10 @@ use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::time::Duration;
 
-use crate::budget::Hold;
-use crate::nettrace::splice::{ObjectKind, ObjectWriter, RawObject};
-use crate::nettrace::Clock;
 use crate::signals::{SignalKind, SignalShare};
+use nettrace::splice::{ObjectKind, ObjectWriter, RawObject};
+use nettrace::Clock;
+use profile::budget::Hold;
 
 /// Bounds of a ring.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,9 +260,9 @@ impl TraceRing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nettrace::splice::ObjectSplitter;
-    use crate::nettrace::testutil::{EventSpec, MetadataRecord, StreamBuilder};
-    use crate::nettrace::Parser;
+    use nettrace::splice::ObjectSplitter;
+    use nettrace::testutil::{EventSpec, MetadataRecord, StreamBuilder};
+    use nettrace::Parser;
 
     /// Events each second (QPC in ns from 1000), a sequence point every 3 s, stacks per group.
     fn long_stream(seconds: i64) -> Vec<RawObject> {
@@ -369,7 +369,7 @@ mod tests {
     #[test]
     fn the_signal_budget_bounds_the_ring_and_counts_what_it_dropped() {
         let objects = long_stream(30);
-        let agent = crate::budget::SharedBudget::new(3000);
+        let agent = profile::budget::SharedBudget::new(3000);
         let share = SignalShare::new(agent.share(2000));
         let limits = RingLimits {
             max_bytes: 1 << 20,

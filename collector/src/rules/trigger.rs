@@ -8,8 +8,8 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use super::options::{CounterSource, PathFilter, ThresholdTrigger, Trigger};
-use crate::counters::CounterSample;
-use crate::nettrace::events::{DiagnosticSourceEvent, DiagnosticSourceKind};
+use nettrace::events::{DiagnosticSourceEvent, DiagnosticSourceKind};
+use profile::counter::CounterSample;
 
 /// The DiagnosticListener whose HttpRequestIn activity the ASP.NET triggers watch.
 pub const ASPNETCORE_LISTENER: &str = "Microsoft.AspNetCore";
@@ -368,7 +368,7 @@ fn watched_value(source: &CounterSource, sample: &CounterSample) -> Option<f64> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::counters::{CounterValue, Percentile};
+    use profile::counter::{CounterValue, Percentile};
 
     const S: i64 = 1_000_000_000;
 

@@ -1,5 +1,5 @@
 //! What a process's signals cost: every record kept or queued for a reader is charged to the
-//! process's share of the agent's signal budget ([`crate::budget::SharedBudget`]) before it is
+//! process's share of the agent's signal budget ([`profile::budget::SharedBudget`]) before it is
 //! kept, and gives its bytes back when the last of it goes; what does not fit is dropped and
 //! counted by kind.
 
@@ -7,9 +7,9 @@ use std::mem::size_of;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::exceptions::{ExceptionFrame, ExceptionRecord};
-use super::logs::{LogRecord, ScopeValues};
-use crate::budget::{string_pairs, Charged, Hold, SharedBudget};
+use profile::budget::{string_pairs, Charged, Hold, SharedBudget};
+use profile::exception::{ExceptionFrame, ExceptionRecord};
+use profile::log::{LogRecord, ScopeValues};
 
 /// What a process's share is charged for, and counts drops of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -19,9 +19,9 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
-use crate::ipc::CollectTracing;
-use crate::nettrace::events::LogLevel;
 use crate::signals::LogsSettings;
+use ipc::CollectTracing;
+use profile::log::LogLevel;
 
 /// How long the union stays wider than its demands after one ended, before the session is
 /// started again with the narrower one.

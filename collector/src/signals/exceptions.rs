@@ -3,50 +3,11 @@
 //! `/exceptions` formats.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::activity::Span;
-use crate::utc;
-
-/// `ExceptionFlags` bit: the exception has an inner exception.
-pub const FLAG_HAS_INNER: u16 = 0x1;
-/// `ExceptionFlags` bit: thrown while another was being handled.
-pub const FLAG_NESTED: u16 = 0x2;
-/// `ExceptionFlags` bit: rethrown (`throw;`).
-pub const FLAG_RETHROWN: u16 = 0x4;
-
-/// One named frame of a throwing stack.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExceptionFrame {
-    /// The C#-style method name, `Type.Method(args)`, or `[unknown]`: shared with the code map
-    /// that named it (a process's history repeats the same throwing frames).
-    pub method_name: Arc<str>,
-    /// The module's file name, empty when unknown.
-    pub module_name: Arc<str>,
-}
-
-/// One thrown exception.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ExceptionRecord {
-    /// Unique within its process, increasing.
-    pub id: u64,
-    pub unix_nanos: i64,
-    pub thread_id: u64,
-    pub type_name: String,
-    pub message: String,
-    pub hresult: u32,
-    pub flags: u16,
-    /// The exception thrown just before on the same thread, when this one says it has an inner
-    /// exception: how wrapping code (`catch (E e) { throw new F(.., e); }`) runs. An inference:
-    /// the runtime's event does not name the inner exception.
-    pub inner_id: Option<u64>,
-    /// The throwing stack, innermost first.
-    pub frames: Vec<ExceptionFrame>,
-    /// The span it was thrown in, when trace linkage is on.
-    pub span: Option<Span>,
-}
+use profile::exception::ExceptionRecord;
+use profile::utc;
 
 /// dotnet-monitor's `ExceptionFilter`: an exception matches when every field given equals its
 /// value (ordinal): the throwing (top) frame's method name without parameters, its type and its
@@ -320,6 +281,8 @@ fn write_inner_and_frames(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use profile::exception::{ExceptionFrame, FLAG_HAS_INNER, FLAG_NESTED};
+    use std::sync::Arc;
 
     #[test]
     fn filters_follow_dotnet_monitors_include_and_exclude() {

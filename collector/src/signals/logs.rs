@@ -4,16 +4,14 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::activity::Span;
-use crate::budget::Charged;
-use crate::ipc::ProviderConfig;
-use crate::nettrace::events::{LogLevel, LogMessage, LOGGING_PROVIDER};
-use crate::nettrace::Guid;
 use crate::providers::{encode_arguments, level};
+use ipc::ProviderConfig;
+use nettrace::events::LOGGING_PROVIDER;
+use profile::guid::Guid;
+use profile::log::{LogLevel, LogRecord, ScopeValues};
 
 /// The JSON-message keyword (MessageJson and ActivityJson scopes). dotnet-monitor's `/logs` also
 /// turns on FormattedMessage (0x4), which only doubles the events: MessageJson carries the
@@ -310,70 +308,56 @@ pub fn matching_spec<'a>(
     best.map(|(_, spec)| spec)
 }
 
-/// Where a record's trace and span ids came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IdsFrom {
-    /// The event's own `ActivityTraceId`, `ActivitySpanId` and `ActivityTraceFlags` (the
-    /// logging package of .NET 9 and later), with those flags.
-    Event { flags: u8 },
-    /// Trace linkage: the span the message's EventSource activity, else its thread, was in when
-    /// it was logged (packages that write no ids: 8.x).
-    Linkage,
-}
-
-impl IdsFrom {
-    /// As `/logs` (`IdsFrom`) and OTLP (`clrscope.ids_from`) name it.
-    pub fn name(self) -> &'static str {
-        match self {
-            IdsFrom::Event { .. } => "event",
-            IdsFrom::Linkage => "linkage",
-        }
-    }
-}
-
-/// The values of one `BeginScope`, kept once (charged to the process's signal budget) and shared
-/// by every record logged inside it.
-pub type ScopeValues = Arc<Charged<Vec<(String, String)>>>;
-
-/// One log message as clrscope keeps and serves it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LogRecord {
-    pub unix_nanos: i64,
-    pub message: LogMessage,
-    /// The values of the scopes open around it, outermost first.
-    pub scopes: Vec<ScopeValues>,
-    /// The span it was logged in: from the event itself (.NET ≥ 9), else trace linkage.
-    pub span: Option<Span>,
-    /// Where `span`'s ids came from; `Some` exactly when `span` is.
-    pub ids_from: Option<IdsFrom>,
-}
-
 /// Open `BeginScope`s by EventSource activity id, so a message can be given the scopes around it
 /// and the span outside them.
 #[derive(Debug, Default)]
 pub struct ScopeTracker {
     open: HashMap<Guid, OpenScope>,
-    /// Scopes not kept because [`MAX_OPEN_SCOPES`] were open.
-    pub dropped: u64,
+    /// Starts so far: each open scope's place in the order they started.
+    started: u64,
+    /// Open scopes let go, oldest first, to make room under [`MAX_OPEN_SCOPES`].
+    pub evicted: u64,
 }
 
 #[derive(Debug)]
 struct OpenScope {
     parent: Guid,
     values: ScopeValues,
+    started: u64,
 }
 
 impl ScopeTracker {
-    /// A scope started: its activity id and the one it was started under.
+    /// A scope started: its activity id and the one it was started under. With
+    /// [`MAX_OPEN_SCOPES`] open, the older half makes room: a scope whose stop never came (its
+    /// stop written under another activity id, or while no session listened) stays open for
+    /// good, and refusing new ones instead left every message after the first 10,000 such (45 s
+    /// of a .NET 8 service at 200 requests/s) without its scopes and its span.
     pub fn start(&mut self, activity: Guid, parent: Guid, values: ScopeValues) {
         if activity.is_nil() {
             return;
         }
         if self.open.len() >= MAX_OPEN_SCOPES && !self.open.contains_key(&activity) {
-            self.dropped += 1;
-            return;
+            self.evict_older_half();
         }
-        self.open.insert(activity, OpenScope { parent, values });
+        self.started += 1;
+        let started = self.started;
+        self.open.insert(
+            activity,
+            OpenScope {
+                parent,
+                values,
+                started,
+            },
+        );
+    }
+
+    fn evict_older_half(&mut self) {
+        let mut order: Vec<u64> = self.open.values().map(|s| s.started).collect();
+        let middle = order.len() / 2;
+        let (_, &mut newer_from, _) = order.select_nth_unstable(middle);
+        let before = self.open.len();
+        self.open.retain(|_, s| s.started >= newer_from);
+        self.evicted += (before - self.open.len()) as u64;
     }
 
     pub fn stop(&mut self, activity: Guid) {
@@ -469,7 +453,7 @@ pub fn record_json(record: &LogRecord) -> serde_json::Value {
     };
     put(
         "Timestamp",
-        crate::utc::format(record.unix_nanos, crate::utc::Form::Universal).into(),
+        profile::utc::format(record.unix_nanos, profile::utc::Form::Universal).into(),
     );
     put("LogLevel", m.level.name().into());
     put("EventId", m.event_id.into());
@@ -510,7 +494,7 @@ pub fn record_json(record: &LogRecord) -> serde_json::Value {
     object.into()
 }
 
-fn exception_text(e: &crate::nettrace::events::LoggedException) -> String {
+fn exception_text(e: &profile::log::LoggedException) -> String {
     if e.verbose_message.is_empty() {
         format!("{}: {}", e.type_name, e.message)
     } else {
@@ -526,7 +510,7 @@ fn write_text(record: &LogRecord, out: &mut String) {
     let _ = write!(
         out,
         "{} {}: {}[{}]",
-        crate::utc::format(record.unix_nanos, crate::utc::Form::Universal),
+        profile::utc::format(record.unix_nanos, profile::utc::Form::Universal),
         m.level.short_name(),
         m.category,
         m.event_id
@@ -559,6 +543,8 @@ fn write_text(record: &LogRecord, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use profile::log::LogMessage;
+    use std::sync::Arc;
 
     #[test]
     fn settings_give_dotnet_monitors_filter_specs() {
@@ -712,8 +698,8 @@ mod tests {
                 vec![("Inner".into(), "x".into())],
             ]
             .map(|values| {
-                let unlimited = crate::budget::SharedBudget::unlimited();
-                Arc::new(crate::budget::Charged::new(
+                let unlimited = profile::budget::SharedBudget::unlimited();
+                Arc::new(profile::budget::Charged::new(
                     values,
                     unlimited.hold_nothing(),
                 ))
@@ -763,5 +749,37 @@ mod tests {
         assert_eq!(scopes[1][0].0, "Inner");
         t.stop(id(3));
         assert_eq!(t.resolve(id(3)), (Vec::new(), id(3)));
+    }
+
+    /// Scopes whose stop never came must not keep newer ones out: the tracker lets the oldest go.
+    #[test]
+    fn scopes_never_stopped_make_room_for_new_ones() {
+        let id = |n: u64| {
+            let mut bytes = [0u8; 16];
+            bytes[..8].copy_from_slice(&(n + 1).to_le_bytes());
+            Guid::from_bytes_le(bytes)
+        };
+        let share = crate::signals::SignalShare::unlimited();
+        let scope = crate::signals::SignalKind::Scopes;
+        let values = || {
+            Arc::new(
+                share
+                    .charged(scope, vec![("K".into(), "v".into())], 0)
+                    .unwrap(),
+            )
+        };
+        let span_activity = id(1 << 40);
+        let mut t = ScopeTracker::default();
+        for n in 0..MAX_OPEN_SCOPES as u64 {
+            t.start(id(n), span_activity, values());
+        }
+        let fresh = id(1 << 41);
+        t.start(fresh, span_activity, values());
+        let (scopes, outside) = t.resolve(fresh);
+        assert_eq!((scopes.len(), outside), (1, span_activity));
+        assert_eq!(t.evicted, MAX_OPEN_SCOPES as u64 / 2);
+        // The newer half is still open.
+        assert_eq!(t.resolve(id(MAX_OPEN_SCOPES as u64 - 1)).0.len(), 1);
+        assert_eq!(t.resolve(id(0)), (Vec::new(), id(0)));
     }
 }

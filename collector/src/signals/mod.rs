@@ -22,17 +22,19 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
-use crate::activity::Span;
-use crate::budget::{Charged, Hold};
-use crate::nettrace::events::{ExceptionThrown, LoggingEvent};
-use crate::nettrace::Event;
 pub use budget::{SignalKind, SignalShare};
 pub use demand::{DemandGuard, LogsDemand};
-pub use exceptions::{
-    ExceptionFilter, ExceptionFormat, ExceptionFrame, ExceptionRecord, ExceptionsFilters,
-};
-pub use logs::{IdsFrom, LogFormat, LogRecord, LogsSettings, ScopeTracker, ScopeValues};
-pub use spans::{SpanError, SpanKind, SpanRecord, SpanStatus};
+pub use exceptions::{ExceptionFilter, ExceptionFormat, ExceptionsFilters};
+pub use logs::{LogFormat, LogsSettings, ScopeTracker};
+use nettrace::events::{ExceptionThrown, LoggingEvent};
+use nettrace::Event;
+use profile::budget::{Charged, Hold};
+use profile::exception::{ExceptionFrame, ExceptionRecord};
+use profile::log::{IdsFrom, LogRecord};
+use profile::signal::{KeptException, KeptLog, Signal};
+use profile::span::Span;
+use profile::span::SpanRecord;
+pub use spans::SpanError;
 
 /// How much of each signal a process keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,18 +58,6 @@ impl Default for SignalLimits {
             live_capacity: 8192,
         }
     }
-}
-
-/// A log record as it is kept and handed out: charged to its process's signal budget.
-pub type KeptLog = Arc<Charged<LogRecord>>;
-/// An exception as it is kept and handed out: charged to its process's signal budget.
-pub type KeptException = Arc<Charged<ExceptionRecord>>;
-
-/// A record as the live readers receive it.
-#[derive(Debug, Clone)]
-pub enum Signal {
-    Log(KeptLog),
-    Exception(KeptException),
 }
 
 #[derive(Debug, Default)]
@@ -151,7 +141,7 @@ pub trait SpanSource: Send + Sync {
     fn caught_up(&self, unix_nanos: i64) -> bool;
     /// The span EventSource activity `activity` was in at raw event timestamp `timestamp`, else
     /// the span `thread` ran then.
-    fn span(&self, activity: crate::nettrace::Guid, thread: u64, timestamp: i64) -> Option<Span>;
+    fn span(&self, activity: profile::guid::Guid, thread: u64, timestamp: i64) -> Option<Span>;
 }
 
 /// A shared [`SpanSource`].
@@ -325,7 +315,7 @@ impl ProcessSignals {
             h.next_exception_id += 1;
             h.exceptions_total += 1;
             record.id = h.next_exception_id;
-            if record.flags & exceptions::FLAG_HAS_INNER != 0 {
+            if record.flags & profile::exception::FLAG_HAS_INNER != 0 {
                 record.inner_id = previous;
             }
             if h.last_on_thread.len() >= MAX_THREADS && previous.is_none() {
@@ -349,7 +339,7 @@ impl ProcessSignals {
     /// The id of the kept exception `record` rethrows, if it is a rethrow of the last one thrown
     /// on its thread.
     fn rethrown(&self, record: &ExceptionRecord) -> Option<u64> {
-        if record.flags & exceptions::FLAG_RETHROWN == 0 {
+        if record.flags & profile::exception::FLAG_RETHROWN == 0 {
             return None;
         }
         let h = self.lock();
@@ -431,8 +421,8 @@ pub enum LogsUnavailable {
          ask for {collected:?} or higher, or start the agent with --logs {asked:?}"
     )]
     BelowCollected {
-        asked: crate::nettrace::events::LogLevel,
-        collected: crate::nettrace::events::LogLevel,
+        asked: profile::log::LogLevel,
+        collected: profile::log::LogLevel,
     },
     #[error(
         "UseAppFilters is {asked}, but the agent collects with UseAppFilters {collected}: the \
@@ -635,7 +625,7 @@ struct Waiting {
     /// Charged to the process's share while it waits.
     record: Charged<LogRecord>,
     /// The activity outside its scopes, its thread and raw timestamp.
-    outside: crate::nettrace::Guid,
+    outside: profile::guid::Guid,
     thread: u64,
     at: i64,
     arrived: std::time::Instant,
@@ -677,7 +667,7 @@ impl LogsFeed {
 
     /// An event of the logs session.
     pub fn on_event(&self, event: &Event<'_>) {
-        let Ok(Some(crate::nettrace::events::KnownEvent::Logging(logging))) = event.known() else {
+        let Ok(Some(nettrace::events::KnownEvent::Logging(logging))) = event.known() else {
             return;
         };
         let mut feed = self.lock();
@@ -831,7 +821,7 @@ impl SignalCollector {
         &mut self,
         event: &Event<'_>,
         logging: LoggingEvent,
-    ) -> Option<(Charged<LogRecord>, crate::nettrace::Guid)> {
+    ) -> Option<(Charged<LogRecord>, profile::guid::Guid)> {
         // A target may send what was not asked for: nothing is kept of it.
         if !self.signals.demand.wanted() {
             return None;
@@ -887,11 +877,11 @@ impl SignalCollector {
 
     /// A DiagnosticSourceEventSource span stop: a finished span when spans are collected and it
     /// was recorded. Stops without the span's fields are counted and logged once in a while.
-    pub fn span_stop(&mut self, stop: &crate::nettrace::events::DiagnosticSourceEvent) {
+    pub fn span_stop(&mut self, stop: &nettrace::events::DiagnosticSourceEvent) {
         if !self.signals.export_spans {
             return;
         }
-        match SpanRecord::from_stop(stop) {
+        match spans::from_stop(stop) {
             Ok(Some(record)) => self.signals.push_span(record),
             Ok(None) => {}
             Err(error) => {
@@ -933,12 +923,12 @@ impl SignalCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::SharedBudget;
-    use crate::nettrace::events::{KnownEvent, LogLevel, LOGGING_PROVIDER};
-    use crate::nettrace::testutil::{
-        scalar_fields, utf16z, EventSpec, MetadataRecord, StreamBuilder,
-    };
-    use crate::nettrace::{Guid, Parser};
+    use nettrace::events::{KnownEvent, LOGGING_PROVIDER};
+    use nettrace::testutil::{scalar_fields, utf16z, EventSpec, MetadataRecord, StreamBuilder};
+    use nettrace::Parser;
+    use profile::budget::SharedBudget;
+    use profile::guid::Guid;
+    use profile::log::LogLevel;
 
     fn guid(n: u8) -> Guid {
         let mut bytes = [0; 16];
@@ -1033,7 +1023,7 @@ mod tests {
         // Kept once: every record holds the same values.
         assert!(Arc::ptr_eq(&logs[0].scopes[15], &logs[99].scopes[15]));
         // 16 scopes of at most MAX_ARGUMENTS_BYTES, plus a few hundred bytes per record.
-        let scopes = 16 * crate::nettrace::events::MAX_TEXT_BYTES * 5;
+        let scopes = 16 * nettrace::events::MAX_TEXT_BYTES * 5;
         assert!(agent.held() < scopes + 100 * 1024, "{}", agent.held());
         drop(logs);
 
@@ -1120,10 +1110,10 @@ mod tests {
         let first = signals.push_exception(thrown(0, "late"));
         assert!(first.is_some());
         assert_eq!(
-            signals.push_exception(thrown(exceptions::FLAG_RETHROWN, "late")),
+            signals.push_exception(thrown(profile::exception::FLAG_RETHROWN, "late")),
             first
         );
-        let other = signals.push_exception(thrown(exceptions::FLAG_RETHROWN, "later"));
+        let other = signals.push_exception(thrown(profile::exception::FLAG_RETHROWN, "later"));
         assert_ne!(other, first);
         assert_eq!(signals.exceptions().len(), 2);
         assert_eq!(signals.totals().1, 2);

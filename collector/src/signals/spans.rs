@@ -8,83 +8,11 @@
 //! the app, and a value holding `], [` cannot be told from two tags. .NET 8 gives no way to read
 //! a span's events or links (their items have no `ToString()` of their own).
 
-use std::sync::Arc;
-
-use crate::activity::{Span, SpanId, TraceId};
-use crate::nettrace::dotnet_ticks_to_unix_nanos;
-use crate::nettrace::events::DiagnosticSourceEvent;
-
-/// Tags kept per span (OpenTelemetry's default attribute count limit); the rest are counted.
-pub const MAX_SPAN_TAGS: usize = 128;
-/// Bytes of text (names, tags, description) kept per span; past it tags are dropped, counted.
-pub const MAX_SPAN_TEXT: usize = 16 * 1024;
-
-/// `Activity.Kind`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpanKind {
-    Internal,
-    Server,
-    Client,
-    Producer,
-    Consumer,
-}
-
-impl SpanKind {
-    fn parse(text: &str) -> Option<SpanKind> {
-        Some(match text {
-            "Internal" => SpanKind::Internal,
-            "Server" => SpanKind::Server,
-            "Client" => SpanKind::Client,
-            "Producer" => SpanKind::Producer,
-            "Consumer" => SpanKind::Consumer,
-            _ => return None,
-        })
-    }
-}
-
-/// `Activity.Status` (`ActivityStatusCode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpanStatus {
-    Unset,
-    Ok,
-    Error,
-}
-
-impl SpanStatus {
-    fn parse(text: &str) -> Option<SpanStatus> {
-        Some(match text {
-            "Unset" => SpanStatus::Unset,
-            "Ok" => SpanStatus::Ok,
-            "Error" => SpanStatus::Error,
-            _ => return None,
-        })
-    }
-}
-
-/// A finished, recorded span of an attached process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SpanRecord {
-    /// Trace and span ids and the operation name, as profile sample links and logs name them.
-    pub span: Span,
-    /// `None` for a root span.
-    pub parent_span_id: Option<SpanId>,
-    /// `Activity.DisplayName` (the operation name unless the app set one).
-    pub display_name: String,
-    pub kind: SpanKind,
-    pub start_unix_nanos: i64,
-    pub duration_nanos: i64,
-    pub status: SpanStatus,
-    pub status_description: String,
-    /// W3C `tracestate`, empty when none.
-    pub trace_state: String,
-    /// The ActivitySource: the span's instrumentation scope.
-    pub source_name: Arc<str>,
-    pub source_version: String,
-    /// `Activity.TagObjects`, each value as its `ToString()`, at most [`MAX_SPAN_TAGS`].
-    pub tags: Vec<(String, String)>,
-    /// Tags beyond the limits.
-    pub dropped_tags: u32,
-}
+use nettrace::dotnet_ticks_to_unix_nanos;
+use nettrace::events::DiagnosticSourceEvent;
+use profile::span::{
+    Span, SpanId, SpanKind, SpanRecord, SpanStatus, TraceId, MAX_SPAN_TAGS, MAX_SPAN_TEXT,
+};
 
 /// Why an `ActivityStop` could not be read as a span.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -108,78 +36,72 @@ pub enum SpanError {
     },
 }
 
-impl SpanRecord {
-    /// The span an `ActivityStop` carries; `Ok(None)` when the span was not recorded (only
-    /// propagated: the app's own tracing did not sample it) or the event is no ActivitySource
-    /// stop.
-    pub fn from_stop(event: &DiagnosticSourceEvent) -> Result<Option<SpanRecord>, SpanError> {
-        use crate::nettrace::events::DiagnosticSourceKind;
-        if event.kind != DiagnosticSourceKind::ActivityStop {
-            return Ok(None);
-        }
-        let missing = |field: &'static str| SpanError::Missing {
-            source_name: event.source_name.clone(),
-            operation: event.event_name.clone(),
-            field,
-        };
-        let invalid = |field: &'static str, value: &str| SpanError::Invalid {
-            source_name: event.source_name.clone(),
-            operation: event.event_name.clone(),
-            field,
-            value: value.chars().take(64).collect(),
-        };
-        let get = |field: &'static str| event.argument(field).ok_or_else(|| missing(field));
-        if !event.recorded().ok_or_else(|| missing("Recorded"))? {
-            return Ok(None);
-        }
-        let text = get("TraceId")?;
-        let trace_id = TraceId::from_hex(text).ok_or_else(|| invalid("TraceId", text))?;
-        let text = get("SpanId")?;
-        let span_id = SpanId::from_hex(text).ok_or_else(|| invalid("SpanId", text))?;
-        // All zeros (a root span) reads as none.
-        let parent_span_id = event.argument("ParentSpanId").and_then(SpanId::from_hex);
-        let text = get("Kind")?;
-        let kind = SpanKind::parse(text).ok_or_else(|| invalid("Kind", text))?;
-        let text = get("Status")?;
-        let status = SpanStatus::parse(text).ok_or_else(|| invalid("Status", text))?;
-        let ticks = |field: &'static str| -> Result<i64, SpanError> {
-            let text = get(field)?;
-            text.parse::<i64>()
-                .ok()
-                .filter(|t| *t >= 0)
-                .ok_or_else(|| invalid(field, text))
-        };
-        let start_unix_nanos = dotnet_ticks_to_unix_nanos(ticks("StartTimeTicks")?);
-        let duration_nanos = ticks("DurationTicks")?.saturating_mul(100);
-        let own = |field: &str| event.argument(field).unwrap_or_default().to_string();
-        let mut budget = MAX_SPAN_TEXT
-            .saturating_sub(event.event_name.len() + event.source_name.len())
-            .saturating_sub(own("DisplayName").len() + own("StatusDescription").len());
-        let (tags, dropped_tags) = parse_tags(event.argument("Tags").unwrap_or(""), &mut budget);
-        Ok(Some(SpanRecord {
-            span: Span {
-                trace_id,
-                span_id,
-                name: event.event_name.as_str().into(),
-            },
-            parent_span_id,
-            display_name: own("DisplayName"),
-            kind,
-            start_unix_nanos,
-            duration_nanos,
-            status,
-            status_description: own("StatusDescription"),
-            trace_state: own("TraceStateString"),
-            source_name: event.source_name.as_str().into(),
-            source_version: own("ActivitySourceVersion"),
-            tags,
-            dropped_tags,
-        }))
+/// The span an `ActivityStop` carries; `Ok(None)` when the span was not recorded (only
+/// propagated: the app's own tracing did not sample it) or the event is no ActivitySource
+/// stop.
+pub fn from_stop(event: &DiagnosticSourceEvent) -> Result<Option<SpanRecord>, SpanError> {
+    use nettrace::events::DiagnosticSourceKind;
+    if event.kind != DiagnosticSourceKind::ActivityStop {
+        return Ok(None);
     }
-
-    pub fn end_unix_nanos(&self) -> i64 {
-        self.start_unix_nanos.saturating_add(self.duration_nanos)
+    let missing = |field: &'static str| SpanError::Missing {
+        source_name: event.source_name.clone(),
+        operation: event.event_name.clone(),
+        field,
+    };
+    let invalid = |field: &'static str, value: &str| SpanError::Invalid {
+        source_name: event.source_name.clone(),
+        operation: event.event_name.clone(),
+        field,
+        value: value.chars().take(64).collect(),
+    };
+    let get = |field: &'static str| event.argument(field).ok_or_else(|| missing(field));
+    if !event.recorded().ok_or_else(|| missing("Recorded"))? {
+        return Ok(None);
     }
+    let text = get("TraceId")?;
+    let trace_id = TraceId::from_hex(text).ok_or_else(|| invalid("TraceId", text))?;
+    let text = get("SpanId")?;
+    let span_id = SpanId::from_hex(text).ok_or_else(|| invalid("SpanId", text))?;
+    // All zeros (a root span) reads as none.
+    let parent_span_id = event.argument("ParentSpanId").and_then(SpanId::from_hex);
+    let text = get("Kind")?;
+    let kind = SpanKind::parse(text).ok_or_else(|| invalid("Kind", text))?;
+    let text = get("Status")?;
+    let status = SpanStatus::parse(text).ok_or_else(|| invalid("Status", text))?;
+    let ticks = |field: &'static str| -> Result<i64, SpanError> {
+        let text = get(field)?;
+        text.parse::<i64>()
+            .ok()
+            .filter(|t| *t >= 0)
+            .ok_or_else(|| invalid(field, text))
+    };
+    let start_unix_nanos = dotnet_ticks_to_unix_nanos(ticks("StartTimeTicks")?);
+    let duration_nanos = ticks("DurationTicks")?.saturating_mul(100);
+    let own = |field: &str| event.argument(field).unwrap_or_default().to_string();
+    let mut budget = MAX_SPAN_TEXT
+        .saturating_sub(event.event_name.len() + event.source_name.len())
+        .saturating_sub(own("DisplayName").len() + own("StatusDescription").len());
+    let (tags, dropped_tags) = parse_tags(event.argument("Tags").unwrap_or(""), &mut budget);
+    Ok(Some(SpanRecord {
+        span: Span {
+            trace_id,
+            span_id,
+            name: event.event_name.as_str().into(),
+        },
+        parent_span_id,
+        display_name: own("DisplayName"),
+        kind,
+        start_unix_nanos,
+        duration_nanos,
+        status,
+        status_description: own("StatusDescription"),
+        trace_state: own("TraceStateString"),
+        source_name: event.source_name.as_str().into(),
+        source_version: own("ActivitySourceVersion"),
+        tags,
+        dropped_tags,
+    }))
 }
 
 /// `[k, v],[k2, v2]` (`KeyValuePair<string, object>.ToString()` joined by `,`) into pairs, while
@@ -213,7 +135,7 @@ fn parse_tags(text: &str, budget: &mut usize) -> (Vec<(String, String)>, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nettrace::events::DiagnosticSourceKind;
+    use nettrace::events::DiagnosticSourceKind;
 
     fn stop(arguments: &[(&str, &str)]) -> DiagnosticSourceEvent {
         DiagnosticSourceEvent {
@@ -245,7 +167,7 @@ mod tests {
 
     #[test]
     fn a_recorded_stop_is_a_whole_span() {
-        let span = SpanRecord::from_stop(&stop(&FULL)).unwrap().unwrap();
+        let span = from_stop(&stop(&FULL)).unwrap().unwrap();
         assert_eq!(span.span.span_id.to_string(), "b7ad6b7169203331");
         assert_eq!(&*span.span.name, "shop.checkout");
         assert_eq!(span.parent_span_id, None);
@@ -273,30 +195,30 @@ mod tests {
     fn unrecorded_and_incomplete_stops() {
         let mut unrecorded = FULL;
         unrecorded[3].1 = "False";
-        assert_eq!(SpanRecord::from_stop(&stop(&unrecorded)), Ok(None));
+        assert_eq!(from_stop(&stop(&unrecorded)), Ok(None));
         // Sampled flag inherited from a recorded parent, but no listener in the app asked for
         // the data: the activity exists only because the agent's session voted Propagate.
         let mut leaf = FULL.to_vec();
         leaf.push(("IsAllDataRequested", "False"));
-        assert_eq!(SpanRecord::from_stop(&stop(&leaf)), Ok(None));
+        assert_eq!(from_stop(&stop(&leaf)), Ok(None));
         leaf.last_mut().unwrap().1 = "True";
-        assert!(SpanRecord::from_stop(&stop(&leaf)).unwrap().is_some());
+        assert!(from_stop(&stop(&leaf)).unwrap().is_some());
         // dotnet-monitor's specs, when its session replaced clrscope's, ask for the flags.
         let mut flags = FULL;
         flags[3] = ("ActivityTraceFlags", "Recorded");
-        assert!(SpanRecord::from_stop(&stop(&flags)).unwrap().is_some());
+        assert!(from_stop(&stop(&flags)).unwrap().is_some());
         flags[3].1 = "None";
-        assert_eq!(SpanRecord::from_stop(&stop(&flags)), Ok(None));
+        assert_eq!(from_stop(&stop(&flags)), Ok(None));
         // Linkage's own stops carry only the ids: another session's specs are in force.
         let short = stop(&FULL[..4]);
         assert!(matches!(
-            SpanRecord::from_stop(&short),
+            from_stop(&short),
             Err(SpanError::Missing { field: "Kind", .. })
         ));
         let mut bad = FULL;
         bad[7].1 = "-5";
         assert!(matches!(
-            SpanRecord::from_stop(&stop(&bad)),
+            from_stop(&stop(&bad)),
             Err(SpanError::Invalid {
                 field: "DurationTicks",
                 ..

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use collector::artifacts::ArtifactKind;
+use profile::artifact::ArtifactKind;
 
 use super::EgressError;
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use collector::artifacts::ArtifactKind;
+use profile::artifact::ArtifactKind;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::budget::charge;

@@ -36,7 +36,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use collector::artifacts::ArtifactError;
 use tokio::io::{AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::task::JoinHandle;
 
@@ -172,7 +171,7 @@ pub enum EgressError {
     Task(String),
     /// The artifact could not be collected (the upload was given up).
     #[error(transparent)]
-    Artifact(ArtifactError),
+    Artifact(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// A configured provider.
@@ -344,12 +343,15 @@ impl Upload {
     /// Finishes the upload if its artifact was `written` whole, else gives it up (nothing partial
     /// stays). Returns where the artifact is, or why it is not there: the upload's own failure
     /// (e.g. over the disk budget) explains a failed write best.
-    pub async fn conclude(self, written: Result<(), ArtifactError>) -> Result<String, EgressError> {
+    pub async fn conclude<E>(self, written: Result<(), E>) -> Result<String, EgressError>
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
         match written {
             Ok(()) => self.finish().await,
             Err(error) => Err(match self.abort().await {
                 Err(egress) => egress,
-                Ok(()) => EgressError::Artifact(error),
+                Ok(()) => EgressError::Artifact(Box::new(error)),
             }),
         }
     }
@@ -438,7 +440,7 @@ mod tests {
     }
 
     fn name(seconds: u64) -> String {
-        collector::artifacts::ArtifactKind::Trace
+        profile::artifact::ArtifactKind::Trace
             .file_name(7, UNIX_EPOCH + Duration::from_secs(1_700_000_000 + seconds))
     }
 

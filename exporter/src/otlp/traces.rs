@@ -9,12 +9,12 @@
 
 use std::sync::Arc;
 
-use collector::signals::{SpanKind, SpanRecord, SpanStatus};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::InstrumentationScope;
 use opentelemetry_proto::tonic::trace::v1::{
     span, status, ResourceSpans, ScopeSpans, Span as OtlpSpan, Status,
 };
+use profile::span::{SpanKind, SpanRecord, SpanStatus};
 
 use super::{any_string, attribute, resource};
 
@@ -136,7 +136,7 @@ pub fn traces_request(spans: &[SpanExport]) -> ExportTraceServiceRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use collector::activity::{Span, SpanId, TraceId};
+    use profile::span::{Span, SpanId, TraceId};
     use prost::Message;
 
     fn record(span: &str, source: &str, status: SpanStatus) -> SpanRecord {

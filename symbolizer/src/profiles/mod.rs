@@ -20,11 +20,12 @@ pub mod recording;
 
 use std::collections::HashMap;
 
-use collector::activity::{Span, SpanTracker, TrackerLimits};
-use collector::nettrace::events::KnownEvent;
-use collector::nettrace::{Event, NettraceError};
+use collector::activity::{SpanTracker, TrackerLimits};
 use collector::samples::{SampleAggregator, StackKey};
+use nettrace::events::KnownEvent;
+use nettrace::{Event, NettraceError};
 use profile::labels;
+use profile::span::Span;
 use profile::{Function, LabelValue};
 
 use crate::{CodeMap, Frame, FrameKind, FunctionId, FunctionKind, ImageRange};
@@ -382,10 +383,10 @@ fn function_of(map: &CodeMap, frame: Frame) -> Function {
 
 /// A recorded trace of the collector's test fixtures.
 #[cfg(test)]
-fn fixture(name: &str) -> collector::nettrace::NettraceReader<std::fs::File> {
+fn fixture(name: &str) -> nettrace::NettraceReader<std::fs::File> {
     let path = format!(
         "{}/../collector/tests/fixtures/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
-    collector::nettrace::NettraceReader::new(std::fs::File::open(path).unwrap())
+    nettrace::NettraceReader::new(std::fs::File::open(path).unwrap())
 }

@@ -10,10 +10,11 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Instant;
 
 use collector::activity::{SpanTracker, TrackerLimits};
-use collector::nettrace::events::KnownEvent;
-use collector::nettrace::Event;
 use collector::samples::SampleAggregator;
-use collector::signals::{ExceptionFrame, ExceptionRecord, SignalCollector, SPAN_CATCH_UP_MARGIN};
+use collector::signals::{SignalCollector, SPAN_CATCH_UP_MARGIN};
+use nettrace::events::KnownEvent;
+use nettrace::Event;
+use profile::exception::{ExceptionFrame, ExceptionRecord};
 use profile::labels;
 use profile::{Batch, BatchSample, LabelValue, ProfileType};
 

@@ -3,10 +3,10 @@
 
 use std::collections::HashMap;
 
-use collector::nettrace::events::KnownEvent;
-use collector::nettrace::{Event, NettraceError, TraceInfo};
 use collector::samples::SampleAggregator;
 use collector::session::EventObserver;
+use nettrace::events::KnownEvent;
+use nettrace::{Event, NettraceError, TraceInfo};
 use profile::{Profile, ProfileBuilder, ProfileType, ValueType};
 
 use super::{FunctionTable, ProcessSymbolizer, Resolution, TimeProfiles};

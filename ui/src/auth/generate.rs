@@ -2,9 +2,9 @@
 //! random GUID as subject, the public key as a JWK (.NET's property names) in base64url, and an
 //! ES384 JWT of `aud`, `exp`, `iss`, `sub`.
 
-use collector::nettrace::Guid;
 use p384::ecdsa::signature::Signer;
 use p384::ecdsa::{Signature, SigningKey};
+use profile::guid::Guid;
 use rand_core::{OsRng, RngCore};
 use serde_json::json;
 

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use crate::artifacts::{Artifact, ArtifactSource};
 use axum::body::Body;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
@@ -15,14 +16,13 @@ use collector::artifacts::{
     StackFormat, TraceRequest,
 };
 use collector::gcdump::SnapshotOptions;
-use collector::nettrace::events::LogLevel;
 use collector::providers::TraceProfile;
 use collector::signals::{
     ExceptionFormat, ExceptionsFilters, ExceptionsRequest, LogFormat, LogsRequest, LogsSettings,
     ProcessSignals,
 };
-use exporter::artifacts::{Artifact, ArtifactSource};
 use exporter::egress::{ArtifactOrigin, Upload};
+use profile::log::LogLevel;
 use tokio::io::{AsyncReadExt, AsyncWrite};
 use tokio::sync::oneshot;
 

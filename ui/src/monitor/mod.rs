@@ -64,8 +64,9 @@ use serde::Serialize;
 use crate::error::ApiError;
 use crate::server::ApiState;
 
-/// How long each runtime may take to say who it is when processes are listed.
-const PROCESS_INFO_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long each runtime may take to say who it is when processes are listed: a busy runtime on
+/// a loaded node was seen to take more than 3 s; one that never answers delays a listing by this.
+const PROCESS_INFO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where the API finds runtimes: their own sockets (connect mode) and the agent's listen socket.
 #[derive(Clone, Default)]
@@ -105,7 +106,7 @@ pub struct MonitorState {
     /// relative ones. Never the client's `Host`, which a client chooses.
     pub api_url: Option<String>,
     /// Limits of the parser that watches a trace's stream.
-    pub parser: collector::nettrace::ParserOptions,
+    pub parser: nettrace::ParserOptions,
     /// What requests about processes the agent does not profile charge what they queue to (a
     /// share of the agent's signal budget); an attached process's requests charge its own.
     pub signals: collector::signals::SignalShare,
@@ -122,7 +123,7 @@ impl Default for MonitorState {
             live_metrics: collector::artifacts::EventMetricsConfiguration::default()
                 .selection(collector::counters::DEFAULT_INTERVAL_SECONDS),
             api_url: None,
-            parser: collector::nettrace::ParserOptions::default(),
+            parser: nettrace::ParserOptions::default(),
             signals: collector::signals::SignalShare::unlimited(),
         }
     }
@@ -241,6 +242,7 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    /// `None` for a runtime that did not answer ProcessInfo.
     fn from_reachable(process: ReachableProcess) -> Option<Target> {
         let s = process.summary;
         if s.error.is_some() {
@@ -283,32 +285,60 @@ impl Target {
     }
 }
 
+/// What a listing found: the runtimes that answered, and (pid, why) for those that did not.
+#[derive(Default)]
+struct Survey {
+    answered: Vec<Target>,
+    silent: Vec<(u64, String)>,
+}
+
 impl ProcessDirectory {
     /// Every runtime that answers.
     pub(crate) async fn targets(&self) -> Result<Vec<Target>, ApiError> {
+        Ok(self.survey().await?.answered)
+    }
+
+    /// Every runtime found, those that answered as targets.
+    async fn survey(&self) -> Result<Survey, ApiError> {
         let all = reachable(self.connect, self.listen.as_deref(), PROCESS_INFO_TIMEOUT)
             .await
             .map_err(|e| ApiError::Diagnostics(format!("listing processes: {e}")))?;
-        let mut targets: Vec<Target> = all.into_iter().filter_map(Target::from_reachable).collect();
-        targets.sort_by_key(|t| t.pid);
+        let mut survey = Survey::default();
+        for process in all {
+            match &process.summary.error {
+                Some(error) => survey.silent.push((process.summary.pid, error.clone())),
+                None => survey.answered.extend(Target::from_reachable(process)),
+            }
+        }
+        survey.answered.sort_by_key(|t| t.pid);
         // A runtime found through both its socket and the listen socket is one process.
-        targets.dedup_by(|a, b| a.uid == b.uid && !a.uid.is_empty());
-        Ok(targets)
+        survey
+            .answered
+            .dedup_by(|a, b| a.uid == b.uid && !a.uid.is_empty());
+        Ok(survey)
     }
 
     /// The one process `key` names (with no key: the only process there is).
     pub(crate) async fn resolve(&self, key: &ProcessKey) -> Result<Target, ApiError> {
-        let mut matching: Vec<Target> = self
-            .targets()
-            .await?
+        let survey = self.survey().await?;
+        let mut matching: Vec<Target> = survey
+            .answered
             .into_iter()
             .filter(|t| t.matches(key))
             .collect();
-        match matching.len() {
-            0 => Err(ApiError::ProcessSelection(
+        let silent = key
+            .pid
+            .and_then(|pid| survey.silent.into_iter().find(|(p, _)| *p == pid));
+        match (matching.len(), silent) {
+            (0, Some((pid, error))) => Err(ApiError::Diagnostics(format!(
+                "process {pid} has a diagnostics socket but did not say who it is within {} s \
+                 ({error}): its runtime may be busy or shutting down; try again",
+                PROCESS_INFO_TIMEOUT.as_secs()
+            ))),
+            (0, None) => Err(ApiError::ProcessSelection(
                 "Unable to discover a target process.".into(),
             )),
-            1 => Ok(matching.remove(0)),
+            (1, _) => Ok(matching.remove(0)),
             _ => Err(ApiError::ProcessSelection(
                 "Unable to select a single target process because multiple target processes \
                  have been discovered."

@@ -6,9 +6,9 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use collector::artifacts::ArtifactKind;
-use collector::nettrace::Guid;
-use collector::utc;
+use profile::artifact::ArtifactKind;
+use profile::guid::Guid;
+use profile::utc;
 use serde::Serialize;
 use tokio::sync::watch;
 
