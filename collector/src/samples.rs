@@ -115,9 +115,6 @@ pub struct SampleAggregator {
     /// out, for threads sampled in managed code more often than they ran
     /// ([`SampleAggregator::set_thread_cpu`]).
     cpu_scale: HashMap<u64, f64>,
-    /// By thread: the share of a core the kernel ran it beyond what its managed samples account
-    /// for (native code: a P/Invoke, a syscall), which [`SampleAggregator::native_cpu_ns`] spreads.
-    native_surplus: HashMap<u64, f64>,
     /// Why the samples' kinds cannot tell CPU, once known: from the runtime's version
     /// ([`SampleAggregator::distrust_kinds`]) or from the kernel's figures
     /// ([`SampleAggregator::set_thread_cpu`]).
@@ -402,11 +399,7 @@ impl SampleAggregator {
     /// code, a runnable thread waiting for a core among them, so on an oversubscribed machine the
     /// samples show the CPU threads ask for, not what they got. A thread sampled in managed code
     /// at a larger share of ticks than the share of a core it ran is worth that much less a
-    /// sample; none is worth more. The CPU the kernel gave a thread beyond what its managed
-    /// samples account for ran native code (a P/Invoke, a syscall: a method that reads a clock
-    /// in a loop spends most of its CPU there), so it is spread over the thread's samples
-    /// outside managed code, none worth more than the weight: a thread blocked in a wait the
-    /// whole window has no such CPU and its samples stay none.
+    /// sample; none is worth more, since its CPU also counts native code, which `cpu` leaves out.
     ///
     /// Where the kinds cannot be trusted (said before, or seen here: busy threads never sampled
     /// in managed code), each thread's kernel CPU is spread over all its samples instead.
@@ -423,7 +416,6 @@ impl SampleAggregator {
             self.untrusted_kinds = kinds_contradict_kernel(&managed, &all, cores_by_thread);
         }
         let ticks = self.ticks.max(1) as f64;
-        self.native_surplus = native_surplus(&managed, cores_by_thread, ticks);
         self.cpu_estimated = self.untrusted_kinds.is_some();
         self.cpu_scale = if self.cpu_estimated {
             all.into_iter()
@@ -446,8 +438,7 @@ impl SampleAggregator {
 
     /// The CPU time of `count` samples of `key`, in nanoseconds, or `None` when they are no CPU:
     /// samples in managed code worth [`Self::weight_ns`] each, scaled to what the kernel ran the
-    /// thread ([`Self::set_thread_cpu`]) (those outside it: [`Self::native_cpu_ns`]); where the
-    /// kinds are untrusted, every sample of a thread
+    /// thread ([`Self::set_thread_cpu`]); where the kinds are untrusted, every sample of a thread
     /// the kernel ran carries its share of that thread's CPU, and without the kernel's figures
     /// none is CPU.
     pub fn cpu_ns(&self, key: &StackKey, count: u64) -> Option<i64> {
@@ -460,24 +451,6 @@ impl SampleAggregator {
         };
         let weight = self.weight_ns() as f64 * scale.unwrap_or(1.0);
         Some((count as f64 * weight).round() as i64)
-    }
-
-    /// The CPU time of `count` samples of thread `thread_id` outside managed code and not in a
-    /// blocking wait, of `running` such samples the thread has in the window: the kernel's CPU of
-    /// the thread beyond its managed samples, spread over them, none worth more than the weight.
-    /// The caller tells waits from running native code by their frames (a thread parked in
-    /// `WaitForSignal` between work items is sampled outside managed code as often as one in a
-    /// syscall, and spreading over both put 30 % of a regression's CPU on the thread pool's
-    /// wait). `None` where the kinds are untrusted ([`Self::cpu_ns`] spreads over every sample
-    /// there) or the kernel ran the thread no longer than its managed samples show.
-    pub fn native_cpu_ns(&self, thread_id: u64, count: u64, running: u64) -> Option<i64> {
-        if self.untrusted_kinds.is_some() || running == 0 {
-            return None;
-        }
-        let surplus = *self.native_surplus.get(&thread_id).filter(|s| **s > 0.0)?;
-        let sampled = running as f64 / self.ticks.max(1) as f64;
-        let scale = (surplus / sampled).min(1.0);
-        Some((count as f64 * self.weight_ns() as f64 * scale).round() as i64)
     }
 
     /// The time the ticks span, Unix nanoseconds: (first tick, last tick + one period).
@@ -513,23 +486,6 @@ impl SampleAggregator {
         ids.dedup();
         ids
     }
-}
-
-/// By thread: the share of a core the kernel ran it beyond the share of ticks it was sampled in
-/// managed code, for the threads where that is more than none.
-fn native_surplus(
-    managed: &HashMap<u64, u64>,
-    cores_by_thread: &HashMap<u64, f64>,
-    ticks: f64,
-) -> HashMap<u64, f64> {
-    cores_by_thread
-        .iter()
-        .filter_map(|(thread_id, &cores)| {
-            let in_managed = managed.get(thread_id).copied().unwrap_or(0) as f64 / ticks;
-            let surplus = cores.max(0.0) - in_managed;
-            (surplus > 0.0).then_some((*thread_id, surplus))
-        })
-        .collect()
 }
 
 /// The kinds seen contradicting the kernel: threads it ran at least [`BUSY_CORES`] of a core
@@ -685,39 +641,9 @@ mod tests {
             None,
             "a waiting thread's sample is no CPU"
         );
-        // A thread that ran more than its managed samples show (native code too) is not raised;
-        // the rest of its CPU goes to its samples outside managed code that are not waits, none
-        // worth more than the weight: the other thread, never in managed code, ran a core's half.
-        let others = agg
-            .stacks()
-            .filter(|(key, _)| key.thread_id == other && !key.managed)
-            .map(|(_, n)| n)
-            .sum::<u64>();
-        let outside = others as f64 / agg.ticks() as f64;
-        agg.set_thread_cpu(&HashMap::from([(spinner, 1.0), (other, outside / 2.0)]));
-        assert_eq!(agg.cpu_ns(&spinning, 1), Some(weight));
-        assert_eq!(
-            agg.cpu_ns(&waiting, 1),
-            None,
-            "cpu_ns is of managed samples"
-        );
-        let half = agg.native_cpu_ns(other, 2, others).unwrap();
-        assert!((half - weight).abs() <= 1, "{half} vs {weight}");
-        // Half of those samples in waits: the other half carries it all.
-        let all = agg.native_cpu_ns(other, 2, others / 2).unwrap();
-        assert!((all - 2 * weight).abs() <= 2, "{all} vs {weight}");
+        // A thread that ran more than its managed samples show (native code too) is not raised.
         agg.set_thread_cpu(&HashMap::from([(spinner, 1.0), (other, 1.0)]));
-        assert_eq!(
-            agg.native_cpu_ns(other, 1, others),
-            Some(weight),
-            "never above the weight"
-        );
-        agg.set_thread_cpu(&HashMap::from([(spinner, 1.0), (other, 0.0)]));
-        assert_eq!(
-            agg.native_cpu_ns(other, 1, others),
-            None,
-            "a thread the kernel did not run"
-        );
+        assert_eq!(agg.cpu_ns(&spinning, 1), Some(weight));
     }
 
     fn aggregate(path: &str) -> SampleAggregator {

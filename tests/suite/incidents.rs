@@ -1,9 +1,10 @@
 //! Issue 49: incidents on the real Storefront. A CPU regression switched on at run time makes a
-//! CPU rule fire; the incident lists it, its diff ranks the regressed function first with its
-//! shares before and during within 3 points of the kernel's account (the service's per-thread
-//! CPU clock bounds each Evaluate's burn, /proc the process's CPU), it survives a SIGKILL of the
-//! agent, and its bundle (one HTML file) shows the same diff in Chromium with the network cut
-//! and the agent stopped, its pprof files read by `go tool pprof`.
+//! CPU rule fire; the incident lists it, its diff ranks the regressed function first, it survives
+//! a SIGKILL of the agent, its page in Chromium shows the same diff, and its bundle (one HTML
+//! file) shows it with the network cut and the agent stopped, its pprof files read by `go tool
+//! pprof`. The diff's shares before and during are judged against the kernel's account
+//! (Evaluate's CPU as the service measures it with the thread's CPU clock, over the process's
+//! CPU from /proc) by a test of their own, ignored while they miss it.
 
 use crate::storefront::{fact, load, port, set_behaviour};
 use crate::support;
@@ -22,8 +23,7 @@ const EVALUATE: &str = "Storefront.Pricing.DiscountRules.Evaluate";
 /// CPU ms each Evaluate burns with the regression on (the service's knob).
 const REGRESSION_MS: f64 = 10.0;
 /// Product requests a second: with the regression 0.2 core, which the service gets beside two
-/// CPU hogs, so evaluations (counted as they start) do not pile up unfinished (at 40 a second
-/// the service fell behind at load 30 and the count ran 57 % ahead of the CPU).
+/// CPU hogs (at 40 a second it fell behind at load 30).
 const RPS: u32 = 20;
 const CHROMIUM: &str = "/usr/bin/chromium";
 
@@ -35,7 +35,7 @@ fn unix_ms() -> f64 {
         * 1000.0
 }
 
-/// (unix ms, process CPU ms from /proc, the service's pricing_evaluations) every 200 ms.
+/// (unix ms, process CPU ms from /proc, the service's pricing_cpu_ns in ms) every 200 ms.
 struct Ledger {
     points: Arc<Mutex<Vec<(f64, f64, f64)>>>,
     stop: Arc<AtomicBool>,
@@ -53,13 +53,10 @@ impl Ledger {
                 // the middle of the round trip, its CPU the mean of the CPU read on either side,
                 // and a round trip over 1.5 s (a loaded machine) pairs them too loosely to keep.
                 let (t0, cpu0) = (unix_ms(), support::process_cpu_ms(&pid));
-                // A refused connection under load is skipped: the next point comes 200 ms later.
-                let stats = std::panic::catch_unwind(|| {
-                    http_get(port, "/admin/stats", &[]).json()["pricing_evaluations"].as_f64()
-                });
+                let evaluate_ns = evaluate_cpu_ns(port);
                 let (t1, cpu1) = (unix_ms(), support::process_cpu_ms(&pid));
-                if let Some(evaluations) = stats.ok().flatten().filter(|_| t1 - t0 <= 1500.0) {
-                    let point = ((t0 + t1) / 2.0, (cpu0 + cpu1) / 2.0, evaluations);
+                if let Some(evaluate_ns) = evaluate_ns.filter(|_| t1 - t0 <= 1500.0) {
+                    let point = ((t0 + t1) / 2.0, (cpu0 + cpu1) / 2.0, evaluate_ns / 1e6);
                     out.lock().unwrap().push(point);
                 }
                 std::thread::sleep(Duration::from_millis(200));
@@ -68,7 +65,7 @@ impl Ledger {
         Ledger { points, stop }
     }
 
-    /// Linear interpolation of (CPU, evaluations) at `t`.
+    /// Linear interpolation of (process CPU, Evaluate's CPU) at `t`, in ms.
     fn at(&self, t: f64) -> (f64, f64) {
         let points = self.points.lock().unwrap();
         let i = points
@@ -79,14 +76,29 @@ impl Ledger {
         (a.1 + f * (b.1 - a.1), a.2 + f * (b.2 - a.2))
     }
 
-    /// Evaluate's share of the process's CPU over `[from, until)` ms, in percent: the
-    /// evaluations after the switch at `on` each burned [`REGRESSION_MS`], those before next
-    /// to nothing (a pass over 256 rules).
-    fn evaluate_share(&self, from: f64, until: f64, on: f64) -> f64 {
-        let ((cpu0, _), (cpu1, ev1)) = (self.at(from), self.at(until));
-        let (_, ev0) = self.at(from.max(on));
-        (ev1 - ev0).max(0.0) * REGRESSION_MS * 100.0 / (cpu1 - cpu0)
+    /// Evaluate's share of the process's CPU over `[from, until)` ms, in percent (the service
+    /// counts the CPU of regressed evaluations only: one pass over 256 rules is next to none).
+    fn evaluate_share(&self, from: f64, until: f64) -> f64 {
+        let ((cpu0, ev0), (cpu1, ev1)) = (self.at(from), self.at(until));
+        (ev1 - ev0).max(0.0) * 100.0 / (cpu1 - cpu0)
     }
+}
+
+/// The service's pricing_cpu_ns, or `None` when it did not answer within 1.5 s: the ledger goes
+/// on from its next point rather than wait on a request a loaded machine stalled (a refused
+/// connection is one too).
+fn evaluate_cpu_ns(port: u16) -> Option<f64> {
+    let (answer, answered) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let stats = std::panic::catch_unwind(|| {
+            http_get(port, "/admin/stats", &[]).json()["pricing_cpu_ns"].as_f64()
+        });
+        let _ = answer.send(stats.ok().flatten());
+    });
+    answered
+        .recv_timeout(Duration::from_millis(1500))
+        .ok()
+        .flatten()
 }
 
 impl Drop for Ledger {
@@ -122,10 +134,22 @@ fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) 
 }
 
 #[test]
-#[ignore = "not passing yet: beside two hogs (load 23-45) Evaluate now ranks first and its share \
-            before is right (0.00 % against the kernel's 0.00 %), but during it reads 63.6 % \
-            against 90.3 %: the native CPU (the clock syscall) is not all given to its samples"]
-fn a_cpu_regression_makes_an_incident_whose_diff_and_bundle_rank_it_first() {
+fn a_cpu_regression_makes_an_incident_whose_diff_page_and_bundle_rank_it_first() {
+    cpu_regression_incident(false);
+}
+
+#[test]
+#[ignore = "not passing yet: beside two hogs at load 40-58, Evaluate ranks first and its share \
+            before is right (0.00 % against 0.00 %), but during it reads 55.2 % against the \
+            service's measured 86.7 %: the cpu profile held 2.8 s of the process's 5.9 s, and \
+            1.6 s of the 5.1 s Evaluate measured on its threads' CPU clocks"]
+fn the_incident_diff_shares_are_the_kernels() {
+    cpu_regression_incident(true);
+}
+
+/// The CPU regression's incident, its diff, page, bundle and restart, with the shares of the
+/// diff judged against the kernel's account when `judge_shares`.
+fn cpu_regression_incident(judge_shares: bool) {
     let front = Target::builder("Storefront").start();
     load(&front, 30, "product:1", 10, false); // through the JIT's tiers
     let dir = data_dir("incidents");
@@ -160,7 +184,6 @@ fn a_cpu_regression_makes_an_incident_whose_diff_and_bundle_rank_it_first() {
         "the rule fired before the regression: {}",
         agent.log()
     );
-    let on = unix_ms();
     set_behaviour(
         &front,
         &format!("regression=on&regression_ms={REGRESSION_MS}"),
@@ -214,10 +237,8 @@ fn a_cpu_regression_makes_an_incident_whose_diff_and_bundle_rank_it_first() {
         "{diff}"
     );
     assert!(ms("during_from_unix_ms") < incident["first_cause_unix_ms"].as_f64().unwrap());
-    let truth_before =
-        ledger.evaluate_share(ms("before_from_unix_ms"), ms("before_until_unix_ms"), on);
-    let truth_during =
-        ledger.evaluate_share(ms("during_from_unix_ms"), ms("during_until_unix_ms"), on);
+    let truth_before = ledger.evaluate_share(ms("before_from_unix_ms"), ms("before_until_unix_ms"));
+    let truth_during = ledger.evaluate_share(ms("during_from_unix_ms"), ms("during_until_unix_ms"));
     let share = |key: &str| first[key].as_f64().unwrap();
     eprintln!(
         "incident {id}: first {} {:.2}% -> {:.2}% of cpu (self {:.2}% -> {:.2}%); the kernel's \
@@ -229,7 +250,17 @@ fn a_cpu_regression_makes_an_incident_whose_diff_and_bundle_rank_it_first() {
         share("self_during"),
         incident["first_cause_unix_ms"].as_f64().unwrap() - ms("during_from_unix_ms"),
     );
-    eprintln!("ledger: {} points", ledger.points.lock().unwrap().len());
+    let process_ms = |from: &str, until: &str| ledger.at(ms(until)).0 - ledger.at(ms(from)).0;
+    let points = ledger.points.lock().unwrap().len();
+    eprintln!(
+        "ledger: {} points; cpu profile totals against the process's CPU: before {:.0} ms \
+         against {:.0} ms, during {:.0} ms against {:.0} ms",
+        points,
+        ms("before_total") / 1e6,
+        process_ms("before_from_unix_ms", "before_until_unix_ms"),
+        ms("during_total") / 1e6,
+        process_ms("during_from_unix_ms", "during_until_unix_ms"),
+    );
     if support::sample_kinds_untrusted() {
         // .NET 9 marks managed code external (dotnet/runtime#123996): cpu is each thread's
         // kernel CPU spread over all its stacks, the thread pool's waits too, so neither the
@@ -240,6 +271,8 @@ fn a_cpu_regression_makes_an_incident_whose_diff_and_bundle_rank_it_first() {
             first["function"].as_str().unwrap().starts_with(EVALUATE),
             "{diff}"
         );
+    }
+    if judge_shares {
         assert!(
             (share("total_before") - truth_before).abs() <= 3.0,
             "{diff}"

@@ -30,27 +30,6 @@ use profile::{Function, LabelValue};
 
 use crate::{CodeMap, Frame, FrameKind, FunctionId, FunctionKind, ImageRange};
 
-/// Methods a thread parks in until something wakes it, by the start of their names: the
-/// thread pool's and the runtime's waits, sleeps, joins, the sockets' event loop and EventPipe's
-/// dispatch thread. A sample whose innermost named method is one of them is no CPU.
-const WAITS: &[&str] = &[
-    "System.Threading.LowLevelLifoSemaphore.",
-    "System.Threading.LowLevelMonitor.Wait",
-    "System.Threading.LowLevelLock.Wait",
-    "System.Threading.WaitHandle.Wait",
-    "System.Threading.WaitSubsystem.",
-    "System.Threading.Monitor.Wait",
-    "System.Threading.ManualResetEventSlim.Wait",
-    "System.Threading.SemaphoreSlim.Wait",
-    "System.Threading.Thread.Sleep",
-    "System.Threading.Thread.Join",
-    "System.Threading.Thread.SleepInternal",
-    "Interop.Sys.WaitForSocketEvents",
-    "Interop.Sys.Poll",
-    "Interop.Sys.LowLevelMonitor_",
-    "System.Diagnostics.Tracing.EventPipeInternal.WaitForSessionSignal",
-];
-
 /// Which time profiles to build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeProfiles {
@@ -174,32 +153,10 @@ impl ProcessSymbolizer {
         table: &mut FunctionTable,
     ) -> Vec<TimeSample> {
         let period = samples.weight_ns();
-        let stacks = self.stacks_in_spans(samples);
-        // Samples outside managed code count as CPU where the kernel ran their thread beyond its
-        // managed samples, unless their thread was parked in a wait.
-        let mut frames = Vec::new();
-        let waits: Vec<bool> = stacks
-            .iter()
-            .map(|(key, _, _)| !key.managed && self.in_wait(&key.ips, &mut frames))
-            .collect();
-        let mut running: HashMap<u64, u64> = HashMap::new();
-        for ((key, _, count), wait) in stacks.iter().zip(&waits) {
-            if !key.managed && !wait {
-                *running.entry(key.thread_id).or_default() += count;
-            }
-        }
-        stacks
+        self.stacks_in_spans(samples)
             .into_iter()
-            .zip(waits)
-            .filter_map(|((key, span, count), wait)| {
-                let native = || {
-                    let running = running.get(&key.thread_id).copied().unwrap_or(0);
-                    samples.native_cpu_ns(key.thread_id, count, running)
-                };
-                let cpu = match samples.cpu_ns(key, count) {
-                    None if !key.managed && !wait => native(),
-                    cpu => cpu,
-                };
+            .filter_map(|(key, span, count)| {
+                let cpu = samples.cpu_ns(key, count);
                 types
                     .include(cpu.is_some())
                     .then_some((key, span, count, cpu))
@@ -231,17 +188,6 @@ impl ProcessSymbolizer {
                 }
             })
             .collect()
-    }
-
-    /// Whether a stack's innermost named method is one where a thread parks until woken (the
-    /// runtime's and the sockets' waits, sleeps, joins): a sample there is no CPU, whatever the
-    /// kernel ran its thread at other times.
-    fn in_wait(&self, ips: &[u64], frames: &mut Vec<Frame>) -> bool {
-        self.map.symbolize_stack_into(ips, frames);
-        frames
-            .iter()
-            .find_map(|&frame| self.map.method_name(frame))
-            .is_some_and(|name| WAITS.iter().any(|wait| name.starts_with(wait)))
     }
 
     /// The window's stacks, split by the span each sample ran in when that is known, sorted by
