@@ -483,16 +483,21 @@ impl Shared {
     }
 
     /// Queues a request: into the last waiting request of its signal while both fit in one
-    /// (a backend that is behind gets fewer, larger requests), else at the back; then drops the
-    /// oldest requests (never the one in flight) while over a limit.
+    /// (a backend that is behind gets fewer, larger requests) and the queue in its budget, else
+    /// at the back; then drops the oldest requests (never the one in flight) while over a limit.
     fn push(&self, request: Prepared) {
         let mut queue = self.queue();
         queue.bytes += request.bytes as u64;
         let first_waiting = usize::from(queue.front_in_flight);
-        let last_of_signal = queue
-            .requests
-            .iter()
-            .rposition(|r| r.signal == request.signal)
+        // Over budget, the new request stays apart, so that dropping the oldest keeps it.
+        let last_of_signal = (queue.bytes <= self.limits.max_queue_bytes)
+            .then(|| {
+                queue
+                    .requests
+                    .iter()
+                    .rposition(|r| r.signal == request.signal)
+            })
+            .flatten()
             .filter(|&at| at >= first_waiting);
         let unmerged = match last_of_signal {
             Some(at) => queue.requests[at].merge(request),
