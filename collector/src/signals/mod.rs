@@ -698,9 +698,8 @@ impl LogsFeed {
 impl FeedState {
     /// Hands on the records that are ready, in order. A record's span is looked up only once
     /// the span tracking has caught up with it: before that, the thread's newest switch seen may
-    /// be to a span that has ended since, and its ids would be wrong ones (as .NET 8's records
-    /// had beside two CPU hogs, with linkage seconds behind); one released by time or room goes
-    /// without ids, counted.
+    /// be to a span that has ended since, and its ids would be wrong ones; one released by time
+    /// or room goes without ids, counted.
     fn release(&mut self, all: bool) {
         let spans = self.collector.signals().span_lookup().cloned();
         while let Some(first) = self.waiting.front() {
@@ -1091,7 +1090,7 @@ mod tests {
         }
     }
 
-    /// Issue 45 (.NET 8's records with other ids under load): a record the span tracking has
+    /// Issue 45 (checking a guess at .NET 8's records without ids): a record the span tracking has
     /// not caught up with is handed on without inferred ids, not with those of the span its
     /// thread was last seen in; once caught up, it gets them.
     #[test]
