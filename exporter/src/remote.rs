@@ -309,6 +309,58 @@ pub struct Prepared {
     pub values: u64,
 }
 
+/// The largest request [`Prepared::merge`] makes: half the 4 MiB a gRPC server (grpc-go's, so
+/// the OpenTelemetry Collector's) takes by default, so that a merged request is never refused
+/// for its size.
+pub const MAX_MERGED_BYTES: usize = 2 << 20;
+
+impl Prepared {
+    /// Appends `later`'s items to this request, when both carry OTLP logs, spans or metric
+    /// points to the same place and together stay within [`MAX_MERGED_BYTES`]; else hands
+    /// `later` back. Profiles never merge: each request has its own dictionary.
+    pub fn merge(&mut self, later: Prepared) -> Option<Prepared> {
+        if self.signal != later.signal
+            || self.signal == ExportSignal::Profiles
+            || self.bytes + later.bytes > MAX_MERGED_BYTES
+        {
+            return Some(later);
+        }
+        let unmerged = match (&mut self.body, later.body) {
+            (Body::GrpcLogs(into), Body::GrpcLogs(from)) => {
+                into.resource_logs.extend(from.resource_logs);
+                None
+            }
+            (Body::GrpcTraces(into), Body::GrpcTraces(from)) => {
+                into.resource_spans.extend(from.resource_spans);
+                None
+            }
+            (Body::GrpcMetrics(into), Body::GrpcMetrics(from)) => {
+                into.resource_metrics.extend(from.resource_metrics);
+                None
+            }
+            // The export requests of logs, traces and metrics are one repeated field each, and
+            // two encoded messages concatenated decode as one with both fields' items.
+            (
+                Body::Http { url, body: into },
+                Body::Http {
+                    url: to,
+                    body: from,
+                },
+            ) if *url == to => {
+                into.extend_from_slice(&from);
+                None
+            }
+            (_, body) => Some(body),
+        };
+        if let Some(body) = unmerged {
+            return Some(Prepared { body, ..later });
+        }
+        self.bytes += later.bytes;
+        self.values += later.values;
+        None
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Body {
     Grpc(ExportProfilesServiceRequest),
@@ -605,7 +657,7 @@ impl Client {
                 } else {
                     Body::Http {
                         url: self.otlp_url(ExportSignal::Profiles),
-                        body: self.maybe_gzip(request.encode_to_vec()),
+                        body: request.encode_to_vec(),
                     }
                 };
                 vec![Prepared {
@@ -632,7 +684,7 @@ impl Client {
                         })
                         .collect(),
                 };
-                let body = self.maybe_gzip(request.encode_to_vec());
+                let body = request.encode_to_vec();
                 vec![Prepared {
                     bytes: body.len(),
                     body: Body::Http {
@@ -674,14 +726,6 @@ impl Client {
         }
     }
 
-    fn maybe_gzip(&self, bytes: Vec<u8>) -> Vec<u8> {
-        if self.gzip {
-            gzip(&bytes)
-        } else {
-            bytes
-        }
-    }
-
     /// Adds the configured resource attributes.
     fn extend(&self, resource: &mut Option<Resource>) {
         if let Some(resource) = resource {
@@ -703,7 +747,7 @@ impl Client {
             Kind::OtlpGrpc => Body::GrpcLogs(request),
             Kind::OtlpHttp => Body::Http {
                 url: self.otlp_url(ExportSignal::Logs),
-                body: self.maybe_gzip(request.encode_to_vec()),
+                body: request.encode_to_vec(),
             },
             Kind::Pyroscope | Kind::PyroscopeIngest => return None,
         };
@@ -729,7 +773,7 @@ impl Client {
             Kind::OtlpGrpc => Body::GrpcTraces(request),
             Kind::OtlpHttp => Body::Http {
                 url: self.otlp_url(ExportSignal::Traces),
-                body: self.maybe_gzip(request.encode_to_vec()),
+                body: request.encode_to_vec(),
             },
             Kind::Pyroscope | Kind::PyroscopeIngest => return None,
         };
@@ -775,7 +819,7 @@ impl Client {
             Kind::OtlpGrpc => Body::GrpcMetrics(request),
             Kind::OtlpHttp => Body::Http {
                 url: self.otlp_url(ExportSignal::Metrics),
-                body: self.maybe_gzip(request.encode_to_vec()),
+                body: request.encode_to_vec(),
             },
             Kind::Pyroscope | Kind::PyroscopeIngest => return None,
         };
@@ -807,7 +851,14 @@ impl Client {
                 accepted(client.export(self.grpc_request(message.clone())).await)
             }
             (Transport::Http(client), Body::Http { url, body }) => {
-                self.send_http(client, url, body.clone()).await
+                // Compressed per attempt, so that queued bodies stay mergeable (protobuf
+                // messages concatenate; gzip streams are not worth relying on to).
+                let body = if self.gzip && self.kind != Kind::PyroscopeIngest {
+                    gzip(body)
+                } else {
+                    body.clone()
+                };
+                self.send_http(client, url, body).await
             }
             _ => Err(SendError::refused(
                 "request prepared by another kind of exporter".into(),
@@ -1021,6 +1072,103 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(custom.otlp_http_path(), "");
+    }
+
+    fn spans(ids: &[&str]) -> Vec<SpanExport> {
+        use profile::span::{Span, SpanId, SpanKind, SpanRecord, SpanStatus, TraceId};
+        let series: Arc<[(String, String)]> = Arc::from(vec![("process_id".into(), "7".into())]);
+        ids.iter()
+            .map(|id| SpanExport {
+                series: series.clone(),
+                span: Arc::new(SpanRecord {
+                    span: Span {
+                        trace_id: TraceId::from_hex("0af7651916cd43dd8448eb211c80319c").unwrap(),
+                        span_id: SpanId::from_hex(id).unwrap(),
+                        name: "op".into(),
+                    },
+                    parent_span_id: None,
+                    display_name: String::new(),
+                    kind: SpanKind::Server,
+                    start_unix_nanos: 1_000,
+                    duration_nanos: 500,
+                    status: SpanStatus::Unset,
+                    status_description: String::new(),
+                    trace_state: String::new(),
+                    source_name: "s".into(),
+                    source_version: String::new(),
+                    tags: Vec::new(),
+                    dropped_tags: 0,
+                }),
+            })
+            .collect()
+    }
+
+    fn span_ids(request: &ExportTraceServiceRequest) -> Vec<String> {
+        request
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .flat_map(|s| &s.spans)
+            .map(|s| s.span_id.iter().map(|b| format!("{b:02x}")).collect())
+            .collect()
+    }
+
+    /// Two requests' spans in one, as the backend decodes it: over HTTP (gzipped per attempt,
+    /// so the queued bodies concatenate) and gRPC; never profiles, never past the size cap.
+    #[tokio::test]
+    async fn requests_of_one_signal_merge_into_one_the_backend_decodes_whole() {
+        let (a, b) = (
+            spans(&["00000000000000a1"]),
+            spans(&["00000000000000b2", "00000000000000b3"]),
+        );
+        for kind in ["otlp-http", "otlp-grpc"] {
+            let client = Client::new(&config(&format!(
+                r#"{{"Kind": "{kind}", "Endpoint": "http://127.0.0.1:4318"}}"#
+            )))
+            .unwrap();
+            let (first, second) = (
+                client.prepare_traces(&a).unwrap(),
+                client.prepare_traces(&b).unwrap(),
+            );
+            let mut merged = first.clone();
+            assert!(merged.merge(second.clone()).is_none());
+            assert_eq!(
+                (merged.values, merged.bytes),
+                (3, first.bytes + second.bytes)
+            );
+            let decoded = match &merged.body {
+                Body::Http { body, .. } => {
+                    ExportTraceServiceRequest::decode(body.as_slice()).unwrap()
+                }
+                Body::GrpcTraces(request) => request.clone(),
+                other => panic!("{kind}: {other:?}"),
+            };
+            assert_eq!(decoded.encoded_len(), merged.bytes, "{kind}");
+            assert_eq!(
+                span_ids(&decoded),
+                ["00000000000000a1", "00000000000000b2", "00000000000000b3"],
+                "{kind}"
+            );
+            let mut big = first.clone();
+            big.bytes = MAX_MERGED_BYTES;
+            assert!(big.merge(second.clone()).is_some(), "{kind}: past the cap");
+        }
+        let client = Client::new(&config(
+            r#"{"Kind": "otlp-http", "Endpoint": "http://h:4318"}"#,
+        ))
+        .unwrap();
+        let profiles = Prepared {
+            body: Body::Http {
+                url: "http://h:4318/v1development/profiles".into(),
+                body: vec![1],
+            },
+            bytes: 1,
+            signal: ExportSignal::Profiles,
+            values: 1,
+        };
+        assert!(profiles.clone().merge(profiles.clone()).is_some());
+        let traces = client.prepare_traces(&a).unwrap();
+        assert!(traces.clone().merge(profiles).is_some(), "another signal");
     }
 
     #[test]

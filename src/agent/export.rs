@@ -16,12 +16,17 @@
 //! 2. the batches of the current interval, at most [`MAX_PENDING_SAMPLES`] samples: past it
 //!    batches are dropped (`reason="interval_full"`); log records and metric points likewise
 //!    ([`MAX_PENDING_LOG_RECORDS`], [`MAX_PENDING_METRIC_POINTS`]);
-//! 3. a queue of prepared requests, at most `QueueSize` requests and `MaxQueueBytes` bytes,
-//!    while the backend is slow or down: past either, the oldest request is dropped
-//!    (`reason="queue_full"`), so the newest profiles survive an outage;
+//! 3. a queue of prepared requests, at most `MaxQueueBytes` bytes (and `QueueSize` requests,
+//!    when set), while the backend is slow or down. An interval's logs, spans or metric points
+//!    join the last waiting request of their signal while the two fit in one request
+//!    ([`exporter::remote::MAX_MERGED_BYTES`]), so a backend that falls behind gets fewer,
+//!    larger requests rather than a longer queue; past a limit, the oldest request is dropped
+//!    (`reason="queue_full"`), so the newest data survives an outage;
 //! 4. one request in flight, retried while the backend is unreachable or overloaded, waits
 //!    doubling from 1 s to `MaxRetryDelay` with jitter (half to all of the wait); a request the
 //!    backend refuses (4xx, `InvalidArgument`) is dropped at once (`reason="rejected"`).
+//!
+//! What was given up is logged once per interval, by signal, with the reasons.
 //!
 //! At shutdown the last interval is prepared and each queued request gets one attempt within
 //! [`SHUTDOWN_GRACE`]; what is left is dropped (`reason="shutdown"`).
@@ -67,7 +72,6 @@ pub const CHANNEL_METRIC_POINTS: usize = 8192;
 pub const MAX_PENDING_METRIC_POINTS: usize = 50_000;
 /// Defaults of the settings.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
-pub const DEFAULT_QUEUE_SIZE: usize = 8;
 pub const DEFAULT_MAX_QUEUE_BYTES: u64 = 16 << 20;
 pub const DEFAULT_MAX_RETRY_DELAY: Duration = Duration::from_secs(30);
 const FIRST_RETRY_DELAY: Duration = Duration::from_secs(1);
@@ -80,7 +84,6 @@ pub struct ExportTaps(Vec<Tap>);
 
 #[derive(Debug, Clone)]
 struct Tap {
-    name: String,
     /// Profile batches; open while the agent runs (its closing ends the exporter's task), used
     /// when the exporter sends profiles.
     channel: mpsc::Sender<ExportBatch>,
@@ -214,10 +217,6 @@ impl ExportTaps {
                 let samples = batch.batch.samples.len() as u64;
                 tap.metrics
                     .drop_items(ExportSignal::Profiles, "channel_full", samples);
-                let dropped = tap.metrics.dropped_batches_channel.get();
-                if dropped.is_power_of_two() {
-                    tracing::warn!(exporter = %tap.name, dropped, "the exporter cannot keep up; profile batches are being dropped before export");
-                }
             }
         }
     }
@@ -364,6 +363,18 @@ impl ExportMetrics {
         self.drop_items(request.signal, reason, request.values);
     }
 
+    /// What the drop counters hold now.
+    fn drop_totals(&self) -> DropTotals {
+        DropTotals {
+            requests: self.dropped_requests.values().map(Counter::get).sum(),
+            items: self
+                .dropped_items
+                .iter()
+                .map(|(&key, counter)| (key, counter.get()))
+                .collect(),
+        }
+    }
+
     fn sent(&self, request: &Prepared) {
         self.sent_requests.inc();
         self.sent_bytes.add(request.bytes as u64);
@@ -371,6 +382,13 @@ impl ExportMetrics {
             c.add(request.values);
         }
     }
+}
+
+/// The drop counters of one exporter at one time: what the next report compares with.
+#[derive(Debug, Default)]
+struct DropTotals {
+    requests: u64,
+    items: BTreeMap<(ExportSignal, &'static str), u64>,
 }
 
 /// Lets through at most `per_second` events a second, in bursts of up to that many (a token
@@ -410,7 +428,8 @@ impl RateLimiter {
 #[derive(Debug, Clone)]
 struct Limits {
     interval: Duration,
-    queue_size: usize,
+    /// Requests queued at most, when set; `max_queue_bytes` is the budget either way.
+    queue_size: Option<usize>,
     max_queue_bytes: u64,
     max_retry_delay: Duration,
 }
@@ -419,7 +438,7 @@ impl Limits {
     fn of(config: &ExporterConfig) -> anyhow::Result<Limits> {
         let limits = Limits {
             interval: config.interval.unwrap_or(DEFAULT_INTERVAL),
-            queue_size: config.queue_size.unwrap_or(DEFAULT_QUEUE_SIZE),
+            queue_size: config.queue_size,
             max_queue_bytes: config.max_queue_bytes.unwrap_or(DEFAULT_MAX_QUEUE_BYTES),
             max_retry_delay: config.max_retry_delay.unwrap_or(DEFAULT_MAX_RETRY_DELAY),
         };
@@ -427,7 +446,7 @@ impl Limits {
             limits.interval >= Duration::from_millis(100),
             "Interval must be at least 100ms"
         );
-        anyhow::ensure!(limits.queue_size >= 1, "QueueSize must be at least 1");
+        anyhow::ensure!(limits.queue_size != Some(0), "QueueSize must be at least 1");
         anyhow::ensure!(
             limits.max_retry_delay >= FIRST_RETRY_DELAY,
             "MaxRetryDelay must be at least 1s"
@@ -463,44 +482,86 @@ impl Shared {
         self.metrics.queue_bytes.set(queue.bytes as f64);
     }
 
-    /// Queues a request, dropping the oldest ones (not the one in flight) while over a limit.
+    /// Queues a request: into the last waiting request of its signal while both fit in one
+    /// (a backend that is behind gets fewer, larger requests) and the queue in its budget, else
+    /// at the back; then drops the oldest requests (never the one in flight) while over a limit.
     fn push(&self, request: Prepared) {
         let mut queue = self.queue();
         queue.bytes += request.bytes as u64;
-        queue.requests.push_back(request);
-        // Requests, then items per signal.
-        let mut dropped = (0u64, BTreeMap::<ExportSignal, u64>::new());
-        while queue.requests.len() > self.limits.queue_size
-            || (queue.bytes > self.limits.max_queue_bytes && queue.requests.len() > 1)
-        {
-            let at = usize::from(queue.front_in_flight);
-            if at + 1 >= queue.requests.len() {
-                break;
-            }
-            let Some(old) = queue.requests.remove(at) else {
+        let first_waiting = usize::from(queue.front_in_flight);
+        // Over budget, the new request stays apart, so that dropping the oldest keeps it.
+        let last_of_signal = (queue.bytes <= self.limits.max_queue_bytes)
+            .then(|| {
+                queue
+                    .requests
+                    .iter()
+                    .rposition(|r| r.signal == request.signal)
+            })
+            .flatten()
+            .filter(|&at| at >= first_waiting);
+        let unmerged = match last_of_signal {
+            Some(at) => queue.requests[at].merge(request),
+            None => Some(request),
+        };
+        if let Some(request) = unmerged {
+            queue.requests.push_back(request);
+        }
+        while self.over_limits(&queue) && first_waiting + 1 < queue.requests.len() {
+            let Some(old) = queue.requests.remove(first_waiting) else {
                 break;
             };
             queue.bytes -= old.bytes as u64;
             self.metrics.drop_request("queue_full", &old);
-            dropped.0 += 1;
-            *dropped.1.entry(old.signal).or_default() += old.values;
         }
         self.update_gauges(&queue);
         drop(queue);
-        if dropped.0 > 0 {
-            let items = |signal| dropped.1.get(&signal).copied().unwrap_or(0);
-            tracing::warn!(
-                exporter = %self.name,
-                requests = dropped.0,
-                samples = items(ExportSignal::Profiles),
-                log_records = items(ExportSignal::Logs),
-                spans = items(ExportSignal::Traces),
-                queue_size = self.limits.queue_size,
-                max_queue_bytes = self.limits.max_queue_bytes,
-                "the backend is not taking requests fast enough; the oldest queued requests were dropped"
-            );
-        }
         self.ready.notify_one();
+    }
+
+    fn over_limits(&self, queue: &Queue) -> bool {
+        queue.bytes > self.limits.max_queue_bytes
+            || self
+                .limits
+                .queue_size
+                .is_some_and(|size| queue.requests.len() > size)
+    }
+
+    /// Logs once what was given up since `last` (rate-limited spans aside: that limit is the
+    /// user's), by signal, with the reasons; `last` becomes now.
+    fn report_drops(&self, last: &mut DropTotals) {
+        let now = self.metrics.drop_totals();
+        let mut items = BTreeMap::<ExportSignal, u64>::new();
+        let mut reasons = std::collections::BTreeSet::new();
+        for (&(signal, reason), &n) in &now.items {
+            let grown = n.saturating_sub(last.items.get(&(signal, reason)).copied().unwrap_or(0));
+            if grown > 0 && reason != "rate_limited" {
+                *items.entry(signal).or_default() += grown;
+                reasons.insert(reason);
+            }
+        }
+        let requests = now.requests.saturating_sub(last.requests);
+        *last = now;
+        if items.is_empty() && requests == 0 {
+            return;
+        }
+        let (queued, queued_bytes) = {
+            let queue = self.queue();
+            (queue.requests.len(), queue.bytes)
+        };
+        let items = |signal| items.get(&signal).copied().unwrap_or(0);
+        tracing::warn!(
+            exporter = %self.name,
+            requests,
+            samples = items(ExportSignal::Profiles),
+            log_records = items(ExportSignal::Logs),
+            spans = items(ExportSignal::Traces),
+            metric_points = items(ExportSignal::Metrics),
+            reasons = %reasons.into_iter().collect::<Vec<_>>().join(","),
+            queued,
+            queued_bytes,
+            max_queue_bytes = self.limits.max_queue_bytes,
+            "export data was given up in the last interval (the clrscope_export_dropped_* metrics count it by reason)"
+        );
     }
 }
 
@@ -557,7 +618,6 @@ pub fn spawn(
         ));
         tasks.spawn(send(shared, client, done_rx));
         taps.push(Tap {
-            name: name.clone(),
             channel,
             profiles: exporter.sends(ExportSignal::Profiles),
             logs,
@@ -621,7 +681,7 @@ async fn collect(
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut pending: Vec<ExportBatch> = Vec::new();
     let mut pending_samples = 0usize;
-    let mut refused = 0u64;
+    let mut dropped = DropTotals::default();
     let prepare = |pending: &mut Vec<ExportBatch>, samples: &mut usize| {
         let batches = std::mem::take(pending);
         *samples = 0;
@@ -651,10 +711,6 @@ async fn collect(
                     let samples = batch.batch.samples.len();
                     if pending_samples + samples > MAX_PENDING_SAMPLES {
                         shared.metrics.drop_items(ExportSignal::Profiles, "interval_full", samples as u64);
-                        refused += 1;
-                        if refused.is_power_of_two() {
-                            tracing::warn!(exporter = %shared.name, batches = refused, max_samples = MAX_PENDING_SAMPLES, "an export interval holds too many samples; batches are being dropped (shorten the Interval)");
-                        }
                     } else {
                         pending_samples += samples;
                         pending.push(batch);
@@ -680,11 +736,13 @@ async fn collect(
             _ = ticks.tick() => {
                 prepare(&mut pending, &mut pending_samples);
                 prepare_signals(&mut pending_logs, &mut pending_spans, &mut pending_points);
+                shared.report_drops(&mut dropped);
             }
         }
     }
     prepare(&mut pending, &mut pending_samples);
     prepare_signals(&mut pending_logs, &mut pending_spans, &mut pending_points);
+    shared.report_drops(&mut dropped);
     let _ = done.send(true);
 }
 
@@ -785,7 +843,7 @@ async fn send(shared: Arc<Shared>, client: Client, mut done: tokio::sync::watch:
                 failures += 1;
                 let wait = backoff(failures, shared.limits.max_retry_delay, error.retry_after);
                 if failures == 1 {
-                    tracing::warn!(exporter = %shared.name, %error, retry_in = ?wait, "the backend did not take profiles; retrying (queued requests are kept up to QueueSize and MaxQueueBytes)");
+                    tracing::warn!(exporter = %shared.name, %error, retry_in = ?wait, "the backend did not take profiles; retrying (queued requests are kept up to MaxQueueBytes)");
                 } else {
                     tracing::debug!(exporter = %shared.name, %error, failures, retry_in = ?wait, "retrying");
                 }

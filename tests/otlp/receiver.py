@@ -325,8 +325,13 @@ def metrics_summary(request, transport, extra):
     return out
 
 
+# Seconds each gRPC export call takes before it answers (--answer-delay): a slow backend.
+ANSWER_DELAY = 0.0
+
+
 class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
     def Export(self, request, context):
+        time.sleep(ANSWER_DELAY)
         metadata = {k: v for k, v in context.invocation_metadata()}
         emit(traces_summary(request, "grpc", {"headers": metadata, "bytes": request.ByteSize()}))
         return trace_service_pb2.ExportTraceServiceResponse()
@@ -334,6 +339,7 @@ class TraceService(trace_service_pb2_grpc.TraceServiceServicer):
 
 class MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
     def Export(self, request, context):
+        time.sleep(ANSWER_DELAY)
         metadata = {k: v for k, v in context.invocation_metadata()}
         emit(metrics_summary(request, "grpc", {"headers": metadata, "bytes": request.ByteSize()}))
         return metrics_service_pb2.ExportMetricsServiceResponse()
@@ -341,6 +347,7 @@ class MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
 
 class LogsService(logs_service_pb2_grpc.LogsServiceServicer):
     def Export(self, request, context):
+        time.sleep(ANSWER_DELAY)
         metadata = {k: v for k, v in context.invocation_metadata()}
         emit(logs_summary(request, "grpc", {"headers": metadata, "bytes": request.ByteSize()}))
         return logs_service_pb2.ExportLogsServiceResponse()
@@ -348,6 +355,7 @@ class LogsService(logs_service_pb2_grpc.LogsServiceServicer):
 
 class ProfilesService(profiles_service_pb2_grpc.ProfilesServiceServicer):
     def Export(self, request, context):
+        time.sleep(ANSWER_DELAY)
         metadata = {k: v for k, v in context.invocation_metadata()}
         emit(
             otlp_summary(
@@ -474,10 +482,15 @@ def main():
     parser.add_argument(
         "--traces-path", default="/v1/traces", help="the OTLP/HTTP traces route to serve"
     )
+    parser.add_argument(
+        "--answer-delay", type=float, default=0.0, help="seconds each gRPC export call waits"
+    )
     parser.add_argument("--tls-cert", help="serve TLS with this PEM certificate (chain)")
     parser.add_argument("--tls-key", help="the certificate's PEM private key")
     args = parser.parse_args()
     os.makedirs(args.out_dir, exist_ok=True)
+    global ANSWER_DELAY
+    ANSWER_DELAY = args.answer_delay
     push_pb2 = compile_push_proto()
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))

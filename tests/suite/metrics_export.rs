@@ -573,9 +573,10 @@ fn meters_reach_otlp_livemetrics_and_rules_with_the_values_recorded() {
     );
 }
 
-/// The receiver is down for a minute: the metrics queue stays at its bound, the agent's memory
-/// flat, the points given up are counted under their signal, and what is queued arrives once the
-/// receiver is back.
+/// The receiver is down for a minute: the metrics queue stays within its byte budget (each
+/// interval's points join the waiting request, so it is bytes, not requests, that run out), the
+/// agent's memory flat, the points given up are counted under their signal, and what is queued
+/// arrives once the receiver is back.
 #[test]
 fn a_metrics_receiver_outage_is_bounded_and_counted() {
     let dir = data_dir("metrics-outage");
@@ -589,7 +590,7 @@ fn a_metrics_receiver_outage_is_bounded_and_counted() {
     let config = settings(
         &dir,
         json!({"outage": {"Kind": "otlp-http", "Endpoint": format!("http://127.0.0.1:{http_port}"),
-                          "Interval": "1s", "QueueSize": "3", "MaxRetryDelay": "2s",
+                          "Interval": "1s", "MaxQueueBytes": "64KiB", "MaxRetryDelay": "2s",
                           "Timeout": "1s", "Signals": ["Metrics"]}}),
         json!({}),
     );
@@ -613,7 +614,7 @@ fn a_metrics_receiver_outage_is_bounded_and_counted() {
     while down_at.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_secs(3));
         rss.push(agent.rss_kib());
-        queued.push(agent.metric("clrscope_export_queue_requests", &["exporter=\"outage\""]));
+        queued.push(agent.metric("clrscope_export_queue_bytes", &["exporter=\"outage\""]));
     }
     let dropped = agent.metric(
         "clrscope_export_dropped_metric_points_total",
@@ -626,13 +627,13 @@ fn a_metrics_receiver_outage_is_bounded_and_counted() {
     let (peak, late) = peak_and_late_growth(&rss);
     eprintln!(
         "metrics outage: RSS {before} KiB before, peak {peak} KiB, {late} KiB growth over the \
-         second half ({rss:?}); queue {queued:?}; dropped {dropped_requests} requests, {dropped} \
+         second half ({rss:?}); queue bytes {queued:?}; dropped {dropped_requests} requests, {dropped} \
          metric points"
     );
-    assert!(queued.iter().all(|&q| q <= 3.0), "{queued:?}");
-    // ~60 one-second intervals, 3 kept.
+    assert!(queued.iter().all(|&q| q <= 65_536.0), "{queued:?}");
+    // ~60 one-second intervals of points, more than 64 KiB: the oldest went.
     assert!(
-        dropped_requests >= 40.0 && dropped >= dropped_requests,
+        dropped_requests >= 1.0 && dropped >= dropped_requests,
         "{}",
         agent.log()
     );

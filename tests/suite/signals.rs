@@ -1194,7 +1194,7 @@ fn otlp_logs_survive_other_sessions_on_the_provider() {
             s.parse().expect("CLRSCOPE_LOGS_SHARING_SECONDS: seconds")
         });
     let dir = data_dir("signals-sharing");
-    let (receiver, mut target, agent) = logs_to_otlp(&dir, "100");
+    let (receiver, mut target, agent) = logs_to_otlp(&dir, "100", &[], "1s");
     let pid = target.pid();
     let mut truth = Refused::default();
     let mut got: Vec<Value> = Vec::new();
@@ -1380,14 +1380,129 @@ fn otlp_logs_survive_other_sessions_on_the_provider() {
     assert!(traces >= 2 && requests >= 6, "{report}");
 }
 
+/// What an OTLP receiver got of a Logs target's messages, by sequence.
+struct Delivery {
+    /// The last message logged when asked.
+    upto: u64,
+    /// The first received (messages before the agent's session was enabled are refused by the
+    /// logger or missed).
+    first: u64,
+    /// Information-or-above messages from `first` to `upto`.
+    expected: Vec<u64>,
+    /// Of those, not received (after waiting up to 60 s for them).
+    missing: Vec<u64>,
+    /// Received more than once.
+    twice: Vec<u64>,
+}
+
+/// Waits (up to 60 s) until `receiver` has every Information-or-above message the target logged
+/// up to now that its logger did not refuse, and says what it got.
+fn delivered_once(receiver: &support::receiver::Receiver, truth: &Refused) -> Delivery {
+    let upto = truth.last_sequence;
+    let mut got: Vec<Value> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (counts, first) = loop {
+        got.extend(receiver.drain());
+        let mut counts: HashMap<u64, u32> = HashMap::new();
+        for record in scoped_items(&got, "otlp-logs", "grpc", "records") {
+            if let Some(seq) = record.item["attributes"]["OrderId"].as_str() {
+                *counts.entry(seq.parse().unwrap()).or_insert(0) += 1;
+            }
+        }
+        let first = counts.keys().min().copied().unwrap_or(u64::MAX);
+        let expected = |s: &u64| rank(level_of(*s)) >= rank("Information") && !truth.refused(*s);
+        if (first..=upto)
+            .filter(expected)
+            .all(|s| counts.contains_key(&s))
+            || Instant::now() > deadline
+        {
+            break (counts, first);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let expected: Vec<u64> = (first..=upto)
+        .filter(|&s| rank(level_of(s)) >= rank("Information"))
+        .collect();
+    let missing = expected
+        .iter()
+        .copied()
+        .filter(|s| !counts.contains_key(s))
+        .collect();
+    let twice = counts
+        .iter()
+        .filter(|(_, &n)| n > 1)
+        .map(|(&s, _)| s)
+        .collect();
+    Delivery {
+        upto,
+        first,
+        expected,
+        missing,
+        twice,
+    }
+}
+
+/// Issue 45 (the twin's logs beside two CPU hogs lost 2.7 %): a backend slower than the export
+/// interval had its requests queued, and the queue of 8 requests dropped the oldest, whatever
+/// its 16 MiB byte budget held. An interval's records now join the request still waiting. A
+/// receiver that takes 1 s per call and a 200 ms interval (five requests a second for the one
+/// it answers): every Information-or-above message the target logged for
+/// `CLRSCOPE_SLOW_BACKEND_SECONDS` (default 20) at 100 a second arrives exactly once, and
+/// `/metrics` counts no log record dropped (before the fix: drops from the third second on).
+#[test]
+fn a_slow_backend_gets_every_log_record() {
+    let seconds: u64 = std::env::var("CLRSCOPE_SLOW_BACKEND_SECONDS")
+        .ok()
+        .map_or(20, |s| {
+            s.parse().expect("CLRSCOPE_SLOW_BACKEND_SECONDS: seconds")
+        });
+    let dir = data_dir("signals-slow-backend");
+    let (receiver, mut target, agent) =
+        logs_to_otlp(&dir, "100", &["--answer-delay", "1"], "200ms");
+    let mut truth = Refused::default();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(seconds) {
+        std::thread::sleep(Duration::from_millis(500));
+        truth.absorb(&mut target);
+    }
+    let Delivery {
+        upto,
+        first,
+        expected,
+        missing,
+        twice,
+    } = delivered_once(&receiver, &truth);
+    let dropped = agent.metric("clrscope_export_dropped_log_records_total", &[]);
+    let requests = agent.metric("clrscope_export_sent_requests_total", &[]);
+    let report = format!(
+        "{upto} messages logged, {} at Information or above from the first received ({first}) \
+         in {requests} requests, missing {} (first {:?}), received twice {twice:?}, refused by \
+         the logger {:?}, dropped by the agent {dropped}",
+        expected.len(),
+        missing.len(),
+        missing.first(),
+        truth.ranges,
+    );
+    println!("{report}");
+    assert!(expected.len() as u64 >= seconds * 30, "{report}");
+    assert!(
+        missing.is_empty() && twice.is_empty() && dropped == 0.0,
+        "{report}"
+    );
+}
+
 /// A Logs target writing `messages_per_second` (no exceptions, no span lines), and an agent
-/// collecting its Information-or-above logs into an OTLP/gRPC receiver every second; their
-/// files in `dir`, which the caller holds until they are dropped.
+/// collecting its Information-or-above logs into an OTLP/gRPC receiver (started with
+/// `receiver_args`) every `interval`; their files in `dir`, which the caller holds until they
+/// are dropped.
 fn logs_to_otlp(
     dir: &std::path::Path,
     messages_per_second: &str,
+    receiver_args: &[&str],
+    interval: &str,
 ) -> (support::receiver::Receiver, Target, Agent) {
-    let receiver = support::receiver::Receiver::start(&dir.join("received"), 0, 0);
+    let receiver =
+        support::receiver::Receiver::start_with(&dir.join("received"), 0, 0, receiver_args);
     let target = Target::builder("Logs")
         .args([
             "--messages-per-second",
@@ -1402,7 +1517,7 @@ fn logs_to_otlp(
     let config = dir.join("config/settings.json");
     let settings = serde_json::json!({"Exporters": {
         "grpc": {"Kind": "otlp-grpc", "Endpoint": format!("http://127.0.0.1:{}", receiver.grpc_port),
-                 "Interval": "1s", "Signals": ["Logs"]}}});
+                 "Interval": interval, "Signals": ["Logs"]}}});
     std::fs::write(&config, settings.to_string()).unwrap();
     let agent = Agent::start(
         &dir.join("store"),
@@ -1438,55 +1553,26 @@ fn a_quiet_app_keeps_its_logs_session() {
             s.parse().expect("CLRSCOPE_QUIET_LOGS_SECONDS: seconds")
         });
     let dir = data_dir("signals-quiet-logs");
-    let (receiver, mut target, agent) = logs_to_otlp(&dir, "0.5");
+    let (receiver, mut target, agent) = logs_to_otlp(&dir, "0.5", &[], "1s");
     let mut truth = Refused::default();
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(seconds) {
         std::thread::sleep(Duration::from_millis(500));
         truth.absorb(&mut target);
     }
-    let upto = truth.last_sequence;
-    let mut got: Vec<Value> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let (counts, first) = loop {
-        got.extend(receiver.drain());
-        let mut counts: HashMap<u64, u32> = HashMap::new();
-        for record in scoped_items(&got, "otlp-logs", "grpc", "records") {
-            if let Some(seq) = record.item["attributes"]["OrderId"].as_str() {
-                *counts.entry(seq.parse().unwrap()).or_insert(0) += 1;
-            }
-        }
-        // Messages before the agent's session was enabled are refused by the logger or missed.
-        let first = counts.keys().min().copied().unwrap_or(u64::MAX);
-        let expected = |s: &u64| rank(level_of(*s)) >= rank("Information") && !truth.refused(*s);
-        if (first..=upto)
-            .filter(expected)
-            .all(|s| counts.contains_key(&s))
-            || Instant::now() > deadline
-        {
-            break (counts, first);
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let Delivery {
+        upto,
+        first,
+        expected,
+        missing,
+        twice,
+    } = delivered_once(&receiver, &truth);
     let renewals = |reason: &str| {
         agent.metric(
             "clrscope_logs_session_renewals_total",
             &[&format!("reason=\"{reason}\"")],
         )
     };
-    let expected: Vec<u64> = (first..=upto)
-        .filter(|&s| rank(level_of(s)) >= rank("Information"))
-        .collect();
-    let missing: Vec<u64> = expected
-        .iter()
-        .copied()
-        .filter(|s| !counts.contains_key(s))
-        .collect();
-    let twice: Vec<u64> = counts
-        .iter()
-        .filter(|(_, &n)| n > 1)
-        .map(|(&s, _)| s)
-        .collect();
     let report = format!(
         "{upto} messages logged, {} at Information or above from the first received ({first}), \
          missing {missing:?}, received twice {twice:?}, refused by the logger {:?}; renewals: {} \

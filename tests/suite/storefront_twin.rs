@@ -412,6 +412,9 @@ fn clrscope_out_of_process_matches_the_otel_sdk_inside() {
         ("clrscope_linkage_total", "what=\"abandoned_spans\""),
         ("clrscope_linkage_total", "what=\"unmatched_stops\""),
         ("clrscope_signals_dropped_total", ""),
+        ("clrscope_export_dropped_spans_total", ""),
+        ("clrscope_export_dropped_log_records_total", ""),
+        ("clrscope_export_failed_attempts_total", ""),
     ]
     .iter()
     .map(|(name, label)| format!("{name}{{{label}}} {}", agent.metric(name, &[label])))

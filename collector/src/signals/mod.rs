@@ -642,6 +642,9 @@ struct FeedState {
     collector: SignalCollector,
     /// Oldest first.
     waiting: VecDeque<Waiting>,
+    /// Records handed on before the span tracking had caught up with them, so without the ids
+    /// it would have guessed.
+    unjoined: u64,
 }
 
 impl std::fmt::Debug for FeedState {
@@ -657,6 +660,7 @@ impl LogsFeed {
         LogsFeed(Mutex::new(FeedState {
             collector: SignalCollector::new(signals),
             waiting: VecDeque::new(),
+            unjoined: 0,
         }))
     }
 
@@ -692,27 +696,41 @@ impl LogsFeed {
 }
 
 impl FeedState {
+    /// Hands on the records that are ready, in order. A record's span is looked up only once
+    /// the span tracking has caught up with it: before that, the thread's newest switch seen may
+    /// be to a span that has ended since, and its ids would be wrong ones; one released by time
+    /// or room goes without ids, counted.
     fn release(&mut self, all: bool) {
         let spans = self.collector.signals().span_lookup().cloned();
         while let Some(first) = self.waiting.front() {
+            let caught_up = spans.as_ref().is_none_or(|s| {
+                s.0.caught_up(first.record.unix_nanos + SPAN_CATCH_UP_MARGIN)
+            });
             let ready = all
+                || caught_up
                 || first.record.span.is_some()
                 || self.waiting.len() > MAX_WAITING
-                || first.arrived.elapsed() >= MAX_SPAN_WAIT
-                || spans.as_ref().is_none_or(|s| {
-                    s.0.caught_up(first.record.unix_nanos + SPAN_CATCH_UP_MARGIN)
-                });
+                || first.arrived.elapsed() >= MAX_SPAN_WAIT;
             if !ready {
                 break;
             }
             let Some(mut w) = self.waiting.pop_front() else {
                 break;
             };
-            if w.record.span.is_none() {
+            if w.record.span.is_none() && caught_up {
                 w.record.span = spans
                     .as_ref()
                     .and_then(|s| s.0.span(w.outside, w.thread, w.at));
                 w.record.ids_from = w.record.span.as_ref().map(|_| IdsFrom::Linkage);
+            } else if w.record.span.is_none() && spans.is_some() {
+                self.unjoined += 1;
+                if self.unjoined.is_power_of_two() {
+                    tracing::warn!(
+                        records = self.unjoined,
+                        wait_s = MAX_SPAN_WAIT.as_secs(),
+                        "trace linkage is behind the logs session; log records are exported without the span ids it would infer"
+                    );
+                }
             }
             self.collector.signals.push_log(w.record);
         }
@@ -1050,6 +1068,49 @@ mod tests {
         assert_eq!(small.dropped(SignalKind::Logs), 100 - kept.len() as u64);
         assert_eq!(small.dropped(SignalKind::Scopes), 0);
         assert!(small.budget().held() <= scope_bytes + 20_000);
+    }
+
+    /// A span tracker whose stream is (or is not) caught up, and which names the same span for
+    /// any lookup: the one a thread's newest switch seen points at.
+    struct Tracker {
+        caught_up: bool,
+    }
+
+    impl SpanSource for Tracker {
+        fn caught_up(&self, _unix_nanos: i64) -> bool {
+            self.caught_up
+        }
+
+        fn span(&self, _activity: Guid, _thread: u64, _timestamp: i64) -> Option<Span> {
+            Some(Span {
+                trace_id: profile::span::TraceId::from_hex("0af7651916cd43dd8448eb211c80319c")?,
+                span_id: profile::span::SpanId::from_hex("00f067aa0ba902b7")?,
+                name: "seen".into(),
+            })
+        }
+    }
+
+    /// Issue 45 (checking a guess at .NET 8's records without ids): a record the span tracking has
+    /// not caught up with is handed on without inferred ids, not with those of the span its
+    /// thread was last seen in; once caught up, it gets them.
+    #[test]
+    fn records_get_no_inferred_ids_before_linkage_catches_up() {
+        for caught_up in [false, true] {
+            let signals = ProcessSignals::new(
+                SignalLimits::default(),
+                trace_logs(),
+                SignalShare::unlimited(),
+            );
+            signals.set_span_lookup(SpanLookup(Arc::new(Tracker { caught_up })));
+            collect(&signals, &scoped_messages(3));
+            let logs = signals.logs_since(i64::MIN);
+            assert_eq!(logs.len(), 3);
+            for record in &logs {
+                assert_eq!(record.span.is_some(), caught_up, "{:?}", record.span);
+                let inferred = caught_up.then_some(IdsFrom::Linkage);
+                assert_eq!(record.ids_from, inferred);
+            }
+        }
     }
 
     #[test]
