@@ -238,11 +238,23 @@ struct Registry {
     next_id: u64,
 }
 
+/// What is told of each incident made (not of one a cause joins): the OTLP export's log record.
+pub type OnCreated = Box<dyn Fn(&Incident) + Send + Sync>;
+
 /// The store's incidents; cloning shares them. Recording takes its own lock, not the store's,
 /// so a rule firing never waits for a profile query.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Incidents {
     inner: Arc<Mutex<Registry>>,
+    on_created: Arc<std::sync::OnceLock<OnCreated>>,
+}
+
+impl std::fmt::Debug for Incidents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Incidents")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Incidents {
@@ -285,6 +297,7 @@ impl Incidents {
         };
         let incidents = Incidents {
             inner: Arc::new(Mutex::new(registry)),
+            on_created: Arc::default(),
         };
         Ok((incidents, problems))
     }
@@ -299,9 +312,25 @@ impl Incidents {
         self.lock().window
     }
 
+    /// Tells `notify` of every incident made from now on, after it is on disk (the first one
+    /// given stays); it runs on the recording thread, so it must not block.
+    pub fn on_created(&self, notify: OnCreated) {
+        let _ = self.on_created.set(notify);
+    }
+
     /// Records `cause`: it joins the incident it belongs to (merging any others it now
-    /// overlaps), or starts one. Returns the incident as written to disk.
+    /// overlaps), or starts one (told to [`Incidents::on_created`]). Returns the incident as
+    /// written to disk.
     pub fn record(&self, cause: IncidentCause) -> Result<Incident> {
+        let (incident, created) = self.record_locked(cause)?;
+        if let Some(notify) = self.on_created.get().filter(|_| created) {
+            notify(&incident);
+        }
+        Ok(incident)
+    }
+
+    /// [`Incidents::record`] under the lock; whether the incident is new.
+    fn record_locked(&self, cause: IncidentCause) -> Result<(Incident, bool)> {
         if cause.processes.is_empty() {
             return Err(StoreError::InvalidQuery(
                 "an incident cause names at least one process".into(),
@@ -337,7 +366,7 @@ impl Incidents {
                 bytes,
             },
         );
-        Ok(incident)
+        Ok((incident, joined.is_empty()))
     }
 
     /// The incidents `filter` keeps, newest first.
@@ -637,15 +666,7 @@ pub fn incident_diff(
     control: &crate::tsdb::QueryControl,
 ) -> Result<(IncidentDiff, DiffProfiles)> {
     let (before_ms, during_ms) = incident.ranges(now_unix_ms);
-    let query = |(from, until): (i64, i64)| crate::tsdb::Query {
-        from: from.saturating_mul(1_000_000),
-        until: until.saturating_mul(1_000_000),
-        profile_type: profile_type.clone(),
-        matchers: vec![("process_id".to_string(), pid.to_string())],
-        sample_matchers: Vec::new(),
-        sample_labels: crate::tsdb::SampleLabels::Only(Vec::new()),
-        control: control.clone(),
-    };
+    let query = |range| side_query(range, pid, profile_type, Vec::new(), control);
     let before = store.profile(&query(before_ms))?;
     let during = store.profile(&query(during_ms))?;
     let diff = IncidentDiff {
@@ -662,4 +683,180 @@ pub fn incident_diff(
         functions: share_changes(&before, &during, limit),
     };
     Ok((diff, DiffProfiles { before, during }))
+}
+
+/// The query of one side (`[from, until)` in Unix ms) of an incident on process `pid`, keeping
+/// the sample labels `keep`.
+fn side_query(
+    (from, until): (i64, i64),
+    pid: u64,
+    profile_type: &profile::ProfileType,
+    keep: Vec<String>,
+    control: &crate::tsdb::QueryControl,
+) -> crate::tsdb::Query {
+    crate::tsdb::Query {
+        from: from.saturating_mul(1_000_000),
+        until: until.saturating_mul(1_000_000),
+        profile_type: profile_type.clone(),
+        matchers: vec![("process_id".to_string(), pid.to_string())],
+        sample_matchers: Vec::new(),
+        sample_labels: crate::tsdb::SampleLabels::Only(keep),
+        control: control.clone(),
+    }
+}
+
+/// The stored profile type that counts exceptions thrown, one sample per throw, labelled with
+/// the thrown type ([`profile::labels::TYPE`]).
+pub const EXCEPTION_TYPE: &str = "exception";
+
+/// One exception type's throws before and during an incident, as the store counted them (every
+/// `ExceptionThrown` event of the runtime, first chance, not sampled).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExceptionChange {
+    pub type_name: String,
+    pub before: i64,
+    pub during: i64,
+    /// Throws a minute on each side: the sides differ in length.
+    pub before_per_minute: f64,
+    pub during_per_minute: f64,
+    /// Thrown during and never before.
+    pub new: bool,
+    /// The function it was thrown from most often (during, else before), the app's own before
+    /// the framework's (an `await` passing an exception on throws it again in the framework).
+    pub thrown_at: String,
+    /// Throws from `thrown_at` on that side.
+    pub thrown_at_count: i64,
+}
+
+impl ExceptionChange {
+    /// Throws a minute it grew by.
+    pub fn growth(&self) -> f64 {
+        self.during_per_minute - self.before_per_minute
+    }
+}
+
+/// The exception types of one process that are new or grew in an incident.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IncidentExceptions {
+    pub incident: u64,
+    pub pid: u64,
+    pub before_from_unix_ms: i64,
+    pub before_until_unix_ms: i64,
+    pub during_from_unix_ms: i64,
+    pub during_until_unix_ms: i64,
+    /// All throws on each side, of every type.
+    pub before_total: i64,
+    pub during_total: i64,
+    /// Largest growth of the rate first, at most the limit asked.
+    pub exceptions: Vec<ExceptionChange>,
+    /// Types thrown in the window that did not grow, or beyond the limit: not listed.
+    pub types_left_out: usize,
+}
+
+/// One exception type's throws on one side, and where it was thrown from.
+#[derive(Debug, Clone, Default)]
+struct Throws {
+    count: i64,
+    site: String,
+    site_count: i64,
+}
+
+/// Whether `module` is the runtime's or the framework's: a throw there passes an exception on
+/// (`ExceptionDispatchInfo.Throw` at an `await`) more often than it makes one.
+fn framework_module(module: &str) -> bool {
+    module.starts_with("System.") || module.starts_with("Microsoft.")
+}
+
+/// Throws per type in `profile` (an [`EXCEPTION_TYPE`] profile keeping the `type` label), with
+/// each type's most frequent throwing function, the app's own before the framework's: an
+/// exception an `await` passes on is thrown again there, as often as it was made.
+fn throws_by_type(profile: &Profile) -> BTreeMap<String, Throws> {
+    let mut sites: BTreeMap<(String, u32), i64> = BTreeMap::new();
+    for sample in &profile.samples {
+        let type_name = sample
+            .labels
+            .iter()
+            .find(|(key, _)| key == profile::labels::TYPE)
+            .map_or_else(String::new, |(_, value)| match value {
+                profile::LabelValue::Str(s) => s.clone(),
+                profile::LabelValue::Num(n) => n.to_string(),
+            });
+        let leaf = sample.stack.first().copied().unwrap_or(u32::MAX);
+        *sites.entry((type_name, leaf)).or_default() += sample.values[0];
+    }
+    let mut out: BTreeMap<String, (Throws, (bool, i64))> = BTreeMap::new();
+    for ((type_name, leaf), count) in sites {
+        let function = profile.functions.get(leaf as usize);
+        let app = function.is_some_and(|f| !framework_module(&f.module));
+        let (throws, best) = out.entry(type_name).or_default();
+        throws.count += count;
+        if (app, count) > *best {
+            *best = (app, count);
+            throws.site = function.map_or_else(String::new, |f| f.name.clone());
+            throws.site_count = count;
+        }
+    }
+    out.into_iter()
+        .map(|(k, (throws, _))| (k, throws))
+        .collect()
+}
+
+/// The exception types of process `pid` thrown in `incident`'s window whose rate grew from
+/// before to during (new ones included), largest growth first; at most `limit`.
+pub fn incident_exceptions(
+    store: &crate::tsdb::Store,
+    incident: &Incident,
+    pid: u64,
+    now_unix_ms: i64,
+    limit: usize,
+    control: &crate::tsdb::QueryControl,
+) -> Result<IncidentExceptions> {
+    let (before_ms, during_ms) = incident.ranges(now_unix_ms);
+    let profile_type = profile::ProfileType::known(EXCEPTION_TYPE)
+        .ok_or_else(|| StoreError::InvalidQuery(format!("no profile type {EXCEPTION_TYPE}")))?;
+    let keep = vec![profile::labels::TYPE.to_string()];
+    let query = |range| side_query(range, pid, &profile_type, keep.clone(), control);
+    let before = throws_by_type(&store.profile(&query(before_ms))?);
+    let during = throws_by_type(&store.profile(&query(during_ms))?);
+    let per_minute =
+        |n: i64, (from, until): (i64, i64)| n as f64 * 60_000.0 / (until - from) as f64;
+    let types: std::collections::BTreeSet<&String> = before.keys().chain(during.keys()).collect();
+    let mut changes: Vec<ExceptionChange> = types
+        .iter()
+        .map(|&type_name| {
+            let b = before.get(type_name).cloned().unwrap_or_default();
+            let d = during.get(type_name).cloned().unwrap_or_default();
+            let (before_count, during_count) = (b.count, d.count);
+            let site = if during_count > 0 { d } else { b };
+            ExceptionChange {
+                type_name: type_name.clone(),
+                before: before_count,
+                during: during_count,
+                before_per_minute: per_minute(before_count, before_ms),
+                during_per_minute: per_minute(during_count, during_ms),
+                new: before_count == 0 && during_count > 0,
+                thrown_at: site.site,
+                thrown_at_count: site.site_count,
+            }
+        })
+        .filter(|c| c.growth() > 0.0)
+        .collect();
+    changes.sort_by(|a, b| {
+        b.growth()
+            .total_cmp(&a.growth())
+            .then_with(|| a.type_name.cmp(&b.type_name))
+    });
+    changes.truncate(limit);
+    Ok(IncidentExceptions {
+        incident: incident.id,
+        pid,
+        before_from_unix_ms: before_ms.0,
+        before_until_unix_ms: before_ms.1,
+        during_from_unix_ms: during_ms.0,
+        during_until_unix_ms: during_ms.1,
+        before_total: before.values().map(|v| v.count).sum(),
+        during_total: during.values().map(|v| v.count).sum(),
+        types_left_out: types.len() - changes.len(),
+        exceptions: changes,
+    })
 }

@@ -6,7 +6,9 @@
 //
 // Opens the incidents view on the incident, gives the token, waits for the page to settle and
 // prints (last stdout line, JSON) what it shows: the diff's rows as shown (function, share
-// before and during), the causes' triggers, the timeline's charts (type, mean before and
+// before and during), the exceptions table's rows (type, before, during, where; with
+// `"exceptions": true` it waits for one), the slowest spans' rows (with `"spans": true` it waits
+// for one), the causes' triggers, the timeline's charts (type, mean before and
 // during), the page's errors, and the bundle it downloaded (path). A screenshot goes to
 // `artifacts/incident.png`.
 'use strict';
@@ -38,6 +40,12 @@ const TIMEOUT_MS = 60000;
       null,
       { timeout: TIMEOUT_MS },
     );
+    if (config.exceptions) {
+      await page.waitForFunction(() => document.querySelectorAll('#incident-exceptions tr').length > 0, null, { timeout: TIMEOUT_MS });
+    }
+    if (config.spans) {
+      await page.waitForFunction(() => document.querySelectorAll('#incident-spans tr.span-row').length > 0, null, { timeout: TIMEOUT_MS });
+    }
     const shown = await page.evaluate(() => ({
       title: document.getElementById('incident-title').textContent,
       triggers: [...document.querySelectorAll('#incident-causes td.trigger')].map((td) => td.textContent),
@@ -45,6 +53,12 @@ const TIMEOUT_MS = 60000;
         function: tr.querySelector('.function').textContent,
         share_before: tr.querySelector('.share-before').textContent,
         share_during: tr.querySelector('.share-during').textContent,
+      })),
+      exceptions: [...document.querySelectorAll('#incident-exceptions tr')].map((tr) => [...tr.cells].map((td) => td.textContent)),
+      spans: [...document.querySelectorAll('#incident-spans tr.span-row')].map((tr) => ({
+        name: tr.querySelector('.span-name').textContent,
+        duration_ms: tr.querySelector('.span-duration').textContent,
+        tags: tr.querySelector('.span-tags').textContent,
       })),
       charts: [...document.querySelectorAll('#incident-timeline figure')].map((f) => ({
         type: f.dataset.type,

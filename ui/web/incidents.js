@@ -2,8 +2,10 @@
 // (each cause with its trigger as configured and the window it judged), a timeline of the window
 // from the series the store holds (CPU, allocation as the GC heap's growth, exceptions, lock
 // waits) with "before" and "during" marked, the flame-graph diff ranked by growth of share
-// (`/api/v1/incidents/{id}/diff`), the exceptions and warning+ logs the agent keeps that are new
-// or grew in the window, each linked to its span's flame graph, and the bundle to download.
+// (`/api/v1/incidents/{id}/diff`), the exception types that are new or grew in the window as the
+// store counted them (`/api/v1/incidents/{id}/exceptions`) and the warning+ logs the agent keeps
+// that did, each linked to its span's flame graph, the slowest spans of the window
+// (`/api/v1/incidents/{id}/spans`), and the bundle to download.
 
 import { ApiError, getJson, request } from './api.js';
 import { byId, h, sizeCanvas } from './dom.js';
@@ -11,6 +13,10 @@ import { formatDateTime, formatRange, formatSpan } from './format.js';
 
 /** Functions the diff table lists. */
 const DIFF_ROWS = 30;
+/** Exception types the exceptions table lists. */
+const EXCEPTION_ROWS = 20;
+/** Slowest spans the spans table lists. */
+const SPAN_ROWS = 20;
 /** Signals asked of the agent per process (it keeps the newest). */
 const SIGNALS = 1000;
 /** Points of a timeline chart at most. */
@@ -102,7 +108,8 @@ export class IncidentsView {
     await Promise.all([
       this.loadTimeline(pid, incident, ranges),
       this.loadDiff(incident.id, pid),
-      this.loadSignals(pid, ranges),
+      this.loadSignals(incident.id, pid, ranges),
+      this.loadSpans(incident.id, pid),
     ]);
   }
 
@@ -212,7 +219,12 @@ export class IncidentsView {
     return h('button', { type: 'button', className: 'link', title: `trace ${traceId}`, onclick: () => this.onSpan(pid, traceId, spanId) }, `span ${spanId}`);
   }
 
-  async loadSignals(pid, ranges) {
+  /**
+   * Exceptions counted by the store (every throw, by type: `/api/v1/incidents/{id}/exceptions`),
+   * with the message and span of the newest one the agent still keeps; warning+ logs from what
+   * the agent keeps.
+   */
+  async loadSignals(id, pid, ranges) {
     let answer;
     try {
       answer = await getJson(`/api/v1/processes/${pid}/signals`, { level: 'Warning', limit: SIGNALS });
@@ -220,7 +232,8 @@ export class IncidentsView {
       if (!(error instanceof ApiError && error.status === 404)) throw error;
       answer = null;
     }
-    const exceptions = answer ? grown(answer.exceptions, (e) => e.typeName, (e) => Date.parse(e.timestamp), ranges) : [];
+    const counted = await getJson(`/api/v1/incidents/${id}/exceptions`, { pid, limit: EXCEPTION_ROWS });
+    const newest = new Map((answer?.exceptions ?? []).map((e) => [e.typeName, e]));
     const logs = answer ? grown(answer.logs, (r) => `${r.LogLevel} ${r.Category}[${r.EventId}]`, (r) => Math.floor(r.UnixNanos / 1e6), ranges) : [];
     const row = (key, before, during, link, detail) => h(
       'tr',
@@ -231,14 +244,42 @@ export class IncidentsView {
       h('td', {}, detail, ' ', link),
     );
     byId('incident-exceptions').replaceChildren(
-      ...exceptions.map(([key, before, during, e]) => row(key, before, during, this.spanLink(pid, e.traceId, e.spanId), e.message)),
+      ...counted.exceptions.map((c) => {
+        const e = newest.get(c.type_name);
+        const detail = `${c.new ? 'new; ' : ''}thrown at ${c.thrown_at} (${c.thrown_at_count} there)${e ? `: ${e.message}` : ''}`;
+        return row(c.type_name, c.before, c.during, e ? this.spanLink(pid, e.traceId, e.spanId) : null, detail);
+      }),
     );
     byId('incident-logs').replaceChildren(
       ...logs.map(([key, before, during, r]) => row(key, before, during, this.spanLink(pid, r.TraceId, r.SpanId), r.Message)),
     );
-    byId('incident-signals-note').textContent = answer
-      ? 'From what the agent keeps now (the last exceptions of --exception-history; logs of the last 30 s): counts before and during, those new or grown first.'
-      : 'The process is no longer attached: its exceptions and logs are gone with it.';
+    byId('incident-signals-note').textContent = 'Exceptions: every throw the store counted, by type, new or grown first. '
+      + (answer
+        ? 'Logs: from what the agent keeps now (the last 30 s), new or grown first.'
+        : 'The process is no longer attached: its logs and exception messages are gone with it.');
+  }
+
+  /** The slowest spans of the window (`/api/v1/incidents/{id}/spans`), each linked to its flame graph. */
+  async loadSpans(id, pid) {
+    const answer = await getJson(`/api/v1/incidents/${id}/spans`, { pid, limit: SPAN_ROWS });
+    const slowestBefore = answer.before.spans[0]?.duration_ms;
+    byId('incident-spans-note').textContent = !answer.attached
+      ? 'The process is no longer attached: its spans are gone with it.'
+      : `${answer.during.seen} spans ended during (${answer.before.seen} before; the agent keeps the ${answer.kept_per_minute} slowest of each minute, with spans exported)`
+        + (slowestBefore === undefined ? '' : `; the slowest before took ${fixed(slowestBefore)} ms`);
+    byId('incident-spans').replaceChildren(
+      ...answer.during.spans.map((s, rank) => h(
+        'tr',
+        { className: 'span-row' },
+        h('td', { className: 'num' }, String(rank + 1)),
+        h('td', { className: 'fn span-name', title: s.source }, s.name),
+        h('td', {}, s.kind),
+        h('td', { className: 'num span-duration' }, fixed(s.duration_ms)),
+        h('td', {}, formatDateTime(s.start_unix_ms)),
+        h('td', { className: 'span-tags' }, Object.entries(s.tags).map(([k, v]) => `${k}=${v}`).join(' ')),
+        h('td', {}, this.spanLink(pid, s.trace_id, s.span_id)),
+      )),
+    );
   }
 }
 

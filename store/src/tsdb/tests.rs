@@ -2000,7 +2000,8 @@ fn a_downsampled_block_that_says_it_is_of_full_detail_is_refused() {
 mod incidents {
     use super::*;
     use crate::incidents::{
-        share_changes, CauseKind, IncidentCause, IncidentFilter, IncidentProcess, IncidentWindow,
+        incident_exceptions, share_changes, CauseKind, IncidentCause, IncidentFilter,
+        IncidentProcess, IncidentWindow,
     };
     use std::os::unix::fs::MetadataExt;
 
@@ -2224,5 +2225,76 @@ mod incidents {
         );
         assert_eq!(changes[2].total_during, 100.0);
         assert_eq!(share_changes(&before, &during, 1).len(), 1);
+    }
+
+    /// Exception types ranked by growth of their rate: one thrown only during first, one that
+    /// doubled next, one that held steady left out; each counted whole on its side of the onset.
+    #[test]
+    fn exceptions_that_are_new_or_grew_come_first_with_their_counts() {
+        let ty = |name: &str| ("type", LabelValue::Str(name.to_string()));
+        let (timeout, coupon, io) = ([ty("Timeout")], [ty("Coupon")], [ty("IO")]);
+        let dir = TempDir::new("incidents-exceptions");
+        let mut store = Store::open(&dir.0, window()).unwrap();
+        let onset_ms = 1_800_000_000_000;
+        let at = |minutes_after_onset: i64| (onset_ms + minutes_after_onset * MIN_MS) * 1_000_000;
+        // Before: 5 minutes with 10 timeouts and 50 IO errors; during: 5 minutes with 20
+        // timeouts (one site), 50 IO errors and 300 coupon failures (two sites).
+        store
+            .append(&batch(
+                "api",
+                "exception",
+                at(-3),
+                &[(&["Send", "Main"], 10, &timeout), (&["Read"], 50, &io)],
+            ))
+            .unwrap();
+        store
+            .append(&batch(
+                "api",
+                "exception",
+                at(2),
+                &[
+                    (&["Send", "Main"], 20, &timeout),
+                    (&["Read"], 50, &io),
+                    (&["Lookup", "Main"], 290, &coupon),
+                    (&["Rethrow", "Main"], 10, &coupon),
+                ],
+            ))
+            .unwrap();
+        let mut cause = firing(onset_ms, 42, "storm");
+        cause.trigger_from_unix_ms = Some(onset_ms);
+        let mut incident = store.incidents().record(cause).unwrap();
+        // 5 minutes either side, so IO's rate is the same on both.
+        incident.from_unix_ms = onset_ms - 5 * MIN_MS;
+        incident.until_unix_ms = onset_ms + 5 * MIN_MS;
+        let control = QueryControl::default();
+        let now = onset_ms + 60 * MIN_MS;
+        let answer = incident_exceptions(&store, &incident, 42, now, 10, &control).unwrap();
+        let rows: Vec<(&str, i64, i64, bool, &str, i64)> = answer
+            .exceptions
+            .iter()
+            .map(|e| {
+                let site = (e.thrown_at.as_str(), e.thrown_at_count);
+                (
+                    e.type_name.as_str(),
+                    e.before,
+                    e.during,
+                    e.new,
+                    site.0,
+                    site.1,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("Coupon", 0, 300, true, "Lookup", 290),
+                ("Timeout", 10, 20, false, "Send", 20)
+            ]
+        );
+        assert_eq!((answer.before_total, answer.during_total), (60, 370));
+        assert_eq!(answer.types_left_out, 1);
+        assert_eq!(answer.exceptions[0].during_per_minute, 60.0);
+        let one = incident_exceptions(&store, &incident, 42, now, 1, &control).unwrap();
+        assert_eq!((one.exceptions.len(), one.types_left_out), (1, 2));
     }
 }
