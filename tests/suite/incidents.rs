@@ -9,15 +9,16 @@
 use crate::storefront::{fact, load, port, set_behaviour};
 use crate::support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Value};
+use serde_json::json;
 use support::agent::{data_dir, go_pprof, Agent};
-use support::{http_get, testbed_dir, Target};
+use support::browser::{node, CHROMIUM};
+use support::{http_get, Target};
 
 const EVALUATE: &str = "Storefront.Pricing.DiscountRules.Evaluate";
 /// CPU ms each Evaluate burns with the regression on (the service's knob).
@@ -25,7 +26,6 @@ const REGRESSION_MS: f64 = 10.0;
 /// Product requests a second: with the regression 0.2 core, which the service gets beside two
 /// CPU hogs (at 40 a second it fell behind at load 30).
 const RPS: u32 = 20;
-const CHROMIUM: &str = "/usr/bin/chromium";
 
 fn unix_ms() -> f64 {
     SystemTime::now()
@@ -401,29 +401,4 @@ fn check_pprofs(html: &str, total_during: f64) {
         found += 1;
     }
     assert_eq!(found, 2);
-}
-
-/// Runs `tests/browser/SCRIPT CONFIG` under node (Chromium through playwright-core) and returns
-/// its report, the last line it printed: `bundle.cjs` opens a bundle with every request refused
-/// but the file itself, `incident.cjs` the web UI's incident page.
-fn node(script: &str, config: Value) -> Value {
-    let modules = testbed_dir().join("node").join("node_modules");
-    let script: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/browser")
-        .join(script);
-    assert!(Path::new(CHROMIUM).exists() && modules.join("playwright-core").exists());
-    let output = Command::new("node")
-        .arg(script)
-        .arg(config.to_string())
-        .env("NODE_PATH", modules)
-        .stdin(Stdio::null())
-        .output()
-        .expect("node (installed by `make setup`)");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
 }
