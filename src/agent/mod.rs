@@ -15,6 +15,7 @@ mod discover;
 mod export;
 mod grace;
 mod health;
+mod incident_log;
 mod process;
 mod rules;
 mod runtime_counters;
@@ -1050,6 +1051,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let (taps, mut exporting) =
         export::spawn(&settings.exporters, &metrics).context("starting the exporters")?;
     let exports = taps.clone();
+    incident_log::export_incidents(&incidents, taps.clone(), host_name());
     let (sink, writer) = writer::spawn(store.clone(), health.store.clone(), taps)
         .context("starting the store writer")?;
     let (stop, shutdown) = watch::channel(false);

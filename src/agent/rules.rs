@@ -19,7 +19,7 @@ use collector::providers::SessionProviders;
 use collector::rules::capture::{self, CaptureRequest};
 use collector::rules::engine::{self, ActionFuture, Firing, RuleEvent};
 use collector::rules::options::{
-    Action, ActionKind, CollectionRule, ProcessFacts, TraceSource, Trigger,
+    Action, ActionKind, CollectionRule, CounterSource, ProcessFacts, TraceSource, Trigger,
 };
 use collector::rules::ring::RingLimits;
 use collector::rules::state::RuleStates;
@@ -212,13 +212,18 @@ pub fn start(
                     RuleEvent::Finished => return,
                 };
                 processes.record_rule_event(&cookie, kind, &rule.name);
+                let unix_ms = profile::clock::unix_millis();
+                let (trigger, judged) = trigger_summary(&rule.trigger, interval);
+                let judged_ms = judged.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
                 record_incident(
                     &incidents,
                     IncidentCause {
-                        unix_ms: profile::clock::unix_millis(),
+                        unix_ms,
                         kind: cause,
                         rule: Some(rule.name.clone()),
                         note: None,
+                        trigger: Some(trigger),
+                        trigger_from_unix_ms: judged_ms.map(|ms| unix_ms.saturating_sub(ms)),
                         processes: vec![process.clone()],
                     },
                 );
@@ -230,6 +235,77 @@ pub fn start(
         });
     }
     tasks
+}
+
+/// `trigger` as an incident's cause shows it, and how far back what satisfied it reaches: its
+/// sliding window, and for counters also the interval the first value it judged averages.
+fn trigger_summary(trigger: &Trigger, counter_interval_seconds: u32) -> (String, Option<Duration>) {
+    match trigger {
+        Trigger::Startup => ("Startup".into(), None),
+        Trigger::Schedule(_) => ("Schedule".into(), None),
+        Trigger::AspNetRequestCount {
+            request_count,
+            window,
+            ..
+        } => (
+            format!("AspNetRequestCount: {request_count} requests within {window:?}"),
+            Some(*window),
+        ),
+        Trigger::AspNetRequestDuration {
+            request_count,
+            request_duration,
+            window,
+            ..
+        } => (
+            format!(
+                "AspNetRequestDuration: {request_count} requests of {request_duration:?} or more within {window:?}"
+            ),
+            Some(*window),
+        ),
+        Trigger::AspNetResponseStatus {
+            status_codes,
+            response_count,
+            window,
+            ..
+        } => {
+            let codes: Vec<String> = status_codes
+                .iter()
+                .map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") })
+                .collect();
+            (
+                format!(
+                    "AspNetResponseStatus: {response_count} responses {} within {window:?}",
+                    codes.join(",")
+                ),
+                Some(*window),
+            )
+        }
+        Trigger::Threshold(t) => {
+            let source = match &t.source {
+                CounterSource::EventCounter { provider, counter } => format!("{provider}/{counter}"),
+                CounterSource::Meter {
+                    meter,
+                    instrument,
+                    percentile,
+                } => match percentile {
+                    Some(p) => format!("{meter}/{instrument} p{p}"),
+                    None => format!("{meter}/{instrument}"),
+                },
+            };
+            let mut bounds = Vec::new();
+            if let Some(g) = t.greater_than {
+                bounds.push(format!("> {g}"));
+            }
+            if let Some(l) = t.less_than {
+                bounds.push(format!("< {l}"));
+            }
+            let interval = Duration::from_secs(u64::from(counter_interval_seconds.max(1)));
+            (
+                format!("{source} {} throughout {:?}", bounds.join(" and "), t.window),
+                Some(t.window + interval),
+            )
+        }
+    }
 }
 
 /// Records `cause` in the store's incidents on the blocking pool (the file is fsynced), so

@@ -83,7 +83,22 @@ pub struct IncidentCause {
     /// What the person who set a mark said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// For rule causes, the trigger that was satisfied, as configured (`CPUUsage > 12 over 5 s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    /// For triggers that judge a sliding window, its start: what satisfied the trigger began no
+    /// later, so an incident's "before" ends there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger_from_unix_ms: Option<i64>,
     pub processes: Vec<IncidentProcess>,
+}
+
+impl IncidentCause {
+    /// When what this cause reports began: its trigger's window start, or its own time.
+    fn onset_unix_ms(&self) -> i64 {
+        self.trigger_from_unix_ms
+            .map_or(self.unix_ms, |from| from.min(self.unix_ms))
+    }
 }
 
 /// An incident as stored and as the API shows it.
@@ -95,6 +110,10 @@ pub struct Incident {
     pub until_unix_ms: i64,
     pub first_cause_unix_ms: i64,
     pub last_cause_unix_ms: i64,
+    /// Where "during" starts: the earliest cause's trigger window start (or the first cause).
+    /// Files written before it was kept get it from their causes when read.
+    #[serde(default)]
+    pub onset_unix_ms: i64,
     /// Sorted by pid.
     pub processes: Vec<IncidentProcess>,
     /// The rules among its causes, sorted.
@@ -112,6 +131,7 @@ impl Incident {
             until_unix_ms: cause.unix_ms,
             first_cause_unix_ms: cause.unix_ms,
             last_cause_unix_ms: cause.unix_ms,
+            onset_unix_ms: cause.onset_unix_ms(),
             processes: Vec::new(),
             rules: Vec::new(),
             causes: Vec::new(),
@@ -137,9 +157,8 @@ impl Incident {
     fn add(&mut self, cause: IncidentCause, window: IncidentWindow) {
         self.first_cause_unix_ms = self.first_cause_unix_ms.min(cause.unix_ms);
         self.last_cause_unix_ms = self.last_cause_unix_ms.max(cause.unix_ms);
-        self.from_unix_ms = self
-            .first_cause_unix_ms
-            .saturating_sub(millis(window.before));
+        self.onset_unix_ms = self.onset_unix_ms.min(cause.onset_unix_ms());
+        self.from_unix_ms = self.onset_unix_ms.saturating_sub(millis(window.before));
         self.until_unix_ms = self.last_cause_unix_ms.saturating_add(millis(window.after));
         for p in &cause.processes {
             if !self.processes.contains(p) && self.processes.len() < MAX_PROCESSES {
@@ -219,11 +238,23 @@ struct Registry {
     next_id: u64,
 }
 
+/// What is told of each incident made (not of one a cause joins): the OTLP export's log record.
+pub type OnCreated = Box<dyn Fn(&Incident) + Send + Sync>;
+
 /// The store's incidents; cloning shares them. Recording takes its own lock, not the store's,
 /// so a rule firing never waits for a profile query.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Incidents {
     inner: Arc<Mutex<Registry>>,
+    on_created: Arc<std::sync::OnceLock<OnCreated>>,
+}
+
+impl std::fmt::Debug for Incidents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Incidents")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Incidents {
@@ -266,6 +297,7 @@ impl Incidents {
         };
         let incidents = Incidents {
             inner: Arc::new(Mutex::new(registry)),
+            on_created: Arc::default(),
         };
         Ok((incidents, problems))
     }
@@ -280,9 +312,25 @@ impl Incidents {
         self.lock().window
     }
 
+    /// Tells `notify` of every incident made from now on, after it is on disk (the first one
+    /// given stays); it runs on the recording thread, so it must not block.
+    pub fn on_created(&self, notify: OnCreated) {
+        let _ = self.on_created.set(notify);
+    }
+
     /// Records `cause`: it joins the incident it belongs to (merging any others it now
-    /// overlaps), or starts one. Returns the incident as written to disk.
+    /// overlaps), or starts one (told to [`Incidents::on_created`]). Returns the incident as
+    /// written to disk.
     pub fn record(&self, cause: IncidentCause) -> Result<Incident> {
+        let (incident, created) = self.record_locked(cause)?;
+        if let Some(notify) = self.on_created.get().filter(|_| created) {
+            notify(&incident);
+        }
+        Ok(incident)
+    }
+
+    /// [`Incidents::record`] under the lock; whether the incident is new.
+    fn record_locked(&self, cause: IncidentCause) -> Result<(Incident, bool)> {
         if cause.processes.is_empty() {
             return Err(StoreError::InvalidQuery(
                 "an incident cause names at least one process".into(),
@@ -318,7 +366,7 @@ impl Incidents {
                 bytes,
             },
         );
-        Ok(incident)
+        Ok((incident, joined.is_empty()))
     }
 
     /// The incidents `filter` keeps, newest first.
@@ -423,8 +471,15 @@ fn read(path: &Path) -> std::result::Result<Stored, String> {
         ));
     }
     let body = fs::read(path).map_err(|e| e.to_string())?;
-    let incident: Incident = serde_json::from_slice(&body)
+    let mut incident: Incident = serde_json::from_slice(&body)
         .map_err(|e| format!("not an incident file ({e}); move it away"))?;
+    if incident.onset_unix_ms == 0 {
+        incident.onset_unix_ms = incident
+            .causes
+            .iter()
+            .map(IncidentCause::onset_unix_ms)
+            .fold(incident.first_cause_unix_ms, i64::min);
+    }
     if path
         .file_name()
         .is_some_and(|n| *n != *file_name(incident.id))
@@ -441,55 +496,115 @@ fn read(path: &Path) -> std::result::Result<Stored, String> {
 }
 
 /// One function's share of a profile before and during an incident, in percent of each
-/// side's total: `self` of the samples it is the leaf of, `total` of those it is on.
+/// side's total: `total` of the samples it is on (inclusive, what it and its callees cost),
+/// `self` of those it is the leaf of.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ShareChange {
     pub function: String,
     pub module: String,
-    pub self_before: f64,
-    pub self_during: f64,
     pub total_before: f64,
     pub total_during: f64,
+    pub self_before: f64,
+    pub self_during: f64,
 }
 
 impl ShareChange {
-    /// Percentage points its self share grew by (negative: shrank).
+    /// Percentage points its inclusive share grew by (negative: shrank).
     pub fn growth(&self) -> f64 {
-        self.self_during - self.self_before
+        self.total_during - self.total_before
+    }
+}
+
+/// A function whose growth lies at least this much in its calls to one callee is left out of
+/// a diff in favour of that callee.
+pub const PASSED_ON: f64 = 0.9;
+
+type FunctionKey = (String, String);
+
+/// One side of a diff: each function's self and total share, and each call's (caller,
+/// callee) share, in percent of the side's total.
+#[derive(Default)]
+struct Shares {
+    functions: BTreeMap<FunctionKey, (f64, f64)>,
+    calls: BTreeMap<(FunctionKey, FunctionKey), f64>,
+}
+
+impl Shares {
+    fn of(profile: &Profile) -> Shares {
+        let mut shares = Shares::default();
+        let total = profile.total(0);
+        if total == 0 {
+            return shares;
+        }
+        let key = |i: u32| {
+            let f = &profile.functions[i as usize];
+            (f.name.clone(), f.module.clone())
+        };
+        let percent = |v: i64| v as f64 * 100.0 / total as f64;
+        for t in profile.function_totals(0) {
+            let entry = shares.functions.entry(key(t.function)).or_default();
+            entry.0 += percent(t.self_value);
+            entry.1 += percent(t.total_value);
+        }
+        let mut calls: BTreeMap<(u32, u32), i64> = BTreeMap::new();
+        let mut seen = Vec::new();
+        for sample in &profile.samples {
+            seen.clear();
+            for pair in sample.stack.windows(2) {
+                // Leaf first: pair[1] calls pair[0]; a recursion's call to itself explains nothing.
+                let call = (pair[1], pair[0]);
+                if call.0 != call.1 && !seen.contains(&call) {
+                    seen.push(call);
+                    *calls.entry(call).or_default() += sample.values[0];
+                }
+            }
+        }
+        for ((caller, callee), value) in calls {
+            *shares.calls.entry((key(caller), key(callee))).or_default() += percent(value);
+        }
+        shares
     }
 }
 
 /// The functions of `before` and `during` (profiles of one sample type), ranked by how much
-/// their self share grew, largest growth first; at most `limit`.
+/// their inclusive share grew, largest growth first; at most `limit`. A function whose growth
+/// lies ([`PASSED_ON`]) in its calls to one callee is left out: the request pipeline above a
+/// regressed method grows by as much as the method, and the method is what changed. Ranking by
+/// self share instead would put a leaf the regression calls (a clock read, an allocation) first.
 pub fn share_changes(before: &Profile, during: &Profile, limit: usize) -> Vec<ShareChange> {
-    let mut by_function: BTreeMap<(String, String), ShareChange> = BTreeMap::new();
-    for (side, profile) in [(0, before), (1, during)] {
-        let total = profile.total(0);
-        if total == 0 {
-            continue;
-        }
-        let percent = |v: i64| v as f64 * 100.0 / total as f64;
-        for t in profile.function_totals(0) {
-            let f = &profile.functions[t.function as usize];
-            let change = by_function
-                .entry((f.name.clone(), f.module.clone()))
-                .or_insert_with(|| ShareChange {
-                    function: f.name.clone(),
-                    module: f.module.clone(),
-                    self_before: 0.0,
-                    self_during: 0.0,
-                    total_before: 0.0,
-                    total_during: 0.0,
-                });
-            let (own, all) = match side {
-                0 => (&mut change.self_before, &mut change.total_before),
-                _ => (&mut change.self_during, &mut change.total_during),
-            };
-            *own += percent(t.self_value);
-            *all += percent(t.total_value);
-        }
+    let (before, during) = (Shares::of(before), Shares::of(during));
+    let mut call_growth: BTreeMap<&FunctionKey, f64> = BTreeMap::new();
+    for ((caller, callee), share) in &during.calls {
+        let was = before.calls.get(&(caller.clone(), callee.clone()));
+        let growth = share - was.copied().unwrap_or(0.0);
+        let best = call_growth.entry(caller).or_insert(f64::MIN);
+        *best = best.max(growth);
     }
-    let mut changes: Vec<ShareChange> = by_function.into_values().collect();
+    let keys: std::collections::BTreeSet<&FunctionKey> = before
+        .functions
+        .keys()
+        .chain(during.functions.keys())
+        .collect();
+    let mut changes: Vec<ShareChange> = keys
+        .into_iter()
+        .map(|k| {
+            let (self_before, total_before) = before.functions.get(k).copied().unwrap_or_default();
+            let (self_during, total_during) = during.functions.get(k).copied().unwrap_or_default();
+            ShareChange {
+                function: k.0.clone(),
+                module: k.1.clone(),
+                total_before,
+                total_during,
+                self_before,
+                self_during,
+            }
+        })
+        .filter(|c| {
+            let key = (c.function.clone(), c.module.clone());
+            let passed = call_growth.get(&key).copied().unwrap_or(f64::MIN);
+            c.growth() <= 0.0 || passed < PASSED_ON * c.growth()
+        })
+        .collect();
     changes.sort_by(|a, b| {
         b.growth()
             .total_cmp(&a.growth())
@@ -528,12 +643,13 @@ pub struct DiffProfiles {
 }
 
 impl Incident {
-    /// `(before, during)` in Unix ms, each non-empty: during ends at `now_unix_ms` while the
-    /// window is still open.
+    /// `(before, during)` in Unix ms, each non-empty and meeting at the onset (the start of the
+    /// first trigger's window: the minutes the trigger judged are "during", never "before");
+    /// during ends at `now_unix_ms` while the window is still open.
     pub fn ranges(&self, now_unix_ms: i64) -> ((i64, i64), (i64, i64)) {
-        let first = self.first_cause_unix_ms;
-        let before = (self.from_unix_ms.min(first - 1), first);
-        let during = (first, self.until_unix_ms.min(now_unix_ms).max(first + 1));
+        let onset = self.onset_unix_ms;
+        let before = (self.from_unix_ms.min(onset - 1), onset);
+        let during = (onset, self.until_unix_ms.min(now_unix_ms).max(onset + 1));
         (before, during)
     }
 }
@@ -550,15 +666,7 @@ pub fn incident_diff(
     control: &crate::tsdb::QueryControl,
 ) -> Result<(IncidentDiff, DiffProfiles)> {
     let (before_ms, during_ms) = incident.ranges(now_unix_ms);
-    let query = |(from, until): (i64, i64)| crate::tsdb::Query {
-        from: from.saturating_mul(1_000_000),
-        until: until.saturating_mul(1_000_000),
-        profile_type: profile_type.clone(),
-        matchers: vec![("process_id".to_string(), pid.to_string())],
-        sample_matchers: Vec::new(),
-        sample_labels: crate::tsdb::SampleLabels::Only(Vec::new()),
-        control: control.clone(),
-    };
+    let query = |range| side_query(range, pid, profile_type, Vec::new(), control);
     let before = store.profile(&query(before_ms))?;
     let during = store.profile(&query(during_ms))?;
     let diff = IncidentDiff {
@@ -575,4 +683,180 @@ pub fn incident_diff(
         functions: share_changes(&before, &during, limit),
     };
     Ok((diff, DiffProfiles { before, during }))
+}
+
+/// The query of one side (`[from, until)` in Unix ms) of an incident on process `pid`, keeping
+/// the sample labels `keep`.
+fn side_query(
+    (from, until): (i64, i64),
+    pid: u64,
+    profile_type: &profile::ProfileType,
+    keep: Vec<String>,
+    control: &crate::tsdb::QueryControl,
+) -> crate::tsdb::Query {
+    crate::tsdb::Query {
+        from: from.saturating_mul(1_000_000),
+        until: until.saturating_mul(1_000_000),
+        profile_type: profile_type.clone(),
+        matchers: vec![("process_id".to_string(), pid.to_string())],
+        sample_matchers: Vec::new(),
+        sample_labels: crate::tsdb::SampleLabels::Only(keep),
+        control: control.clone(),
+    }
+}
+
+/// The stored profile type that counts exceptions thrown, one sample per throw, labelled with
+/// the thrown type ([`profile::labels::TYPE`]).
+pub const EXCEPTION_TYPE: &str = "exception";
+
+/// One exception type's throws before and during an incident, as the store counted them (every
+/// `ExceptionThrown` event of the runtime, first chance, not sampled).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExceptionChange {
+    pub type_name: String,
+    pub before: i64,
+    pub during: i64,
+    /// Throws a minute on each side: the sides differ in length.
+    pub before_per_minute: f64,
+    pub during_per_minute: f64,
+    /// Thrown during and never before.
+    pub new: bool,
+    /// The function it was thrown from most often (during, else before), the app's own before
+    /// the framework's (an `await` passing an exception on throws it again in the framework).
+    pub thrown_at: String,
+    /// Throws from `thrown_at` on that side.
+    pub thrown_at_count: i64,
+}
+
+impl ExceptionChange {
+    /// Throws a minute it grew by.
+    pub fn growth(&self) -> f64 {
+        self.during_per_minute - self.before_per_minute
+    }
+}
+
+/// The exception types of one process that are new or grew in an incident.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IncidentExceptions {
+    pub incident: u64,
+    pub pid: u64,
+    pub before_from_unix_ms: i64,
+    pub before_until_unix_ms: i64,
+    pub during_from_unix_ms: i64,
+    pub during_until_unix_ms: i64,
+    /// All throws on each side, of every type.
+    pub before_total: i64,
+    pub during_total: i64,
+    /// Largest growth of the rate first, at most the limit asked.
+    pub exceptions: Vec<ExceptionChange>,
+    /// Types thrown in the window that did not grow, or beyond the limit: not listed.
+    pub types_left_out: usize,
+}
+
+/// One exception type's throws on one side, and where it was thrown from.
+#[derive(Debug, Clone, Default)]
+struct Throws {
+    count: i64,
+    site: String,
+    site_count: i64,
+}
+
+/// Whether `module` is the runtime's or the framework's: a throw there passes an exception on
+/// (`ExceptionDispatchInfo.Throw` at an `await`) more often than it makes one.
+fn framework_module(module: &str) -> bool {
+    module.starts_with("System.") || module.starts_with("Microsoft.")
+}
+
+/// Throws per type in `profile` (an [`EXCEPTION_TYPE`] profile keeping the `type` label), with
+/// each type's most frequent throwing function, the app's own before the framework's: an
+/// exception an `await` passes on is thrown again there, as often as it was made.
+fn throws_by_type(profile: &Profile) -> BTreeMap<String, Throws> {
+    let mut sites: BTreeMap<(String, u32), i64> = BTreeMap::new();
+    for sample in &profile.samples {
+        let type_name = sample
+            .labels
+            .iter()
+            .find(|(key, _)| key == profile::labels::TYPE)
+            .map_or_else(String::new, |(_, value)| match value {
+                profile::LabelValue::Str(s) => s.clone(),
+                profile::LabelValue::Num(n) => n.to_string(),
+            });
+        let leaf = sample.stack.first().copied().unwrap_or(u32::MAX);
+        *sites.entry((type_name, leaf)).or_default() += sample.values[0];
+    }
+    let mut out: BTreeMap<String, (Throws, (bool, i64))> = BTreeMap::new();
+    for ((type_name, leaf), count) in sites {
+        let function = profile.functions.get(leaf as usize);
+        let app = function.is_some_and(|f| !framework_module(&f.module));
+        let (throws, best) = out.entry(type_name).or_default();
+        throws.count += count;
+        if (app, count) > *best {
+            *best = (app, count);
+            throws.site = function.map_or_else(String::new, |f| f.name.clone());
+            throws.site_count = count;
+        }
+    }
+    out.into_iter()
+        .map(|(k, (throws, _))| (k, throws))
+        .collect()
+}
+
+/// The exception types of process `pid` thrown in `incident`'s window whose rate grew from
+/// before to during (new ones included), largest growth first; at most `limit`.
+pub fn incident_exceptions(
+    store: &crate::tsdb::Store,
+    incident: &Incident,
+    pid: u64,
+    now_unix_ms: i64,
+    limit: usize,
+    control: &crate::tsdb::QueryControl,
+) -> Result<IncidentExceptions> {
+    let (before_ms, during_ms) = incident.ranges(now_unix_ms);
+    let profile_type = profile::ProfileType::known(EXCEPTION_TYPE)
+        .ok_or_else(|| StoreError::InvalidQuery(format!("no profile type {EXCEPTION_TYPE}")))?;
+    let keep = vec![profile::labels::TYPE.to_string()];
+    let query = |range| side_query(range, pid, &profile_type, keep.clone(), control);
+    let before = throws_by_type(&store.profile(&query(before_ms))?);
+    let during = throws_by_type(&store.profile(&query(during_ms))?);
+    let per_minute =
+        |n: i64, (from, until): (i64, i64)| n as f64 * 60_000.0 / (until - from) as f64;
+    let types: std::collections::BTreeSet<&String> = before.keys().chain(during.keys()).collect();
+    let mut changes: Vec<ExceptionChange> = types
+        .iter()
+        .map(|&type_name| {
+            let b = before.get(type_name).cloned().unwrap_or_default();
+            let d = during.get(type_name).cloned().unwrap_or_default();
+            let (before_count, during_count) = (b.count, d.count);
+            let site = if during_count > 0 { d } else { b };
+            ExceptionChange {
+                type_name: type_name.clone(),
+                before: before_count,
+                during: during_count,
+                before_per_minute: per_minute(before_count, before_ms),
+                during_per_minute: per_minute(during_count, during_ms),
+                new: before_count == 0 && during_count > 0,
+                thrown_at: site.site,
+                thrown_at_count: site.site_count,
+            }
+        })
+        .filter(|c| c.growth() > 0.0)
+        .collect();
+    changes.sort_by(|a, b| {
+        b.growth()
+            .total_cmp(&a.growth())
+            .then_with(|| a.type_name.cmp(&b.type_name))
+    });
+    changes.truncate(limit);
+    Ok(IncidentExceptions {
+        incident: incident.id,
+        pid,
+        before_from_unix_ms: before_ms.0,
+        before_until_unix_ms: before_ms.1,
+        during_from_unix_ms: during_ms.0,
+        during_until_unix_ms: during_ms.1,
+        before_total: before.values().map(|v| v.count).sum(),
+        during_total: during.values().map(|v| v.count).sum(),
+        types_left_out: types.len() - changes.len(),
+        exceptions: changes,
+    })
 }

@@ -4,8 +4,8 @@
 //   NODE_PATH=.testbed/node/node_modules node tests/browser/bundle.cjs '{"file": "/path/bundle.html",
 //     "chromium": "/usr/bin/chromium"}'
 //
-// The last stdout line is JSON: the first row of the first diff table (function, self_before,
-// self_during as shown) and the URLs the page tried to reach.
+// The last stdout line is JSON: the first row of the first diff table (function, share_before,
+// share_during as shown) and the URLs the page tried to reach.
 'use strict';
 
 const { chromium } = require('playwright-core');
@@ -29,8 +29,8 @@ const config = JSON.parse(process.argv[2]);
     const row = page.locator('table.diff tr').nth(1);
     const shown = {
       function: await row.locator('code.function').textContent(),
-      self_before: await row.locator('td.self-before').textContent(),
-      self_during: await row.locator('td.self-during').textContent(),
+      share_before: await row.locator('td.share-before').textContent(),
+      share_during: await row.locator('td.share-during').textContent(),
       requests,
     };
     console.log(JSON.stringify(shown));

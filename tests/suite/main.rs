@@ -30,6 +30,7 @@ mod exporters;
 mod gcdump;
 mod hostile_clients;
 mod hostile_targets;
+mod incident_evidence;
 mod incidents;
 mod inspect;
 mod ipc;

@@ -40,7 +40,7 @@ pub(crate) fn fact(t: &Target, pointer: &str) -> String {
 }
 
 /// A downstream instance (SQLite), then a frontend calling it with ARGS.
-fn start_pair(front_args: &[&str], down_args: &[&str]) -> (Target, Target) {
+pub(crate) fn start_pair(front_args: &[&str], down_args: &[&str]) -> (Target, Target) {
     let down = Target::builder("Storefront")
         .args(["--role", "downstream"])
         .args(down_args.iter().copied())

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub mod agent;
+pub mod browser;
 pub mod golden;
 pub mod openapi;
 pub mod peers;

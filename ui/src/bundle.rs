@@ -286,10 +286,11 @@ fn write_process(
     let _ = write!(
         out,
         "<h2>{} (pid {})</h2><p>CPU before {} – {} ({} ms) against during {} – {} ({} ms); \
-         functions ranked by growth of their self share.</p>\
+         functions ranked by growth of their share (inclusive: with what they call), a function \
+         whose growth is all in one callee left out for it.</p>\
          <table class=\"diff\" data-pid=\"{}\"><tr><th>#</th><th>function</th>\
-         <th>self before %</th><th>self during %</th><th>growth (points)</th>\
-         <th>total before %</th><th>total during %</th></tr>",
+         <th>share before %</th><th>share during %</th><th>growth (points)</th>\
+         <th>self before %</th><th>self during %</th></tr>",
         escape(&part.service_name),
         part.pid,
         time(diff.before_from_unix_ms),
@@ -304,15 +305,15 @@ fn write_process(
         let _ = write!(
             out,
             "<tr><td class=\"n\">{}</td><td><code class=\"function\">{}</code></td>\
-             <td class=\"n self-before\">{:.2}</td><td class=\"n self-during\">{:.2}</td>\
+             <td class=\"n share-before\">{:.2}</td><td class=\"n share-during\">{:.2}</td>\
              <td class=\"n\">{:+.2}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td></tr>",
             rank + 1,
             escape(&f.function),
-            f.self_before,
-            f.self_during,
-            f.growth(),
             f.total_before,
-            f.total_during
+            f.total_during,
+            f.growth(),
+            f.self_before,
+            f.self_during
         );
     }
     out.push_str("</table><p>Data: ");

@@ -6,6 +6,8 @@
 //! | `POST /api/v1/incidents` `{"pids":[…], "time":…, "note":…}` | marks a time on processes: the incident it made or joined |
 //! | `GET /api/v1/incidents/{id}` | one incident |
 //! | `GET /api/v1/incidents/{id}/diff?type=&pid=&limit=` | the flame-graph diff, functions ranked by growth of their share |
+//! | `GET /api/v1/incidents/{id}/exceptions?pid=&limit=` | the exception types new or grown in the window, with their counts |
+//! | `GET /api/v1/incidents/{id}/spans?pid=&limit=` | the slowest spans before and during, while the process is attached |
 //! | `GET /api/v1/incidents/{id}/bundle` | the portable bundle ([`crate::bundle`]) |
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
@@ -14,11 +16,14 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use collector::signals::slowest::SLOWEST_PER_MINUTE;
 use profile::clock::unix_nanos;
-use serde::Deserialize;
+use profile::span::SpanRecord;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 use store::incidents::{
-    incident_diff, CauseKind, DiffProfiles, Incident, IncidentCause, IncidentDiff, IncidentFilter,
-    IncidentProcess, MAX_PROCESSES,
+    incident_diff, incident_exceptions, CauseKind, DiffProfiles, Incident, IncidentCause,
+    IncidentDiff, IncidentExceptions, IncidentFilter, IncidentProcess, MAX_PROCESSES,
 };
 use store::tsdb::{QueryControl, Store};
 
@@ -34,6 +39,10 @@ const MILLISECOND: i64 = 1_000_000;
 pub const DEFAULT_DIFF_FUNCTIONS: usize = 50;
 /// Most functions a diff lists.
 pub const MAX_DIFF_FUNCTIONS: usize = 10_000;
+/// Exception types an incident's exceptions list unless `limit` says otherwise.
+pub const DEFAULT_EXCEPTION_TYPES: usize = 20;
+/// Spans each side of an incident's slowest spans lists unless `limit` says otherwise.
+pub const DEFAULT_SLOW_SPANS: usize = 20;
 /// Longest note a mark keeps, in bytes.
 pub const MAX_NOTE_BYTES: usize = 1024;
 
@@ -42,6 +51,8 @@ pub fn incident_routes() -> Router<ApiState> {
         .route("/api/v1/incidents", get(list).post(mark))
         .route("/api/v1/incidents/{id}", get(show))
         .route("/api/v1/incidents/{id}/diff", get(diff))
+        .route("/api/v1/incidents/{id}/exceptions", get(exceptions))
+        .route("/api/v1/incidents/{id}/spans", get(spans))
         .route("/api/v1/incidents/{id}/bundle", get(bundle_route))
 }
 
@@ -135,6 +146,8 @@ async fn mark(
         kind: CauseKind::Mark,
         rule: None,
         note: request.note,
+        trigger: None,
+        trigger_from_unix_ms: None,
         processes,
     };
     let incidents = state.incidents.clone();
@@ -203,18 +216,7 @@ async fn diff(
     let incident = incident(&state, id)?;
     let pid = diff_pid(&incident, pid_param(&params)?)?;
     let type_name = params.get("type").unwrap_or("cpu").to_string();
-    let limit = match params.get("limit") {
-        None => DEFAULT_DIFF_FUNCTIONS,
-        Some(text) => text
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_DIFF_FUNCTIONS).contains(n))
-            .ok_or_else(|| ApiError::InvalidParameter {
-                name: "limit",
-                value: text.to_string(),
-                reason: format!("a number of functions from 1 to {MAX_DIFF_FUNCTIONS}"),
-            })?,
-    };
+    let limit = limit_param(&params, DEFAULT_DIFF_FUNCTIONS, "functions")?;
     let answer = state
         .query(RouteClass::Profile, move |store| {
             let (diff, _) = diff_of(&store, &incident, pid, &type_name, limit, &store.control)?;
@@ -222,6 +224,123 @@ async fn diff(
         })
         .await?;
     Ok(Json(answer))
+}
+
+/// `limit`: 1 to [`MAX_DIFF_FUNCTIONS`] `things`, `default` when not given.
+fn limit_param(params: &Params, default: usize, things: &str) -> Result<usize, ApiError> {
+    let Some(text) = params.get("limit") else {
+        return Ok(default);
+    };
+    text.parse::<usize>()
+        .ok()
+        .filter(|n| (1..=MAX_DIFF_FUNCTIONS).contains(n))
+        .ok_or_else(|| ApiError::InvalidParameter {
+            name: "limit",
+            value: text.to_string(),
+            reason: format!("a number of {things} from 1 to {MAX_DIFF_FUNCTIONS}"),
+        })
+}
+
+/// The exception types of one process that are new or grew: the store's `exception` profile
+/// (every throw counted) before and during, by the `type` label.
+async fn exceptions(
+    State(state): State<ApiState>,
+    id: Result<Path<u64>, PathRejection>,
+    params: QueryPairs,
+) -> Result<Json<IncidentExceptions>, ApiError> {
+    let params = Params::new(params, &["pid", "limit"])?;
+    let incident = incident(&state, id)?;
+    let pid = diff_pid(&incident, pid_param(&params)?)?;
+    let limit = limit_param(&params, DEFAULT_EXCEPTION_TYPES, "exception types")?;
+    let answer = state
+        .query(RouteClass::Profile, move |store| {
+            let now_ms = unix_nanos().div_euclid(MILLISECOND);
+            let control = store.control.clone();
+            Ok(incident_exceptions(
+                &store, &incident, pid, now_ms, limit, &control,
+            )?)
+        })
+        .await?;
+    Ok(Json(answer))
+}
+
+/// One side of [`SlowSpans`].
+#[derive(Debug, Serialize)]
+struct SlowSide {
+    from_unix_ms: i64,
+    until_unix_ms: i64,
+    /// Spans that ended in the minutes the side touches, kept or not.
+    seen: u64,
+    /// Slowest first.
+    spans: Vec<Value>,
+}
+
+/// The answer of `GET /api/v1/incidents/{id}/spans`.
+#[derive(Debug, Serialize)]
+struct SlowSpans {
+    incident: u64,
+    pid: u64,
+    /// Whether the process is attached: the spans are kept in memory, with the process.
+    attached: bool,
+    kept_per_minute: usize,
+    before: SlowSide,
+    during: SlowSide,
+}
+
+fn span_json(span: &SpanRecord) -> Value {
+    let tags: serde_json::Map<String, Value> = span
+        .tags
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+        .collect();
+    json!({
+        "trace_id": span.span.trace_id.to_string(),
+        "span_id": span.span.span_id.to_string(),
+        "parent_span_id": span.parent_span_id.map(|id| id.to_string()),
+        "name": span.display_name,
+        "source": &*span.source_name,
+        "kind": format!("{:?}", span.kind),
+        "status": format!("{:?}", span.status),
+        "start_unix_ms": span.start_unix_nanos.div_euclid(MILLISECOND),
+        "duration_ms": span.duration_nanos as f64 / MILLISECOND as f64,
+        "tags": tags,
+    })
+}
+
+/// The slowest finished spans of one process before and during an incident: the slowest
+/// [`SLOWEST_PER_MINUTE`] of each minute the agent keeps while the process is attached.
+async fn spans(
+    State(state): State<ApiState>,
+    id: Result<Path<u64>, PathRejection>,
+    params: QueryPairs,
+) -> Result<Json<SlowSpans>, ApiError> {
+    let params = Params::new(params, &["pid", "limit"])?;
+    let incident = incident(&state, id)?;
+    let pid = diff_pid(&incident, pid_param(&params)?)?;
+    let limit = limit_param(&params, DEFAULT_SLOW_SPANS, "spans")?;
+    let (before, during) = incident.ranges(unix_nanos().div_euclid(MILLISECOND));
+    let process = state.processes.by_pid(pid);
+    let side = |(from, until): (i64, i64)| {
+        let kept = process.as_ref().map(|p| {
+            p.signals
+                .slowest_spans(from * MILLISECOND, until * MILLISECOND, limit)
+        });
+        let kept = kept.unwrap_or_default();
+        SlowSide {
+            from_unix_ms: from,
+            until_unix_ms: until,
+            seen: kept.seen,
+            spans: kept.spans.iter().map(|s| span_json(s)).collect(),
+        }
+    };
+    Ok(Json(SlowSpans {
+        incident: incident.id,
+        pid,
+        attached: process.is_some(),
+        kept_per_minute: SLOWEST_PER_MINUTE,
+        before: side(before),
+        during: side(during),
+    }))
 }
 
 async fn bundle_route(

@@ -45,6 +45,7 @@ const ASSETS: &[(&str, &str)] = assets![
     "export.js",
     "processes.js",
     "signals.js",
+    "incidents.js",
 ];
 
 /// Scripts and styles only from the agent itself, no plug-ins, no framing: the page shows

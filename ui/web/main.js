@@ -8,6 +8,7 @@ import { byId } from './dom.js';
 import { Export } from './export.js';
 import { Filters } from './filters.js';
 import { formatPercent, formatRange, formatSpan, formatValue } from './format.js';
+import { IncidentsView } from './incidents.js';
 import { ProcessesView } from './processes.js';
 import { ProfileView } from './profileview.js';
 import { SignalsView } from './signals.js';
@@ -43,12 +44,17 @@ const processes = new ProcessesView({
 const signals = new SignalsView({
   onSpan: (traceId, spanId) => update({ trace_id: traceId, span_id: spanId }),
 });
+const incidents = new IncidentsView({
+  // A span's flame graph: the profile view of its process over the hour around now.
+  onSpan: (pid, traceId, spanId) => update({ view: 'profile', pid, trace_id: traceId, span_id: spanId, window: '1h', sel: null }),
+  onOpen: (id) => update({ incident: id }),
+});
 const nextSignals = latestOnly();
 const nextTimeline = latestOnly();
 const nextProfile = latestOnly();
 
 // For the browser's console and the browser tests: the live components.
-window.clrscope = { state, timeline, single, compare, processes, signals };
+window.clrscope = { state, timeline, single, compare, processes, signals, incidents };
 
 function resolveWindow() {
   if (state.window === 'custom' && state.from < state.until) return { from: state.from, until: state.until };
@@ -193,16 +199,24 @@ function showControls() {
 }
 
 function showView() {
-  const profiles = state.view !== 'processes';
-  byId('profile-view').hidden = !profiles;
-  byId('processes-view').hidden = profiles;
-  byId('nav-profile').ariaCurrent = profiles ? 'page' : null;
-  byId('nav-processes').ariaCurrent = profiles ? null : 'page';
-  if (profiles) {
-    processes.stop();
-    refresh();
-  } else {
-    processes.start();
+  const view = ['processes', 'incidents'].includes(state.view) ? state.view : 'profile';
+  for (const name of ['profile', 'processes', 'incidents']) {
+    byId(`${name}-view`).hidden = view !== name;
+    byId(`nav-${name}`).ariaCurrent = view === name ? 'page' : null;
+  }
+  if (view !== 'processes') processes.stop();
+  if (view === 'profile') refresh();
+  else if (view === 'processes') processes.start();
+  else loadIncidents();
+}
+
+async function loadIncidents() {
+  setStatus('Loading…');
+  try {
+    await incidents.load(state.incident);
+    setStatus('');
+  } catch (error) {
+    fail(error);
   }
 }
 
@@ -222,6 +236,7 @@ function toLocalInput(unixMs) {
 function wireControls() {
   byId('nav-profile').addEventListener('click', () => update({ view: 'profile' }));
   byId('nav-processes').addEventListener('click', () => update({ view: 'processes' }));
+  byId('nav-incidents').addEventListener('click', () => update({ view: 'incidents' }));
   for (const button of document.querySelectorAll('[data-window]')) {
     button.addEventListener('click', () => {
       const { window } = button.dataset;
@@ -271,7 +286,8 @@ onChange((changed) => {
     showView();
     return;
   }
-  if (state.view === 'processes') return;
+  if (state.view === 'incidents' && changed.has('incident')) loadIncidents();
+  if (state.view === 'processes' || state.view === 'incidents') return;
   if (any(FILTER_KEYS) || any(WINDOW_KEYS)) {
     if (any(WINDOW_KEYS)) windowRange = resolveWindow();
     filters.show(state);
@@ -296,7 +312,7 @@ onChange((changed) => {
   }
 });
 
-onTokenChange(() => (state.view === 'processes' ? processes.start() : refresh()));
+onTokenChange(showView);
 setupTokenDialog();
 wireControls();
 if (state.compare && !(state.base && state.new)) startCompare();

@@ -3,7 +3,8 @@
 // rewrites the fragment and tells the listeners which keys changed.
 
 const DEFAULTS = Object.freeze({
-  view: 'profile', // 'profile' or 'processes'
+  view: 'profile', // 'profile', 'processes' or 'incidents'
+  incident: '', // the incident the incidents view shows
   type: 'cpu',
   service: '',
   pid: '',

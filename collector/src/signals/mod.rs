@@ -4,7 +4,8 @@
 //! in a bounded history per process and fanned out live, for the three consumers: the API (`/logs`,
 //! `/exceptions`), the collection rules (`CollectLogs` with the seconds before a trigger, exception
 //! counts) and OTLP export. Finished spans (with trace linkage, when an exporter sends traces) are
-//! fanned out live too, on a feed of their own, for OTLP export only; they are not kept.
+//! fanned out live too, on a feed of their own, for OTLP export, and the slowest of each minute
+//! are kept for incidents ([`slowest`]).
 //!
 //! Every record, scope and queued value is charged to the process's share of the agent's signal
 //! budget ([`SignalShare`]) while anything holds it; log records are kept by the time they
@@ -14,6 +15,7 @@ pub mod budget;
 pub mod demand;
 pub mod exceptions;
 pub mod logs;
+pub mod slowest;
 pub mod spans;
 
 use std::collections::{HashMap, VecDeque};
@@ -171,6 +173,8 @@ pub struct ProcessSignals {
     spans: Arc<OnceLock<SpanLookup>>,
     /// Whether finished spans are read from the session's span stops, for export.
     export_spans: bool,
+    /// The slowest finished spans of each recent minute.
+    slowest: Arc<Mutex<slowest::SlowestSpans>>,
 }
 
 /// Exceptions kept at the default limits, no logs, no budget.
@@ -191,6 +195,7 @@ impl ProcessSignals {
             demand: LogsDemand::new(logs),
             spans: Arc::default(),
             export_spans: false,
+            slowest: Arc::default(),
         }
     }
 
@@ -201,9 +206,20 @@ impl ProcessSignals {
         self
     }
 
-    /// Hands a finished span to the live readers (none keeps it).
+    /// Hands a finished span to the live readers, keeping it if it is among its minute's slowest.
     pub fn push_span(&self, record: SpanRecord) {
-        self.live_spans.send(Arc::new(record));
+        let record = Arc::new(record);
+        self.slowest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .offer(&record);
+        self.live_spans.send(record);
+    }
+
+    /// The slowest kept spans that ended in `[from, until)` (Unix nanoseconds), at most `limit`.
+    pub fn slowest_spans(&self, from: i64, until: i64, limit: usize) -> slowest::Slowest {
+        let kept = self.slowest.lock().unwrap_or_else(|p| p.into_inner());
+        kept.slowest(from, until, limit)
     }
 
     /// Finished spans from now on; a reader that falls [`SignalLimits::live_capacity`] behind

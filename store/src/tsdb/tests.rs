@@ -2000,7 +2000,8 @@ fn a_downsampled_block_that_says_it_is_of_full_detail_is_refused() {
 mod incidents {
     use super::*;
     use crate::incidents::{
-        share_changes, CauseKind, IncidentCause, IncidentFilter, IncidentProcess, IncidentWindow,
+        incident_exceptions, share_changes, CauseKind, IncidentCause, IncidentFilter,
+        IncidentProcess, IncidentWindow,
     };
     use std::os::unix::fs::MetadataExt;
 
@@ -2022,6 +2023,8 @@ mod incidents {
             kind: CauseKind::RuleTriggered,
             rule: Some(rule.to_string()),
             note: None,
+            trigger: None,
+            trigger_from_unix_ms: None,
             processes: vec![IncidentProcess {
                 pid,
                 service_name: format!("svc{pid}"),
@@ -2062,6 +2065,8 @@ mod incidents {
             kind: CauseKind::Mark,
             rule: None,
             note: Some("deploy".into()),
+            trigger: None,
+            trigger_from_unix_ms: None,
             processes: vec![first.processes[0].clone(), other.processes[0].clone()],
         };
         let merged = store.incidents().record(mark).unwrap();
@@ -2078,6 +2083,42 @@ mod incidents {
             ..IncidentFilter::default()
         };
         assert!(store.incidents().list(&by_time).is_empty());
+    }
+
+    #[test]
+    fn before_ends_where_the_trigger_window_starts() {
+        let dir = TempDir::new("incidents-onset");
+        let store = Store::open(&dir.0, window()).unwrap();
+        let t0 = 1_800_000_000_000;
+        let plain = store.incidents().record(firing(t0, 7, "cpu")).unwrap();
+        assert_eq!(plain.onset_unix_ms, t0);
+        let judged = IncidentCause {
+            trigger: Some("CPUUsage > 12 over 5 s".into()),
+            trigger_from_unix_ms: Some(t0 + HOUR / 1_000_000 - 5_000),
+            ..firing(t0 + HOUR / 1_000_000, 8, "cpu")
+        };
+        let incident = store.incidents().record(judged).unwrap();
+        let onset = t0 + HOUR / 1_000_000 - 5_000;
+        assert_eq!(incident.onset_unix_ms, onset);
+        assert_eq!(incident.from_unix_ms, onset - 10 * MIN_MS);
+        let ((_, before_end), (during_start, _)) = incident.ranges(onset + 60_000);
+        assert_eq!((before_end, during_start), (onset, onset));
+        // A file written before the onset was kept gets it from its causes.
+        let file = dir
+            .0
+            .join(crate::incidents::INCIDENTS_DIR)
+            .join(format!("incident-{:010}.json", incident.id));
+        let mut json: serde_json::Value =
+            serde_json::from_slice(&fs::read(&file).unwrap()).unwrap();
+        json.as_object_mut().unwrap().remove("onset_unix_ms");
+        fs::write(&file, json.to_string()).unwrap();
+        drop(store);
+        let store = Store::open(&dir.0, window()).unwrap();
+        assert_eq!(
+            store.incidents().get(incident.id).unwrap().onset_unix_ms,
+            onset
+        );
+        assert_eq!(store.incidents().get(plain.id).unwrap(), plain);
     }
 
     #[test]
@@ -2157,7 +2198,8 @@ mod incidents {
             3 * MINUTE,
             &[
                 (&["Hash", "Main"], 30, &[]),
-                (&["Evaluate", "Price", "Main"], 60, &[]),
+                (&["Clock", "Evaluate", "Price", "Main"], 40, &[]),
+                (&["Evaluate", "Price", "Main"], 20, &[]),
                 (&["Main"], 10, &[]),
             ],
         );
@@ -2170,12 +2212,89 @@ mod incidents {
             .profile(&query(None, "cpu", 2 * MINUTE, 4 * MINUTE))
             .unwrap();
         let changes = share_changes(&before, &during, 10);
+        // Ranked by inclusive growth: Evaluate (+50) before the clock it reads (+40, the larger
+        // self growth); Price, whose growth is all in its call to Evaluate, is left out.
         let names: Vec<&str> = changes.iter().map(|c| c.function.as_str()).collect();
-        assert_eq!(names, ["Evaluate", "Price", "Main", "Hash"]);
+        assert_eq!(names, ["Evaluate", "Clock", "Main", "Hash"]);
         let evaluate = &changes[0];
-        assert_eq!((evaluate.self_before, evaluate.self_during), (10.0, 60.0));
+        assert_eq!((evaluate.self_before, evaluate.self_during), (10.0, 20.0));
         assert_eq!((evaluate.total_before, evaluate.total_during), (10.0, 60.0));
+        assert_eq!(
+            (changes[1].self_during, changes[1].total_during),
+            (40.0, 40.0)
+        );
         assert_eq!(changes[2].total_during, 100.0);
         assert_eq!(share_changes(&before, &during, 1).len(), 1);
+    }
+
+    /// Exception types ranked by growth of their rate: one thrown only during first, one that
+    /// doubled next, one that held steady left out; each counted whole on its side of the onset.
+    #[test]
+    fn exceptions_that_are_new_or_grew_come_first_with_their_counts() {
+        let ty = |name: &str| ("type", LabelValue::Str(name.to_string()));
+        let (timeout, coupon, io) = ([ty("Timeout")], [ty("Coupon")], [ty("IO")]);
+        let dir = TempDir::new("incidents-exceptions");
+        let mut store = Store::open(&dir.0, window()).unwrap();
+        let onset_ms = 1_800_000_000_000;
+        let at = |minutes_after_onset: i64| (onset_ms + minutes_after_onset * MIN_MS) * 1_000_000;
+        // Before: 5 minutes with 10 timeouts and 50 IO errors; during: 5 minutes with 20
+        // timeouts (one site), 50 IO errors and 300 coupon failures (two sites).
+        store
+            .append(&batch(
+                "api",
+                "exception",
+                at(-3),
+                &[(&["Send", "Main"], 10, &timeout), (&["Read"], 50, &io)],
+            ))
+            .unwrap();
+        store
+            .append(&batch(
+                "api",
+                "exception",
+                at(2),
+                &[
+                    (&["Send", "Main"], 20, &timeout),
+                    (&["Read"], 50, &io),
+                    (&["Lookup", "Main"], 290, &coupon),
+                    (&["Rethrow", "Main"], 10, &coupon),
+                ],
+            ))
+            .unwrap();
+        let mut cause = firing(onset_ms, 42, "storm");
+        cause.trigger_from_unix_ms = Some(onset_ms);
+        let mut incident = store.incidents().record(cause).unwrap();
+        // 5 minutes either side, so IO's rate is the same on both.
+        incident.from_unix_ms = onset_ms - 5 * MIN_MS;
+        incident.until_unix_ms = onset_ms + 5 * MIN_MS;
+        let control = QueryControl::default();
+        let now = onset_ms + 60 * MIN_MS;
+        let answer = incident_exceptions(&store, &incident, 42, now, 10, &control).unwrap();
+        let rows: Vec<(&str, i64, i64, bool, &str, i64)> = answer
+            .exceptions
+            .iter()
+            .map(|e| {
+                let site = (e.thrown_at.as_str(), e.thrown_at_count);
+                (
+                    e.type_name.as_str(),
+                    e.before,
+                    e.during,
+                    e.new,
+                    site.0,
+                    site.1,
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("Coupon", 0, 300, true, "Lookup", 290),
+                ("Timeout", 10, 20, false, "Send", 20)
+            ]
+        );
+        assert_eq!((answer.before_total, answer.during_total), (60, 370));
+        assert_eq!(answer.types_left_out, 1);
+        assert_eq!(answer.exceptions[0].during_per_minute, 60.0);
+        let one = incident_exceptions(&store, &incident, 42, now, 1, &control).unwrap();
+        assert_eq!((one.exceptions.len(), one.types_left_out), (1, 2));
     }
 }

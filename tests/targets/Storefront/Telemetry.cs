@@ -98,6 +98,7 @@ namespace Storefront
         static readonly ConcurrentDictionary<string, long[]> routes = new ConcurrentDictionary<string, long[]>();
         public static long OrdersPlaced, Reservations, SlowReservations, StockChecks, DownstreamCalls, DownstreamFailures;
         public static long DbQueries, CouponExceptions, ReportRows, PricingEvaluations, CartItemsAdded, JanitorCompactions;
+        public static long PricingCpuNanoseconds;
 
         /// <summary>One finished request: [count, 2xx, 3xx, 4xx, 5xx] of its route.</summary>
         public static void Request(string route, int status)
@@ -132,6 +133,7 @@ namespace Storefront
                 .Add("coupon_exceptions", Interlocked.Read(ref CouponExceptions))
                 .Add("report_rows", Interlocked.Read(ref ReportRows))
                 .Add("pricing_evaluations", Interlocked.Read(ref PricingEvaluations))
+                .Add("pricing_cpu_ns", Interlocked.Read(ref PricingCpuNanoseconds))
                 .Add("cart_items_added", Interlocked.Read(ref CartItemsAdded))
                 .Add("janitor_compactions", Interlocked.Read(ref JanitorCompactions))
                 .Add("hot_cpu_ms", Recommendations.RecommendationEngine.CpuSeconds * 1000)
