@@ -910,11 +910,12 @@ fn linkage_through_the_agent_survives_lost_sessions() {
 
     // Stretches of one sampler period; those with a window that saw a loss, and those that start
     // within one period (plus the 2 s without span starts that tell the agent to renew its
-    // linkage session, and a second of slack) after it, are recovering. And, a defect measured
-    // and not yet understood (docs/profiles.md, "When linkage loses events"): in 3 of 7 runs with
-    // two hogs, for up to the span tracker's 10 s retention after a loss, 20-85 % of the linked
-    // samples were joined to a span that ran at the same time on another thread, and recovered
-    // at once after it; so those stretches are printed, judged overall, not one by one.
+    // linkage session, and a second of slack) after it, are recovering. After a loss the runtime
+    // may give spans one activity id (docs/profiles.md, "When linkage loses events"); a loop's
+    // successive spans are told apart by time, but in 4 of 12 runs beside two hogs, 2-14 s after
+    // a loss, 4-24 % of the linked samples still named a span that ran on
+    // another thread at the same time (spans of one id open at once, not told apart yet): 10 s
+    // more grace for those, still judged overall.
     let grace_ms = LOOPS_PERIOD_MS + 2000 + 1000 + 10_000;
     let (mut steady, mut all) = (Judged::default(), Judged::default());
     let mut failing = Vec::new();
@@ -990,8 +991,8 @@ fn linkage_through_the_agent_survives_lost_sessions() {
         "stretches below 90 % at {failing:?} s; agent log:\n{}",
         agent.log()
     );
-    // Over the whole run, the defect above included (89.5 % at worst in 7 runs).
-    assert!(all.precision() >= 85.0 && all.recall() >= 90.0, "{all:?}");
+    // Over the whole run, the losses included.
+    assert!(all.precision() >= 90.0 && all.recall() >= 90.0, "{all:?}");
     assert!(restarts >= 2.0, "the stopped sessions were started again");
     assert!(refreshes >= 1.0, "the linkage session was renewed");
 }

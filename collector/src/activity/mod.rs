@@ -309,6 +309,11 @@ pub struct SpanTracker {
     /// QPC ticks per second of the process (1e9 on Linux), taken from the events' clock.
     ticks_per_second: i64,
     spans: HashMap<Guid, SpanEntry>,
+    /// Earlier spans of an activity id a later span start took over, oldest first. The runtime
+    /// gave a flow's successive spans one id after a lost stop left the flow on a stale span
+    /// (measured on .NET 10 after a linkage session was renewed: 245 spans of one loop in 18 s,
+    /// all one id); keyed by id alone, every sample of the earlier spans named the latest.
+    reused: HashMap<Guid, Vec<SpanEntry>>,
     /// Span id → EventSource activity id, for stops without an activity id.
     by_span_id: HashMap<SpanId, Guid>,
     /// Stops seen before their start, with their time.
@@ -337,6 +342,7 @@ impl SpanTracker {
             limits,
             ticks_per_second: 1_000_000_000,
             spans: HashMap::new(),
+            reused: HashMap::new(),
             by_span_id: HashMap::new(),
             early_stops: HashMap::new(),
             threads: HashMap::new(),
@@ -390,16 +396,19 @@ impl SpanTracker {
                     .or_else(|| self.early_stops.remove(&EarlyStop::Span(span.span_id)));
                 self.stats.spans_stopped += u64::from(stopped.is_some());
                 self.by_span_id.insert(span.span_id, activity);
-                self.spans.insert(
-                    activity,
-                    SpanEntry {
-                        span,
-                        recorded,
-                        restore,
-                        started: timestamp,
-                        stopped,
-                    },
-                );
+                let entry = SpanEntry {
+                    span,
+                    recorded,
+                    restore,
+                    started: timestamp,
+                    stopped,
+                };
+                if let Some(earlier) = self.spans.insert(activity, entry) {
+                    if earlier.span.span_id != self.spans[&activity].span.span_id {
+                        tracing::debug!(%activity, "EventSource activity id reused by a new span");
+                        self.reused.entry(activity).or_default().push(earlier);
+                    }
+                }
                 self.switch(thread, timestamp, activity);
             }
             ActivityEvent::SpanStop {
@@ -412,6 +421,13 @@ impl SpanTracker {
                 let key = Some(activity)
                     .filter(|a| self.spans.contains_key(a))
                     .or_else(|| span_id.and_then(|id| self.by_span_id.get(&id).copied()));
+                if let Some(earlier) = key.and_then(|k| self.reused_entry(k, span_id)) {
+                    // An earlier span of a reused id: the latest one, and threads, stay as they are.
+                    let first = earlier.stopped.is_none();
+                    earlier.stopped.get_or_insert(timestamp);
+                    self.stats.spans_stopped += u64::from(first);
+                    return;
+                }
                 let Some((key, entry)) = key.and_then(|k| self.spans.get_mut(&k).map(|e| (k, e)))
                 else {
                     let early = match span_id {
@@ -458,7 +474,7 @@ impl SpanTracker {
         let switches = self.threads.get(&thread)?;
         let after = switches.partition_point(|s| s.timestamp <= timestamp);
         let current = switches.get(after.checked_sub(1)?)?;
-        let entry = self.spans.get(&current.activity)?;
+        let entry = self.entry_at(&current.activity, timestamp)?;
         // A span stopped from another flow leaves its id on the threads of its own flow.
         match entry.stopped {
             Some(stopped) if stopped < timestamp => None,
@@ -475,7 +491,7 @@ impl SpanTracker {
             if entry.recorded {
                 return Some(&entry.span);
             }
-            entry = self.spans.get(&entry.restore)?;
+            entry = self.entry_at(&entry.restore, timestamp)?;
             if entry.stopped.is_some_and(|stopped| stopped < timestamp) {
                 return None;
             }
@@ -486,12 +502,42 @@ impl SpanTracker {
     /// The span whose EventSource activity id is `activity`, if it was open at `timestamp`: how
     /// an event that carries its writer's activity id (a log message) finds its span.
     pub fn span_of_activity(&self, activity: &Guid, timestamp: i64) -> Option<&Span> {
-        let entry = self.spans.get(activity)?;
+        let entry = self.entry_at(activity, timestamp)?;
         match entry.stopped {
             Some(stopped) if stopped < timestamp => None,
             _ if entry.started > timestamp => None,
             _ => self.recorded_from(entry, timestamp),
         }
+    }
+
+    /// The span of `activity` at `timestamp`: the latest one to take the id, unless it started
+    /// after `timestamp` and an earlier span of the id had started by then.
+    fn entry_at(&self, activity: &Guid, timestamp: i64) -> Option<&SpanEntry> {
+        let latest = self.spans.get(activity)?;
+        if latest.started <= timestamp {
+            return Some(latest);
+        }
+        let earlier = self.reused.get(activity).into_iter().flatten();
+        Some(
+            earlier
+                .rev()
+                .find(|e| e.started <= timestamp)
+                .unwrap_or(latest),
+        )
+    }
+
+    /// The earlier span of reused id `activity` that a stop of `span_id` ends, if it is not the
+    /// latest one.
+    fn reused_entry(&mut self, activity: Guid, span_id: Option<SpanId>) -> Option<&mut SpanEntry> {
+        let span_id = span_id?;
+        if self.spans.get(&activity)?.span.span_id == span_id {
+            return None;
+        }
+        self.reused
+            .get_mut(&activity)?
+            .iter_mut()
+            .rev()
+            .find(|e| e.span.span_id == span_id)
     }
 
     /// The stream that fed the tracker ended (its session was stopped, renewed or lost) and a
@@ -626,6 +672,18 @@ impl SpanTracker {
             }
         });
         self.stats.expired_spans += expired;
+        self.reused.retain(|_, earlier| {
+            earlier.retain(|e| e.stopped.map_or(e.started > open_cutoff, |s| s > cutoff));
+            !earlier.is_empty()
+        });
+        let spans = &self.spans;
+        self.reused
+            .retain(|activity, _| spans.contains_key(activity));
+        let reused: usize = self.reused.values().map(Vec::len).sum();
+        if reused > self.limits.max_spans {
+            self.stats.evicted_spans += reused as u64;
+            self.reused.clear();
+        }
         self.stats.evicted_spans +=
             evict_oldest(&mut self.spans, self.limits.max_spans, |e| e.started);
         let spans = &self.spans;

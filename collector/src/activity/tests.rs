@@ -711,3 +711,43 @@ fn an_unrecorded_leaf_lends_its_samples_to_the_recorded_span_around_it() {
     assert_eq!(at(&t, 1, 35), 1);
     assert_eq!(at(&t, 1, 45), 0);
 }
+
+/// A stop that names its span, as the linkage spec's stops do.
+fn stop_of(thread: u64, timestamp: i64, activity: u32, n: u8) -> ActivityEvent {
+    ActivityEvent::SpanStop {
+        thread,
+        timestamp,
+        activity: guid(activity),
+        span_id: Some(SpanId([n; 8])),
+    }
+}
+
+#[test]
+fn spans_that_reuse_an_activity_id_keep_their_own_times() {
+    // As .NET 10 wrote them after a renewed linkage session: one loop's successive spans, each
+    // started on another thread, all with activity id 7 under the stale flow 6; the stop of the
+    // first arrives after the second started (another thread's buffer).
+    let tracker = feed([
+        switch(1, 10, 7),
+        start(1, 11, 7, 6, 1),
+        switch(1, 15, 0),
+        switch(2, 20, 7),
+        switch(2, 30, 6),
+        switch(3, 40, 7),
+        start(3, 41, 7, 6, 2),
+        stop_of(2, 31, 7, 1),
+        switch(3, 45, 0),
+        switch(1, 50, 7),
+        switch(1, 60, 6),
+        stop_of(1, 61, 7, 2),
+    ]);
+    // Thread 2 ran the first span's second half, thread 1 the second's.
+    assert_eq!(at(&tracker, 1, 12), 1);
+    assert_eq!(at(&tracker, 2, 25), 1);
+    assert_eq!(at(&tracker, 3, 42), 2);
+    assert_eq!(at(&tracker, 1, 55), 2);
+    // Between the spans, on the stale flow, no span.
+    assert_eq!(at(&tracker, 2, 35), 0);
+    let stats = tracker.stats();
+    assert_eq!((stats.spans_started, stats.spans_stopped), (2, 2));
+}
