@@ -406,7 +406,7 @@ fn an_outage_of_the_trace_receiver_costs_bounded_memory() {
         &dir,
         json!({"outage": {"Kind": "otlp-http",
                           "Endpoint": format!("http://127.0.0.1:{http_port}"),
-                          "Interval": "2s", "QueueSize": "4", "MaxRetryDelay": "4s",
+                          "Interval": "2s", "MaxQueueBytes": "512KiB", "MaxRetryDelay": "4s",
                           "Timeout": "2s", "Signals": ["Traces"]}}),
     );
     let agent = linkage_agent(&dir.join("data"), target.pid(), &config);
@@ -426,7 +426,8 @@ fn an_outage_of_the_trace_receiver_costs_bounded_memory() {
         "trace outage: RSS {before} KiB before, peak {peak} KiB, growth over the second minute \
          {late} KiB; {dropped} spans dropped (queue_full)"
     );
-    // ~200 spans/s for 2 minutes, 4 requests of 2 s kept: most dropped, counted as spans.
+    // ~200 spans/s for 2 minutes (megabytes of requests; waiting ones merge), 512 KiB kept:
+    // most dropped, counted as spans.
     assert!(dropped >= 10_000.0, "{dropped} spans counted as dropped");
     assert_eq!(dropped_samples, 0.0, "span drops counted as samples");
     assert!(
